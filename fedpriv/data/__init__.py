@@ -1,0 +1,153 @@
+"""Datasets and partitions for fedpriv (SPEC §5).
+
+One entry point, :func:`load_federated`, turns ``(dataset, partition, num_clients, seed)`` into a
+:class:`FederatedData`: one :class:`ClientData` per partition id, plus a server validation split
+(used to pretrain initial parameters) and a server final test set.
+
+Datasets:
+
+- ``digits`` — scikit-learn ``load_digits`` (bundled), 8×8×1 in [0, 1]; partitions ``iid``,
+  ``dirichlet`` (label Dirichlet(α)), ``rotation`` (GP's FEMNIST protocol: IID, then each client
+  rotated by 90° with probability 1/2).
+- ``synthetic-mri`` — a procedural 128×128×1, 4-class stand-in for the Alzheimer MRI data
+  (a pipeline test, not a medical result); partitions ``homogeneous``, ``non-iid``, ``cia``
+  (MP Tables 2, 3, 8 scaled to the available size), ``iid``, ``dirichlet``.
+- ``alzheimer`` — the real Alzheimer MRI data from ``data_path`` (image folder or Hugging Face
+  parquet); same partitions, exact MP class counts when the data has the full training totals.
+- ``gp-synthetic`` — GP §4.1 linear regression with k = 2 clusters; partition ``gp-clusters``.
+
+Everything is deterministic in ``seed`` (explicit ``numpy.random.Generator`` objects and sklearn
+``random_state``; no global RNG). Nothing is cached here: the caller caches per process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+DATASETS = ("digits", "synthetic-mri", "alzheimer", "gp-synthetic")
+DATA_FORMATS = ("auto", "imagefolder", "parquet")
+
+
+class DataError(ValueError):
+    """Bad data input. ``str(err)`` is one line naming the key, the value and what is allowed."""
+
+    def __init__(self, key: str, value: Any, allowed: str, problem: str = "") -> None:
+        self.key, self.value, self.allowed, self.problem = key, value, allowed, problem
+        what = f": {problem}" if problem else " is not allowed"
+        message = f"data error: {key} = {value!r}{what}; expected {allowed}"
+        super().__init__(" ".join(message.split()))  # always one line
+
+
+@dataclass
+class ClientData:
+    """One client's local data. ``y`` are int64 labels (float32 targets for regression)."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+@dataclass
+class FederatedData:
+    """A federated dataset: clients (index = partition id) and the server's val/test splits."""
+
+    clients: list[ClientData]
+    x_val: np.ndarray
+    y_val: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+    input_shape: tuple[int, ...]
+    info: dict = field(default_factory=dict)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+
+def _check_common(dataset: str, num_clients: Any, seed: Any, data_format: str, alpha: Any) -> None:
+    if dataset not in DATASETS:
+        raise DataError("dataset", dataset, "one of " + " | ".join(DATASETS))
+    if isinstance(num_clients, bool) or not isinstance(num_clients, (int, np.integer)):
+        raise DataError("num-clients", num_clients, "an integer >= 1")
+    if num_clients < 1:
+        raise DataError("num-clients", num_clients, "an integer >= 1")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise DataError("seed", seed, "an integer >= 0")
+    if data_format not in DATA_FORMATS:
+        raise DataError("data-format", data_format, " | ".join(DATA_FORMATS))
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
+        raise DataError("dirichlet-alpha", alpha, "a float > 0")
+
+
+def load_federated(
+    dataset: str,
+    *,
+    partition: str,
+    num_clients: int,
+    seed: int,
+    data_path: str = "",
+    data_format: str = "auto",
+    dirichlet_alpha: float = 0.5,
+) -> FederatedData:
+    """Load ``dataset`` and split it over ``num_clients`` clients by ``partition``.
+
+    Raises :class:`DataError` (one line: key, value, what is allowed) for any bad argument or
+    unreadable data, before any heavy work where the problem can be seen up front.
+    """
+    _check_common(dataset, num_clients, seed, data_format, dirichlet_alpha)
+    num_clients, seed = int(num_clients), int(seed)
+    if dataset == "digits":
+        from fedpriv.data.digits import load_digits_federated
+
+        return load_digits_federated(
+            partition=partition, num_clients=num_clients, seed=seed, dirichlet_alpha=dirichlet_alpha
+        )
+    if dataset == "synthetic-mri":
+        from fedpriv.data.synthetic_mri import load_synthetic_mri_federated
+
+        return load_synthetic_mri_federated(
+            partition=partition, num_clients=num_clients, seed=seed, dirichlet_alpha=dirichlet_alpha
+        )
+    if dataset == "alzheimer":
+        from fedpriv.data.alzheimer import load_alzheimer_federated
+
+        return load_alzheimer_federated(
+            data_path=data_path,
+            data_format=data_format,
+            partition=partition,
+            num_clients=num_clients,
+            seed=seed,
+            dirichlet_alpha=dirichlet_alpha,
+        )
+    from fedpriv.data.gp_synthetic import load_gp_synthetic_federated
+
+    return load_gp_synthetic_federated(partition=partition, num_clients=num_clients, seed=seed)
+
+
+from fedpriv.data.partition import (  # noqa: E402  (the types above must exist first)
+    MP_CIA,
+    MP_CIA_AS_PRINTED,
+    MP_HOMOGENEOUS,
+    MP_NON_IID,
+    MP_TABLES,
+    split_by_class_counts,
+)
+
+__all__ = [
+    "DATASETS",
+    "ClientData",
+    "DataError",
+    "FederatedData",
+    "MP_CIA",
+    "MP_CIA_AS_PRINTED",
+    "MP_HOMOGENEOUS",
+    "MP_NON_IID",
+    "MP_TABLES",
+    "load_federated",
+    "split_by_class_counts",
+]

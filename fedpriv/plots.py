@@ -1,0 +1,49 @@
+"""PNG plots (matplotlib, Agg backend): accuracy per round, ROC curves."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def plot_accuracy_per_round(
+    series: Mapping[str, Sequence[float]], path: str | Path, *, title: str = ""
+) -> Path:
+    """One line per label: accuracy (y) against round 1..R (x) (MP Appendix B shape)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, values in series.items():
+        ax.plot(np.arange(1, len(values) + 1), values, marker="o", ms=3, label=label)
+    ax.set_xlabel("round")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_roc(
+    curves: Mapping[str, tuple[np.ndarray, np.ndarray]], path: str | Path, *, title: str = ""
+) -> Path:
+    """Micro-averaged ROC curves, one per label (MP Appendix C shape)."""
+    fig, ax = plt.subplots(figsize=(5, 5))
+    for label, (fpr, tpr) in curves.items():
+        ax.plot(fpr, tpr, label=label)
+    ax.plot([0, 1], [0, 1], ls="--", c="grey", lw=0.8)
+    ax.set_xlabel("false positive rate")
+    ax.set_ylabel("true positive rate")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

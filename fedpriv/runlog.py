@@ -1,0 +1,61 @@
+"""Run outputs: ``rounds.jsonl`` appended as each round ends, ``summary.json`` at the end.
+
+Each round line is flushed and fsynced, so a killed run loses at most the round in flight
+(SPEC §7). ``summary.json`` is written to a temporary file and renamed (never half-written).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def to_jsonable(value: Any) -> Any:
+    """Numpy scalars/arrays and non-finite floats made JSON-safe (inf/nan -> strings)."""
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return to_jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return to_jsonable(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class RunLog:
+    """Writer for one run's output directory."""
+
+    def __init__(self, output_dir: str | Path) -> None:
+        self.dir = Path(output_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.rounds_path = self.dir / "rounds.jsonl"
+        self.summary_path = self.dir / "summary.json"
+        self.rounds_path.write_text("")
+
+    def append_round(self, record: Mapping[str, Any]) -> None:
+        """Append one JSON line and flush it to disk."""
+        with self.rounds_path.open("a") as fh:
+            fh.write(json.dumps(to_jsonable(record), sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        """Write ``summary.json`` atomically."""
+        tmp = self.summary_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(to_jsonable(summary), indent=2, sort_keys=True))
+        tmp.replace(self.summary_path)
+
+
+def read_rounds(output_dir: str | Path) -> list[dict]:
+    """The round records of a run, in order."""
+    path = Path(output_dir) / "rounds.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

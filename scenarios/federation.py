@@ -1,0 +1,100 @@
+"""Partition-aware view of a Flower ``Grid``: who is who, who trains this round.
+
+Flower node ids are random per run, so seeded experiments need the partition id of each
+node. At start the ServerApp sends one ``query`` message to every node; each ClientApp
+answers with its ``partition-id`` (from ``node_config``). :class:`PartitionGrid` then
+
+- offers the stock strategy only the nodes sampled for the round (a seeded
+  ``numpy.random.Generator`` over partition ids, not Flower's global ``random``), and
+- returns replies ordered by partition id, so aggregation sums in a fixed order and the
+  same seed gives the same floating-point result.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Optional
+
+import numpy as np
+from flwr.common import ConfigRecord, Message, MessageType, RecordDict
+from flwr.server import Grid
+
+QUERY_KEY = "fedpriv-query"
+
+
+class FederationError(RuntimeError):
+    """The federation does not match the scenario (one-line message)."""
+
+
+def discover_partitions(grid: Grid, expected: int, timeout: float = 120.0) -> dict[int, int]:
+    """Map node id -> partition id, waiting up to ``timeout`` s for ``expected`` nodes."""
+    deadline = time.monotonic() + timeout
+    while len(node_ids := sorted(grid.get_node_ids())) < expected:
+        if time.monotonic() > deadline:
+            raise FederationError(
+                f"num-clients = {expected} but only {len(node_ids)} nodes connected; "
+                f"run with --federation-config 'options.num-supernodes={expected}'"
+            )
+        time.sleep(0.5)
+    if len(node_ids) != expected:
+        raise FederationError(
+            f"num-clients = {expected} but {len(node_ids)} nodes connected; "
+            f"run with --federation-config 'options.num-supernodes={expected}' "
+            f"or --run-config 'num-clients={len(node_ids)}'"
+        )
+    content = RecordDict({QUERY_KEY: ConfigRecord({"ask": "partition-id"})})
+    messages = [
+        Message(content=content, message_type=MessageType.QUERY, dst_node_id=node)
+        for node in node_ids
+    ]
+    mapping: dict[int, int] = {}
+    for reply in grid.send_and_receive(messages, timeout=timeout):
+        if reply.has_error():
+            raise FederationError(f"node {reply.metadata.src_node_id} failed the query: "
+                                  f"{reply.error.reason}")
+        mapping[reply.metadata.src_node_id] = int(reply.content[QUERY_KEY]["partition-id"])
+    if sorted(mapping.values()) != list(range(expected)):
+        raise FederationError(f"partition ids {sorted(mapping.values())} are not 0..{expected-1}")
+    return mapping
+
+
+def sample_partitions(num_clients: int, per_round: int, rng: np.random.Generator) -> list[int]:
+    """``per_round`` distinct partition ids (all of them when per_round is 0 or >= num)."""
+    if per_round <= 0 or per_round >= num_clients:
+        return list(range(num_clients))
+    return sorted(int(p) for p in rng.choice(num_clients, size=per_round, replace=False))
+
+
+class PartitionGrid:
+    """A ``Grid`` proxy that restricts and orders nodes by partition id."""
+
+    def __init__(self, grid: Grid, node_to_partition: dict[int, int]) -> None:
+        self._grid = grid
+        self.node_to_partition = dict(node_to_partition)
+        self.partition_to_node = {p: n for n, p in self.node_to_partition.items()}
+        self._offered: Optional[list[int]] = None
+        self.online: set[int] = set(self.partition_to_node)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
+
+    def offer(self, partitions: Optional[Sequence[int]]) -> None:
+        """Offer only these partitions to the next ``get_node_ids`` (None = all)."""
+        self._offered = None if partitions is None else sorted(partitions)
+
+    def get_node_ids(self) -> Iterable[int]:
+        """Node ids of the offered partitions, in partition order."""
+        parts = sorted(self.partition_to_node) if self._offered is None else self._offered
+        return [self.partition_to_node[p] for p in parts]
+
+    def partition_of(self, message: Message) -> int:
+        """Partition id of a reply's sender."""
+        return self.node_to_partition[message.metadata.src_node_id]
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: Optional[float] = None
+    ) -> list[Message]:
+        """Send, then return replies sorted by partition id; record who answered."""
+        replies = list(self._grid.send_and_receive(messages, timeout=timeout))
+        return sorted(replies, key=lambda m: self.node_to_partition.get(m.metadata.src_node_id, -1))

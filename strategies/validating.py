@@ -1,0 +1,118 @@
+"""A Message-API wrapper that keeps malformed client updates away from the global model.
+
+Before the wrapped strategy (and any DP wrapper inside it) sees a training reply, every
+array is checked against the global arrays sent that round: same keys, same shapes, all
+values finite. A reply that fails is dropped (``on_invalid="drop"``) or the whole round is
+skipped (``on_invalid="fail"``); either way the offending node and the reason are recorded
+in ``last_round`` and logged (SPEC §7).
+
+``accept_failures=False`` (the default, Flower's legacy rule) skips aggregation when any
+client replied with an error; ``True`` aggregates the replies that arrived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from logging import WARNING
+from typing import Optional
+
+import numpy as np
+from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, log
+from flwr.server import Grid
+from flwr.serverapp.strategy.strategy import Strategy
+
+
+def update_problem(reply: Message, reference: dict[str, np.ndarray]) -> Optional[str]:
+    """Why a training reply is unusable, or None if it is fine."""
+    records = list(reply.content.array_records.values())
+    if len(records) != 1:
+        return f"expected 1 ArrayRecord, got {len(records)}"
+    arrays = records[0]
+    if list(arrays.keys()) != list(reference.keys()):
+        return "array keys differ from the global model"
+    for key, array in arrays.items():
+        value = array.numpy()
+        if value.shape != reference[key].shape:
+            return f"array {key!r} has shape {value.shape}, expected {reference[key].shape}"
+        if not np.all(np.isfinite(value)):
+            return f"array {key!r} has NaN or Inf values"
+    return None
+
+
+class ValidUpdatesOnly(Strategy):
+    """Drop (or fail the round on) malformed or non-finite updates before aggregation.
+
+    Parameters
+    ----------
+    strategy : Strategy
+        The strategy that aggregates the valid replies.
+    on_invalid : str
+        ``"drop"`` removes an invalid reply; ``"fail"`` skips the round's aggregation.
+    accept_failures : bool
+        Aggregate when some clients failed (True) or skip the round (False).
+    """
+
+    def __init__(
+        self, strategy: Strategy, *, on_invalid: str = "drop", accept_failures: bool = False
+    ) -> None:
+        if on_invalid not in ("drop", "fail"):
+            raise ValueError(f"on_invalid = {on_invalid!r}: expected 'drop' or 'fail'")
+        self.strategy = strategy
+        self.on_invalid = on_invalid
+        self.accept_failures = accept_failures
+        self.reference: dict[str, np.ndarray] = {}
+        self.last_round: dict = {}
+
+    def summary(self) -> None:
+        """Log the wrapped strategy's summary."""
+        self.strategy.summary()
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Remember the global arrays (the reference for checks) and delegate."""
+        self.reference = {k: v.numpy() for k, v in arrays.items()}
+        return self.strategy.configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
+        """Check replies; hand the valid ones to the wrapped strategy."""
+        replies = list(replies)
+        failed = [m.metadata.src_node_id for m in replies if m.has_error()]
+        rejected: dict[int, str] = {}
+        valid: list[Message] = []
+        for msg in replies:
+            if msg.has_error():
+                continue
+            problem = update_problem(msg, self.reference)
+            if problem is None:
+                valid.append(msg)
+            else:
+                rejected[msg.metadata.src_node_id] = problem
+                log(WARNING, "round %s: update from node %s rejected: %s",
+                    server_round, msg.metadata.src_node_id, problem)
+        self.last_round = {"failed-nodes": failed, "rejected": rejected, "skipped": False}
+        if (failed and not self.accept_failures) or (rejected and self.on_invalid == "fail"):
+            log(WARNING, "round %s: aggregation skipped (%d failed, %d rejected)",
+                server_round, len(failed), len(rejected))
+            self.last_round["skipped"] = True
+            return None, None
+        if not valid:
+            self.last_round["skipped"] = True
+            return None, None
+        return self.strategy.aggregate_train(server_round, valid)
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Delegate."""
+        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> Optional[MetricRecord]:
+        """Delegate, ignoring failed replies."""
+        return self.strategy.aggregate_evaluate(
+            server_round, [m for m in replies if not m.has_error()]
+        )
