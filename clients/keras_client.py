@@ -203,7 +203,10 @@ def _proximal_step(model: tf.keras.Model) -> tuple:
             pred = model(xb, training=True)
             base = tf.reduce_mean(loss_fn(yb, pred))
             prox = tf.add_n(
-                [tf.reduce_sum(tf.square(v - a)) for v, a in zip(model.trainable_variables, anchors)]
+                [
+                    tf.reduce_sum(tf.square(v - a))
+                    for v, a in zip(model.trainable_variables, anchors)
+                ]
             )
             loss = base + 0.5 * mu * prox
         grads = tape.gradient(loss, model.trainable_variables)
@@ -226,7 +229,9 @@ def evaluate_local(
     return metrics
 
 
-def predict_proba(model: tf.keras.Model, weights: Sequence[np.ndarray], x: np.ndarray) -> np.ndarray:
+def predict_proba(
+    model: tf.keras.Model, weights: Sequence[np.ndarray], x: np.ndarray
+) -> np.ndarray:
     """Class probabilities of ``weights`` on x (for server-side metrics)."""
     model.set_weights(list(weights))
     return model.predict(x, verbose=0, batch_size=256)

@@ -156,7 +156,12 @@ _key("dataset", "digits", choice(DATASETS), "one of " + " | ".join(DATASETS))
 _key("partition", "iid", choice(PARTITIONS), "one of " + " | ".join(PARTITIONS))
 _key("dirichlet-alpha", 0.5, real(0, lo_open=True), "a float > 0")
 _key("data-path", "", text, "a path to a local dataset ('' for embedded data)")
-_key("data-format", "auto", choice(("auto", "imagefolder", "parquet")), "auto | imagefolder | parquet")
+_key(
+    "data-format",
+    "auto",
+    choice(("auto", "imagefolder", "parquet")),
+    "auto | imagefolder | parquet",
+)
 _key("output-dir", "", text, "a directory path ('' = runs/<scenario>-<strategy>-<privacy>-s<seed>)")
 _key("proximal-mu", 0.1, real(0), "a float >= 0")
 _key("server-learning-rate", 1.0, real(0, lo_open=True), "a float > 0")
@@ -193,3 +198,7 @@ def resolve(
     resolved.update(scenario_defaults)
     resolved.update({k: v for k, v in run_config.items() if v != AUTO})
     return {name: KEYS[name].coerce(value) for name, value in resolved.items()}
+
+
+# Feature keys register themselves on import (kept last: they use the helpers above).
+from fedpriv import keys_attacks, keys_dp, keys_dpsgd, keys_ifca, keys_zonal  # noqa: E402,F401

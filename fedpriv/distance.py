@@ -70,7 +70,7 @@ def _layer_gram(flats: list[np.ndarray], chunk_elements: int) -> np.ndarray:
         for i, flat in enumerate(flats):
             block[i] = flat[start:stop]  # casts to float64
         block -= block.mean(axis=0)
-        gram += block @ block.T
+        gram += np.dot(block, block.T)  # numpy uses BLAS syrk for X·Xᵀ
     return gram
 
 
@@ -90,8 +90,11 @@ def pairwise_layer_distances(
     Symmetric with an exact zero diagonal; an empty (0×0) or 1×1 zero matrix for fewer than
     two models. ``ValueError`` on ragged input (names client and layer) or non-finite values.
     """
-    if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, int) or chunk_elements < 1:
-        raise ValueError(f"chunk_elements = {chunk_elements!r} is not allowed; expected an int >= 1")
+    bad = isinstance(chunk_elements, bool) or not isinstance(chunk_elements, int)
+    if bad or chunk_elements < 1:
+        raise ValueError(
+            f"chunk_elements = {chunk_elements!r} is not allowed; expected an int >= 1"
+        )
     checked = _validate(models)
     m = len(checked)
     if m < 2:

@@ -117,9 +117,7 @@ def _flower_norm(arrays: Sequence[np.ndarray]) -> float:
     return float(np.sqrt(sum([norm**2 for norm in array_norms])))
 
 
-def clip_update(
-    update: Sequence[np.ndarray], clipping_norm: float
-) -> tuple[NDArrays, bool]:
+def clip_update(update: Sequence[np.ndarray], clipping_norm: float) -> tuple[NDArrays, bool]:
     """FlatClip (MP §6 / Andrew et al.): ``Δ · min(1, C/‖Δ‖)`` over all layers flattened.
 
     Returns ``(clipped copy, was_clipped)``; the input is never modified. The scaling factor

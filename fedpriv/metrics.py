@@ -31,9 +31,7 @@ def classification_report(y_true: np.ndarray, proba: np.ndarray) -> dict[str, fl
         "accuracy": float(accuracy_score(y_true, y_pred)),
         "f1_macro": float(f1_score(y_true, y_pred, average="macro", zero_division=0)),
         "f1_weighted": float(f1_score(y_true, y_pred, average="weighted", zero_division=0)),
-        "precision_macro": float(
-            precision_score(y_true, y_pred, average="macro", zero_division=0)
-        ),
+        "precision_macro": float(precision_score(y_true, y_pred, average="macro", zero_division=0)),
         "precision_weighted": float(
             precision_score(y_true, y_pred, average="weighted", zero_division=0)
         ),

@@ -15,16 +15,21 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 APP_DIR = Path(__file__).resolve().parent.parent
 
 # sub-command name -> (add_arguments(parser), run(args) -> exit code)
-COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
-                          Callable[[argparse.Namespace], int]]] = {}
+COMMANDS: dict[
+    str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+] = {}
 
 
 def pyproject() -> dict[str, Any]:
@@ -64,8 +69,13 @@ def simulation_command(cfg: dict[str, Any], overrides: Sequence[str], federation
     federations = pyproject()["tool"]["flwr"]["federations"]
     options = federations[federation].get("options", {})
     launcher = Path(sys.executable).parent / "flower-simulation"
-    cmd = [str(launcher) if launcher.exists() else "flower-simulation", "--app", str(APP_DIR),
-           "--num-supernodes", str(int(cfg["num-clients"]))]
+    cmd = [
+        str(launcher) if launcher.exists() else "flower-simulation",
+        "--app",
+        str(APP_DIR),
+        "--num-supernodes",
+        str(int(cfg["num-clients"])),
+    ]
     if options.get("backend"):
         cmd += ["--backend-config", json.dumps(options["backend"])]
     if overrides:
@@ -74,10 +84,16 @@ def simulation_command(cfg: dict[str, Any], overrides: Sequence[str], federation
 
 
 def _run_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run-config", "-c", action="append", default=[],
-                        help="Flower-style overrides, e.g. \"scenario='digits' seed=1\"")
-    parser.add_argument("--federation", default="local-simulation",
-                        help="local-simulation | local-simulation-gpu")
+    parser.add_argument(
+        "--run-config",
+        "-c",
+        action="append",
+        default=[],
+        help="Flower-style overrides, e.g. \"scenario='digits' seed=1\"",
+    )
+    parser.add_argument(
+        "--federation", default="local-simulation", help="local-simulation | local-simulation-gpu"
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -95,8 +111,12 @@ def _run(args: argparse.Namespace) -> int:
     else:
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
     print(f"fedpriv: running scenario {cfg['scenario']!r} -> {cfg['output-dir']}", flush=True)
-    proc = subprocess.run(simulation_command(cfg, args.run_config, args.federation),
-                          cwd=os.getcwd(), env=env, check=False)
+    proc = subprocess.run(
+        simulation_command(cfg, args.run_config, args.federation),
+        cwd=os.getcwd(),
+        env=env,
+        check=False,
+    )
     summary = Path(cfg["output-dir"]) / "summary.json"
     if proc.returncode == 0 and not summary.exists():
         print("fedpriv: the simulation ended without a summary.json", file=sys.stderr)
@@ -145,5 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return COMMANDS[args.command][1](args)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+import scenarios.plugins  # noqa: E402,F401  (feature registrations)
+
+if __name__ == "__main__":  # run the registered module, not this __main__ copy
+    from scenarios.cli import main as _registered_main
+
+    raise SystemExit(_registered_main())

@@ -87,3 +87,6 @@ def evaluate(msg: Message, context: Context) -> Message:
     metrics = evaluate_local(model_for(cfg, data), weights, client.x_test, client.y_test)
     metrics["num-examples"] = len(client.x_test)
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+
+
+import scenarios.plugins  # noqa: E402,F401  (feature registrations)

@@ -51,11 +51,12 @@ def discover_partitions(grid: Grid, expected: int, timeout: float = 120.0) -> di
     mapping: dict[int, int] = {}
     for reply in grid.send_and_receive(messages, timeout=timeout):
         if reply.has_error():
-            raise FederationError(f"node {reply.metadata.src_node_id} failed the query: "
-                                  f"{reply.error.reason}")
+            raise FederationError(
+                f"node {reply.metadata.src_node_id} failed the query: {reply.error.reason}"
+            )
         mapping[reply.metadata.src_node_id] = int(reply.content[QUERY_KEY]["partition-id"])
     if sorted(mapping.values()) != list(range(expected)):
-        raise FederationError(f"partition ids {sorted(mapping.values())} are not 0..{expected-1}")
+        raise FederationError(f"partition ids {sorted(mapping.values())} are not 0..{expected - 1}")
     return mapping
 
 

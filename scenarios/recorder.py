@@ -75,8 +75,7 @@ class RoundRecorder(Strategy):
     ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
         """Delegate and keep the aggregated train metrics and wrapper reports."""
         replies = list(replies)
-        self.current["replied"] = [self.grid.partition_of(m) for m in replies
-                                   if not m.has_error()]
+        self.current["replied"] = [self.grid.partition_of(m) for m in replies if not m.has_error()]
         self.current["failed"] = [self.grid.partition_of(m) for m in replies if m.has_error()]
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
         self.current["aggregated"] = arrays is not None

@@ -45,8 +45,9 @@ from strategies.validating import ValidUpdatesOnly  # noqa: E402
 app = ServerApp()
 
 # privacy mode -> fn(strategy, cfg, rng) -> wrapped strategy. "none" leaves it as is.
-PRIVACY_WRAPPERS: dict[str, Callable[[Strategy, Mapping[str, Any], np.random.Generator],
-                                     Strategy]] = {"none": lambda s, cfg, rng: s}
+PRIVACY_WRAPPERS: dict[
+    str, Callable[[Strategy, Mapping[str, Any], np.random.Generator], Strategy]
+] = {"none": lambda s, cfg, rng: s}
 # scenario kind -> fn(grid, cfg) -> None
 RUNNERS: dict[str, Callable[[Grid, dict[str, Any]], None]] = {}
 
@@ -60,8 +61,9 @@ def pretrain(cfg: Mapping[str, Any], data: FederatedData, weights: list) -> list
     """Server-side pretraining of initial parameters on the validation split (MP)."""
     model = model_for(cfg, data)
     settings = TrainSettings.from_config(cfg, seed=int(cfg["seed"]))
-    settings = TrainSettings(**{**settings.__dict__, "epochs": int(cfg["pretrain-epochs"]),
-                                "proximal_mu": 0.0})
+    settings = TrainSettings(
+        **{**settings.__dict__, "epochs": int(cfg["pretrain-epochs"]), "proximal_mu": 0.0}
+    )
     new_weights, _ = train_local(model, weights, data.x_val, data.y_val, settings)
     return [w.copy() for w in new_weights]
 
@@ -100,8 +102,11 @@ def build_strategy(cfg: Mapping[str, Any], grid: PartitionGrid, rng: np.random.G
 
 def summarise(cfg: Mapping[str, Any], rounds: list[dict], final: dict, extra: dict) -> dict:
     """summary.json content: final server metrics, last-5 stats, config, seed."""
-    accs = [r["distributed"].get("accuracy", np.nan) for r in rounds if r.get("round", 0) > 0
-            and "distributed" in r]
+    accs = [
+        r["distributed"].get("accuracy", np.nan)
+        for r in rounds
+        if r.get("round", 0) > 0 and "distributed" in r
+    ]
     server_accs = [r["server"]["accuracy"] for r in rounds if r.get("round", 0) > 0]
     mean, std = last_k_stats(server_accs, 5)
     dmean, dstd = last_k_stats(accs, 5)
@@ -110,8 +115,12 @@ def summarise(cfg: Mapping[str, Any], rounds: list[dict], final: dict, extra: di
         "seed": cfg["seed"],
         "config": dict(cfg),
         "final": final,
-        "last5": {"accuracy_mean": mean, "accuracy_std": std,
-                  "distributed_accuracy_mean": dmean, "distributed_accuracy_std": dstd},
+        "last5": {
+            "accuracy_mean": mean,
+            "accuracy_std": std,
+            "distributed_accuracy_mean": dmean,
+            "distributed_accuracy_std": dstd,
+        },
         **extra,
     }
 
@@ -143,8 +152,9 @@ def run_standard(grid: Grid, cfg: dict[str, Any]) -> None:
         evaluate_fn=recording_evaluate_fn(recorder, server_eval, on_round_end),
     )
     final_weights = result.arrays.to_numpy_ndarrays() if result.arrays else weights
-    write_final_outputs(cfg, data, final_weights, rounds, runlog, extra={
-        "wall_seconds": time.time() - t0})
+    write_final_outputs(
+        cfg, data, final_weights, rounds, runlog, extra={"wall_seconds": time.time() - t0}
+    )
 
 
 def write_final_outputs(cfg, data, weights, rounds, runlog: RunLog, extra: dict) -> dict:
@@ -161,8 +171,9 @@ def write_final_outputs(cfg, data, weights, rounds, runlog: RunLog, extra: dict)
     np.savez(runlog.dir / "final_weights.npz", *weights)
     series = {
         "server test": [r["server"]["accuracy"] for r in rounds if r["round"] > 0],
-        "distributed": [r.get("distributed", {}).get("accuracy", np.nan)
-                        for r in rounds if r["round"] > 0],
+        "distributed": [
+            r.get("distributed", {}).get("accuracy", np.nan) for r in rounds if r["round"] > 0
+        ],
     }
     title = f"{cfg['scenario']} {cfg['strategy']} {cfg['privacy']} seed {cfg['seed']}"
     plot_accuracy_per_round(series, runlog.dir / "accuracy.png", title=title)
@@ -186,3 +197,6 @@ def main(grid: Grid, context: Context) -> None:
         log(ERROR, "%s", err)
         raise SystemExit(2) from err
     RUNNERS[get_scenario(cfg["scenario"]).kind](grid, cfg)
+
+
+import scenarios.plugins  # noqa: E402,F401  (feature registrations)

@@ -66,5 +66,7 @@ def build_stock_strategy(cfg: Mapping[str, Any]) -> Strategy:
         return FedOpt(**common, **opt)
     if name == "fedyogi":
         return FedYogi(**common, **opt)
-    raise ValueError(f"strategy {name!r}: expected one of fedavg | fedavgm | fedmedian | "
-                     "fedprox | fedopt | fedyogi")
+    raise ValueError(
+        f"strategy {name!r}: expected one of fedavg | fedavgm | fedmedian | "
+        "fedprox | fedopt | fedyogi"
+    )

@@ -90,12 +90,22 @@ class ValidUpdatesOnly(Strategy):
                 valid.append(msg)
             else:
                 rejected[msg.metadata.src_node_id] = problem
-                log(WARNING, "round %s: update from node %s rejected: %s",
-                    server_round, msg.metadata.src_node_id, problem)
+                log(
+                    WARNING,
+                    "round %s: update from node %s rejected: %s",
+                    server_round,
+                    msg.metadata.src_node_id,
+                    problem,
+                )
         self.last_round = {"failed-nodes": failed, "rejected": rejected, "skipped": False}
         if (failed and not self.accept_failures) or (rejected and self.on_invalid == "fail"):
-            log(WARNING, "round %s: aggregation skipped (%d failed, %d rejected)",
-                server_round, len(failed), len(rejected))
+            log(
+                WARNING,
+                "round %s: aggregation skipped (%d failed, %d rejected)",
+                server_round,
+                len(failed),
+                len(rejected),
+            )
             self.last_round["skipped"] = True
             return None, None
         if not valid:

@@ -188,11 +188,29 @@ def test_stratified_train_test_exact_shares():
     x_tr, y_tr, x_te, y_te = stratified_train_test(x, y, 0.2, seed=0)
     assert np.bincount(y_te).tolist() == [10, 6, 4]
     assert sorted(np.concatenate([x_tr, x_te]).tolist()) == x.tolist()
-    assert (y[x_te] == y_te).all()
-    # a class too rare to stratify: plain 80/20 instead of an error
-    y2 = np.array([0] * 9 + [1])
-    _, _, _, y2_te = stratified_train_test(np.arange(10), y2, 0.2, seed=0)
-    assert len(y2_te) == 2
+    assert (y[x_te] == y_te).all() and (y[x_tr] == y_tr).all()
+    # rare classes never make the split fail; every class within 1 of its 20% share
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        y = rng.integers(0, 6, int(rng.integers(2, 60)))
+        _, y_tr, _, y_te = stratified_train_test(np.zeros((len(y), 3)), y, 0.2, seed=1)
+        n_c, t_c = np.bincount(y, minlength=6), np.bincount(y_te, minlength=6)
+        assert len(y_te) == int(np.ceil(0.2 * len(y))) and len(y_tr) == len(y) - len(y_te)
+        assert np.all(np.abs(t_c - 0.2 * n_c) < 1)
+    # regression targets: a plain split
+    _, _, _, yr_te = stratified_train_test(np.zeros((10, 2)), np.linspace(0, 1, 10), 0.2, 0)
+    assert yr_te.dtype == np.float64 and len(yr_te) == 2
+
+
+def test_digits_arrays_equal_sklearn():
+    from sklearn.datasets import load_digits
+
+    from fedpriv.data.digits import load_digits_arrays
+
+    x, y = load_digits_arrays()
+    bunch = load_digits()
+    assert np.array_equal(x[..., 0], bunch.images.astype(np.float32) / 16)
+    assert np.array_equal(y, bunch.target) and y.dtype == np.int64
 
 
 @pytest.mark.parametrize(
@@ -207,7 +225,7 @@ def test_client_test_share_per_class_is_20_percent(dataset, partition, k):
         total = n_tr + n_te
         assert abs(len(c.y_test) - 0.2 * total.sum()) <= 1
         for j in np.flatnonzero(total >= 5):
-            assert abs(n_te[j] - 0.2 * total[j]) <= 1, (j, n_te[j], total[j])
+            assert abs(n_te[j] - 0.2 * total[j]) < 1, (j, n_te[j], total[j])
 
 
 # --- digits --------------------------------------------------------------------------------------
@@ -453,7 +471,7 @@ def test_error_wrong_num_clients_for_table(tmp_path, dataset, partition, k):
 def test_error_bad_arguments():
     with pytest.raises(DataError) as exc:
         load_federated("digits", partition="cia", num_clients=4, seed=0)
-    _one_line_error(exc, "partition", "cia", "iid | dirichlet | rotation")
+    _one_line_error(exc, "partition", "cia", "one of iid | dirichlet | rotation for dataset digits")
     with pytest.raises(DataError) as exc:
         load_federated("mnist", partition="iid", num_clients=4, seed=0)
     _one_line_error(exc, "dataset", "mnist")

@@ -16,8 +16,8 @@ Datasets:
   parquet); same partitions, exact MP class counts when the data has the full training totals.
 - ``gp-synthetic`` — GP §4.1 linear regression with k = 2 clusters; partition ``gp-clusters``.
 
-Everything is deterministic in ``seed`` (explicit ``numpy.random.Generator`` objects and sklearn
-``random_state``; no global RNG). Nothing is cached here: the caller caches per process.
+Everything is deterministic in ``seed`` (explicit ``numpy.random.Generator`` objects; no global
+RNG). Nothing is cached here: the caller caches per process.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ Each client then splits its data stratified 80/20 into train/test.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 
 from fedpriv.data import ClientData, FederatedData
@@ -28,13 +31,33 @@ from fedpriv.data.partition import (
 PARTITIONS = ("iid", "dirichlet", "rotation")
 
 
-def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
-    """All 1797 digits as float32 (n, 8, 8, 1) in [0, 1] and int64 labels."""
-    from sklearn.datasets import load_digits
+def _bundled_csv() -> Path | None:
+    """scikit-learn's ``datasets/data/digits.csv.gz``, located without importing sklearn."""
+    spec = importlib.util.find_spec("sklearn")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            return path
+    return None
 
-    bunch = load_digits()
-    x = (bunch.images.astype(np.float32) / 16.0)[..., None]
-    return x, bunch.target.astype(np.int64)
+
+def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """All 1797 digits as float32 (n, 8, 8, 1) in [0, 1] (pixel / 16) and int64 labels.
+
+    Reads the CSV that ``sklearn.datasets.load_digits`` reads (64 pixel columns, then the label),
+    directly: importing scikit-learn costs ~0.8 s, the file ~0.03 s. Falls back to
+    ``load_digits`` if the file is not where it is expected.
+    """
+    path = _bundled_csv()
+    if path is not None:
+        data = np.loadtxt(path, delimiter=",", dtype=np.float32)
+        images, target = data[:, :64].reshape(-1, 8, 8), data[:, 64]
+    else:  # pragma: no cover - depends on the scikit-learn layout
+        from sklearn.datasets import load_digits
+
+        bunch = load_digits()
+        images, target = bunch.images, bunch.target
+    return (images.astype(np.float32) / 16.0)[..., None], target.astype(np.int64)
 
 
 def rotate_clients(clients: list[ClientData], rng: np.random.Generator) -> list[bool]:

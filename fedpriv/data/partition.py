@@ -51,7 +51,7 @@ TABLE_SOURCES = {
 
 
 def derive_seed(seed: int, *tags: int) -> int:
-    """An integer seed for sklearn, derived from ``seed`` and tags (independent streams)."""
+    """An integer seed derived from ``seed`` and tags (independent, reproducible streams)."""
     return int(np.random.default_rng([int(seed), *tags]).integers(0, 2**31 - 1))
 
 
@@ -196,41 +196,39 @@ def dirichlet_partition(
     return [np.sort(p).astype(np.int64) for p in parts]
 
 
-def _strata(y: np.ndarray) -> np.ndarray:
-    """Stratification labels: ``y`` with single-example classes pooled (see below)."""
-    values, counts = np.unique(y, return_counts=True)
-    rare = np.isin(y, values[counts < 2])
-    if not rare.any():
-        return y
-    strata = y.copy()
-    strata[rare] = values.max() + 1 if rare.sum() >= 2 else values[np.argmax(counts)]
-    return strata
-
-
 def stratified_train_test(x: np.ndarray, y: np.ndarray, test_fraction: float, seed: int) -> tuple:
     """Split into ``(x_train, y_train, x_test, y_test)`` (``ClientData`` field order).
 
-    Stratified by label with sklearn's ``train_test_split(test_size=test_fraction,
-    random_state=seed)``; the test part has ⌈test_fraction·n⌉ examples. Classes with a single
-    example are pooled into one stratum (or, if only one such example, into the largest class) so
-    the other classes stay stratified; a plain shuffled split is used when stratification is
-    still impossible (fewer test slots than strata) and for float (regression) targets.
+    The test part has n_test = ⌈test_fraction · n⌉ examples (at least 1, at most n − 1). For
+    integer labels it is stratified: n_test is apportioned over the classes proportionally to
+    their counts n_c (largest remainder, :func:`apportion`), so every class gets
+    |t_c − test_fraction · n_c| < 1 test examples, and rare classes never make the split fail.
+    Float (regression) targets get a plain shuffled split. Both parts come back shuffled;
+    randomness is ``numpy.random.default_rng(seed)`` only.
     """
-    from sklearn.model_selection import train_test_split
-
     x, y = np.asarray(x), np.asarray(y)
     if not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction = {test_fraction!r}; expected a float in (0, 1)")
-    if len(y) < 2:
-        raise DataError("num-clients", f"{len(y)} examples", "at least 2 examples per split")
-    stratify = _strata(y) if _is_classification(y) else None
-    try:
-        x_tr, x_te, y_tr, y_te = train_test_split(
-            x, y, test_size=test_fraction, random_state=seed, stratify=stratify
+    n = len(y)
+    if n < 2 or len(x) != n:
+        raise DataError(
+            "num-clients", f"{n} examples", "at least 2 examples per split (and len(x) == len(y))"
         )
-    except ValueError:
-        x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, random_state=seed)
-    return x_tr, y_tr, x_te, y_te
+    rng = np.random.default_rng(seed)
+    n_test = min(max(int(np.ceil(test_fraction * n - 1e-9)), 1), n - 1)
+    if _is_classification(y):
+        classes, inverse = np.unique(y, return_inverse=True)
+        per_class = apportion(n_test, np.bincount(inverse, minlength=len(classes)))
+        test = np.concatenate(
+            [rng.permutation(np.flatnonzero(inverse == c))[:k] for c, k in enumerate(per_class)]
+        )
+    else:
+        test = rng.permutation(n)[:n_test]
+    is_test = np.zeros(n, dtype=bool)
+    is_test[test] = True
+    train = rng.permutation(np.flatnonzero(~is_test))
+    test = rng.permutation(test)
+    return x[train], y[train], x[test], y[test]
 
 
 def table_partition(
@@ -323,4 +321,6 @@ def image_partition(
 def check_partition(dataset: str, partition: str, allowed: tuple[str, ...]) -> None:
     """Raise :class:`DataError` naming ``partition`` when it does not apply to ``dataset``."""
     if partition not in allowed:
-        raise DataError("partition", partition, f"for dataset {dataset}: " + " | ".join(allowed))
+        raise DataError(
+            "partition", partition, "one of " + " | ".join(allowed) + f" for dataset {dataset}"
+        )

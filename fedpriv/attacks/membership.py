@@ -1,0 +1,202 @@
+"""Loss-threshold membership inference (Yeom et al. 2018) with scikit-learn's ROC tools.
+
+The attacker scores an example by its loss under the model, ``ℓ(x, y) = −log p_θ(y | x)``,
+and calls it a member when ``ℓ <= τ``. Sweeping τ gives a ROC curve of members (positives)
+against non-members (negatives):
+
+- AUC = ``roc_auc_score(is_member, −ℓ)`` = P(ℓ_member < ℓ_non-member) (+½ for ties);
+  0.5 = no information;
+- attacker advantage = ``max_τ (TPR(τ) − FPR(τ))`` (Yeom et al.'s membership advantage;
+  0 = none, 1 = perfect), from ``roc_curve``.
+
+``tensorflow-privacy 0.9.0`` no longer ships its membership-inference module (SPEC §1), so
+this is the plain loss-threshold attack. :func:`membership_from_run` applies it to the final
+global model of a run directory: members = the clients' training examples, non-members =
+the clients' held-out test examples (same distribution, never trained on).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import roc_auc_score, roc_curve
+
+# Keras' epsilon: sparse categorical cross-entropy clips probabilities to [eps, 1 - eps].
+EPSILON = 1e-7
+
+__all__ = [
+    "MembershipResult",
+    "per_example_loss",
+    "loss_threshold_attack",
+    "membership_from_run",
+]
+
+
+@dataclass(frozen=True)
+class MembershipResult:
+    """Loss-threshold attack outcome."""
+
+    auc: float
+    advantage: float
+    threshold: float
+    n_members: int
+    n_nonmembers: int
+    member_loss_mean: float
+    nonmember_loss_mean: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def per_example_loss(proba: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Cross-entropy per example, ``−log clip(p[i, y_i], 1e-7, 1 − 1e-7)`` (Keras' clipping).
+
+    ``proba`` is (n, K) class probabilities, ``y`` n integer labels in [0, K).
+    """
+    proba = np.asarray(proba, dtype=np.float64)
+    y = np.asarray(y)
+    if proba.ndim != 2 or len(proba) != len(y):
+        raise ValueError(
+            f"proba shape {proba.shape} and labels shape {y.shape} do not match; "
+            "expected (n, classes) and (n,)"
+        )
+    if not np.issubdtype(y.dtype, np.integer) or (len(y) and (y.min() < 0 or y.max() >= proba.shape[1])):
+        raise ValueError(f"labels must be integers in [0, {proba.shape[1]}); got {y.dtype}")
+    p = np.clip(proba[np.arange(len(y)), y], EPSILON, 1.0 - EPSILON)
+    return -np.log(p)
+
+
+def _losses(name: str, values: Sequence[float]) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty; expected at least one loss value")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} holds non-finite losses; expected finite values")
+    return arr
+
+
+def loss_threshold_attack(
+    member_losses: Sequence[float], nonmember_losses: Sequence[float]
+) -> MembershipResult:
+    """AUC and advantage of the rule "member iff loss <= τ" (module docstring).
+
+    ``threshold`` is the τ that attains the advantage (members are predicted for losses
+    <= τ). Raises ValueError for an empty or non-finite side.
+    """
+    mem = _losses("member_losses", member_losses)
+    non = _losses("nonmember_losses", nonmember_losses)
+    labels = np.concatenate([np.ones(mem.size), np.zeros(non.size)])
+    scores = -np.concatenate([mem, non])
+    auc = float(roc_auc_score(labels, scores))
+    fpr, tpr, thresholds = roc_curve(labels, scores)
+    j = int(np.argmax(tpr - fpr))
+    tau = -float(thresholds[j]) if math.isfinite(thresholds[j]) else float("-inf")
+    return MembershipResult(
+        auc=auc,
+        advantage=float(tpr[j] - fpr[j]),
+        threshold=tau,
+        n_members=int(mem.size),
+        n_nonmembers=int(non.size),
+        member_loss_mean=float(mem.mean()),
+        nonmember_loss_mean=float(non.mean()),
+    )
+
+
+def _load_weights(run_dir: Path) -> list[np.ndarray]:
+    npz = run_dir / "final_weights.npz"
+    if npz.exists():
+        with np.load(npz) as data:
+            return [data[f"arr_{i}"] for i in range(len(data.files))]
+    keras_path = run_dir / "final_model.keras"
+    if keras_path.exists():
+        import tensorflow as tf
+
+        return tf.keras.models.load_model(keras_path).get_weights()
+    raise ValueError(
+        f"run directory {str(run_dir)!r} has no final_weights.npz or final_model.keras; "
+        "expected the output-dir of a finished `fedpriv run`"
+    )
+
+
+def read_run_config(run_dir: str | Path) -> dict[str, Any]:
+    """The resolved config recorded in ``summary.json`` of a run directory."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        raise ValueError(
+            f"run directory {str(run_dir)!r} has no summary.json; expected the output-dir of "
+            "a finished `fedpriv run`"
+        )
+    return dict(json.loads(path.read_text())["config"])
+
+
+def membership_from_run(
+    run_dir: str | Path,
+    *,
+    predict: Callable[[dict[str, Any], Any, list[np.ndarray], np.ndarray], np.ndarray]
+    | None = None,
+) -> dict[str, Any]:
+    """Loss-threshold attack on the final global model of a finished run.
+
+    Members: every client's training split; non-members: every client's test split (held out
+    by the client, never trained on). The data are rebuilt from the recorded config with
+    :func:`fedpriv.data.load_federated` (the same seed gives the same splits). Returns the
+    result plus ``scenario``, ``strategy``, ``privacy``, ``seed``, ``run_dir``.
+    """
+    from fedpriv.data import load_federated
+
+    run_dir = Path(run_dir)
+    cfg = read_run_config(run_dir)
+    weights = _load_weights(run_dir)
+    data = load_federated(
+        cfg["dataset"],
+        partition=cfg["partition"],
+        num_clients=int(cfg["num-clients"]),
+        seed=int(cfg["seed"]),
+        data_path=cfg.get("data-path", ""),
+        data_format=cfg.get("data-format", "auto"),
+        dirichlet_alpha=float(cfg.get("dirichlet-alpha", 0.5)),
+    )
+    if data.num_classes < 2 or not np.issubdtype(data.clients[0].y_train.dtype, np.integer):
+        raise ValueError(
+            f"dataset {cfg['dataset']!r} is not a classification task; the loss-threshold "
+            "attack needs class labels"
+        )
+    predict = predict or _keras_predict
+    member_losses, nonmember_losses = [], []
+    for client in data.clients:
+        member_losses.append(per_example_loss(predict(cfg, data, weights, client.x_train),
+                                              client.y_train))
+        nonmember_losses.append(per_example_loss(predict(cfg, data, weights, client.x_test),
+                                                 client.y_test))
+    result = loss_threshold_attack(np.concatenate(member_losses), np.concatenate(nonmember_losses))
+    return {
+        "run_dir": str(run_dir),
+        "scenario": cfg.get("scenario"),
+        "strategy": cfg.get("strategy"),
+        "privacy": cfg.get("privacy"),
+        "seed": cfg.get("seed"),
+        **result.as_dict(),
+    }
+
+
+_MODELS: dict[tuple, Any] = {}
+
+
+def _keras_predict(cfg: dict[str, Any], data: Any, weights: list[np.ndarray], x: np.ndarray):
+    """Class probabilities of ``weights`` with the run's model (built once per config)."""
+    from fedpriv.models import build_model
+
+    key = (cfg["model"], tuple(data.input_shape), data.num_classes)
+    if key not in _MODELS:
+        _MODELS[key] = build_model(
+            cfg["model"], input_shape=tuple(data.input_shape), num_classes=data.num_classes
+        )
+    model = _MODELS[key]
+    model.set_weights(weights)
+    return model.predict(x, verbose=0, batch_size=256)

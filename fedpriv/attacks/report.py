@@ -1,0 +1,313 @@
+"""Markdown tables and PNGs of the attacks, in the papers' report shapes.
+
+- CIA: one table per strategy in the shape of MP Tables 9, 10, D.13–D.16 (rows Aggregated /
+  Target / Difference (%), columns Vanilla FL / Global-DP / Metric-privacy), a strategies ×
+  privacy summary of the difference, MP Table 11 (round-1 test loss), and what MP lacks: the
+  same numbers with the target absent and the loss-threshold AUC per round.
+- DLG: GP Fig. 5 as a table (rows ν) and HDP Table IV (columns LDP / HDP / CDP / No DP), with
+  MSE / PSNR / SSIM, and PNGs of the reconstructions next to the originals.
+- Membership inference: AUC and advantage, strategies × privacy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+STRATEGY_LABELS = {
+    "fedavg": "FedAvg",
+    "fedavgm": "FedAvgM",
+    "fedmedian": "FedMedian",
+    "fedprox": "FedProx",
+    "fedopt": "FedOpt",
+    "fedyogi": "FedYogi",
+}
+PRIVACY_LABELS = {"none": "Vanilla FL", "global-dp": "Global-DP", "metric-dp": "Metric-privacy"}
+MP_TABLE = {
+    "fedavg": "Table 9",
+    "fedyogi": "Table 10 / D.16",
+    "fedavgm": "Table D.13",
+    "fedmedian": "Table D.14",
+    "fedprox": "Table D.15",
+    "fedopt": "(MP text of Table 10)",
+}
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A table cell: numbers with ``digits`` decimals, None/NaN as "n/a"."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        if math.isnan(value):
+            return "n/a"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return f"{float(value):.{digits}f}"
+    return str(value)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 3) -> str:
+    """A GitHub Markdown table (first column left-aligned, the others right-aligned)."""
+    head = "| " + " | ".join(str(h) for h in header) + " |"
+    align = "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"
+    body = ["| " + " | ".join(fmt(c, digits) for c in row) + " |" for row in rows]
+    return "\n".join([head, align, *body])
+
+
+def _label(mapping: Mapping[str, str], key: str) -> str:
+    return mapping.get(key, key)
+
+
+def _ordered(keys: Sequence[str], order: Sequence[str]) -> list[str]:
+    return [k for k in order if k in keys] + sorted(k for k in keys if k not in order)
+
+
+# --- CIA -----------------------------------------------------------------------------------
+
+
+def _round(cell: Mapping[str, Any], phase: str, r: int) -> dict[str, Any]:
+    for rec in cell.get(phase) or []:
+        if rec.get("round") == r:
+            return rec
+    return {}
+
+
+def cia_report(cells: Sequence[Mapping[str, Any]], *, title: str = "Client inference attack") -> str:
+    """Markdown for a grid of CIA runs.
+
+    Each cell: ``strategy``, ``privacy``, ``present`` and ``absent`` (lists of per-round dicts
+    with ``round``, ``loss_aggregated``, ``loss_shadow``, ``difference_pct``, ``auc``,
+    ``advantage``, ``test_loss``; ``absent`` may be empty), and optionally ``info`` (dataset,
+    cia_reading, n_shadow, ...) and ``wall_seconds``.
+    """
+    strategies = _ordered({c["strategy"] for c in cells}, list(STRATEGY_LABELS))
+    privacies = _ordered({c["privacy"] for c in cells}, list(PRIVACY_LABELS))
+    by = {(c["strategy"], c["privacy"]): c for c in cells}
+    cols = [_label(PRIVACY_LABELS, p) for p in privacies]
+    out = [f"# {title}", ""]
+    info = next((c.get("info") for c in cells if c.get("info")), {}) or {}
+    for key in ("dataset", "partition", "attacker", "target", "shadow_fraction", "n_shadow",
+                "n_nonmember", "local_epochs", "seed"):
+        if key in info:
+            out.append(f"- {key.replace('_', ' ')}: {info[key]}")
+    if info.get("cia_reading"):
+        out.append(f"- MP Table 8 reading: {info['cia_reading']}")
+    out += [
+        "- Difference (%) = (loss_shadow − loss_aggregated) / loss_shadow × 100 on the global "
+        "model after round 1 (MP §7.4); Aggregated = the server's weighted aggregate of the "
+        "clients' test-split losses; Target = the loss on the attacker's shadow set of the "
+        "target. Target absent = the same run without the target (not in MP).",
+        "- AUC = loss-threshold membership AUC of the shadow set (members) vs the target's "
+        "held-out test split (non-members); 0.5 = no information (not in MP).",
+        "",
+    ]
+    out += ["## Relative difference (%) after round 1, target present (absent)", ""]
+    rows = []
+    for s in strategies:
+        row: list[Any] = [_label(STRATEGY_LABELS, s)]
+        for p in privacies:
+            cell = by.get((s, p))
+            if cell is None:
+                row.append("n/a")
+                continue
+            pres = _round(cell, "present", 1).get("difference_pct")
+            absn = _round(cell, "absent", 1).get("difference_pct")
+            row.append(f"{fmt(pres)} ({fmt(absn)})" if cell.get("absent") else fmt(pres))
+        rows.append(row)
+    out += [markdown_table(["Strategy", *cols], rows), ""]
+    out += ["## Test loss in the first round (MP Table 11 shape)", ""]
+    rows = [
+        [_label(STRATEGY_LABELS, s)]
+        + [_round(by[(s, p)], "present", 1).get("test_loss") if (s, p) in by else None
+           for p in privacies]
+        for s in strategies
+    ]
+    out += [markdown_table(["Strategy", *cols], rows), ""]
+    for s in strategies:
+        out += [f"## {_label(STRATEGY_LABELS, s)} (MP {MP_TABLE.get(s, '')} shape)", ""]
+        spec = [
+            ("Aggregated", "present", "loss_aggregated"),
+            ("Target", "present", "loss_shadow"),
+            ("Difference (%)", "present", "difference_pct"),
+            ("Aggregated, target absent", "absent", "loss_aggregated"),
+            ("Target, target absent", "absent", "loss_shadow"),
+            ("Difference (%), target absent", "absent", "difference_pct"),
+            ("AUC round 1, present", "present", "auc"),
+            ("AUC round 1, absent", "absent", "auc"),
+        ]
+        rows = []
+        for label, phase, key in spec:
+            values = [
+                _round(by[(s, p)], phase, 1).get(key) if (s, p) in by else None
+                for p in privacies
+            ]
+            if phase == "absent" and all(v is None for v in values):
+                continue
+            rows.append([label, *values])
+        out += [markdown_table(["Client", *cols], rows), ""]
+    out += ["## Loss-threshold AUC per round (shadow vs held-out), present / absent", ""]
+    rows = []
+    for s in strategies:
+        for p in privacies:
+            cell = by.get((s, p))
+            if cell is None:
+                continue
+            for rec in cell.get("present") or []:
+                r = rec.get("round")
+                absent = _round(cell, "absent", r)
+                rows.append([
+                    _label(STRATEGY_LABELS, s), _label(PRIVACY_LABELS, p), r,
+                    rec.get("auc"), absent.get("auc"), rec.get("advantage"),
+                    absent.get("advantage"), rec.get("auc_all_members"),
+                    absent.get("auc_all_members"),
+                ])
+    out += [
+        markdown_table(
+            ["Strategy", "Privacy", "Round", "AUC present", "AUC absent", "Adv. present",
+             "Adv. absent", "AUC all members present", "AUC all members absent"],
+            rows,
+        ),
+        "",
+    ]
+    walls = [c.get("wall_seconds") for c in cells if c.get("wall_seconds") is not None]
+    if walls:
+        out.append(f"Wall time: {sum(walls):.0f} s over {len(walls)} runs.")
+    return "\n".join(out) + "\n"
+
+
+def plot_auc_over_rounds(
+    series: Mapping[str, Sequence[tuple[int, float]]], path: str | Path, *, title: str = ""
+) -> Path:
+    """One line per label: loss-threshold AUC (y) per round (x); 0.5 dashed."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, points in series.items():
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker="o", ms=3, label=label)
+    ax.axhline(0.5, ls="--", c="grey", lw=0.8)
+    ax.set_xlabel("round")
+    ax.set_ylabel("loss-threshold AUC")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+# --- DLG -----------------------------------------------------------------------------------
+
+
+def plot_reconstructions(
+    originals: np.ndarray,
+    columns: Mapping[str, np.ndarray],
+    path: str | Path,
+    *,
+    title: str = "",
+) -> Path:
+    """Grid of images: rows = examples, first column the originals, then one per setting."""
+    originals = np.asarray(originals)
+    n = len(originals)
+    labels = ["original", *columns]
+    images = [originals, *[np.asarray(v) for v in columns.values()]]
+    fig, axes = plt.subplots(n, len(labels), figsize=(1.3 * len(labels), 1.3 * n + 0.4),
+                             squeeze=False)
+    for j, (label, block) in enumerate(zip(labels, images)):
+        for i in range(n):
+            ax = axes[i][j]
+            img = block[i]
+            ax.imshow(np.clip(img[..., 0] if img.ndim == 3 else img, 0, 1), cmap="gray",
+                      vmin=0, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                ax.set_title(label, fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def _mean_std(values: Sequence[float]) -> str:
+    arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if arr.size == 0:
+        return "n/a"
+    return f"{arr.mean():.3f} ± {arr.std():.3f}"
+
+
+def dlg_laplace_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """GP Fig. 5 as a table: one row per ν (``nu`` None = no defence), metrics mean ± std."""
+    out = []
+    for row in rows:
+        nu = row["nu"]
+        out.append([
+            "none" if nu is None else fmt(nu, 3 if nu < 1 else 0),
+            _mean_std(row["ssim"]), _mean_std(row["psnr"]), _mean_std(row["mse"]),
+            fmt(float(np.mean(row["label_ok"]))),
+        ])
+    return markdown_table(["Laplace ν", "SSIM", "PSNR (dB)", "MSE", "label recovered"], out)
+
+
+def dlg_zonal_table(rows: Sequence[Mapping[str, Any]], metric: str = "ssim") -> str:
+    """HDP Table IV shape: one row per noise multiplier z, columns LDP / HDP / CDP / No DP."""
+    order = ["ldp", "hdp", "cdp", "none"]
+    names = {"ldp": "LDP", "hdp": "HDP", "cdp": "CDP", "none": "No DP"}
+    out = []
+    for row in rows:
+        out.append([f"digits, z = {fmt(row['z'], 3)}",
+                    *[_mean_std(row[p][metric]) if p in row else "n/a" for p in order]])
+    return markdown_table([f"Dataset ({metric.upper()})", *[names[p] for p in order]], out)
+
+
+# --- membership ------------------------------------------------------------------------------
+
+
+def membership_report(results: Sequence[Mapping[str, Any]]) -> str:
+    """AUC and advantage per run, and a strategies × privacy AUC table."""
+    rows = [
+        [r.get("scenario"), _label(STRATEGY_LABELS, str(r.get("strategy"))),
+         _label(PRIVACY_LABELS, str(r.get("privacy"))), r.get("seed"), r["auc"], r["advantage"],
+         r["member_loss_mean"], r["nonmember_loss_mean"], r["n_members"], r["n_nonmembers"]]
+        for r in results
+    ]
+    out = [
+        "# Membership inference (loss threshold) on the final global model",
+        "",
+        "Members: the clients' training splits; non-members: the clients' held-out test splits. "
+        "AUC 0.5 = no information; advantage = max(TPR − FPR).",
+        "",
+        markdown_table(
+            ["Scenario", "Strategy", "Privacy", "Seed", "AUC", "Advantage", "Loss members",
+             "Loss non-members", "Members", "Non-members"],
+            rows,
+        ),
+        "",
+    ]
+    strategies = _ordered({str(r.get("strategy")) for r in results}, list(STRATEGY_LABELS))
+    privacies = _ordered({str(r.get("privacy")) for r in results}, list(PRIVACY_LABELS))
+    if len(privacies) > 1 or len(strategies) > 1:
+        grid = {(str(r.get("strategy")), str(r.get("privacy"))): r for r in results}
+        rows = [
+            [_label(STRATEGY_LABELS, s)]
+            + [f"{fmt(grid[(s, p)]['auc'])} / {fmt(grid[(s, p)]['advantage'])}"
+               if (s, p) in grid else "n/a" for p in privacies]
+            for s in strategies
+        ]
+        out += ["## AUC / advantage", "",
+                markdown_table(["Strategy", *[_label(PRIVACY_LABELS, p) for p in privacies]],
+                               rows), ""]
+    return "\n".join(out)

@@ -1,0 +1,1 @@
+"""Run-config keys of the ifca feature (registered on import)."""

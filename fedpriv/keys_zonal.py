@@ -1,0 +1,1 @@
+"""Run-config keys of the zonal feature (registered on import)."""

@@ -1,0 +1,192 @@
+"""``privacy = dp-sgd``: client-side DP-SGD in the standard run (MP §4, untrusted server).
+
+Registered here (imported by ``scenarios.plugins``):
+
+- ``TRAIN_TASKS["dp-sgd"]``: the client trains with tensorflow-privacy's DP optimizer
+  (``clients.dpsgd_client``) and puts its example-level ε in the train MetricRecord
+  (``dp-sgd-epsilon``, ``dp-sgd-epsilon-once-per-epoch``).
+- ``PRIVACY_WRAPPERS["dp-sgd"]``: :class:`DpSgdClients`, a thin Message-API wrapper around
+  the stock strategy. It sets ``client-task = "dp-sgd"`` in the train config, tells each
+  client how many rounds it has trained in (``dp-sgd-participations``, this one included;
+  counted when the instruction is sent, so a client that trains but whose reply is lost
+  is still counted), and keeps each client's latest ε from its replies. Flower averages
+  MetricRecords weighted by num-examples, so the per-client values are read from the
+  replies here before delegating. ``round_metrics()`` reports them per partition.
+- ``SUMMARY_HOOKS``: summary.json ``privacy = {"mode": "dp-sgd", "dp_sgd": {...}}`` with ε
+  per client, δ, the accountant, z, C and microbatches.
+- a consistency check: ``microbatches`` must divide ``batch-size``.
+
+The server adds no noise: aggregation is the stock strategy's, on DP-SGD-trained models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy.strategy import Strategy
+
+from fedpriv.config import ConfigError
+from fedpriv.dpsgd import ACCOUNTANT_TEXT
+from scenarios import client_app, server_app
+from scenarios.registry import CONSISTENCY_CHECKS
+
+TASK = "dp-sgd"
+PARTICIPATIONS_KEY = "dp-sgd-participations"
+EPSILON_KEY = "dp-sgd-epsilon"
+EPSILON_ONCE_KEY = "dp-sgd-epsilon-once-per-epoch"
+
+
+def train_dpsgd_task(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict:
+    """Client task: DP-SGD local training from the received global weights."""
+    from clients.dpsgd_client import DpSgdSettings, dp_trainer_for, train_dpsgd
+    from clients.keras_client import TrainSettings, federated_data
+
+    data = federated_data(cfg)
+    client = data.clients[partition]
+    trainer = dp_trainer_for(cfg, tuple(data.input_shape), data.num_classes)
+    settings = TrainSettings.from_config(cfg, seed=client_app.call_seed(cfg, partition))
+    weights = msg.content["arrays"].to_numpy_ndarrays()
+    new_weights, metrics = train_dpsgd(
+        trainer,
+        weights,
+        client.x_train,
+        client.y_train,
+        settings,
+        DpSgdSettings.from_config(cfg),
+        participations=int(cfg.get(PARTICIPATIONS_KEY, 1)),
+    )
+    metrics["num-examples"] = len(client.x_train)
+    return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})
+
+
+def _reply_metrics(reply: Message) -> dict[str, Any]:
+    records = list(reply.content.metric_records.values())
+    return dict(records[0]) if records else {}
+
+
+class DpSgdClients(Strategy):
+    """Ask the sampled clients for DP-SGD training and keep their ε (per node)."""
+
+    def __init__(self, strategy: Strategy) -> None:
+        self.strategy = strategy
+        self.participations: dict[int, int] = {}
+        self.epsilon: dict[int, float] = {}
+        self.epsilon_once: dict[int, float] = {}
+
+    def summary(self) -> None:
+        """Log the wrapped strategy's summary."""
+        self.strategy.summary()
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Delegate with ``client-task = dp-sgd``; add each client's participation count."""
+        config = ConfigRecord({**dict(config), "client-task": TASK})
+        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            self.participations[node] = self.participations.get(node, 0) + 1
+            content = {}
+            for key, record in msg.content.items():
+                if isinstance(record, ConfigRecord):
+                    record = ConfigRecord(
+                        {**dict(record), PARTICIPATIONS_KEY: self.participations[node]}
+                    )
+                content[key] = record
+            msg.content = RecordDict(content)
+        return messages
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
+        """Record each replying client's ε, then delegate."""
+        replies = list(replies)
+        for reply in replies:
+            if reply.has_error():
+                continue
+            metrics = _reply_metrics(reply)
+            node = reply.metadata.src_node_id
+            if EPSILON_KEY in metrics:
+                self.epsilon[node] = float(metrics[EPSILON_KEY])
+            if EPSILON_ONCE_KEY in metrics:
+                self.epsilon_once[node] = float(metrics[EPSILON_ONCE_KEY])
+        return self.strategy.aggregate_train(server_round, replies)
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Delegate."""
+        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> Optional[MetricRecord]:
+        """Delegate."""
+        return self.strategy.aggregate_evaluate(server_round, replies)
+
+    def round_metrics(self) -> dict[str, Any]:
+        """Cumulative ε and participations per client (node ids; the recorder maps them)."""
+        return {
+            "dp-sgd-epsilon-nodes": dict(self.epsilon),
+            "dp-sgd-epsilon-once-per-epoch-nodes": dict(self.epsilon_once),
+            "dp-sgd-participations-nodes": dict(self.participations),
+            "dp-sgd-epsilon-max": max(self.epsilon.values(), default=0.0),
+        }
+
+
+def _last_per_client(rounds: list[dict], key: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for record in rounds:
+        if isinstance(record.get(key), dict):
+            out.update({str(k): v for k, v in record[key].items()})
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else kv[0]))
+
+
+def dpsgd_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
+    """summary.json ``privacy`` block of a dp-sgd run (ε per client, keyed by partition)."""
+    if cfg["privacy"] != TASK:
+        return {}
+    eps = _last_per_client(rounds, "dp-sgd-epsilon")
+    finite = [float(v) for v in eps.values() if np.isfinite(float(v))]
+    return {
+        "privacy": {
+            "mode": TASK,
+            "dp_sgd": {
+                "epsilon_per_client": eps,
+                "epsilon_once_per_epoch_per_client": _last_per_client(
+                    rounds, "dp-sgd-epsilon-once-per-epoch"
+                ),
+                "participations_per_client": _last_per_client(rounds, "dp-sgd-participations"),
+                "epsilon_max": max((float(v) for v in eps.values()), default=None),
+                "epsilon_mean": float(np.mean(finite)) if finite else None,
+                "delta": float(cfg["dp-sgd-delta"]),
+                "noise_multiplier": float(cfg["dp-sgd-noise-multiplier"]),
+                "l2_norm_clip": float(cfg["l2-norm-clip"]),
+                "microbatches": int(cfg["microbatches"]),
+                "local_epochs": int(cfg["local-epochs"]),
+                "accountant": ACCOUNTANT_TEXT,
+            },
+        }
+    }
+
+
+def check_microbatches(cfg: Mapping[str, Any]) -> None:
+    """``microbatches`` > 0 must divide ``batch-size`` (tensorflow-privacy reshapes by it)."""
+    if cfg["privacy"] != TASK or cfg["microbatches"] == 0:
+        return
+    if cfg["microbatches"] > cfg["batch-size"] or cfg["batch-size"] % cfg["microbatches"]:
+        raise ConfigError(
+            "microbatches",
+            cfg["microbatches"],
+            f"0 or a divisor of batch-size ({cfg['batch-size']})",
+        )
+
+
+client_app.TRAIN_TASKS[TASK] = train_dpsgd_task
+server_app.PRIVACY_WRAPPERS[TASK] = lambda strategy, cfg, rng: DpSgdClients(strategy)
+server_app.SUMMARY_HOOKS.append(dpsgd_summary)
+CONSISTENCY_CHECKS.append(check_microbatches)

@@ -1,0 +1,258 @@
+"""``fedpriv grid`` (run a strategies × privacy × seeds grid) and ``fedpriv report``.
+
+``fedpriv grid --scenario S --strategies A,B --privacy none,global-dp --seeds 0,1
+--output-dir D [--run-config "k=v ..."]`` runs every cell as its own Flower simulation
+(the ``fedpriv run`` logic: preflight, then ``flower-simulation``) into
+``D/<strategy>/<privacy>/seed<k>``. Everything is validated before the first cell runs
+(unknown strategy or privacy mode, bad seed, bad override: one line, exit 2). Complete
+cells (summary.json present) are skipped; a failed cell does not stop the grid; failures
+are listed at the end and the exit status is 1. Each cell's output goes to its
+``run.log``; ``D/grid.json`` records every cell's status and wall time.
+
+``fedpriv report D`` writes ``D/report.md`` and its plots (``fedpriv.report``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+from fedpriv.grid import (
+    Cell,
+    GridError,
+    check_choices,
+    enumerate_cells,
+    is_complete,
+    parse_list,
+    parse_seeds,
+)
+from scenarios import cli
+
+RESERVED = ("scenario", "strategy", "privacy", "seed", "output-dir")
+LOG_NAME = "run.log"
+
+
+def to_override(key: str, value: Any) -> str:
+    """One ``key=value`` item of Flower's --run-config (TOML values)."""
+    if isinstance(value, bool):
+        return f"{key}={'true' if value else 'false'}"
+    if isinstance(value, str):
+        if "'" in value:
+            raise GridError(f"{key} = {value!r}: values with a single quote are not supported")
+        return f"{key}='{value}'"
+    return f"{key}={value!r}"
+
+
+def cell_overrides(scenario: str, cell: Cell, extra: dict[str, Any]) -> dict[str, Any]:
+    """The run-config overrides of one cell."""
+    return {
+        **extra,
+        "scenario": scenario,
+        "strategy": cell.strategy,
+        "privacy": cell.privacy,
+        "seed": cell.seed,
+        "output-dir": str(cell.path),
+    }
+
+
+def cell_run_config(overrides: dict[str, Any]) -> str:
+    """The one --run-config string of a cell (each key once: flwr refuses duplicates)."""
+    return " ".join(to_override(k, v) for k, v in overrides.items())
+
+
+def plan(args: argparse.Namespace) -> tuple[list[Cell], dict[str, Any]]:
+    """Parse and check everything; raise GridError / ConfigError / DataError."""
+    from fedpriv.config import PRIVACY_MODES, STRATEGIES
+    from scenarios.registry import get_scenario, resolve_run_config
+
+    get_scenario(args.scenario)
+    strategies = parse_list(args.strategies, name="strategies")
+    check_choices(strategies, STRATEGIES, name="strategies")
+    privacy = parse_list(args.privacy, name="privacy")
+    check_choices(privacy, PRIVACY_MODES, name="privacy")
+    seeds = parse_seeds(args.seeds)
+    extra = cli.parse_overrides(args.run_config)
+    reserved = [k for k in extra if k in RESERVED]
+    if reserved:
+        raise GridError(
+            f"--run-config sets {', '.join(reserved)}; the grid sets these "
+            "(use --scenario/--strategies/--privacy/--seeds/--output-dir)"
+        )
+    cells = enumerate_cells(
+        strategies=strategies, privacy=privacy, seeds=seeds, output_dir=args.output_dir
+    )
+    for cell in cells:
+        overrides = cell_overrides(args.scenario, cell, extra)
+        cell_run_config(overrides)
+        resolve_run_config(cli.app_config(overrides))
+    for seed in seeds:  # open the data once per seed (partitions depend on it)
+        cli.preflight(
+            cli.app_config(cell_overrides(args.scenario, cells[0], extra) | {"seed": seed})
+        )
+    return cells, extra
+
+
+@contextmanager
+def output_to(path: Path) -> Iterator[None]:
+    """Send stdout/stderr to ``path``: file descriptors 1 and 2 (child processes such as
+    flower-simulation inherit them) and Python's ``sys.stdout``/``sys.stderr``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", buffering=1) as fh:
+        os.dup2(fh.fileno(), 1)
+        os.dup2(fh.fileno(), 2)
+        try:
+            with redirect_stdout(fh), redirect_stderr(fh):
+                yield
+        finally:
+            fh.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def run_cell(scenario: str, cell: Cell, extra: dict[str, Any], federation: str) -> int:
+    """Run one cell with the ``fedpriv run`` logic; its output goes to the cell's run.log."""
+    add_args, run = cli.COMMANDS["run"]
+    parser = argparse.ArgumentParser(prog="fedpriv run")
+    add_args(parser)
+    ns = parser.parse_args(
+        [
+            "--run-config",
+            cell_run_config(cell_overrides(scenario, cell, extra)),
+            "--federation",
+            federation,
+        ]
+    )
+    with output_to(cell.path / LOG_NAME):
+        try:
+            rc = run(ns)
+        except Exception as err:  # noqa: BLE001  (a failed cell must not stop the grid)
+            print(f"fedpriv grid: {type(err).__name__}: {err}", file=sys.stderr)
+            rc = 1
+    return rc if rc or is_complete(cell.path) else 1
+
+
+def _write_manifest(output_dir: Path, rows: list[dict]) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    tmp = output_dir / "grid.json.tmp"
+    tmp.write_text(json.dumps({"cells": rows}, indent=2))
+    tmp.replace(output_dir / "grid.json")
+
+
+def _grid_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenario", required=True, help="a registered scenario")
+    parser.add_argument("--strategies", required=True, help="comma-separated, e.g. fedavg,fedopt")
+    parser.add_argument(
+        "--privacy",
+        required=True,
+        help="comma-separated privacy modes, e.g. none,global-dp,metric-dp",
+    )
+    parser.add_argument("--seeds", required=True, help="comma-separated integers, e.g. 0,1")
+    parser.add_argument("--output-dir", required=True, help="grid directory D")
+    parser.add_argument(
+        "--run-config",
+        "-c",
+        action="append",
+        default=[],
+        help="extra Flower-style overrides for every cell",
+    )
+    parser.add_argument(
+        "--federation", default="local-simulation", help="local-simulation | local-simulation-gpu"
+    )
+    parser.add_argument("--report", action="store_true", help="write D/report.md at the end")
+    parser.add_argument("--dry-run", action="store_true", help="list the cells and stop")
+
+
+def _grid(args: argparse.Namespace) -> int:
+    from fedpriv.config import ConfigError
+    from fedpriv.data import DataError
+
+    try:
+        cells, extra = plan(args)
+    except (GridError, ConfigError, DataError) as err:
+        print(f"fedpriv grid: {err}", file=sys.stderr)
+        return 2
+    output_dir = Path(args.output_dir)
+    todo = [c for c in cells if not is_complete(c.path)]
+    print(
+        f"fedpriv grid: {len(cells)} cells, {len(cells) - len(todo)} complete, "
+        f"{len(todo)} to run -> {output_dir}",
+        flush=True,
+    )
+    if args.dry_run:
+        for cell in cells:
+            print(f"  {cell.label}: {'complete' if is_complete(cell.path) else 'pending'}")
+        return 0
+    rows: list[dict] = []
+    failed: list[Cell] = []
+    t_grid = time.time()
+    for index, cell in enumerate(cells, 1):
+        row = {
+            "strategy": cell.strategy,
+            "privacy": cell.privacy,
+            "seed": cell.seed,
+            "path": str(cell.path),
+        }
+        if is_complete(cell.path):
+            print(f"[{index}/{len(cells)}] {cell.label}: complete, skipped", flush=True)
+            rows.append({**row, "status": "skipped"})
+            continue
+        print(f"[{index}/{len(cells)}] {cell.label}: running ...", flush=True)
+        t0 = time.time()
+        rc = run_cell(args.scenario, cell, extra, args.federation)
+        wall = time.time() - t0
+        status = "ok" if rc == 0 else "failed"
+        print(f"[{index}/{len(cells)}] {cell.label}: {status} (rc {rc}, {wall:.0f} s)", flush=True)
+        rows.append({**row, "status": status, "returncode": rc, "wall_seconds": wall})
+        if rc:
+            failed.append(cell)
+        _write_manifest(output_dir, rows)
+    _write_manifest(output_dir, rows)
+    print(
+        f"fedpriv grid: done in {time.time() - t_grid:.0f} s; "
+        f"{sum(r['status'] == 'ok' for r in rows)} ran, "
+        f"{sum(r['status'] == 'skipped' for r in rows)} skipped, {len(failed)} failed",
+        flush=True,
+    )
+    for cell in failed:
+        print(f"fedpriv grid: FAILED {cell.label} (see {cell.path / LOG_NAME})", file=sys.stderr)
+    if args.report:
+        from fedpriv.report import write_report
+
+        print(f"fedpriv grid: report -> {write_report(output_dir)}", flush=True)
+    return 1 if failed else 0
+
+
+def _report_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("output_dir", help="a grid directory (<strategy>/<privacy>/seed<k>)")
+    parser.add_argument("--last-k", type=int, default=5, help="rounds in the last-k table")
+
+
+def _report(args: argparse.Namespace) -> int:
+    from fedpriv.report import write_report
+
+    root = Path(args.output_dir)
+    if not root.is_dir():
+        print(f"fedpriv report: {root} is not a directory", file=sys.stderr)
+        return 2
+    if args.last_k < 1:
+        print(f"fedpriv report: --last-k = {args.last_k} must be >= 1", file=sys.stderr)
+        return 2
+    path = write_report(root, last_k=args.last_k)
+    print(f"fedpriv report: wrote {path}")
+    return 0
+
+
+cli.COMMANDS["grid"] = (_grid_args, _grid)
+cli.COMMANDS["report"] = (_report_args, _report)

@@ -1,0 +1,1 @@
+"""Scenarios, runners and hooks of the ifca feature (registered on import)."""

@@ -1,0 +1,1 @@
+"""Scenarios, runners and hooks of the zonal feature (registered on import)."""

@@ -1,0 +1,43 @@
+"""Run ``fedpriv run`` (a real Flower simulation via flower-simulation) from tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def to_override(key: str, value: Any) -> str:
+    """One ``key=value`` item in Flower's --run-config (TOML) syntax."""
+    if isinstance(value, bool):
+        return f"{key}={'true' if value else 'false'}"
+    if isinstance(value, str):
+        return f"{key}='{value}'"
+    return f"{key}={value!r}"
+
+
+def run_fedpriv(
+    overrides: dict[str, Any], output_dir: Path, timeout: int = 600, extra_args: tuple = ()
+):
+    """Run one simulation; return (returncode, summary or None, rounds, stderr tail)."""
+    items = [to_override(k, v) for k, v in {**overrides, "output-dir": str(output_dir)}.items()]
+    cmd = [sys.executable, "-m", "scenarios.cli", "run", "--run-config", " ".join(items)]
+    cmd += list(extra_args)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    summary_path = Path(output_dir) / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    rounds_path = Path(output_dir) / "rounds.jsonl"
+    rounds = (
+        [json.loads(x) for x in rounds_path.read_text().splitlines() if x.strip()]
+        if rounds_path.exists()
+        else []
+    )
+    return proc.returncode, summary, rounds, (proc.stdout + proc.stderr)[-4000:]

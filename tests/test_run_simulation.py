@@ -1,0 +1,108 @@
+"""End-to-end runs on Flower's simulation engine (real flower-simulation, Ray backend)."""
+
+import json
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+
+from tests.simulate import ROOT, run_fedpriv
+
+pytestmark = pytest.mark.simulation
+
+STRATEGIES = ("fedavg", "fedavgm", "fedmedian", "fedprox", "fedopt", "fedyogi")
+
+
+@pytest.fixture(scope="module")
+def default_runs(tmp_path_factory):
+    """The default scenario twice with the same seed."""
+    base = tmp_path_factory.mktemp("default")
+    return [run_fedpriv({}, base / f"run{i}") for i in range(2)]
+
+
+def test_default_scenario_reaches_085_and_writes_outputs(default_runs):
+    rc, summary, rounds, log = default_runs[0]
+    assert rc == 0, log
+    assert summary["final"]["accuracy"] >= 0.85
+    for key in ("accuracy", "f1_macro", "precision_macro", "roc_auc_micro"):
+        assert 0.0 <= summary["final"][key] <= 1.0
+    assert set(summary["last5"]) >= {"accuracy_mean", "accuracy_std"}
+    assert summary["seed"] == 0 and summary["config"]["scenario"] == "digits"
+    assert [r["round"] for r in rounds] == list(range(summary["config"]["num-server-rounds"] + 1))
+    assert all("accuracy" in r["distributed"] for r in rounds[1:])
+    assert rounds[-1]["sampled"] == [0, 1, 2, 3]
+
+
+def test_same_seed_gives_identical_round_accuracies(default_runs):
+    (rc1, _, r1, log1), (rc2, _, r2, log2) = default_runs
+    assert rc1 == 0 and rc2 == 0, log1 + log2
+    acc1 = [(r["server"]["accuracy"], r.get("distributed", {}).get("accuracy")) for r in r1]
+    acc2 = [(r["server"]["accuracy"], r.get("distributed", {}).get("accuracy")) for r in r2]
+    assert acc1 == acc2
+
+
+def test_all_six_strategies_run_on_synthetic_mri(tmp_path):
+    for strategy in STRATEGIES:
+        rc, summary, rounds, log = run_fedpriv(
+            {
+                "scenario": "synthetic-mri",
+                "strategy": strategy,
+                "num-server-rounds": 1,
+                "local-epochs": 1,
+                "privacy": "none",
+            },
+            tmp_path / strategy,
+        )
+        assert rc == 0, f"{strategy}: {log}"
+        assert rounds[-1]["aggregated"], strategy
+        assert summary["config"]["strategy"] == strategy
+
+
+def _cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "scenarios.cli", "run", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "override,fragment",
+    [
+        ("scenario='nope'", "scenario = 'nope'"),
+        ("strategy='fedsgd'", "strategy = 'fedsgd'"),
+        ("local-epochs=-1", "local-epochs = -1"),
+        ("scenario='alzheimer' data-path='/no/such/dir'", "data-path = '/no/such/dir'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(override, fragment):
+    proc = _cli("--run-config", override)
+    assert proc.returncode == 2, proc.stderr
+    lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert fragment in lines[0]
+
+
+def test_image_folder_with_missing_class_is_one_line_and_exit_2(tmp_path):
+    rng = np.random.default_rng(0)
+    for name in ("Mild_Demented", "Non_Demented", "Very_Mild_Demented"):
+        (tmp_path / name).mkdir()
+        for i in range(3):
+            cv2.imwrite(
+                str(tmp_path / name / f"{i}.png"), rng.integers(0, 255, (128, 128), dtype=np.uint8)
+            )
+    proc = _cli("--run-config", f"scenario='alzheimer' data-path='{tmp_path}'")
+    assert proc.returncode == 2, proc.stderr
+    lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and "Moderate_Demented" in lines[0], proc.stderr
+
+
+def test_summary_json_is_valid_json_with_config(default_runs):
+    _, summary, _, _ = default_runs[0]
+    json.dumps(summary)
+    assert summary["config"]["strategy"] == "fedavg"
