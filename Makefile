@@ -38,3 +38,90 @@ bench: $(STAMP)
 
 clean:
 	rm -rf runs reports .pytest_cache
+
+## --- MP grid (issue 3) -------------------------------------------------------------------
+## `fedpriv grid` runs every strategy x privacy x seed cell as its own simulation into
+## runs/<grid>/<strategy>/<privacy>/seed<k>/, skips complete cells (re-running resumes),
+## and exits 1 if a cell failed; `fedpriv report` writes runs/<grid>/report.md + plots/.
+MP_STRATEGIES := fedavg,fedavgm,fedmedian,fedprox,fedopt,fedyogi
+MP_PRIVACY    := none,global-dp,metric-dp
+
+## 6 strategies x {vanilla, global-DP, metric-DP} x 2 seeds on synthetic-mri, short rounds:
+## 36 simulations, a pipeline check (not MP's numbers). MP_GRID_RUN_CONFIG to change rounds.
+MP_GRID_RUN_CONFIG ?= num-server-rounds=3 local-epochs=1
+mp-grid-synthetic: $(STAMP)
+	$(BIN)/fedpriv grid --scenario synthetic-mri --strategies $(MP_STRATEGIES) \
+	  --privacy $(MP_PRIVACY) --seeds 0,1 --output-dir runs/mp-grid-synthetic \
+	  --run-config "$(MP_GRID_RUN_CONFIG)"; status=$$?; \
+	$(BIN)/fedpriv report runs/mp-grid-synthetic; exit $$status
+
+## The full MP grid on the real Alzheimer MRI data (MP §7: 20 rounds, 5 local epochs, Adam
+## 1e-3, batch 32, z = 0.01, C = 5 -- the scenario and key defaults), 5 seeds, homogeneous
+## and non-IID clients (MP Tables 4-7):
+##   make mp-grid-alzheimer DATA=/path/to/Alzheimer_MRI   (image folder or parquet)
+## 2 x 90 simulations: hours on a CPU; add FEDERATION=local-simulation-gpu on a GPU host.
+FEDERATION ?= local-simulation
+mp-grid-alzheimer: $(STAMP)
+	@test -n "$(DATA)" || { echo "usage: make mp-grid-alzheimer DATA=/path/to/alzheimer"; exit 2; }
+	status=0; for part in homogeneous non-iid; do \
+	  $(BIN)/fedpriv grid --scenario alzheimer --strategies $(MP_STRATEGIES) \
+	    --privacy $(MP_PRIVACY) --seeds 0,1,2,3,4 --federation $(FEDERATION) \
+	    --output-dir runs/mp-grid-alzheimer/$$part \
+	    --run-config "data-path='$(DATA)' partition='$$part'" || status=1; \
+	  $(BIN)/fedpriv report runs/mp-grid-alzheimer/$$part; \
+	done; exit $$status
+
+.PHONY: mp-grid-synthetic mp-grid-alzheimer
+
+## --- attacks (issue 6) ----------------------------------------------------------------------
+## The client inference attack on synthetic-mri (MP §7.4, Tables 9-11 and D.13-D.16 shapes):
+## 6 strategies x {vanilla, global-DP, metric-DP} = 18 simulations of the `cia` scenario (1 round
+## of 20 local epochs, plus the same round with the target absent), then reports/cia/cia.md and
+## cia_auc.png. CIA_RUN_CONFIG adds overrides, e.g. "num-server-rounds=3" for AUC over rounds.
+CIA_RUN_CONFIG ?=
+CIA_STRATEGIES ?= fedavg,fedavgm,fedmedian,fedprox,fedopt,fedyogi
+CIA_PRIVACY ?= none,global-dp,metric-dp
+cia-table: $(STAMP)
+	$(BIN)/fedpriv attack cia --scenario cia --strategies $(CIA_STRATEGIES) \
+	  --privacy $(CIA_PRIVACY) --runs-root runs/cia --out reports/cia \
+	  $(if $(CIA_RUN_CONFIG),--run-config "$(CIA_RUN_CONFIG)")
+
+## DLG reconstructions on digits: no defence, Laplace sanitization at nu in {0.001 .. 10}
+## (GP Fig. 5) and a level-0 adversary against LDP / HDP / CDP / no DP (HDP Table IV shape).
+dlg-report: $(STAMP)
+	$(BIN)/fedpriv attack dlg --out reports/dlg
+
+.PHONY: cia-table dlg-report
+
+## GP Table 2 shape on embedded data: digits-rotated (k = 2) accuracy against the IFCA noise
+## multiplier nu, every (seed, nu) run in ONE simulation (ifca-sweep); table in ifca_table.md.
+IFCA_NUS ?= 0 0.001 0.01 0.1 1 3 5 10 15
+IFCA_SEEDS ?= 0
+IFCA_TABLE_DIR ?= runs/ifca-table
+.PHONY: ifca-table
+ifca-table: $(STAMP)
+	sweep=""; for s in $(IFCA_SEEDS); do for nu in $(IFCA_NUS); do \
+	  sweep="$$sweep$${sweep:+;}ifca-noise-multiplier=$$nu,seed=$$s"; done; done; \
+	$(BIN)/fedpriv run --run-config "scenario='digits-rotated' output-dir='$(IFCA_TABLE_DIR)' ifca-sweep='$$sweep'" \
+	  && cat $(IFCA_TABLE_DIR)/ifca_table.md
+
+## HDP Fig. 2 + Table III on digits (scenario hdp-digits: 100 clients, 10 zones, 20 per round):
+## none / LDP / HDP / CDP at the same z in ONE simulation -> reports/hdp-compare/report.md
+## (accuracy per round, epsilon at the aggregator) and comparison.png.
+HDP_COMPARE_DIR ?= reports/hdp-compare
+HDP_SWEEP_DIR ?= reports/hdp-sweep
+HDP_SWEEP_ZONES ?= 1,2,5,10,20
+HDP_SWEEP_ROUNDS ?= 20
+.PHONY: hdp-compare hdp-sweep
+hdp-compare: $(STAMP)
+	$(BIN)/fedpriv run --run-config "scenario='hdp-digits' output-dir='$(HDP_COMPARE_DIR)'" \
+	  $(if $(HDP_RUN_CONFIG),--run-config "$(HDP_RUN_CONFIG)") \
+	  && cat $(HDP_COMPARE_DIR)/report.md
+
+## HDP Fig. 3 shape: HDP accuracy against epsilon at the aggregator as the number of zones s
+## varies (one simulation) -> reports/hdp-sweep/report.md and sweep.png.
+hdp-sweep: $(STAMP)
+	$(BIN)/fedpriv run --run-config "scenario='hdp-digits' zonal-compare-placements='hdp' \
+	  zonal-sweep-zones='$(HDP_SWEEP_ZONES)' num-server-rounds=$(HDP_SWEEP_ROUNDS) \
+	  output-dir='$(HDP_SWEEP_DIR)'" $(if $(HDP_RUN_CONFIG),--run-config "$(HDP_RUN_CONFIG)") \
+	  && cat $(HDP_SWEEP_DIR)/report.md

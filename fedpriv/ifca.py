@@ -32,12 +32,19 @@ import numpy as np
 NDArrays = list[np.ndarray]
 
 __all__ = [
+    "ACTION",
+    "HYPOTHESES_KEY",
+    "CONFIG_KEY",
+    "REPLY_KEY",
+    "METRICS_KEY",
+    "LEDGER_KEY",
+    "pack_hypotheses",
+    "unpack_hypotheses",
     "flatten",
     "unflatten",
     "num_params",
     "choose_hypothesis",
     "gaussian_hypotheses",
-    "perturbed_hypotheses",
     "nearest_centroid",
     "cluster_means",
     "KMeansStep",
@@ -45,6 +52,56 @@ __all__ = [
     "EarlyStopping",
     "match_hypotheses",
 ]
+
+
+# --- wire format (shared by the client and the server strategy) ----------------------------
+#
+# Server -> client (message types "train.ifca" / "evaluate.ifca"): the RecordDict holds
+#   HYPOTHESES_KEY: ONE ArrayRecord with all k hypotheses, keys "<j>/<layer>" (j = hypothesis
+#                   index, layer = position in the model's weight list), in that order;
+#   CONFIG_KEY:     the resolved run config + "server-round".
+# Client -> server, training: exactly one record, REPLY_KEY, an ArrayRecord with the full
+#   sanitized parameter vector θ̂ as the model's layer list (GP-extended §4: no sample count,
+#   no cluster index, no δ, no metrics). A decline is an EMPTY RecordDict (no parameters).
+# Client -> server, evaluation (validation users, final report only): METRICS_KEY.
+# Client state: LEDGER_KEY(+tag) in ``context.state`` (the client's own leakage ledger).
+
+ACTION = "ifca"
+HYPOTHESES_KEY = "hypotheses"
+CONFIG_KEY = "config"
+REPLY_KEY = "theta-hat"
+METRICS_KEY = "metrics"
+LEDGER_KEY = "ifca-ledger"
+
+
+def pack_hypotheses(hypotheses: Sequence[Sequence[np.ndarray]]) -> dict[str, np.ndarray]:
+    """k layer lists -> one ordered mapping ``"<j>/<layer>" -> array`` (one ArrayRecord)."""
+    if len(hypotheses) == 0:
+        raise ValueError("hypotheses is empty; expected k >= 1 layer lists")
+    shapes = [tuple(np.shape(a) for a in h) for h in hypotheses]
+    if any(s != shapes[0] for s in shapes):
+        raise ValueError("hypotheses must all have the same layer shapes")
+    return {f"{j}/{i}": np.asarray(a) for j, h in enumerate(hypotheses) for i, a in enumerate(h)}
+
+
+def unpack_hypotheses(named: Any) -> list[NDArrays]:
+    """Inverse of :func:`pack_hypotheses` (any mapping of ``"<j>/<layer>"`` to arrays)."""
+    groups: dict[int, dict[int, np.ndarray]] = {}
+    for key, array in named.items():
+        try:
+            j, i = (int(part) for part in str(key).split("/"))
+        except ValueError as err:
+            raise ValueError(f"hypothesis key {key!r}: expected '<j>/<layer>'") from err
+        groups.setdefault(j, {})[i] = np.asarray(array)
+    if sorted(groups) != list(range(len(groups))):
+        raise ValueError(f"hypothesis indices {sorted(groups)} are not 0..k-1")
+    out = []
+    for j in range(len(groups)):
+        layers = groups[j]
+        if sorted(layers) != list(range(len(layers))):
+            raise ValueError(f"hypothesis {j}: layer indices {sorted(layers)} are not 0..L-1")
+        out.append([layers[i] for i in range(len(layers))])
+    return out
 
 
 # --- validation helpers -------------------------------------------------------------------
@@ -126,28 +183,6 @@ def gaussian_hypotheses(
     return [unflatten(rng.standard_normal(n), template) for _ in range(k)]
 
 
-def perturbed_hypotheses(
-    base: Sequence[np.ndarray], k: int, scale: float, rng: np.random.Generator
-) -> list[NDArrays]:
-    """k hypotheses ``θ_0 + N(0, (scale·rms(θ_0))²)`` around one initialisation ``base``.
-
-    For neural networks (GP does not say how FEMNIST hypotheses were initialised): k
-    independent random initialisations are far apart, so after one round every user picks
-    the hypothesis that was trained and k-means never splits (a collapse to k = 1). Nearby
-    starting points let the first k-means step separate the users' updates by cluster.
-    Hypothesis 0 is ``base`` itself. ``scale`` is relative to the RMS of ``base``.
-    """
-    k = _int_arg("k", k, 1)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale >= 0:
-        raise ValueError(f"scale = {scale!r} is not allowed; expected a float >= 0")
-    theta = flatten(base)
-    rms = float(np.sqrt(np.mean(theta**2))) if theta.size else 0.0
-    out = [unflatten(theta, base)]
-    for _ in range(k - 1):
-        out.append(unflatten(theta + scale * rms * rng.standard_normal(theta.size), base))
-    return out
-
-
 # --- server side: k-means step (Algorithm 1, lines 9-10) ---------------------------------------
 
 
@@ -208,9 +243,14 @@ def _sklearn_kmeans(points: np.ndarray, init: np.ndarray) -> np.ndarray:
         warnings.simplefilter("ignore", ConvergenceWarning)
         warnings.simplefilter("ignore", RuntimeWarning)
         km = KMeans(
-            n_clusters=init.shape[0], init=init, n_init=1, max_iter=300, tol=0.0,
-            algorithm="lloyd", random_state=0,
-        )  # fmt: skip
+            n_clusters=init.shape[0],
+            init=init,
+            n_init=1,
+            max_iter=300,
+            tol=0.0,
+            algorithm="lloyd",
+            random_state=0,
+        )
         km.fit(points)
     return km.labels_.astype(np.int64)
 
@@ -234,8 +274,13 @@ def kmeans_step(points: np.ndarray, centroids: np.ndarray, *, max_passes: int = 
         raise ValueError("centroids has no rows; expected k >= 1 hypotheses")
     points = np.asarray(points, dtype=np.float64)
     if points.size == 0:
-        return KMeansStep(np.zeros(0, np.int64), centroids.copy(), [0] * len(centroids),
-                          list(range(len(centroids))), 0)  # fmt: skip
+        return KMeansStep(
+            np.zeros(0, np.int64),
+            centroids.copy(),
+            [0] * len(centroids),
+            list(range(len(centroids))),
+            0,
+        )
     points = _matrix("points", points)
     if points.shape[1] != centroids.shape[1]:
         raise ValueError(
@@ -243,8 +288,9 @@ def kmeans_step(points: np.ndarray, centroids: np.ndarray, *, max_passes: int = 
         )
     current = centroids.copy()
     labels = nearest_centroid(points, current)
-    passes = 0
-    for passes in range(1, _int_arg("max_passes", max_passes, 1) + 1):
+    limit, passes = _int_arg("max_passes", max_passes, 1), 0
+    while passes < limit:
+        passes += 1
         active = np.unique(labels)
         local = _sklearn_kmeans(points, current[active])
         labels = active[local]

@@ -4,10 +4,15 @@ Privacy modes: ``global-dp`` (server-side fixed clipping, ``σ = z·C/m``, SPEC 
 ``metric-dp`` (``σ = z·C/(m·d)``, SPEC §3.2). Defaults are MP's values (z = 0.01, C = 5).
 
 ``min-distance`` (the floor of metric DP's d) defaults to 1e-6: far below any distance two
-trained models have (d is a mean over layers of Frobenius norms; measured d on the digits
-scenario is ~0.1–1), so the floor only acts when d is undefined (one client) or the models
-coincide — and then it adds the large noise ``z·C/(m·1e-6)``, the conservative reading of
-``σ → ∞`` as ``d → 0``, instead of dividing by zero.
+trained models have (d is a mean over layers of Frobenius norms; measured on the default
+digits run, seed 0: d = 0.41–0.93 per round), so the floor only acts when d is undefined
+(one client) or the models coincide — and then it adds the large noise ``z·C/(m·1e-6)``
+(σ = 5e4 with MP's z = 0.01, C = 5, m = 1: the model is destroyed, not leaked), the
+conservative reading of ``σ → ∞`` as ``d → 0``, instead of dividing by zero.
+
+The default ``digits`` scenario runs ``metric-dp`` around FedAvg with these MP values
+(z = 0.01, C = 5, m = 4: σ = 0.0125/d ≈ 0.013–0.03 per round) and reaches 0.989 final
+test accuracy (seed 0, 8 rounds).
 """
 
 from fedpriv.config import KeySpec, add_privacy_mode, choice, integer, real, register

@@ -1,1 +1,84 @@
-"""Run-config keys of the ifca feature (registered on import)."""
+"""Run-config keys of the IFCA feature (GP Algorithms 1–2, SPEC §3.4), registered on import.
+
+- ``num-hypotheses`` — k, the number of hypotheses (k = 1 is FedAvg with a uniform mean).
+- ``ifca-noise-multiplier`` — ν of GP Algorithm 2 (ε = n/(ν‖δ‖); leakage n/ν per
+  participation). 0 = no sanitization (plain IFCA, no guarantee). A key of its own: DP's
+  ``noise-multiplier`` (z of σ = z·C/m) is a different quantity.
+- ``users-per-round`` — U, users sampled per round among the training (non-validation) users.
+- ``leakage-budget`` — the per-client cap on the summed leakage (GP Thm 3.1); a client declines
+  a round that would exceed it. 0 = no budget (TOML has no portable ``inf``).
+- ``patience`` — early stopping: rounds without improvement of the mean validation loss.
+- ``validation-clients`` — the last V partition ids are held-out validation users (never
+  trained, never sanitized); 0 = no validation and no early stopping.
+- ``ifca-sweep`` — several IFCA runs in one simulation (same SuperNodes, one Ray start-up):
+  ``"key=value,key=value;key=value"`` (``;`` separates runs, ``,`` separates overrides), e.g.
+  ``"ifca-noise-multiplier=0;ifca-noise-multiplier=1"``. '' = one run.
+"""
+
+from __future__ import annotations
+
+from fedpriv.config import KeySpec, integer, real, register, text
+
+register(
+    KeySpec(
+        "num-hypotheses",
+        2,
+        integer(1, 64),
+        "an integer in [1, 64]",
+        "k, the number of IFCA hypotheses (1 = FedAvg)",
+    )
+)
+register(
+    KeySpec(
+        "ifca-noise-multiplier",
+        0.0,
+        real(0),
+        "a float >= 0 (0 = no sanitization)",
+        "GP noise multiplier nu: epsilon = n/(nu*||delta||), leakage n/nu",
+    )
+)
+register(
+    KeySpec(
+        "users-per-round",
+        7,
+        integer(1),
+        "an integer >= 1 (<= training users)",
+        "U, users sampled per IFCA round",
+    )
+)
+register(
+    KeySpec(
+        "leakage-budget",
+        0.0,
+        real(0),
+        "a float >= 0 (0 = no budget)",
+        "per-client cap on the summed d-privacy leakage",
+    )
+)
+register(
+    KeySpec(
+        "patience",
+        6,
+        integer(1),
+        "an integer >= 1",
+        "early stopping: rounds without validation improvement",
+    )
+)
+register(
+    KeySpec(
+        "validation-clients",
+        0,
+        integer(0),
+        "an integer >= 0 (< num-clients)",
+        "held-out validation users (the last partition ids)",
+    )
+)
+register(
+    KeySpec(
+        "ifca-sweep",
+        "",
+        text,
+        "'' or 'key=value,...;key=value,...' (IFCA runs)",
+        "several IFCA runs in one simulation",
+    )
+)

@@ -28,7 +28,8 @@ Notation (HDP Algorithm 1, FlatClip): n clients in s zones, zone i holds the cli
   super-node still adds its noise to the zero sum, so that the noise the aggregator sees
   does not depend on the sample (the aggregate noise multiplier is exactly z·√s).
 
-Noise placement per zone (a zone's *level*): ``none``; ``ldp`` — every sampled client adds
+Noise placement per zone (a zone's *level*): ``none`` (no clipping, no noise: the
+no-DP baseline of HDP Fig. 2); ``ldp`` — every sampled client adds
 ``N(0, (z·C)²)`` to its own clipped update (line 14 at the client level: one user, weight
 1, no sampling, so q·W → 1); ``hdp`` — the super-node adds ``N(0, σ_i²)`` to Δ(i);
 ``cdp`` — the server adds ``N(0, σ_S²)`` once to the aggregate, ``σ_S = z·C/(q·W)`` (line
@@ -628,9 +629,10 @@ def aggregate_round(
 ) -> RoundResult:
     """HDP Algorithm 1 lines 12–15 for one round; returns the global step ``Δ`` (float64).
 
-    ``updates[p]`` is partition p's update (``θ_p − θ``). Updates from non-LDP zones are
-    clipped to C here (``clip=True``; a no-op for clients that already clipped, a guard
-    for those that did not); LDP updates arrive clipped and noised and are used as sent.
+    ``updates[p]`` is partition p's update (``θ_p − θ``). Updates from HDP and CDP zones
+    are clipped to C here (``clip=True``; a no-op for clients that already clipped, a guard
+    for those that did not); LDP updates arrive clipped and noised and are used as sent;
+    zones of level ``none`` are neither clipped nor noised (the no-DP baseline).
     ``zone_rng(i)`` is the super-node's Generator (HDP noise), ``server_rng`` the server's
     (CDP noise). A zone whose super-node is ``None`` (no online client) has no updates and
     adds no noise; every other HDP zone adds its noise, even with no sampled client.
@@ -647,7 +649,7 @@ def aggregate_round(
         zone_updates = []
         for p in parts:
             upd = updates[p]
-            if clip and level != "ldp":
+            if clip and level in ("hdp", "cdp"):
                 upd, was = clip_update(upd, plan.clipping_norm)
                 if was:
                     clipped.append(p)
@@ -846,10 +848,12 @@ EPSILON_ASSUMPTIONS = (
     "party is (eps, delta)-DP with the same delta, that epsilon scales as 1/sigma, and no "
     "secure-aggregation or shuffling amplification; it is the paper's heuristic, not a bound. "
     "vs_curious_aggregator: what the aggregator itself can infer when it receives each "
-    "zone's output separately (no secure aggregation across super-nodes): HDP zones keep "
-    "only the level epsilon (the sqrt(s) needs the zones combined before the aggregator "
-    "sees them), LDP zones at worst the level epsilon (a zone with one sampled client), CDP "
-    "zones are unprotected (inf) because the server adds the noise itself."
+    "zone's output separately (no secure aggregation across super-nodes) and knows who was "
+    "sampled (so no amplification by sampling): the Gaussian mechanism with multiplier z "
+    "for a client that took part in every round (worst case) - for HDP zones (the sqrt(s) "
+    "needs the zones combined before the aggregator sees them) and LDP zones (at worst a "
+    "zone with one sampled client); CDP zones are unprotected (inf) because the server adds "
+    "the noise itself."
 )
 
 
@@ -945,9 +949,9 @@ def epsilon_at_aggregator(
     out["heuristic_per_level"] = {
         lv: {"pld": heuristic(lvl_pld, lv), "rdp": heuristic(lvl_rdp, lv)} for lv in present
     }
-    out["vs_curious_aggregator"] = {
-        lv: (inf if lv == "cdp" else {"pld": lvl_pld, "rdp": lvl_rdp}) for lv in present
-    }
+    seen_pld, seen_rdp, _ = _epsilon_series(z, total, n, n, delta)[t - 1]
+    seen = {"pld": seen_pld, "rdp": seen_rdp}
+    out["vs_curious_aggregator"] = {lv: (inf if lv == "cdp" else seen) for lv in present}
     if with_text:
         out.update(assumptions=EPSILON_ASSUMPTIONS, accountant_note=note)
     return out

@@ -102,12 +102,15 @@ def check_cia_config(cfg: Mapping[str, Any]) -> None:
     for key in ("target-client", "attacker-client"):
         if not 0 <= int(cfg[key]) < n:
             raise ConfigError(
-                key, cfg[key], f"a partition id in [0, {n - 1}] (num-clients = {n}); "
-                f"there is no client {cfg[key]}"
+                key,
+                cfg[key],
+                f"a partition id in [0, {n - 1}] (num-clients = {n}); "
+                f"there is no client {cfg[key]}",
             )
     if int(cfg["attacker-client"]) == int(cfg["target-client"]):
         raise ConfigError(
-            "attacker-client", cfg["attacker-client"],
+            "attacker-client",
+            cfg["attacker-client"],
             f"a client other than target-client = {cfg['target-client']}",
         )
 
@@ -155,6 +158,23 @@ def _cia_evaluate_fn(recorder, server_eval, attacker, on_round_end):
     return evaluate
 
 
+def _strategy_config(cfg: Mapping[str, Any], absent: set[int]) -> dict[str, Any]:
+    """The config the strategy (and its privacy wrapper) is built from in a phase.
+
+    With clients absent, a DP wrapper's m (``num-sampled-clients``, when it is 0 = "the
+    clients sampled per round") is the number of clients that actually take part, so the
+    target-absent run adds the noise a server with those participants would add.
+    """
+    out = dict(cfg)
+    if (
+        absent
+        and int(out.get("num-sampled-clients", -1)) == 0
+        and not int(out["clients-per-round"])
+    ):
+        out["num-sampled-clients"] = int(out["num-clients"]) - len(absent)
+    return out
+
+
 def _run_phase(grid, cfg, data, mapping, attacker, absent: set[int], out_dir: str) -> dict:
     """One standard run (target present or absent) with the attacker observing each round."""
     import numpy as np
@@ -179,7 +199,7 @@ def _run_phase(grid, cfg, data, mapping, attacker, absent: set[int], out_dir: st
     weights = initial_weights(cfg, data)
     if needs_initial_pretraining(cfg["strategy"]) and cfg["pretrain-epochs"] > 0:
         weights = pretrain(cfg, data, weights)
-    recorder = build_strategy(cfg, pgrid, rng)
+    recorder = build_strategy(_strategy_config(cfg, absent), pgrid, rng)
     rounds: list[dict] = []
 
     def on_round_end(record: dict) -> None:
@@ -192,19 +212,26 @@ def _run_phase(grid, cfg, data, mapping, attacker, absent: set[int], out_dir: st
         num_rounds=int(cfg["num-server-rounds"]),
         train_config=run_config_as_record(phase_cfg),
         evaluate_config=run_config_as_record(phase_cfg),
-        evaluate_fn=_cia_evaluate_fn(recorder, server_evaluator(cfg, data), attacker,
-                                     on_round_end),
+        evaluate_fn=_cia_evaluate_fn(recorder, server_evaluator(cfg, data), attacker, on_round_end),
     )
     final = result.arrays.to_numpy_ndarrays() if result.arrays else weights
     per_round = [{"round": r["round"], **r["cia"]} for r in rounds]
-    write_final_outputs(phase_cfg, data, final, rounds, runlog, extra={
-        "wall_seconds": time.time() - t0, "cia": {"absent": sorted(absent), "rounds": per_round}})
+    write_final_outputs(
+        phase_cfg,
+        data,
+        final,
+        rounds,
+        runlog,
+        extra={
+            "wall_seconds": time.time() - t0,
+            "cia": {"absent": sorted(absent), "rounds": per_round},
+        },
+    )
     return {"rounds": per_round, "wall_seconds": time.time() - t0}
 
 
 def run_cia(grid, cfg: dict[str, Any]) -> None:
     """ServerApp runner of kind ``cia`` (module docstring)."""
-    import numpy as np
 
     from clients.keras_client import federated_data, model_for, predict_proba
     from fedpriv.attacks.cia import CIAAttacker, check_cia_roles, shadow_indices
@@ -219,21 +246,28 @@ def run_cia(grid, cfg: dict[str, Any]) -> None:
     )
     data = federated_data(cfg)
     target = data.clients[target_id]
-    idx = shadow_indices(target.y_train, float(cfg["shadow-fraction"]),
-                         seed=derive_seed(int(cfg["seed"]), 6, target_id))
+    idx = shadow_indices(
+        target.y_train,
+        float(cfg["shadow-fraction"]),
+        seed=derive_seed(int(cfg["seed"]), 6, target_id),
+    )
     model = model_for(cfg, data)
     attacker = CIAAttacker(
         lambda w, x: predict_proba(model, w, x),
-        x_shadow=target.x_train[idx], y_shadow=target.y_train[idx],
-        x_nonmember=target.x_test, y_nonmember=target.y_test,
-        x_members=target.x_train, y_members=target.y_train,
+        x_shadow=target.x_train[idx],
+        y_shadow=target.y_train[idx],
+        x_nonmember=target.x_test,
+        y_nonmember=target.y_test,
+        x_members=target.x_train,
+        y_members=target.y_train,
     )
     mapping = discover_partitions(grid, n)
     out = Path(cfg["output-dir"])
     present = _run_phase(grid, cfg, data, mapping, attacker, set(), str(out))
     absent = (
         _run_phase(grid, cfg, data, mapping, attacker, {target_id}, str(out / "target-absent"))
-        if cfg["cia-absent-run"] else {"rounds": []}
+        if cfg["cia-absent-run"]
+        else {"rounds": []}
     )
     info = {
         "dataset": cfg["dataset"],
@@ -248,7 +282,7 @@ def run_cia(grid, cfg: dict[str, Any]) -> None:
         "seed": int(cfg["seed"]),
         "cia_reading": data.info.get("cia_reading", ""),
         "simulated": "the attacker's computation runs in the server process with only the "
-                     "global model, the shadow set and the aggregated loss",
+        "global model, the shadow set and the aggregated loss",
     }
     doc = {
         "strategy": cfg["strategy"],
@@ -263,9 +297,11 @@ def run_cia(grid, cfg: dict[str, Any]) -> None:
 
     (out / "cia.json").write_text(json.dumps(to_jsonable(doc), indent=2, sort_keys=True))
     first = next((r for r in present["rounds"] if r["round"] == 1), {})
-    print(f"fedpriv cia: round 1 difference {first.get('difference_pct')} % "
-          f"(aggregated {first.get('loss_aggregated')}, shadow {first.get('loss_shadow')})",
-          flush=True)
+    print(
+        f"fedpriv cia: round 1 difference {first.get('difference_pct')} % "
+        f"(aggregated {first.get('loss_aggregated')}, shadow {first.get('loss_shadow')})",
+        flush=True,
+    )
 
 
 import scenarios.server_app as _server_app  # noqa: E402  (may be partially initialised here)
@@ -284,7 +320,9 @@ def _floats(name: str, text: str) -> list[float]:
     try:
         values = [float(t) for t in _csv(text)]
     except ValueError:
-        raise ValueError(f"{name} = {text!r} is not allowed; expected comma-separated numbers")
+        raise ValueError(
+            f"{name} = {text!r} is not allowed; expected comma-separated numbers"
+        ) from None
     if any(not v >= 0 for v in values):
         raise ValueError(f"{name} = {text!r} is not allowed; expected numbers >= 0")
     return values
@@ -293,14 +331,24 @@ def _floats(name: str, text: str) -> list[float]:
 def _attack_args(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="attack", required=True)
     cia = sub.add_parser("cia", help="client inference attack grid (MP Tables 9-11, D.13-D.16)")
-    cia.add_argument("--run-dir", nargs="*", default=None,
-                     help="report from finished CIA run directories instead of running")
-    cia.add_argument("--scenario", default="cia", help="a scenario of kind cia (cia, "
-                     "cia-alzheimer, cia-digits)")
+    cia.add_argument(
+        "--run-dir",
+        nargs="*",
+        default=None,
+        help="report from finished CIA run directories instead of running",
+    )
+    cia.add_argument(
+        "--scenario", default="cia", help="a scenario of kind cia (cia, cia-alzheimer, cia-digits)"
+    )
     cia.add_argument("--strategies", default=",".join(STRATEGY_NAMES))
     cia.add_argument("--privacy", default=",".join(PRIVACY_GRID))
-    cia.add_argument("--run-config", "-c", action="append", default=[],
-                     help="Flower-style overrides for every cell")
+    cia.add_argument(
+        "--run-config",
+        "-c",
+        action="append",
+        default=[],
+        help="Flower-style overrides for every cell",
+    )
     cia.add_argument("--runs-root", default="runs/cia", help="one run directory per cell")
     cia.add_argument("--federation", default="local-simulation")
     cia.add_argument("--out", default="reports/cia")
@@ -308,8 +356,11 @@ def _attack_args(parser: argparse.ArgumentParser) -> None:
     dlg.add_argument("--model", default="dlg-cnn", help=" | ".join(DLG_MODELS))
     dlg.add_argument("--images", type=int, default=4, help="examples attacked (Laplace)")
     dlg.add_argument("--nu", default="0.001,0.01,0.1,1,10", help="Laplace noise multipliers")
-    dlg.add_argument("--zonal-z", default="0.003,0.01,0.03",
-                     help="zonal noise multipliers ('' = skip the zonal experiment)")
+    dlg.add_argument(
+        "--zonal-z",
+        default="0.003,0.01,0.03",
+        help="zonal noise multipliers ('' = skip the zonal experiment)",
+    )
     dlg.add_argument("--groups", type=int, default=2, help="zonal groups of 4 clients")
     dlg.add_argument("--learning-rate", type=float, default=0.1)
     dlg.add_argument("--max-iter", type=int, default=300)
@@ -337,8 +388,10 @@ COMMANDS["attack"] = (_attack_args, _attack)
 
 def _cell_overrides(args: argparse.Namespace, strategy: str, privacy: str) -> list[str]:
     root = Path(args.runs_root)
-    item = (f"scenario='{args.scenario}' strategy='{strategy}' privacy='{privacy}' "
-            f"output-dir='{root / f'{strategy}-{privacy}'}'")
+    item = (
+        f"scenario='{args.scenario}' strategy='{strategy}' privacy='{privacy}' "
+        f"output-dir='{root / f'{strategy}-{privacy}'}'"
+    )
     return [*args.run_config, item]
 
 
@@ -348,8 +401,12 @@ def plan_cia_grid(args: argparse.Namespace) -> list[tuple[str, str, dict[str, An
     from scenarios.registry import resolve_run_config
 
     if get_scenario(args.scenario).kind != CIA_KIND:
-        raise ConfigError("scenario", args.scenario, "a scenario of kind cia: " + " | ".join(
-            sorted(s.name for s in SCENARIOS.values() if s.kind == CIA_KIND)))
+        raise ConfigError(
+            "scenario",
+            args.scenario,
+            "a scenario of kind cia: "
+            + " | ".join(sorted(s.name for s in SCENARIOS.values() if s.kind == CIA_KIND)),
+        )
     cells = []
     for strategy in _csv(args.strategies):
         for privacy in _csv(args.privacy):
@@ -359,6 +416,24 @@ def plan_cia_grid(args: argparse.Namespace) -> list[tuple[str, str, dict[str, An
     if not cells:
         raise ValueError("--strategies/--privacy select no cell; expected at least one each")
     return cells
+
+
+def _finished(cfg: Mapping[str, Any]) -> bool:
+    """A cell whose cia.json records the same values for every key it recorded.
+
+    ``local-epochs`` is not compared (the runner replaces it by ``cia-local-epochs``); keys
+    added to the registry after the run was made are not in the record and are not compared.
+    """
+    path = Path(cfg["output-dir"]) / "cia.json"
+    if not path.exists():
+        return False
+    try:
+        done = json.loads(path.read_text()).get("config", {})
+    except ValueError:
+        return False
+    return bool(done) and all(
+        done[k] == v for k, v in cfg.items() if k in done and k != "local-epochs"
+    )
 
 
 def _attack_cia(args: argparse.Namespace) -> int:
@@ -374,12 +449,24 @@ def _attack_cia(args: argparse.Namespace) -> int:
 
         dirs = []
         for strategy, privacy, cfg in cells:
-            ns = argparse.Namespace(run_config=_cell_overrides(args, strategy, privacy),
-                                    federation=args.federation)
+            if _finished(cfg):
+                print(
+                    f"fedpriv attack cia: {strategy} / {privacy}: finished run in "
+                    f"{cfg['output-dir']}, skipped (delete it to re-run)",
+                    flush=True,
+                )
+                dirs.append(Path(cfg["output-dir"]))
+                continue
+            ns = argparse.Namespace(
+                run_config=_cell_overrides(args, strategy, privacy), federation=args.federation
+            )
             start = time.time()
             rc = commands["run"][1](ns)
-            print(f"fedpriv attack cia: {strategy} / {privacy}: exit {rc}, "
-                  f"{time.time() - start:.0f} s", flush=True)
+            print(
+                f"fedpriv attack cia: {strategy} / {privacy}: exit {rc}, "
+                f"{time.time() - start:.0f} s",
+                flush=True,
+            )
             if rc != 0:
                 failed.append(f"{strategy}/{privacy} (exit {rc})")
             dirs.append(Path(cfg["output-dir"]))
@@ -388,8 +475,10 @@ def _attack_cia(args: argparse.Namespace) -> int:
         path = d / "cia.json"
         if not path.exists():
             if args.run_dir:
-                raise ValueError(f"run directory {str(d)!r} has no cia.json; expected the "
-                                 "output-dir of a finished CIA run (scenario kind cia)")
+                raise ValueError(
+                    f"run directory {str(d)!r} has no cia.json; expected the "
+                    "output-dir of a finished CIA run (scenario kind cia)"
+                )
             continue
         cells_doc.append(json.loads(path.read_text()))
     if not cells_doc:
@@ -397,7 +486,9 @@ def _attack_cia(args: argparse.Namespace) -> int:
         return 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    text = cia_report(cells_doc, title=f"Client inference attack ({cells_doc[0]['info']['dataset']})")
+    text = cia_report(
+        cells_doc, title=f"Client inference attack ({cells_doc[0]['info']['dataset']})"
+    )
     text += f"\nTotal wall time of this command: {time.time() - t0:.0f} s.\n"
     if failed:
         text += "\nFailed cells: " + ", ".join(failed) + "\n"
@@ -440,6 +531,18 @@ def dlg_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, seed
     return model
 
 
+def _distinct_labels(order: Sequence[int], y, count: int) -> list[int]:
+    """The first ``count`` indices of ``order`` with pairwise distinct labels (then repeats)."""
+    seen: set[int] = set()
+    first = []
+    for i in order:
+        if int(y[i]) not in seen:
+            seen.add(int(y[i]))
+            first.append(int(i))
+    extra = [int(i) for i in order if int(i) not in set(first)]
+    return (first + extra)[:count]
+
+
 def _attack_dlg(args: argparse.Namespace) -> int:
     if args.model not in DLG_MODELS:  # before TensorFlow is imported
         raise ValueError(
@@ -447,10 +550,13 @@ def _attack_dlg(args: argparse.Namespace) -> int:
             "digits: " + " | ".join(DLG_MODELS)
         )
     if args.images < 1 or args.groups < 0:
-        raise ValueError(f"images = {args.images}, groups = {args.groups}: expected images >= 1 "
-                         "and groups >= 0")
+        raise ValueError(
+            f"images = {args.images}, groups = {args.groups}: expected images >= 1 and groups >= 0"
+        )
     nus = _floats("nu", args.nu)
     zs = _floats("zonal-z", args.zonal_z) if args.zonal_z else []
+    import numpy as np
+
     from fedpriv.attacks import dlg
     from fedpriv.attacks.report import (
         dlg_laplace_table,
@@ -462,41 +568,82 @@ def _attack_dlg(args: argparse.Namespace) -> int:
     t0 = time.time()
     x, y = load_digits_arrays()
     model = dlg_model(args.model, input_shape=(8, 8, 1), num_classes=10, seed=args.seed)
-    order = [int(i) for i in __import__("numpy").random.default_rng(args.seed).permutation(len(y))]
+    order = [int(i) for i in np.random.default_rng(args.seed).permutation(len(y))]
+    picked = _distinct_labels(order, y, args.images)
+    rest = [i for i in order if i not in set(picked)]
+    groups = [_distinct_labels(rest[40 * g : 40 * (g + 1)], y, 4) for g in range(args.groups)]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = [f"# DLG reconstruction (digits, model {args.model}, {model.count_params()} params)",
-             "",
-             f"One SGD step (batch 1, lr {args.learning_rate}) from the initial weights; the "
-             "attacker infers g = −δ/lr and matches it with L-BFGS (box [0, 1]). "
-             "SSIM: Gaussian window σ = 1.5 (Wang et al. 2004); PSNR in dB; LPIPS is not "
-             "available (needs downloaded weights). Mean ± std over the examples.", ""]
+    lines = [
+        f"# DLG reconstruction (digits, model {args.model}, {model.count_params()} params)",
+        "",
+        f"One SGD step (batch 1, lr {args.learning_rate}) from the initial weights; the "
+        "attacker infers g = −δ/lr and matches it with L-BFGS (box [0, 1]). "
+        "SSIM: Gaussian window σ = 1.5 (Wang et al. 2004); PSNR in dB; LPIPS is not "
+        "available (needs downloaded weights). Mean ± std over the examples.",
+        "",
+    ]
     t = time.time()
     rows, images = dlg.laplace_experiment(
-        x, y, indices=order[: args.images], nus=nus, learning_rate=args.learning_rate,
-        seed=args.seed, max_iter=args.max_iter, model=model)
-    lines += ["## Laplace sanitization (GP §4.3, Fig. 5; per-layer sanitize_laplace)", "",
-              dlg_laplace_table(rows), "", f"({time.time() - t:.0f} s)", ""]
-    plot_reconstructions(x[order[: args.images]], images, out / "dlg_laplace.png",
-                         title="DLG vs Laplace noise multiplier ν")
+        x,
+        y,
+        indices=picked,
+        nus=nus,
+        learning_rate=args.learning_rate,
+        seed=args.seed,
+        max_iter=args.max_iter,
+        model=model,
+    )
+    lines += [
+        "## Laplace sanitization (GP §4.3, Fig. 5; per-layer sanitize_laplace)",
+        "",
+        dlg_laplace_table(rows),
+        "",
+        f"({time.time() - t:.0f} s)",
+        "",
+    ]
+    plot_reconstructions(
+        x[picked],
+        images,
+        out / "dlg_laplace.png",
+        title="DLG vs Laplace noise multiplier ν",
+    )
     doc: dict[str, Any] = {"laplace": rows}
     if zs and args.groups > 0:
         t = time.time()
-        groups = [order[args.images + 4 * g: args.images + 4 * g + 4] for g in range(args.groups)]
         zrows, zimages = dlg.zonal_experiment(
-            x, y, groups=groups, zs=zs, learning_rate=args.learning_rate, seed=args.seed,
-            max_iter=max(args.max_iter, 500), model=model)
-        lines += ["## Level-0 adversary, zonal aggregation (HDP §VII-B, Table IV shape)", "",
-                  "s = 2 zones, k = 4 clients (batch 1 each); the adversary (client 0) subtracts "
-                  "its own contribution from the noisy global update and matches the rest with 3 "
-                  "dummies; score = the target's (client 1) best-matching dummy. Noise "
-                  "σ = z·C/W at the level that adds it (LDP W = 1, HDP W = clients per zone, "
-                  "CDP W = k); C = the largest update norm (no clipping).", "",
-                  dlg_zonal_table(zrows, "ssim"), "", dlg_zonal_table(zrows, "psnr"), "",
-                  f"({time.time() - t:.0f} s)", ""]
+            x,
+            y,
+            groups=groups,
+            zs=zs,
+            learning_rate=args.learning_rate,
+            seed=args.seed,
+            max_iter=max(args.max_iter, 500),
+            model=model,
+        )
+        lines += [
+            "## Level-0 adversary, zonal aggregation (HDP §VII-B, Table IV shape)",
+            "",
+            "s = 2 zones, k = 4 clients (batch 1 each); the adversary (client 0) subtracts "
+            "its own contribution from the noisy global update and matches the rest with 3 "
+            "dummies; score = the target's (client 1) best-matching dummy. Noise "
+            "σ = z·C/W at the level that adds it (LDP W = 1, HDP W = clients per zone, "
+            "CDP W = k); C = the largest update norm (no clipping).",
+            "",
+            dlg_zonal_table(zrows, "ssim"),
+            "",
+            dlg_zonal_table(zrows, "psnr"),
+            "",
+            f"({time.time() - t:.0f} s)",
+            "",
+        ]
         originals = x[[g[1] for g in groups]]
-        plot_reconstructions(originals, zimages, out / "dlg_zonal.png",
-                             title="Level-0 DLG on the zonal aggregate (target = client 1)")
+        plot_reconstructions(
+            originals,
+            zimages,
+            out / "dlg_zonal.png",
+            title="Level-0 DLG on the zonal aggregate (target = client 1)",
+        )
         doc["zonal"] = zrows
     lines.append(f"Total wall time: {time.time() - t0:.0f} s.")
     from fedpriv.runlog import to_jsonable
@@ -515,8 +662,10 @@ def _attack_membership(args: argparse.Namespace) -> int:
     dirs = [Path(d) for d in args.run_dir]
     for d in dirs:  # every input checked before any model is loaded
         if not (d / "summary.json").exists():
-            raise ValueError(f"run directory {str(d)!r} has no summary.json; expected the "
-                             "output-dir of a finished `fedpriv run`")
+            raise ValueError(
+                f"run directory {str(d)!r} has no summary.json; expected the "
+                "output-dir of a finished `fedpriv run`"
+            )
     from fedpriv.attacks.membership import membership_from_run
     from fedpriv.attacks.report import membership_report
 

@@ -147,10 +147,14 @@ def _last_per_client(rounds: list[dict], key: str) -> dict[str, Any]:
 
 
 def dpsgd_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
-    """summary.json ``privacy`` block of a dp-sgd run (ε per client, keyed by partition)."""
+    """summary.json ``privacy`` block of a dp-sgd run (ε per client, keyed by partition).
+
+    A client that was never sampled has ε = 0 (its data was never used).
+    """
     if cfg["privacy"] != TASK:
         return {}
-    eps = _last_per_client(rounds, "dp-sgd-epsilon")
+    never = {str(p): 0.0 for p in range(int(cfg["num-clients"]))}
+    eps = {**never, **_last_per_client(rounds, "dp-sgd-epsilon")}
     finite = [float(v) for v in eps.values() if np.isfinite(float(v))]
     return {
         "privacy": {

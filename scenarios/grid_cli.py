@@ -2,8 +2,9 @@
 
 ``fedpriv grid --scenario S --strategies A,B --privacy none,global-dp --seeds 0,1
 --output-dir D [--run-config "k=v ..."]`` runs every cell as its own Flower simulation
-(the ``fedpriv run`` logic: preflight, then ``flower-simulation``) into
-``D/<strategy>/<privacy>/seed<k>``. Everything is validated before the first cell runs
+(``fedpriv run``: preflight, then ``flower-simulation``) into
+``D/<strategy>/<privacy>/seed<k>`` (one ``fedpriv run`` process per cell). Everything is
+validated before the first cell runs
 (unknown strategy or privacy mode, bad seed, bad override: one line, exit 2). Complete
 cells (summary.json present) are skipped; a failed cell does not stop the grid; failures
 are listed at the end and the exit status is 1. Each cell's output goes to its
@@ -17,10 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -92,53 +92,39 @@ def plan(args: argparse.Namespace) -> tuple[list[Cell], dict[str, Any]]:
         overrides = cell_overrides(args.scenario, cell, extra)
         cell_run_config(overrides)
         resolve_run_config(cli.app_config(overrides))
+    from clients.keras_client import _cached_data
+
     for seed in seeds:  # open the data once per seed (partitions depend on it)
         cli.preflight(
             cli.app_config(cell_overrides(args.scenario, cells[0], extra) | {"seed": seed})
         )
+        _cached_data.cache_clear()  # the cells load it in their own processes
     return cells, extra
 
 
-@contextmanager
-def output_to(path: Path) -> Iterator[None]:
-    """Send stdout/stderr to ``path``: file descriptors 1 and 2 (child processes such as
-    flower-simulation inherit them) and Python's ``sys.stdout``/``sys.stderr``."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", buffering=1) as fh:
-        os.dup2(fh.fileno(), 1)
-        os.dup2(fh.fileno(), 2)
-        try:
-            with redirect_stdout(fh), redirect_stderr(fh):
-                yield
-        finally:
-            fh.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
+def cell_command(scenario: str, cell: Cell, extra: dict[str, Any], federation: str) -> list[str]:
+    """``fedpriv run`` for one cell, as a command (a fresh process per cell)."""
+    return [sys.executable, "-m", "scenarios.cli", "run",
+            "--run-config", cell_run_config(cell_overrides(scenario, cell, extra)),
+            "--federation", federation]  # fmt: skip
 
 
 def run_cell(scenario: str, cell: Cell, extra: dict[str, Any], federation: str) -> int:
-    """Run one cell with the ``fedpriv run`` logic; its output goes to the cell's run.log."""
-    add_args, run = cli.COMMANDS["run"]
-    parser = argparse.ArgumentParser(prog="fedpriv run")
-    add_args(parser)
-    ns = parser.parse_args(
-        [
-            "--run-config",
-            cell_run_config(cell_overrides(scenario, cell, extra)),
-            "--federation",
-            federation,
-        ]
-    )
-    with output_to(cell.path / LOG_NAME):
+    """Run one cell as ``fedpriv run`` in its own process; output goes to the cell's run.log.
+
+    A fresh process per cell: a crash, a leak or the data caches of one cell cannot
+    affect the next, and each cell reads the code and pyproject.toml as they are when it
+    starts. Returns the exit status (1 when it exits 0 without a summary.json).
+    """
+    cell.path.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    with (cell.path / LOG_NAME).open("ab") as log:
         try:
-            rc = run(ns)
-        except Exception as err:  # noqa: BLE001  (a failed cell must not stop the grid)
-            print(f"fedpriv grid: {type(err).__name__}: {err}", file=sys.stderr)
+            rc = subprocess.run(cell_command(scenario, cell, extra, federation), cwd=os.getcwd(),
+                                env=env, stdout=log, stderr=subprocess.STDOUT,
+                                check=False).returncode  # fmt: skip
+        except OSError as err:
+            log.write(f"fedpriv grid: cannot start the cell: {err}\n".encode())
             rc = 1
     return rc if rc or is_complete(cell.path) else 1
 

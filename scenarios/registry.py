@@ -50,7 +50,7 @@ register_scenario(
     Scenario(
         "digits",
         "standard",
-        "Embedded scikit-learn digits, 4 IID clients, FedAvg (the default run).",
+        "Embedded scikit-learn digits, 4 IID clients, metric DP around FedAvg (the default run).",
         {
             "dataset": "digits",
             "model": "digits-cnn",
@@ -62,7 +62,7 @@ register_scenario(
             "learning-rate": 3e-3,
             "optimizer": "adam",
             "strategy": "fedavg",
-            "privacy": "none",
+            "privacy": "metric-dp",
         },
     )
 )

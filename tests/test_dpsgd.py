@@ -327,7 +327,7 @@ def test_summary_block_and_keys():
         {"round": 2, "dp-sgd-epsilon": {"0": 2.0}, "dp-sgd-participations": {"0": 2, "1": 1}},
     ]
     block = dpsgd_summary(cfg, rounds)["privacy"]["dp_sgd"]
-    assert block["epsilon_per_client"] == {"0": 2.0, "1": 1.5}
+    assert block["epsilon_per_client"] == {"0": 2.0, "1": 1.5, "2": 0.0, "3": 0.0}
     assert block["epsilon_max"] == 2.0 and block["delta"] == 1e-5
     assert "RDP" in block["accountant"]
     assert dpsgd_summary({**cfg, "privacy": "none"}, rounds) == {}

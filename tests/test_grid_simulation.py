@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = 5
-Z = 0.6
+Z = 0.5  # mild: measured final accuracy ~0.80 vs ~0.98 non-private (5 rounds)
 
 
 def _grid_argv(out: Path, *, strategies="fedavg", privacy="none,dp-sgd", seeds="0", extra=()):
@@ -51,23 +51,30 @@ def test_grid_validates_everything_first(tmp_path, capsys, kwargs, extra, fragme
     assert not (tmp_path / "g").exists()  # nothing ran, nothing written
 
 
+FAKE_RUN = """
+import sys
+from pathlib import Path
+out, privacy, seed = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+print("simulated output", sys.argv[4])
+if privacy == "dp-sgd" and seed == "1":
+    sys.exit(1)  # this cell fails
+if privacy != "none" or seed != "0":
+    (out / "summary.json").write_text("{}")
+"""
+
+
 def test_grid_skips_complete_cells_and_continues_after_a_failure(tmp_path, monkeypatch, capfd):
-    from scenarios import cli
+    from scenarios import cli, grid_cli
 
     calls = []
-    add_args, _ = cli.COMMANDS["run"]
 
-    def fake_run(args):
-        overrides = cli.parse_overrides(args.run_config)
-        out = Path(overrides["output-dir"])
-        calls.append((overrides["privacy"], overrides["seed"], overrides["num-server-rounds"]))
-        print("simulated output")
-        if overrides["privacy"] == "dp-sgd" and overrides["seed"] == 1:
-            return 1  # this cell fails
-        (out / "summary.json").write_text("{}")
-        return 0
+    def fake_command(scenario, cell, extra, federation):
+        calls.append((cell.privacy, cell.seed, extra["num-server-rounds"]))
+        run_config = grid_cli.cell_run_config(grid_cli.cell_overrides(scenario, cell, extra))
+        return [sys.executable, "-c", FAKE_RUN, str(cell.path), cell.privacy, str(cell.seed),
+                run_config]  # fmt: skip
 
-    monkeypatch.setitem(cli.COMMANDS, "run", (add_args, fake_run))
+    monkeypatch.setattr(grid_cli, "cell_command", fake_command)
     out = tmp_path / "g"
     done = out / "fedavg" / "none" / "seed0"
     done.mkdir(parents=True)
@@ -79,12 +86,28 @@ def test_grid_skips_complete_cells_and_continues_after_a_failure(tmp_path, monke
     assert "fedavg/none/seed0: complete, skipped" in captured.out
     assert "FAILED fedavg/dp-sgd/seed1" in captured.err
     assert "simulated output" not in captured.out  # cell output goes to its run.log
-    assert "simulated output" in (out / "fedavg" / "dp-sgd" / "seed1" / "run.log").read_text()
+    log = (out / "fedavg" / "dp-sgd" / "seed1" / "run.log").read_text()
+    assert "simulated output" in log and "privacy='dp-sgd'" in log and "seed=1" in log
     manifest = json.loads((out / "grid.json").read_text())["cells"]
     assert [c["status"] for c in manifest] == ["skipped", "ok", "ok", "failed"]
     calls.clear()
     assert cli.main(argv) == 1  # only the failed cell runs again
     assert calls == [("dp-sgd", 1, 2)]
+
+
+def test_cell_command_is_fedpriv_run_with_one_run_config():
+    from fedpriv.grid import Cell
+    from scenarios import cli, grid_cli
+
+    cell = Cell("fedopt", "global-dp", 3, Path("D/fedopt/global-dp/seed3"))
+    cmd = grid_cli.cell_command("digits", cell, {"noise-multiplier": 0.5, "verbose": True},
+                                "local-simulation")  # fmt: skip
+    assert cmd[1:4] == ["-m", "scenarios.cli", "run"]
+    assert cmd[-2:] == ["--federation", "local-simulation"]
+    parsed = cli.parse_overrides([cmd[cmd.index("--run-config") + 1]])
+    assert parsed == {"noise-multiplier": 0.5, "verbose": True, "scenario": "digits",
+                      "strategy": "fedopt", "privacy": "global-dp", "seed": 3,
+                      "output-dir": "D/fedopt/global-dp/seed3"}  # fmt: skip
 
 
 # --- simulation: a real 2-cell grid ----------------------------------------------------------
@@ -131,15 +154,21 @@ def test_dpsgd_run_reports_epsilon_per_client_and_keeps_accuracy(real_grid):
         assert eps == pytest.approx(expected.epsilon, rel=1e-9), pid
         assert block["participations_per_client"][pid] == ROUNDS
     assert block["noise_multiplier"] == Z and block["delta"] == 1e-5
-    rounds = [json.loads(x) for x in
-              (out / "fedavg" / "dp-sgd" / "seed0" / "rounds.jsonl").read_text().splitlines()]
+    rounds = [
+        json.loads(x)
+        for x in (out / "fedavg" / "dp-sgd" / "seed0" / "rounds.jsonl").read_text().splitlines()
+    ]
     eps_by_round = [r["dp-sgd-epsilon"]["0"] for r in rounds if r["round"] > 0]
     assert len(eps_by_round) == ROUNDS and eps_by_round == sorted(eps_by_round)  # ε accumulates
     acc_plain, acc_private = plain["final"]["accuracy"], private["final"]["accuracy"]
-    print(f"final accuracy none {acc_plain:.3f}, dp-sgd z={Z} {acc_private:.3f}, "
-          f"eps {block['epsilon_per_client']}")
+    print(
+        f"final accuracy none {acc_plain:.3f}, dp-sgd z={Z} {acc_private:.3f}, "
+        f"eps {block['epsilon_per_client']}"
+    )
+    # DP-SGD on ~290 examples per client costs accuracy (measured 0.58-0.80 at z = 0.5-0.6
+    # across seeds in 5 rounds, vs 0.98 non-private): it must cost some, not all.
     assert acc_plain > 0.85
-    assert acc_plain - 0.3 <= acc_private < acc_plain + 0.02  # DP costs some, not all
+    assert acc_plain - 0.4 <= acc_private < acc_plain - 0.01
     assert acc_private > 0.5  # 10 classes: chance is 0.1
 
 

@@ -116,9 +116,13 @@ def shadow_indices(y: np.ndarray, fraction: float, *, seed: int) -> np.ndarray:
     from fedpriv.data.partition import apportion
 
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
-        raise ValueError(f"shadow-fraction = {fraction!r} is not allowed; expected a float in (0, 1]")
+        raise ValueError(
+            f"shadow-fraction = {fraction!r} is not allowed; expected a float in (0, 1]"
+        )
     if not 0 < float(fraction) <= 1:
-        raise ValueError(f"shadow-fraction = {fraction!r} is not allowed; expected a float in (0, 1]")
+        raise ValueError(
+            f"shadow-fraction = {fraction!r} is not allowed; expected a float in (0, 1]"
+        )
     y = np.asarray(y)
     n = len(y)
     if n == 0:
@@ -141,7 +145,8 @@ def check_cia_roles(*, attacker: Any, target: Any, num_clients: int) -> tuple[in
     for key, value in (("target-client", target), ("attacker-client", attacker)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise ValueError(
-                f"{key} = {value!r} is not allowed; expected a partition id in [0, {num_clients - 1}]"
+                f"{key} = {value!r} is not allowed; expected a partition id in "
+                f"[0, {num_clients - 1}]"
             )
         if not 0 <= int(value) < num_clients:
             raise ValueError(

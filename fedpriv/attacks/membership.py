@@ -66,7 +66,9 @@ def per_example_loss(proba: np.ndarray, y: np.ndarray) -> np.ndarray:
             f"proba shape {proba.shape} and labels shape {y.shape} do not match; "
             "expected (n, classes) and (n,)"
         )
-    if not np.issubdtype(y.dtype, np.integer) or (len(y) and (y.min() < 0 or y.max() >= proba.shape[1])):
+    if not np.issubdtype(y.dtype, np.integer) or (
+        len(y) and (y.min() < 0 or y.max() >= proba.shape[1])
+    ):
         raise ValueError(f"labels must be integers in [0, {proba.shape[1]}); got {y.dtype}")
     p = np.clip(proba[np.arange(len(y)), y], EPSILON, 1.0 - EPSILON)
     return -np.log(p)
@@ -170,10 +172,12 @@ def membership_from_run(
     predict = predict or _keras_predict
     member_losses, nonmember_losses = [], []
     for client in data.clients:
-        member_losses.append(per_example_loss(predict(cfg, data, weights, client.x_train),
-                                              client.y_train))
-        nonmember_losses.append(per_example_loss(predict(cfg, data, weights, client.x_test),
-                                                 client.y_test))
+        member_losses.append(
+            per_example_loss(predict(cfg, data, weights, client.x_train), client.y_train)
+        )
+        nonmember_losses.append(
+            per_example_loss(predict(cfg, data, weights, client.x_test), client.y_test)
+        )
     result = loss_threshold_attack(np.concatenate(member_losses), np.concatenate(nonmember_losses))
     return {
         "run_dir": str(run_dir),

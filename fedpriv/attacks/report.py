@@ -31,13 +31,36 @@ STRATEGY_LABELS = {
     "fedyogi": "FedYogi",
 }
 PRIVACY_LABELS = {"none": "Vanilla FL", "global-dp": "Global-DP", "metric-dp": "Metric-privacy"}
+# MP's CIA tables per strategy. Table 10 is captioned "FedYogi" but MP's text presents it as
+# the FedOpt result, and Table D.16 (FedYogi) has different numbers: we read Table 10 as FedOpt.
 MP_TABLE = {
     "fedavg": "Table 9",
-    "fedyogi": "Table 10 / D.16",
+    "fedopt": "Table 10",
     "fedavgm": "Table D.13",
     "fedmedian": "Table D.14",
     "fedprox": "Table D.15",
-    "fedopt": "(MP text of Table 10)",
+    "fedyogi": "Table D.16",
+}
+
+
+# MP's published CIA numbers (Alzheimer MRI, one run): Difference (%) per strategy, columns
+# Vanilla FL / Global-DP / Metric-privacy (Tables 9, 10, D.13-D.16), and the round-1 test loss
+# (Table 11). For reference next to ours; synthetic-mri is a pipeline stand-in, not the data.
+MP_PUBLISHED_DIFFERENCE = {
+    "fedavg": (12.719, 25.679, 24.631),
+    "fedavgm": (19.782, 13.105, 21.965),
+    "fedmedian": (10.129, 28.587, 25.888),
+    "fedprox": (12.719, 31.173, 24.820),
+    "fedopt": (0.598, 7.936, 11.320),
+    "fedyogi": (11.150, 18.861, 14.888),
+}
+MP_PUBLISHED_TEST_LOSS = {
+    "fedavg": (1.010, 3.514, 1.106),
+    "fedavgm": (0.993, 1.048, 1.041),
+    "fedmedian": (1.046, 2.071, 1.387),
+    "fedprox": (1.010, 1.744, 1.149),
+    "fedopt": (0.645, 0.845, 0.823),
+    "fedyogi": (0.870, 1.036, 0.902),
 }
 
 
@@ -82,7 +105,9 @@ def _round(cell: Mapping[str, Any], phase: str, r: int) -> dict[str, Any]:
     return {}
 
 
-def cia_report(cells: Sequence[Mapping[str, Any]], *, title: str = "Client inference attack") -> str:
+def cia_report(
+    cells: Sequence[Mapping[str, Any]], *, title: str = "Client inference attack"
+) -> str:
     """Markdown for a grid of CIA runs.
 
     Each cell: ``strategy``, ``privacy``, ``present`` and ``absent`` (lists of per-round dicts
@@ -96,8 +121,17 @@ def cia_report(cells: Sequence[Mapping[str, Any]], *, title: str = "Client infer
     cols = [_label(PRIVACY_LABELS, p) for p in privacies]
     out = [f"# {title}", ""]
     info = next((c.get("info") for c in cells if c.get("info")), {}) or {}
-    for key in ("dataset", "partition", "attacker", "target", "shadow_fraction", "n_shadow",
-                "n_nonmember", "local_epochs", "seed"):
+    for key in (
+        "dataset",
+        "partition",
+        "attacker",
+        "target",
+        "shadow_fraction",
+        "n_shadow",
+        "n_nonmember",
+        "local_epochs",
+        "seed",
+    ):
         if key in info:
             out.append(f"- {key.replace('_', ' ')}: {info[key]}")
     if info.get("cia_reading"):
@@ -128,8 +162,10 @@ def cia_report(cells: Sequence[Mapping[str, Any]], *, title: str = "Client infer
     out += ["## Test loss in the first round (MP Table 11 shape)", ""]
     rows = [
         [_label(STRATEGY_LABELS, s)]
-        + [_round(by[(s, p)], "present", 1).get("test_loss") if (s, p) in by else None
-           for p in privacies]
+        + [
+            _round(by[(s, p)], "present", 1).get("test_loss") if (s, p) in by else None
+            for p in privacies
+        ]
         for s in strategies
     ]
     out += [markdown_table(["Strategy", *cols], rows), ""]
@@ -148,8 +184,7 @@ def cia_report(cells: Sequence[Mapping[str, Any]], *, title: str = "Client infer
         rows = []
         for label, phase, key in spec:
             values = [
-                _round(by[(s, p)], phase, 1).get(key) if (s, p) in by else None
-                for p in privacies
+                _round(by[(s, p)], phase, 1).get(key) if (s, p) in by else None for p in privacies
             ]
             if phase == "absent" and all(v is None for v in values):
                 continue
@@ -165,16 +200,48 @@ def cia_report(cells: Sequence[Mapping[str, Any]], *, title: str = "Client infer
             for rec in cell.get("present") or []:
                 r = rec.get("round")
                 absent = _round(cell, "absent", r)
-                rows.append([
-                    _label(STRATEGY_LABELS, s), _label(PRIVACY_LABELS, p), r,
-                    rec.get("auc"), absent.get("auc"), rec.get("advantage"),
-                    absent.get("advantage"), rec.get("auc_all_members"),
-                    absent.get("auc_all_members"),
-                ])
+                rows.append(
+                    [
+                        _label(STRATEGY_LABELS, s),
+                        _label(PRIVACY_LABELS, p),
+                        r,
+                        rec.get("auc"),
+                        absent.get("auc"),
+                        rec.get("advantage"),
+                        absent.get("advantage"),
+                        rec.get("auc_all_members"),
+                        absent.get("auc_all_members"),
+                    ]
+                )
     out += [
         markdown_table(
-            ["Strategy", "Privacy", "Round", "AUC present", "AUC absent", "Adv. present",
-             "Adv. absent", "AUC all members present", "AUC all members absent"],
+            [
+                "Strategy",
+                "Privacy",
+                "Round",
+                "AUC present",
+                "AUC absent",
+                "Adv. present",
+                "Adv. absent",
+                "AUC all members present",
+                "AUC all members absent",
+            ],
+            rows,
+        ),
+        "",
+    ]
+    out += ["## MP's published numbers (Alzheimer MRI), for reference", ""]
+    mp_cols = ["none", "global-dp", "metric-dp"]
+    rows = [
+        [_label(STRATEGY_LABELS, s), *MP_PUBLISHED_DIFFERENCE[s], *MP_PUBLISHED_TEST_LOSS[s]]
+        for s in strategies
+        if s in MP_PUBLISHED_DIFFERENCE
+    ]
+    out += [
+        markdown_table(
+            ["Strategy"]
+            + [f"Difference (%) {_label(PRIVACY_LABELS, p)}" for p in mp_cols]
+            + [f"Test loss {_label(PRIVACY_LABELS, p)}" for p in mp_cols],
             rows,
         ),
         "",
@@ -222,14 +289,16 @@ def plot_reconstructions(
     n = len(originals)
     labels = ["original", *columns]
     images = [originals, *[np.asarray(v) for v in columns.values()]]
-    fig, axes = plt.subplots(n, len(labels), figsize=(1.3 * len(labels), 1.3 * n + 0.4),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        n, len(labels), figsize=(1.3 * len(labels), 1.3 * n + 0.4), squeeze=False
+    )
     for j, (label, block) in enumerate(zip(labels, images)):
         for i in range(n):
             ax = axes[i][j]
             img = block[i]
-            ax.imshow(np.clip(img[..., 0] if img.ndim == 3 else img, 0, 1), cmap="gray",
-                      vmin=0, vmax=1)
+            ax.imshow(
+                np.clip(img[..., 0] if img.ndim == 3 else img, 0, 1), cmap="gray", vmin=0, vmax=1
+            )
             ax.set_xticks([])
             ax.set_yticks([])
             if i == 0:
@@ -254,11 +323,15 @@ def dlg_laplace_table(rows: Sequence[Mapping[str, Any]]) -> str:
     out = []
     for row in rows:
         nu = row["nu"]
-        out.append([
-            "none" if nu is None else fmt(nu, 3 if nu < 1 else 0),
-            _mean_std(row["ssim"]), _mean_std(row["psnr"]), _mean_std(row["mse"]),
-            fmt(float(np.mean(row["label_ok"]))),
-        ])
+        out.append(
+            [
+                "none" if nu is None else fmt(nu, 3 if nu < 1 else 0),
+                _mean_std(row["ssim"]),
+                _mean_std(row["psnr"]),
+                _mean_std(row["mse"]),
+                fmt(float(np.mean(row["label_ok"]))),
+            ]
+        )
     return markdown_table(["Laplace ν", "SSIM", "PSNR (dB)", "MSE", "label recovered"], out)
 
 
@@ -268,8 +341,12 @@ def dlg_zonal_table(rows: Sequence[Mapping[str, Any]], metric: str = "ssim") -> 
     names = {"ldp": "LDP", "hdp": "HDP", "cdp": "CDP", "none": "No DP"}
     out = []
     for row in rows:
-        out.append([f"digits, z = {fmt(row['z'], 3)}",
-                    *[_mean_std(row[p][metric]) if p in row else "n/a" for p in order]])
+        out.append(
+            [
+                f"digits, z = {fmt(row['z'], 3)}",
+                *[_mean_std(row[p][metric]) if p in row else "n/a" for p in order],
+            ]
+        )
     return markdown_table([f"Dataset ({metric.upper()})", *[names[p] for p in order]], out)
 
 
@@ -279,9 +356,18 @@ def dlg_zonal_table(rows: Sequence[Mapping[str, Any]], metric: str = "ssim") -> 
 def membership_report(results: Sequence[Mapping[str, Any]]) -> str:
     """AUC and advantage per run, and a strategies × privacy AUC table."""
     rows = [
-        [r.get("scenario"), _label(STRATEGY_LABELS, str(r.get("strategy"))),
-         _label(PRIVACY_LABELS, str(r.get("privacy"))), r.get("seed"), r["auc"], r["advantage"],
-         r["member_loss_mean"], r["nonmember_loss_mean"], r["n_members"], r["n_nonmembers"]]
+        [
+            r.get("scenario"),
+            _label(STRATEGY_LABELS, str(r.get("strategy"))),
+            _label(PRIVACY_LABELS, str(r.get("privacy"))),
+            r.get("seed"),
+            r["auc"],
+            r["advantage"],
+            r["member_loss_mean"],
+            r["nonmember_loss_mean"],
+            r["n_members"],
+            r["n_nonmembers"],
+        ]
         for r in results
     ]
     out = [
@@ -291,8 +377,18 @@ def membership_report(results: Sequence[Mapping[str, Any]]) -> str:
         "AUC 0.5 = no information; advantage = max(TPR − FPR).",
         "",
         markdown_table(
-            ["Scenario", "Strategy", "Privacy", "Seed", "AUC", "Advantage", "Loss members",
-             "Loss non-members", "Members", "Non-members"],
+            [
+                "Scenario",
+                "Strategy",
+                "Privacy",
+                "Seed",
+                "AUC",
+                "Advantage",
+                "Loss members",
+                "Loss non-members",
+                "Members",
+                "Non-members",
+            ],
             rows,
         ),
         "",
@@ -303,11 +399,18 @@ def membership_report(results: Sequence[Mapping[str, Any]]) -> str:
         grid = {(str(r.get("strategy")), str(r.get("privacy"))): r for r in results}
         rows = [
             [_label(STRATEGY_LABELS, s)]
-            + [f"{fmt(grid[(s, p)]['auc'])} / {fmt(grid[(s, p)]['advantage'])}"
-               if (s, p) in grid else "n/a" for p in privacies]
+            + [
+                f"{fmt(grid[(s, p)]['auc'])} / {fmt(grid[(s, p)]['advantage'])}"
+                if (s, p) in grid
+                else "n/a"
+                for p in privacies
+            ]
             for s in strategies
         ]
-        out += ["## AUC / advantage", "",
-                markdown_table(["Strategy", *[_label(PRIVACY_LABELS, p) for p in privacies]],
-                               rows), ""]
+        out += [
+            "## AUC / advantage",
+            "",
+            markdown_table(["Strategy", *[_label(PRIVACY_LABELS, p) for p in privacies]], rows),
+            "",
+        ]
     return "\n".join(out)

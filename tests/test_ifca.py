@@ -1,0 +1,438 @@
+"""Laplace-sanitizing IFCA (GP Algorithms 1-2, SPEC §3.4): what a client sends, the k-means
+step, the leakage ledger and the decline path, the strategy's round logic. No Ray: the
+client handlers are called directly (an in-process grid for the loop test)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from clients.ifca_client import (
+    evaluate_handler,
+    hypotheses_from_record,
+    hypotheses_record,
+    ifca_train,
+    read_ledger,
+    train_handler,
+    train_task,
+)
+from clients.keras_client import federated_data
+from fedpriv.accounting import laplace_leakage
+from fedpriv.config import ConfigError
+from fedpriv.ifca import (
+    CONFIG_KEY,
+    HYPOTHESES_KEY,
+    LEDGER_KEY,
+    REPLY_KEY,
+    EarlyStopping,
+    choose_hypothesis,
+    cluster_means,
+    flatten,
+    kmeans_step,
+    match_hypotheses,
+    pack_hypotheses,
+    unflatten,
+    unpack_hypotheses,
+)
+from scenarios.ifca import parse_sweep, sweep_table
+from scenarios.registry import resolve_run_config
+from strategies.ifca import TRAIN_TYPE, LaplaceIFCA
+
+HYPS = [[np.array([[5.5], [5.0]], np.float32)], [np.array([[3.0], [-4.0]], np.float32)]]
+
+
+def gp_cfg(**over) -> dict:
+    cfg = resolve_run_config(
+        {
+            "scenario": "gp-synthetic",
+            "num-clients": 10,
+            "validation-clients": 0,
+            "users-per-round": 5,
+            **over,
+        }
+    )
+    return {**cfg, "server-round": 1}
+
+
+def train_message(cfg: dict, hyps=HYPS, node: int = 1) -> Message:
+    content = RecordDict({HYPOTHESES_KEY: hypotheses_record(hyps), CONFIG_KEY: ConfigRecord(cfg)})
+    return Message(content, node, TRAIN_TYPE)
+
+
+def plain_sgd_step(theta: np.ndarray, x: np.ndarray, y: np.ndarray, lr: float) -> np.ndarray:
+    """One full-batch SGD step on the MSE (B = 10 >= 8 local samples, E = 1), in numpy."""
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    return theta - lr * 2.0 / len(x) * x.T @ (x @ theta - y)
+
+
+# --- what the client sends ------------------------------------------------------------------
+
+
+def test_client_reply_is_exactly_one_array_record_with_the_parameter_vector():
+    cfg = gp_cfg()
+    state = RecordDict()
+    content = ifca_train(train_message(cfg), cfg, 0, state)
+    assert list(content.array_records) == [REPLY_KEY]
+    assert len(content.metric_records) == 0 and len(content.config_records) == 0
+    arrays = content.array_records[REPLY_KEY].to_numpy_ndarrays()
+    assert [a.shape for a in arrays] == [(2, 1)]  # the full vector, n = 2, nothing else
+    released = flatten(arrays)
+    assert np.all(np.isfinite(released))
+    assert not any(np.allclose(released, flatten(h)) for h in HYPS)  # trained + noised
+    assert read_ledger(state, LEDGER_KEY) == {"spent": 0.4, "participations": 1, "declined": 0}
+
+
+def test_nu_zero_reply_is_local_sgd_from_the_best_hypothesis():
+    """Independent check of argmin choice + LocalUpdate: numpy MSE and one SGD step."""
+    cfg = gp_cfg(**{"ifca-noise-multiplier": 0.0})
+    client = federated_data(cfg).clients[3]
+    x, y = client.x_train.astype(np.float64), client.y_train.astype(np.float64)
+    thetas = [flatten(h) for h in HYPS]
+    best = int(np.argmin([np.mean((x @ t - y) ** 2) for t in thetas]))
+    expected = plain_sgd_step(thetas[best], x, y, cfg["learning-rate"])
+    content = ifca_train(train_message(cfg), cfg, 3, RecordDict())
+    got = flatten(content.array_records[REPLY_KEY].to_numpy_ndarrays())
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_noise_norm_is_nu_times_delta_norm_on_average():
+    """E‖ρ‖ = n/ε = ν‖δ‖ (GP §3.2) with δ measured from the CHOSEN hypothesis."""
+    cfg0 = gp_cfg(**{"ifca-noise-multiplier": 0.0})
+    client = federated_data(cfg0).clients[5]
+    x, y = client.x_train, client.y_train
+    thetas = [flatten(h) for h in HYPS]
+    best = int(np.argmin([np.mean((x @ t - y) ** 2) for t in thetas]))
+    local = plain_sgd_step(thetas[best], x, y, cfg0["learning-rate"])
+    delta = np.linalg.norm(local - thetas[best])
+    ratios = []
+    for r in range(1, 25):
+        cfg = {**gp_cfg(), "server-round": r}
+        got = flatten(
+            ifca_train(train_message(cfg), cfg, 5, None)
+            .array_records[REPLY_KEY]
+            .to_numpy_ndarrays()
+        )
+        ratios.append(np.linalg.norm(got - local) / delta)
+    # ‖ρ‖/‖δ‖ ~ Gamma(2, ν/2): mean ν = 5, std 5/√2/√24 ≈ 0.72 for the mean of 24
+    assert 5.0 - 2.2 < np.mean(ratios) < 5.0 + 2.2
+
+
+def test_handler_keeps_the_ledger_in_context_state():
+    cfg = gp_cfg()
+    context = Context(
+        run_id=1, node_id=7, node_config={"partition-id": 2}, state=RecordDict(), run_config={}
+    )
+    for _ in range(3):
+        reply = train_handler(train_message(cfg, node=7), context)
+        assert list(reply.content.array_records) == [REPLY_KEY]
+    ledger = read_ledger(context.state, LEDGER_KEY)
+    assert ledger["participations"] == 3 and ledger["spent"] == pytest.approx(1.2, abs=1e-12)
+
+
+def test_leakage_per_participation_is_n_over_nu():
+    assert laplace_leakage(2, 5.0) == 0.4
+    state = RecordDict()
+    cfg = gp_cfg()
+    ifca_train(train_message(cfg), cfg, 1, state)
+    assert read_ledger(state, LEDGER_KEY)["spent"] == 0.4
+
+
+def test_budget_one_allows_two_participations_then_declines_with_empty_content():
+    cfg = gp_cfg(**{"leakage-budget": 1.0})
+    state = RecordDict()
+    replies = [
+        ifca_train(train_message({**cfg, "server-round": r}), cfg, 4, state) for r in range(1, 6)
+    ]
+    sent = [REPLY_KEY in c.array_records for c in replies]
+    assert sent == [True, True, False, False, False]
+    for declined in replies[2:]:  # a decline carries nothing at all
+        assert not declined.array_records and not declined.metric_records
+        assert not declined.config_records
+    assert read_ledger(state, LEDGER_KEY) == {"spent": 0.8, "participations": 2, "declined": 3}
+
+
+def test_stateless_task_refuses_a_budget():
+    cfg = gp_cfg(**{"leakage-budget": 1.0})
+    with pytest.raises(ValueError, match="context.state"):
+        train_task(train_message(cfg), cfg, 0)
+
+
+def test_evaluate_reply_reports_the_best_hypothesis():
+    cfg = {**gp_cfg(), "ifca-eval-split": "all"}
+    data = federated_data(cfg)
+    cluster = data.info["cluster_of_client"][0]
+    hyps = [[np.array([[5.0], [6.0]], np.float32)], [np.array([[4.0], [-4.5]], np.float32)]]
+    context = Context(
+        run_id=1, node_id=3, node_config={"partition-id": 0}, state=RecordDict(), run_config={}
+    )
+    metrics = evaluate_handler(train_message(cfg, hyps, node=3), context).content["metrics"]
+    assert metrics["hypothesis"] == cluster  # θ*_cluster fits its own data best
+    assert metrics["rmse"] == pytest.approx(math.sqrt(metrics["loss"]))
+    assert 0.2 < metrics["rmse"] < 1.0  # residual u ~ U[0, 1]: RMSE ≈ sqrt(1/3)
+
+
+# --- hypothesis encoding and the client's choice -----------------------------------------------
+
+
+def test_hypotheses_roundtrip_one_array_record_keys_prefixed_by_index():
+    hyps = [[np.ones((2, 3), np.float32) * j, np.arange(3, dtype=np.float32) + j] for j in range(3)]
+    record = hypotheses_record(hyps)
+    assert list(record) == ["0/0", "0/1", "1/0", "1/1", "2/0", "2/1"]
+    back = hypotheses_from_record(record)
+    for a, b in zip(hyps, back):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    assert unpack_hypotheses(pack_hypotheses(hyps))[2][1].tolist() == [2.0, 3.0, 4.0]
+    with pytest.raises(ValueError):
+        unpack_hypotheses({"0/0": np.zeros(1), "2/0": np.zeros(1)})
+
+
+def test_flatten_unflatten_and_choice():
+    template = [np.zeros((2, 2), np.float32), np.zeros(3, np.float32)]
+    v = np.arange(7.0)
+    back = unflatten(v, template)
+    assert back[0].dtype == np.float32 and back[1].tolist() == [4.0, 5.0, 6.0]
+    np.testing.assert_array_equal(flatten(back), v)
+    assert choose_hypothesis([3.0, 1.0, 1.0]) == 1  # tie -> lowest index
+    assert choose_hypothesis([math.nan, 2.0]) == 1  # NaN never wins
+    with pytest.raises(ValueError):
+        unflatten(np.arange(6.0), template)
+
+
+# --- k-means step (server) ------------------------------------------------------------------------
+
+
+def test_kmeans_uniform_means_match_sklearn_when_no_cluster_is_empty():
+    from sklearn.cluster import KMeans
+
+    rng = np.random.default_rng(0)
+    points = np.concatenate([rng.normal(0, 1, (6, 3)), rng.normal(8, 1, (3, 3))])
+    init = np.array([[1.0, 1.0, 1.0], [6.0, 6.0, 6.0]])
+    step = kmeans_step(points, init)
+    ref = KMeans(2, init=init, n_init=1, tol=0.0).fit(points)
+    np.testing.assert_array_equal(step.labels, ref.labels_)
+    assert step.sizes == [6, 3]
+    np.testing.assert_allclose(step.centroids[0], points[:6].mean(axis=0))  # uniform, unweighted
+    np.testing.assert_allclose(step.centroids[1], points[6:].mean(axis=0))
+
+
+def test_empty_cluster_keeps_its_hypothesis():
+    points = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    init = np.array([[0.5, 0.5], [100.0, -100.0], [-50.0, 50.0]])
+    step = kmeans_step(points, init)
+    assert step.sizes == [3, 0, 0] and step.empty == [1, 2]
+    np.testing.assert_array_equal(step.centroids[1:], init[1:])  # kept exactly
+    np.testing.assert_allclose(step.centroids[0], points.mean(axis=0))
+    none = kmeans_step(np.zeros((0, 2)), init)  # everyone declined: nothing moves
+    np.testing.assert_array_equal(none.centroids, init)
+
+
+def test_kept_cluster_rejoins_when_a_point_becomes_nearer():
+    """A Lloyd fixed point over all k: the kept centroid -6.9 wins the point 0 once the
+    other centroid moved to 7 (scikit-learn alone would relocate, not keep)."""
+    points = np.array([[0.0], [10.0], [11.0]])
+    step = kmeans_step(points, np.array([[6.0], [-6.9]]))
+    assert step.labels.tolist() == [1, 0, 0]
+    np.testing.assert_allclose(step.centroids, [[10.5], [0.0]])
+    assert step.passes >= 2
+
+
+def test_cluster_means_rejects_bad_labels():
+    with pytest.raises(ValueError):
+        cluster_means(np.zeros((2, 2)), np.array([0, 3]), np.zeros((2, 2)))
+
+
+def test_k_equal_one_is_the_uniform_mean():
+    points = np.array([[1.0, 2.0], [3.0, 6.0], [5.0, 1.0]])
+    step = kmeans_step(points, np.array([[100.0, 100.0]]))
+    np.testing.assert_allclose(step.centroids[0], [3.0, 3.0])
+
+
+# --- early stopping, matching ---------------------------------------------------------------------
+
+
+def test_early_stopping_patience_and_best_round():
+    stop = EarlyStopping(3)
+    flags = [stop.update(r, v) for r, v in enumerate([5.0, 4.0, 4.5, 4.2, math.nan])]
+    assert flags == [True, True, False, False, False]
+    assert stop.best_round == 1 and stop.should_stop
+    with pytest.raises(ValueError):
+        EarlyStopping(0)
+
+
+def test_match_hypotheses_up_to_permutation():
+    star = np.array([[5.0, 6.0], [4.0, -4.5]])
+    out = match_hypotheses(np.array([[4.1, -4.4], [5.0, 6.3]]), star)
+    assert out["assignment"] == [1, 0]
+    np.testing.assert_allclose(out["distances"], [0.3, math.hypot(0.1, 0.1)])
+    single = match_hypotheses(np.array([[4.5, 0.75]]), star)
+    assert single["distances"] == [None, None] and len(single["nearest"]) == 2
+
+
+# --- the server strategy --------------------------------------------------------------------------
+
+
+def make_strategy(nu: float = 5.0, budget: float = 0.0, k: int = 2, users: int = 4):
+    return LaplaceIFCA(
+        num_hypotheses=k,
+        users_per_round=users,
+        train_partitions=range(6),
+        validation_partitions=[],
+        node_of_partition={p: 100 + p for p in range(6)},
+        noise_multiplier=nu,
+        leakage_budget=budget,
+        patience=3,
+        rng=np.random.default_rng(0),
+    )
+
+
+def reply(to: Message, vector=None) -> Message:
+    """A client's reply to ``to``: θ̂ as the model's layer list, or a decline (empty)."""
+    if vector is None:
+        return Message(RecordDict(), reply_to=to)
+    arrays = ArrayRecord([np.asarray(vector, np.float32).reshape(2, 1)])
+    return Message(RecordDict({REPLY_KEY: arrays}), reply_to=to)
+
+
+def test_strategy_round_kmeans_ledger_declines_and_invalid():
+    strategy = make_strategy(users=5)
+    arrays = hypotheses_record(HYPS)
+    messages = list(strategy.configure_train(1, arrays, ConfigRecord({"seed": 0}), None))
+    assert len(messages) == 5 and all(m.metadata.message_type == "train.ifca" for m in messages)
+    for m in messages:  # every hypothesis goes to every sampled user, in one ArrayRecord
+        assert list(m.content.array_records) == [HYPOTHESES_KEY]
+        assert len(m.content[HYPOTHESES_KEY]) == 2
+    # two near θ_0, a decline, a NaN vector, and a reply that also leaks a sample count
+    vectors = [[5.0, 6.0], [6.0, 5.0], None, [np.nan, 1.0], [5.0, 5.0]]
+    replies = [reply(m, v) for m, v in zip(messages, vectors)]
+    replies[4].content["metrics"] = MetricRecord({"num-examples": 8})
+    new, metrics = strategy.aggregate_train(1, replies)
+    parts = [m.metadata.dst_node_id - 100 for m in messages]
+    report = strategy.current
+    assert report["participants"] == parts[:2] and report["declined"] == [parts[2]]
+    assert sorted(report["invalid"]) == sorted([str(parts[3]), str(parts[4])])
+    assert report["cluster_sizes"] == [2, 0]
+    hyps = hypotheses_from_record(new)
+    np.testing.assert_allclose(flatten(hyps[0]), [5.5, 5.5])  # uniform mean
+    np.testing.assert_array_equal(flatten(hyps[1]), flatten(HYPS[1]))  # empty: kept
+    assert {p: strategy.ledger.spent[p] for p in parts[:2]} == {parts[0]: 0.4, parts[1]: 0.4}
+    assert metrics["participants"] == 2 and metrics["declined"] == 1
+
+
+class LocalGrid:
+    """In-process stand-in for the simulation grid: calls the ClientApp handlers directly,
+    one persistent ``context.state`` per node (what Flower keeps between rounds)."""
+
+    def __init__(self, partitions):
+        self.states = {100 + p: RecordDict() for p in partitions}
+
+    def send_and_receive(self, messages, timeout=None):
+        out = []
+        for m in messages:
+            node = m.metadata.dst_node_id
+            ctx = Context(
+                run_id=1,
+                node_id=node,
+                node_config={"partition-id": node - 100},
+                state=self.states[node],
+                run_config={},
+            )
+            handler = train_handler if m.metadata.message_type == TRAIN_TYPE else evaluate_handler
+            out.append(handler(m, ctx))
+        return out
+
+
+def test_budget_loop_no_client_participates_more_than_twice():
+    cfg = gp_cfg(**{"leakage-budget": 1.0, "num-clients": 6})
+    strategy = make_strategy(budget=1.0)
+    grid = LocalGrid(range(6))
+    config = ConfigRecord({**{k: v for k, v in cfg.items() if k != "server-round"}})
+    result = strategy.start(grid, hypotheses_record(HYPS), num_rounds=8, train_config=config)
+    assert max(strategy.participations.values()) <= 2
+    assert all(v <= 1.0 + 1e-12 for v in strategy.ledger.spent.values())
+    for node, state in grid.states.items():  # the clients' own ledgers agree with the mirror
+        own = read_ledger(state, LEDGER_KEY)
+        assert own["participations"] == strategy.participations.get(node - 100, 0) <= 2
+        assert own["spent"] == pytest.approx(0.4 * own["participations"])
+    # 6 users x 2 participations = 12 <= 4 per round: the run ends by exhausting the budget
+    assert strategy.stopped == "leakage-budget" and result.arrays is not None
+
+
+def test_same_seed_same_rounds_in_process():
+    """SPEC §7: seeded sampling, training and noise -> identical released vectors."""
+    cfg = gp_cfg(**{"num-clients": 6})
+    config = ConfigRecord({k: v for k, v in cfg.items() if k != "server-round"})
+    runs = []
+    for _ in range(2):
+        records = []
+        strategy = make_strategy()
+        strategy.on_round_end = records.append
+        result = strategy.start(
+            LocalGrid(range(6)), hypotheses_record(HYPS), num_rounds=3, train_config=config
+        )
+        runs.append((flatten(hypotheses_from_record(result.arrays)[0]), records))
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    assert [r.get("released") for r in runs[0][1]] == [r.get("released") for r in runs[1][1]]
+    assert len(runs[0][1][1]["released"]) == 4
+
+
+# --- config ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "over,key",
+    [
+        ({"users-per-round": 200}, "users-per-round"),
+        ({"validation-clients": 120}, "validation-clients"),
+        ({"leakage-budget": 1.0, "ifca-noise-multiplier": 0.0}, "leakage-budget"),
+        ({"ifca-sweep": "num-clients=4"}, "ifca-sweep"),
+        ({"ifca-sweep": "seed"}, "ifca-sweep"),
+        ({"ifca-sweep": "num-hypotheses=0"}, "num-hypotheses"),
+        ({"ifca-noise-multiplier": -1.0}, "ifca-noise-multiplier"),
+        ({"patience": 0}, "patience"),
+    ],
+)
+def test_bad_ifca_config_is_one_line_error(over, key):
+    with pytest.raises(ConfigError) as info:
+        resolve_run_config({"scenario": "gp-synthetic", **over})
+    assert f"{key} = " in str(info.value) and "\n" not in str(info.value)
+
+
+def test_sweep_parsing_and_table():
+    assert parse_sweep("ifca-noise-multiplier=0.1,seed=2;num-hypotheses=1, model='linear'") == [
+        {"ifca-noise-multiplier": 0.1, "seed": 2},
+        {"num-hypotheses": 1, "model": "linear"},
+    ]
+    summary = {
+        "final": {"accuracy": 0.9, "objective": 0.3},
+        "best_round": 4,
+        "leakage": {"stats": {"median": 0.8, "max": 2.0}},
+    }
+    table = sweep_table([({"ifca-noise-multiplier": 1, "seed": s}, summary) for s in (0, 1)])
+    assert "| ifca-noise-multiplier=1 | 2 | 0.900 ± 0.000 |" in table
+
+
+def test_plots_write_pngs(tmp_path):
+    from fedpriv.ifca_plots import (
+        plot_leakage_histogram,
+        plot_leakage_per_cluster,
+        plot_params_scatter,
+        plot_validation_loss,
+    )
+
+    rng = np.random.default_rng(1)
+    paths = [
+        plot_leakage_histogram([0.0, 0.4, 0.8, 0.4], tmp_path / "h.png", per_participation=0.4),
+        plot_params_scatter(
+            [(1, rng.normal(size=(7, 2)))],
+            [(0, rng.normal(size=(2, 2))), (1, rng.normal(size=(2, 2)))],
+            tmp_path / "s.png",
+            theta_star=np.array([[5, 6], [4, -4.5]]),
+        ),
+        plot_leakage_per_cluster([1, 2], [[0.4, 0.0], [0.8, 0.4]], tmp_path / "c.png"),
+        plot_validation_loss({"rmse": ([0, 1], [3.0, 1.0])}, tmp_path / "v.png", best_round=1),
+    ]
+    assert all(p.stat().st_size > 1000 for p in paths)

@@ -1,0 +1,136 @@
+"""Zonal super-node aggregation in real Flower simulations (``fedpriv run``).
+
+Two runs:
+
+* ``hdp-digits``, CI size (20 Dirichlet clients, 4 zones, 8 sampled per round, 5 rounds,
+  paper training: SGD 0.02, 5 local epochs): none / LDP / HDP / CDP at the same z in one
+  simulation. Accuracy is ordered none ≥ CDP ≥ HDP ≥ LDP within a band and ε at the
+  aggregator LDP < HDP < CDP (HDP Fig. 2, Table III).
+* the standard runner with ``privacy = "zonal"``, a C5 mix (LDP zone + server noise) and
+  ``supernode-failure-rate = 0.5``: failed super-nodes are re-elected, logged in
+  rounds.jsonl, and every round still completes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.simulate import run_fedpriv
+
+pytestmark = pytest.mark.simulation
+
+BAND = 0.05  # accuracy tolerance between neighbours in the order (180 test images)
+
+
+@pytest.fixture(scope="module")
+def compare_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hdp") / "compare"
+    overrides = {
+        "scenario": "hdp-digits",
+        "num-clients": 20,
+        "clients-per-round": 8,
+        "num-zones": 4,
+        "num-server-rounds": 5,
+        "seed": 0,
+    }
+    rc, summary, rounds, tail = run_fedpriv(overrides, out, timeout=900)
+    assert rc == 0, tail
+    return out, summary, rounds
+
+
+def test_accuracy_order_none_cdp_hdp_ldp(compare_run):
+    out, summary, _ = compare_run
+    acc = {row["placement"]: row["last3_accuracy"] for row in summary["runs"]}
+    assert set(acc) == {"none", "ldp", "hdp", "cdp"}
+    assert acc["none"] >= acc["cdp"] - BAND
+    assert acc["cdp"] >= acc["hdp"] - BAND
+    assert acc["hdp"] >= acc["ldp"] - BAND
+    assert acc["none"] - acc["ldp"] >= 0.1  # the noise really costs accuracy
+    assert acc["none"] > 0.3  # and the model really learns
+    assert "| ldp | 4 | C1 |" in (out / "report.md").read_text()
+    assert (out / "comparison.png").stat().st_size > 1000
+    for placement in acc:
+        assert (out / placement / "summary.json").exists()
+
+
+def test_epsilon_at_aggregator_order_ldp_hdp_cdp(compare_run):
+    _, summary, _ = compare_run
+    rows = {row["placement"]: row for row in summary["runs"]}
+    for key in ("epsilon_aggregator_rdp", "epsilon_aggregator_pld", "epsilon_heuristic_rdp"):
+        assert rows["ldp"][key] < rows["hdp"][key] < rows["cdp"][key]
+    assert rows["none"]["epsilon_aggregator_rdp"] in (math.inf, "inf")
+    assert [rows[p]["table_i"] for p in ("ldp", "hdp", "cdp")] == ["C1", "C2", "C4"]
+
+
+def test_round_records_log_zones_sigma_elections_and_epsilon(compare_run):
+    _, _, rounds = compare_run
+    by_run: dict[str, list[dict]] = {}
+    for record in rounds:
+        if record["round"] > 0:
+            by_run.setdefault(record["run"], []).append(record)
+    assert sorted(by_run) == ["cdp", "hdp", "ldp", "none"]
+    # same seed -> the same clients sampled in every placement
+    samples = {run: [r["sampled"] for r in recs] for run, recs in by_run.items()}
+    assert all(s == samples["none"] for s in samples.values())
+    q, w_zone, z, c = 8 / 20, 5, 0.5, 0.5
+    for run, recs in by_run.items():
+        assert len(recs) == 5 and all(r["aggregated"] for r in recs)
+        first = recs[0]["zonal"]
+        assert first["placement"] == run
+        assert [e["reason"] for e in first["elections"]] == ["initial"] * 4
+        assert set(first["supernodes"]) == {"0", "1", "2", "3"}
+        for rec in recs:
+            zonal = rec["zonal"]
+            assert zonal["epsilon"]["round"] == rec["round"]
+            assert set(zonal["zones"]) == {"0", "1", "2", "3"}
+            assert (
+                sorted(p for zr in zonal["zones"].values() for p in zr["partitions"])
+                == (rec["sampled"])
+            )
+    hdp = by_run["hdp"][0]["zonal"]
+    assert hdp["sigma_zone"] == {str(i): pytest.approx(z * c / (q * w_zone)) for i in range(4)}
+    assert all(zr["sigma"] == pytest.approx(z * c / (q * w_zone)) for zr in hdp["zones"].values())
+    assert by_run["cdp"][0]["zonal"]["sigma_server"] == pytest.approx(z * c / (q * 20))
+    assert by_run["ldp"][0]["zonal"]["sigma_client"] == pytest.approx(z * c)
+    assert by_run["ldp"][0]["train"]["zonal-noise-std"] == pytest.approx(z * c)
+    eps = [r["zonal"]["epsilon"]["aggregator_accountant"]["rdp"] for r in by_run["hdp"]]
+    assert eps == sorted(eps) and eps[0] < eps[-1]  # ε grows with the rounds
+
+
+def test_supernode_failures_trigger_reelections(tmp_path):
+    overrides = {
+        "scenario": "digits",
+        "model": "digits-mlp",
+        "num-clients": 8,
+        "clients-per-round": 4,
+        "num-server-rounds": 3,
+        "local-epochs": 1,
+        "privacy": "zonal",
+        "num-zones": 2,
+        "noise-placement": "mixed",
+        "ldp-fraction": 0.5,
+        "supernode-failure-rate": 0.5,
+        "zonal-distributed-eval": "sampled",
+        "seed": 0,
+    }
+    rc, summary, rounds, tail = run_fedpriv(overrides, tmp_path / "fail")
+    assert rc == 0, tail
+    trained = [r for r in rounds if r["round"] > 0]
+    assert len(trained) == 3 and all(r["aggregated"] for r in trained)
+    reelections = [e for r in trained for e in r["zonal"]["elections"] if e["reason"] == "failed"]
+    assert reelections, "expected at least one failure at rate 0.5 over 3 rounds x 2 zones"
+    for record in trained:
+        zonal = record["zonal"]
+        assert zonal["table_i"] == "C5"
+        assert not set(zonal["offline"]) & set(record["replied"])
+        for event in zonal["elections"]:
+            if event["reason"] == "failed":
+                assert event["supernode"] != event["previous"]
+                assert event["previous"] in zonal["failed_supernodes"]
+        assert set(zonal["supernodes"].values()).isdisjoint(zonal["failed_supernodes"])
+        assert len(record["distributed"]) > 0  # the sampled clients evaluated
+    block = summary["zonal"]
+    assert block["reelections"] == len(reelections)
+    assert block["epsilon"]["table_i"] == "C5" and "assumptions" in block["epsilon"]
