@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Several clients share one GPU in `local-simulation-gpu`: never grab all its memory.
+os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 
 from collections.abc import Mapping, Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402

@@ -422,27 +422,37 @@ def write_plots(cfg, data, strategy: LaplaceIFCA, rounds, summary, runlog: RunLo
 # --- the runner -------------------------------------------------------------------------------
 
 
+def _mean_text(values: list) -> str:
+    return f"{np.mean(values):.4g}" if values else "-"
+
+
 def sweep_table(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
-    """Markdown table: one row per sweep setting (seeds pooled: mean ± std over seeds)."""
+    """Markdown table (GP Table 2 shape): one row per sweep setting, seeds pooled.
+
+    accuracy = example-weighted accuracy of every training user with its best hypothesis on
+    its test split (mean ± std over seeds); objective = the same users' mean loss (RMSE for
+    regression); leakage = n/ν per participation and the mirror ledger's median / max.
+    """
     groups: dict[str, list[dict[str, Any]]] = {}
     for overrides, summary in results:
         label = ", ".join(f"{k}={v}" for k, v in overrides.items() if k != "seed") or "(base)"
         groups.setdefault(label, []).append(summary)
     lines = [
-        "| setting | runs | accuracy (mean ± std) | objective | median leakage | "
-        "max leakage | best round |",
-        "|---|---|---|---|---|---|---|",
+        "| setting | runs | accuracy (mean ± std) | objective | leakage / participation | "
+        "median leakage | max leakage | best round |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for label, summaries in groups.items():
-        acc = [s["final"].get("accuracy", math.nan) for s in summaries]
+        acc = [s["final"].get("accuracy_weighted", math.nan) for s in summaries]
         obj = [s["final"].get("objective", math.nan) for s in summaries]
         stats = [s["leakage"]["stats"] for s in summaries]
+        per = [s["leakage"]["per_participation"] for s in summaries]
         med = [st["median"] for st in stats if st.get("median") is not None]
         mx = [st["max"] for st in stats if st.get("max") is not None]
         lines.append(
             f"| {label} | {len(summaries)} | {np.mean(acc):.3f} ± {np.std(acc):.3f} | "
-            f"{np.mean(obj):.3f} | {np.mean(med) if med else '-'} | "
-            f"{np.mean(mx) if mx else '-'} | "
+            f"{np.mean(obj):.3f} | {_mean_text([v for v in per if v is not None])} | "
+            f"{_mean_text(med)} | {_mean_text(mx)} | "
             f"{', '.join(str(s['best_round']) for s in summaries)} |"
         )
     return "\n".join(lines) + "\n"

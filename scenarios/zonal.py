@@ -311,6 +311,7 @@ def run_variant(pgrid: PartitionGrid, cfg: dict[str, Any], data, top: RunLog) ->
     )
     summary["label"] = label
     summary["accuracy_per_round"] = [r["server"]["accuracy"] for r in rounds if r["round"] > 0]
+    summary["rounds_aggregated"] = sum(bool(r.get("aggregated")) for r in rounds if r["round"] > 0)
     return summary
 
 
@@ -360,6 +361,7 @@ def run_row(summary: Mapping[str, Any]) -> dict[str, Any]:
         "epsilon_heuristic_rdp": heur.get("rdp", math.inf),
         "epsilon_vs_curious_aggregator_rdp": {k: v.get("rdp") for k, v in curious.items()},
         "reelections": summary.get("zonal", {}).get("reelections", 0),
+        "rounds_aggregated": f"{summary.get('rounds_aggregated', 0)}/{len(accs)}",
         "wall_seconds": summary.get("wall_seconds", math.nan),
     }
 
@@ -398,8 +400,8 @@ def report_markdown(
         "",
         "| run | s | Table I | final acc | mean acc last 3 | aggregate z | ε level (RDP) "
         "| ε aggregator, accountant PLD / RDP | ε aggregator, HDP §IV-C heuristic (RDP) "
-        "| ε vs curious aggregator (RDP) | re-elections | wall s |",
-        "|---" * 12 + "|",
+        "| ε vs curious aggregator (RDP) | re-elections | rounds aggregated | wall s |",
+        "|---" * 13 + "|",
     ]
     for r in rows:
         curious = (
@@ -411,7 +413,8 @@ def report_markdown(
             f"{_fmt(r['last3_accuracy'])} | {_fmt(r['aggregator_noise_multiplier'])} | "
             f"{_fmt(r['epsilon_level_rdp'])} | {_fmt(r['epsilon_aggregator_pld'])} / "
             f"{_fmt(r['epsilon_aggregator_rdp'])} | {_fmt(r['epsilon_heuristic_rdp'])} | "
-            f"{curious} | {r['reelections']} | {_fmt(r['wall_seconds'])} |"
+            f"{curious} | {r['reelections']} | {r['rounds_aggregated']} | "
+            f"{_fmt(r['wall_seconds'])} |"
         )
     eps = next(
         (
@@ -521,19 +524,23 @@ def train_zonal(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict
             clipping_norm=clipping_norm,
             rng=rng,
         )
-    elif level == "none":  # the no-DP baseline: neither clipped nor noised
-        sent, was_clipped = update, False
-    else:
-        sent, was_clipped = clip_update(update, clipping_norm)
+    else:  # HDP / CDP zones clip; a "none" zone (the no-DP baseline) sends Δ as trained
+        sent, was_clipped = (
+            (update, False) if level == "none" else clip_update(update, clipping_norm)
+        )
         info = {
             "update_norm": flat_norm(update),
             "clipped": was_clipped,
             "sigma": 0.0,
             "noise_norm": 0.0,
         }
-    arrays = [
-        (np.asarray(g, np.float64) + d).astype(np.asarray(g).dtype) for g, d in zip(reference, sent)
-    ]
+    if level == "none":
+        arrays = trained
+    else:
+        arrays = [
+            (np.asarray(g, np.float64) + d).astype(np.asarray(g).dtype)
+            for g, d in zip(reference, sent)
+        ]
     metrics = dict(out["metrics"])
     metrics.update(
         {

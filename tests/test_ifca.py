@@ -406,13 +406,16 @@ def test_sweep_parsing_and_table():
         {"ifca-noise-multiplier": 0.1, "seed": 2},
         {"num-hypotheses": 1, "model": "linear"},
     ]
-    summary = {
-        "final": {"accuracy": 0.9, "objective": 0.3},
-        "best_round": 4,
-        "leakage": {"stats": {"median": 0.8, "max": 2.0}},
-    }
-    table = sweep_table([({"ifca-noise-multiplier": 1, "seed": s}, summary) for s in (0, 1)])
-    assert "| ifca-noise-multiplier=1 | 2 | 0.900 ± 0.000 |" in table
+    summaries = [
+        {
+            "final": {"accuracy_weighted": acc, "objective": 0.3},
+            "best_round": 4,
+            "leakage": {"per_participation": 4810.0, "stats": {"median": 9620.0, "max": 2e4}},
+        }
+        for acc in (0.9, 0.8)
+    ]
+    table = sweep_table([({"ifca-noise-multiplier": 1, "seed": s}, summaries[s]) for s in (0, 1)])
+    assert "| ifca-noise-multiplier=1 | 2 | 0.850 ± 0.050 | 0.300 | 4810 | 9620 | 2e+04 |" in table
 
 
 def test_plots_write_pngs(tmp_path):

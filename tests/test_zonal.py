@@ -364,6 +364,11 @@ def test_ldp_client_message_carries_the_noise():
 
     hdp_update, hdp_metrics = call("hdp")
     ldp_update, ldp_metrics = call("ldp")
+    none_update, none_metrics = call("none")  # the no-DP baseline: as trained
+    assert flat_norm(none_update) == pytest.approx(none_metrics["zonal-update-norm"], rel=1e-5)
+    assert flat_norm(none_update) > 0.2 and none_metrics["zonal-clipped"] == 0
+    scale = 0.2 / flat_norm(none_update)
+    assert _max_diff(hdp_update, [scale * x for x in none_update]) < 1e-6
     assert flat_norm(hdp_update) <= 0.2 * (1 + 1e-5)  # clipped, not noised
     assert hdp_metrics["zonal-noise-std"] == 0.0 and hdp_metrics["zonal-clipped"] == 1
     assert ldp_metrics["zonal-noise-std"] == pytest.approx(0.3 * 0.2)

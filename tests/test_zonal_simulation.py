@@ -44,6 +44,7 @@ def test_accuracy_order_none_cdp_hdp_ldp(compare_run):
     out, summary, _ = compare_run
     acc = {row["placement"]: row["last3_accuracy"] for row in summary["runs"]}
     assert set(acc) == {"none", "ldp", "hdp", "cdp"}
+    assert all(row["rounds_aggregated"] == "5/5" for row in summary["runs"])
     assert acc["none"] >= acc["cdp"] - BAND
     assert acc["cdp"] >= acc["hdp"] - BAND
     assert acc["hdp"] >= acc["ldp"] - BAND
