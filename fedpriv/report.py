@@ -39,6 +39,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 from sklearn.metrics import auc  # noqa: E402
 
 from fedpriv.grid import RunResult, collect_results  # noqa: E402
@@ -375,6 +376,7 @@ def plot_strategy_accuracy(
             (line,) = ax.plot(x, mean, marker="o", ms=3, label=PRIVACY_LABELS.get(mode, mode))
             ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, lw=0)
         ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("accuracy")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
@@ -413,6 +415,7 @@ def plot_accuracy_by_privacy(
                 drawn = True
         ax.set_title(PRIVACY_LABELS.get(mode, mode))
         ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("accuracy")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
@@ -508,6 +511,12 @@ def build_report(output_dir: str | Path, *, last_k: int = 5) -> tuple[str, list[
         f'"{DASH}" marks a cell without a complete run.',
         "",
     ]
+    if rounds and min(rounds) < last_k:
+        out += [
+            f"Runs with fewer than {last_k} rounds: their last-{last_k} mean is over all "
+            "their rounds.",
+            "",
+        ]
     coverage, missing = _coverage(groups, strategies, modes, seeds)
     out += ["## Complete runs per cell", "", coverage, ""]
     if missing:

@@ -46,7 +46,7 @@ from fedpriv.zonal import (
     ldp_client_update,
 )
 from scenarios.federation import PartitionGrid, discover_partitions
-from scenarios.registry import CONSISTENCY_CHECKS, Scenario, register_scenario
+from scenarios.registry import CONSISTENCY_CHECKS, Scenario, get_scenario, register_scenario
 from strategies.zonal import SEED_TAG, ZONAL_TASK, ZonalAggregation
 
 KIND = "zonal-compare"
@@ -113,6 +113,8 @@ def parse_zone_counts(text: str, num_clients: int) -> list[int]:
 def check_zonal(cfg: Mapping[str, Any]) -> None:
     """Cross-key checks of the zonal feature (only when ``privacy = "zonal"``)."""
     if cfg["privacy"] != "zonal":
+        if get_scenario(cfg["scenario"]).kind == KIND:
+            raise ConfigError("privacy", cfg["privacy"], f"'zonal' for scenario {cfg['scenario']}")
         return
     n, s = int(cfg["num-clients"]), int(cfg["num-zones"])
     if s > n:

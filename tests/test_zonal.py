@@ -61,6 +61,14 @@ def _uniform_mean(updates):
     return [np.mean([u[j] for u in values], axis=0) for j in range(len(SHAPES))]
 
 
+def _resolve(run_config):
+    """resolve_run_config with the zonal feature registered (scenario hdp-digits)."""
+    import scenarios.zonal  # noqa: F401  (registers hdp-digits, keys checks, task)
+    from scenarios.registry import resolve_run_config
+
+    return resolve_run_config(run_config)
+
+
 def _max_diff(a, b):
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
 
@@ -327,10 +335,9 @@ def test_ldp_client_message_carries_the_noise():
 
     from clients.keras_client import federated_data, initial_weights
     from fedpriv.mechanisms import flat_norm
-    from scenarios.registry import resolve_run_config
     from scenarios.zonal import train_zonal
 
-    cfg = resolve_run_config(
+    cfg = _resolve(
         {
             "scenario": "hdp-digits",
             "num-clients": 20,
@@ -577,22 +584,19 @@ def test_epsilon_at_the_aggregator_is_ordered_ldp_hdp_cdp():
         ({"strategy": "fedmedian"}, "strategy = 'fedmedian'"),
         ({"zonal-compare-placements": "none,xdp"}, "zonal-compare-placements"),
         ({"zonal-sweep-zones": "2,99"}, "zonal-sweep-zones = '2,99'"),
+        ({"privacy": "none"}, "privacy = 'none'"),
     ],
 )
 def test_bad_zonal_config_is_one_line(overrides, fragment):
-    from scenarios.registry import resolve_run_config
-
     base = {"scenario": "hdp-digits", "num-clients": 20, "num-zones": 4}
     with pytest.raises(ConfigError) as info:
-        resolve_run_config({**base, **overrides})
+        _resolve({**base, **overrides})
     message = str(info.value)
     assert fragment in message and "expected" in message and "\n" not in message
 
 
 def test_zone_checks_only_apply_to_zonal_runs():
-    from scenarios.registry import resolve_run_config
-
-    cfg = resolve_run_config({"scenario": "digits", "num-zones": 9})  # 4 clients, not zonal
+    cfg = _resolve({"scenario": "digits", "num-zones": 9})  # 4 clients, not zonal
     assert cfg["num-zones"] == 9
 
 
