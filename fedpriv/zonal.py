@@ -100,6 +100,8 @@ __all__ = [
     "ElectionEvent",
     "SuperNodeElection",
     "draw_failures",
+    "EPSILON_ASSUMPTIONS",
+    "epsilon_at_aggregator",
 ]
 
 ZONE_ASSIGNMENTS = ("blocks", "round-robin", "map")

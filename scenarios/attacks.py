@@ -437,7 +437,7 @@ def _finished(cfg: Mapping[str, Any]) -> bool:
 
 
 def _attack_cia(args: argparse.Namespace) -> int:
-    from fedpriv.attacks.report import cia_report, plot_auc_over_rounds
+    from fedpriv.attacks.report import cia_report, plot_cia_auc
 
     t0 = time.time()
     failed: list[str] = []
@@ -493,13 +493,7 @@ def _attack_cia(args: argparse.Namespace) -> int:
     if failed:
         text += "\nFailed cells: " + ", ".join(failed) + "\n"
     (out / "cia.md").write_text(text)
-    series = {}
-    for c in cells_doc:
-        name = f"{c['strategy']}/{c['privacy']}"
-        series[f"{name} present"] = [(r["round"], r["auc"]) for r in c["present"]]
-        if c.get("absent"):
-            series[f"{name} absent"] = [(r["round"], r["auc"]) for r in c["absent"]]
-    plot_auc_over_rounds(series, out / "cia_auc.png", title="CIA loss-threshold AUC")
+    plot_cia_auc(cells_doc, out / "cia_auc.png")
     print(text)
     print(f"fedpriv attack cia: wrote {out / 'cia.md'} and {out / 'cia_auc.png'}")
     return 1 if failed else 0

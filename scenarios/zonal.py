@@ -418,6 +418,8 @@ def report_markdown(
             f"{curious} | {r['reelections']} | {r['rounds_aggregated']} | "
             f"{_fmt(r['wall_seconds'])} |"
         )
+    if len({r["num_zones"] for r in rows}) > 1:
+        lines += ["", "Accuracy against ε at the aggregator as s varies (HDP Fig. 3): `sweep.png`."]
     eps = next(
         (
             s["zonal"]["epsilon"]

@@ -21,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 STRATEGY_LABELS = {
     "fedavg": "FedAvg",
@@ -269,6 +270,49 @@ def plot_auc_over_rounds(
     ax.set_title(title)
     ax.legend(fontsize=7)
     fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_cia_auc(cells: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """One panel per strategy: AUC per round, a colour per privacy mode, solid = target
+    present, dashed = target absent; 0.5 dotted."""
+    strategies = _ordered({c["strategy"] for c in cells}, list(STRATEGY_LABELS))
+    privacies = _ordered({c["privacy"] for c in cells}, list(PRIVACY_LABELS))
+    colours = {p: f"C{i}" for i, p in enumerate(privacies)}
+    ncol = min(3, len(strategies))
+    nrow = math.ceil(len(strategies) / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 2.6 * nrow + 0.5), squeeze=False)
+    for ax in axes.flat[len(strategies) :]:
+        ax.axis("off")
+    by = {(c["strategy"], c["privacy"]): c for c in cells}
+    for ax, s in zip(axes.flat, strategies):
+        for p in privacies:
+            cell = by.get((s, p))
+            for phase, style in (("present", "-"), ("absent", "--")):
+                recs = (cell or {}).get(phase) or []
+                if recs:
+                    ax.plot(
+                        [r["round"] for r in recs],
+                        [r["auc"] for r in recs],
+                        style,
+                        marker="o",
+                        ms=3,
+                        color=colours[p],
+                        label=f"{_label(PRIVACY_LABELS, p)}, target {phase}",
+                    )
+        ax.axhline(0.5, ls=":", c="grey", lw=0.8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(0.2, 0.9)
+        ax.set_title(_label(STRATEGY_LABELS, s), fontsize=9)
+        ax.set_xlabel("round", fontsize=8)
+        ax.set_ylabel("AUC", fontsize=8)
+        ax.grid(alpha=0.3)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=7)
+    fig.suptitle("CIA: loss-threshold AUC of the shadow set vs held-out", fontsize=9)
+    fig.tight_layout(rect=(0, 0.12 if nrow == 1 else 0.08, 1, 0.95))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
