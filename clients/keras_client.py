@@ -99,6 +99,7 @@ def _cached_model(
     )
 
 
+
 def model_for(cfg: Mapping[str, Any], data: FederatedData) -> tf.keras.Model:
     """The process's model for this config (built once; weights are set per call)."""
     return _cached_model(
@@ -133,7 +134,7 @@ def _prepare(model: tf.keras.Model, settings: TrainSettings) -> None:
     """
     for var in model.optimizer.variables:
         var.assign(tf.zeros_like(var))
-    tf.keras.utils.set_random_seed(settings.seed)
+    tf.keras.utils.set_random_seed(settings.seed)  # also resets traced random ops (Dropout)
 
 
 def train_local(

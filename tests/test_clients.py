@@ -70,3 +70,18 @@ def test_same_seed_same_weights_and_optimizer_state_is_reset(digits_setup):
     other = TrainSettings(**{**settings.__dict__, "seed": 6})
     c, _ = train_local(model, w0, client.x_train, client.y_train, other)
     assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+
+
+def test_dropout_model_result_does_not_depend_on_process_history():
+    """MP CNN (with Dropout): the same call gives the same weights after other calls."""
+    cfg = resolve_run_config({"scenario": "synthetic-mri"})
+    data = federated_data(cfg)
+    model = model_for(cfg, data)
+    w0 = initial_weights(cfg, data)
+    client = data.clients[0]
+    x, y = client.x_train[:24], client.y_train[:24]
+    settings = TrainSettings(epochs=1, batch_size=8, learning_rate=1e-3, optimizer="adam", seed=11)
+    first, _ = train_local(model, w0, x, y, settings)
+    train_local(model, w0, x, y, TrainSettings(**{**settings.__dict__, "seed": 12}))
+    again, _ = train_local(model, w0, x, y, settings)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
