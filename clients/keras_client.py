@@ -99,7 +99,6 @@ def _cached_model(
     )
 
 
-
 def model_for(cfg: Mapping[str, Any], data: FederatedData) -> tf.keras.Model:
     """The process's model for this config (built once; weights are set per call)."""
     return _cached_model(

@@ -35,8 +35,9 @@ def _free_ports(count: int) -> list[int]:
 
 
 def _start(cmd, log: Path, env):
-    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+    return subprocess.Popen(
+        cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
 
 
 def _stop(procs):
@@ -51,30 +52,71 @@ def _stop(procs):
 
 
 def test_superlink_and_supernodes_on_localhost(tmp_path):
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", TF_CPP_MIN_LOG_LEVEL="3",
-               CUDA_VISIBLE_DEVICES="", FLWR_HOME=str(tmp_path / "flwr-home"))
+    env = dict(
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        TF_CPP_MIN_LOG_LEVEL="3",
+        CUDA_VISIBLE_DEVICES="",
+        FLWR_HOME=str(tmp_path / "flwr-home"),
+    )
     appio, fleet, control, *node_ports = _free_ports(7)
     out = tmp_path / "out"
-    procs = [_start([str(BIN / "flower-superlink"), "--insecure",
-                     "--serverappio-api-address", f"127.0.0.1:{appio}",
-                     "--fleet-api-address", f"127.0.0.1:{fleet}",
-                     "--control-api-address", f"127.0.0.1:{control}",
-                     "--flwr-dir", str(tmp_path / "flwr-link")],
-                    tmp_path / "superlink.log", env)]
+    procs = [
+        _start(
+            [
+                str(BIN / "flower-superlink"),
+                "--insecure",
+                "--serverappio-api-address",
+                f"127.0.0.1:{appio}",
+                "--fleet-api-address",
+                f"127.0.0.1:{fleet}",
+                "--control-api-address",
+                f"127.0.0.1:{control}",
+                "--flwr-dir",
+                str(tmp_path / "flwr-link"),
+            ],
+            tmp_path / "superlink.log",
+            env,
+        )
+    ]
     try:
         time.sleep(3)
         for i in range(4):
-            procs.append(_start([str(BIN / "flower-supernode"), "--insecure",
-                                 "--superlink", f"127.0.0.1:{fleet}",
-                                 "--clientappio-api-address", f"127.0.0.1:{node_ports[i]}",
-                                 "--node-config", f"partition-id={i} num-partitions=4",
-                                 "--flwr-dir", str(tmp_path / f"flwr-node{i}")],
-                                tmp_path / f"supernode{i}.log", env))
+            procs.append(
+                _start(
+                    [
+                        str(BIN / "flower-supernode"),
+                        "--insecure",
+                        "--superlink",
+                        f"127.0.0.1:{fleet}",
+                        "--clientappio-api-address",
+                        f"127.0.0.1:{node_ports[i]}",
+                        "--node-config",
+                        f"partition-id={i} num-partitions=4",
+                        "--flwr-dir",
+                        str(tmp_path / f"flwr-node{i}"),
+                    ],
+                    tmp_path / f"supernode{i}.log",
+                    env,
+                )
+            )
         submit = subprocess.run(
-            [str(BIN / "flwr"), "run", ".", "local-deployment",
-             "--federation-config", f"address='127.0.0.1:{control}'",
-             "--run-config", f"num-server-rounds=2 privacy='none' output-dir='{out}'"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+            [
+                str(BIN / "flwr"),
+                "run",
+                ".",
+                "local-deployment",
+                "--federation-config",
+                f"address='127.0.0.1:{control}'",
+                "--run-config",
+                f"num-server-rounds=2 privacy='none' output-dir='{out}'",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert "Successfully started run" in submit.stdout, submit.stdout + submit.stderr
         deadline = time.monotonic() + 600
