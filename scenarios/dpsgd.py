@@ -33,6 +33,7 @@ from fedpriv.config import ConfigError
 from fedpriv.dpsgd import ACCOUNTANT_TEXT
 from scenarios import client_app, server_app
 from scenarios.registry import CONSISTENCY_CHECKS
+from strategies.base import StrategyWrapper
 
 TASK = "dp-sgd"
 PARTICIPATIONS_KEY = "dp-sgd-participations"
@@ -68,7 +69,7 @@ def _reply_metrics(reply: Message) -> dict[str, Any]:
     return dict(records[0]) if records else {}
 
 
-class DpSgdClients(Strategy):
+class DpSgdClients(StrategyWrapper):
     """Ask the sampled clients for DP-SGD training and keep their ε (per node)."""
 
     def __init__(self, strategy: Strategy) -> None:
@@ -76,10 +77,6 @@ class DpSgdClients(Strategy):
         self.participations: dict[int, int] = {}
         self.epsilon: dict[int, float] = {}
         self.epsilon_once: dict[int, float] = {}
-
-    def summary(self) -> None:
-        """Log the wrapped strategy's summary."""
-        self.strategy.summary()
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -115,18 +112,6 @@ class DpSgdClients(Strategy):
             if EPSILON_ONCE_KEY in metrics:
                 self.epsilon_once[node] = float(metrics[EPSILON_ONCE_KEY])
         return self.strategy.aggregate_train(server_round, replies)
-
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """Delegate."""
-        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
-
-    def aggregate_evaluate(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> Optional[MetricRecord]:
-        """Delegate."""
-        return self.strategy.aggregate_evaluate(server_round, replies)
 
     def round_metrics(self) -> dict[str, Any]:
         """Cumulative ε and participations per client (node ids; the recorder maps them)."""

@@ -24,6 +24,7 @@ from flwr.server import Grid
 from flwr.serverapp.strategy.strategy import Strategy
 
 from scenarios.federation import PartitionGrid, sample_partitions
+from strategies.base import StrategyWrapper
 
 
 def wrapper_chain(strategy: Any) -> list[Any]:
@@ -35,7 +36,7 @@ def wrapper_chain(strategy: Any) -> list[Any]:
     return chain
 
 
-class RoundRecorder(Strategy):
+class RoundRecorder(StrategyWrapper):
     """Seeded sampling + per-round metric capture around ``strategy``."""
 
     def __init__(
@@ -53,10 +54,6 @@ class RoundRecorder(Strategy):
         self.clients_per_round = clients_per_round
         self.rng = rng
         self.current: dict[str, Any] = {}
-
-    def summary(self) -> None:
-        """Log the wrapped strategy's summary."""
-        self.strategy.summary()
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -47,6 +47,7 @@ from fedpriv.dp import (
     check_rng,
     round_report,
 )
+from strategies.base import StrategyWrapper
 
 __all__ = ["ServerSideFixedClippingDP", "MetricDP", "arrays_with_keys", "copy_with_arrays"]
 
@@ -64,7 +65,7 @@ def copy_with_arrays(reply: Message, new_records: dict[str, ArrayRecord]) -> Mes
     return Message(content=content, metadata=copy.copy(reply.metadata))
 
 
-class ServerSideFixedClippingDP(Strategy):
+class ServerSideFixedClippingDP(StrategyWrapper):
     """Central DP with server-side fixed clipping around a Message-API ``strategy``.
 
     Parameters (keyword-only after ``strategy``)
@@ -207,18 +208,6 @@ class ServerSideFixedClippingDP(Strategy):
             flags.append(was_clipped)
         stdv, info = self.mechanism.noise_stdv(raw_models, clipped_models)
         return out, stdv, info, flags
-
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """Delegate."""
-        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
-
-    def aggregate_evaluate(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> Optional[MetricRecord]:
-        """Delegate."""
-        return self.strategy.aggregate_evaluate(server_round, replies)
 
 
 class MetricDP(ServerSideFixedClippingDP):

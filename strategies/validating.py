@@ -21,6 +21,8 @@ from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, log
 from flwr.server import Grid
 from flwr.serverapp.strategy.strategy import Strategy
 
+from strategies.base import StrategyWrapper
+
 
 def update_problem(reply: Message, reference: dict[str, np.ndarray]) -> Optional[str]:
     """Why a training reply is unusable, or None if it is fine."""
@@ -39,7 +41,7 @@ def update_problem(reply: Message, reference: dict[str, np.ndarray]) -> Optional
     return None
 
 
-class ValidUpdatesOnly(Strategy):
+class ValidUpdatesOnly(StrategyWrapper):
     """Drop (or fail the round on) malformed or non-finite updates before aggregation.
 
     Parameters
@@ -62,10 +64,6 @@ class ValidUpdatesOnly(Strategy):
         self.accept_failures = accept_failures
         self.reference: dict[str, np.ndarray] = {}
         self.last_round: dict = {}
-
-    def summary(self) -> None:
-        """Log the wrapped strategy's summary."""
-        self.strategy.summary()
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -112,12 +110,6 @@ class ValidUpdatesOnly(Strategy):
             self.last_round["skipped"] = True
             return None, None
         return self.strategy.aggregate_train(server_round, valid)
-
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """Delegate."""
-        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]

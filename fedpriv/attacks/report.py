@@ -23,15 +23,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-STRATEGY_LABELS = {
-    "fedavg": "FedAvg",
-    "fedavgm": "FedAvgM",
-    "fedmedian": "FedMedian",
-    "fedprox": "FedProx",
-    "fedopt": "FedOpt",
-    "fedyogi": "FedYogi",
-}
-PRIVACY_LABELS = {"none": "Vanilla FL", "global-dp": "Global-DP", "metric-dp": "Metric-privacy"}
+from fedpriv.report import PRIVACY_LABELS, STRATEGY_LABELS  # noqa: E402
+
+# Table labels are shared with the grid report (one place for the names).
 # MP's CIA tables per strategy. Table 10 is captioned "FedYogi" but MP's text presents it as
 # the FedOpt result, and Table D.16 (FedYogi) has different numbers: we read Table 10 as FedOpt.
 MP_TABLE = {
