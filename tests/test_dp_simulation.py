@@ -187,3 +187,64 @@ def test_metric_dp_single_client_completes_with_fallback(tmp_path):
         assert math.isfinite(r["dp-sigma"])
         assert r["dp-sigma"] == pytest.approx(0.01 * 5.0 / (1 * 1e-6))
     assert summary["privacy"]["fallback_per_round"] == ["fewer-than-2-clients"] * 2
+
+
+# --- (4) identical client models in the simulation engine (Message API) ----------------------
+
+
+def test_metric_dp_with_identical_client_models_completes_with_fallback():
+    """Every client returns the same model (w_g + 0.1): d = 0, the floor is used, rounds finish."""
+    from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import FedAvg
+    from flwr.simulation import run_simulation
+
+    from strategies.dp_wrappers import MetricDP
+
+    captured: dict = {"reports": []}
+    client_app = ClientApp()
+
+    @client_app.train()
+    def train(msg: Message, context: Context) -> Message:
+        arrays = [a + 0.1 for a in msg.content["arrays"].to_numpy_ndarrays()]
+        content = RecordDict(
+            {"arrays": ArrayRecord(arrays), "metrics": MetricRecord({"num-examples": 5})}
+        )
+        return Message(content=content, reply_to=msg)
+
+    server_app = ServerApp()
+
+    class Recording(MetricDP):
+        def aggregate_train(self, server_round, replies):
+            out = super().aggregate_train(server_round, replies)
+            captured["reports"].append(self.round_metrics())
+            return out
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy = Recording(
+            FedAvg(fraction_evaluate=0.0, min_available_nodes=3, min_train_nodes=3),
+            noise_multiplier=0.5,
+            clipping_norm=1.0,
+            num_sampled_clients=3,
+            min_distance=0.01,
+            rng=np.random.default_rng(0),
+        )
+        result = strategy.start(
+            grid=grid, initial_arrays=ArrayRecord([np.zeros(4, np.float32)]), num_rounds=2
+        )
+        captured["final"] = result.arrays.to_numpy_ndarrays()
+
+    run_simulation(
+        server_app=server_app,
+        client_app=client_app,
+        num_supernodes=3,
+        backend_config={"client_resources": {"num_cpus": 1}},
+    )
+    assert len(captured["reports"]) == 2
+    for report in captured["reports"]:
+        assert report["dp-fallback"] == "distance-below-floor"
+        assert report["dp-distance"] == pytest.approx(0.01)
+        assert report["dp-sigma"] == pytest.approx(0.5 * 1.0 / (3 * 0.01))
+    assert np.all(np.isfinite(captured["final"][0]))
