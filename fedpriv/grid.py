@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv.runlog import from_json_number
+
 SUMMARY = "summary.json"
 ROUNDS = "rounds.jsonl"
 PREDICTIONS = "test_predictions.npz"
@@ -116,8 +118,8 @@ def pending(cells: Iterable[Cell]) -> list[Cell]:
 
 def _number(value: Any) -> float:
     """A JSON value as float ("inf"/"nan" strings of fedpriv.runlog included; else nan)."""
-    if isinstance(value, bool):
-        return float("nan")
+    number = from_json_number(value)
+    return float("nan") if number is None else number
     if isinstance(value, (int, float)):
         return float(value)
     if isinstance(value, str):

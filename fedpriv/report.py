@@ -44,6 +44,7 @@ from sklearn.metrics import auc  # noqa: E402
 
 from fedpriv.grid import RunResult, collect_results  # noqa: E402
 from fedpriv.metrics import micro_roc_curve  # noqa: E402
+from fedpriv.runlog import from_json_number  # noqa: E402
 
 DASH = "—"
 PRIVACY_ORDER = ("none", "global-dp", "metric-dp", "dp-sgd")
@@ -187,20 +188,12 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def _as_number(value: Any) -> float | None:
     """A number, or the mean of a list of numbers; "inf" strings count; else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
     if isinstance(value, (list, tuple)) and value:
         numbers = [_as_number(v) for v in value]
         if all(n is not None for n in numbers):
             return float(np.mean(numbers))
-    return None
+        return None
+    return from_json_number(value)
 
 
 def _find(flat: Mapping[str, Any], names: Sequence[str]) -> float | None:

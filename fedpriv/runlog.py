@@ -31,6 +31,20 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+def from_json_number(value: Any) -> float | None:
+    """Inverse of :func:`to_jsonable` for a scalar: a float ("inf"/"nan" strings too), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
 class RunLog:
     """Writer for one run's output directory."""
 
