@@ -1,0 +1,230 @@
+"""What the server-side DP wrappers of both Flower APIs share (SPEC §3.1, §3.2; MP §6).
+
+:class:`strategies.dp_wrappers.ServerSideFixedClippingDP` (Message API) and
+:class:`strategies.legacy_dp.LegacyServerSideFixedClippingDP` (legacy API) differ only in how
+arrays move in and out of Flower's records. Everything else is this one class: the keyword-only
+options and their validation, the mechanism built from them (``σ = z·C/m``, or
+``σ = z·C/(m·d)`` for metric DP), Flower's failure rule, the accounting of a noised round and
+the ``round_metrics()`` report. :class:`MetricOptions` is the one explicit signature of the
+two metric-DP wrappers. This module imports no Flower: the API's ``Strategy`` class comes in as
+the subclass's ``strategy_type``.
+"""
+
+from __future__ import annotations
+
+from logging import INFO, WARNING, getLogger
+from typing import Any, Optional
+
+from fedpriv.dp import (
+    WEIGHTING,
+    FixedClippingGaussian,
+    GaussianRoundsAccountant,
+    MetricScaledGaussian,
+    Rng,
+    check_rng,
+    round_report,
+)
+from fedpriv.validation import not_allowed
+
+_log = getLogger("flwr")  # Flower's logger, as ``flwr.common.log`` writes to
+
+
+class DPWrapperCore:
+    """Central DP with server-side fixed clipping around ``strategy`` (either Flower API).
+
+    Parameters (keyword-only after ``strategy``)
+    ----------
+    noise_multiplier : float
+        z >= 0.
+    clipping_norm : float
+        C > 0 (flat L2 norm of a client's whole update ``w_i − w_g``).
+    num_sampled_clients : int
+        m >= 1, the number of clients sampled per round (σ is calibrated to it).
+    rng : numpy Generator | RandomState | None
+        Source of the noise; None gives a fresh, unseeded Generator.
+    accept_failures : bool
+        False (Flower's rule): skip aggregation when any reply has an error. True: aggregate
+        what arrived, σ still calibrated to m (with n < m reports the noise multiplier on the
+        sum is ``z·n/m``: logged, reported as ``dp-underfilled`` and charged that way).
+    mechanism : fedpriv.dp.FixedClippingGaussian | None
+        The mechanism; built from z, C, m when None (subclasses swap ``mechanism_class``).
+    accountant : fedpriv.dp.GaussianRoundsAccountant | None
+        If given, each noised round's ``DpEvent`` (``mechanism.round_event``) is composed and
+        ε so far is in ``round_metrics()`` (global DP only; metric DP reports no ε).
+    weighting : "uniform" | "examples"
+        "uniform" (default): the inner strategy sees weight 1 for every clipped reply.
+        "examples": keep its example weights; accounted by the largest weight.
+    poisson : bool
+        Poisson client sampling (Message API only; see
+        :class:`strategies.dp_wrappers.ServerSideFixedClippingDP`).
+    **mechanism_kwargs
+        Extra keyword arguments of ``mechanism_class`` (used by :class:`MetricOptions`).
+    """
+
+    mechanism_class: type[FixedClippingGaussian] = FixedClippingGaussian
+    strategy_type: type = object  # the API's Strategy class
+    other_api = ""  # where the other API's wrappers are (for the error message)
+    step_name = "aggregate"  # the API's aggregation step (log lines)
+    reply_name = "replies"  # what the API calls the clients' answers (log lines)
+    supports_poisson = False
+
+    def __init__(
+        self,
+        strategy: Any,
+        *,
+        noise_multiplier: float,
+        clipping_norm: float,
+        num_sampled_clients: int,
+        rng: Optional[Rng] = None,
+        accept_failures: bool = False,
+        mechanism: Optional[FixedClippingGaussian] = None,
+        accountant: Optional[GaussianRoundsAccountant] = None,
+        weighting: str = "uniform",
+        poisson: bool = False,
+        **mechanism_kwargs: Any,
+    ) -> None:
+        if poisson and not self.supports_poisson:
+            raise not_allowed("poisson", poisson, "False with the legacy API")
+        if poisson and weighting != "uniform":
+            raise ValueError("poisson = True is not allowed with weighting = 'examples'")
+        if weighting not in WEIGHTING:
+            raise not_allowed("weighting", weighting, "one of " + ", ".join(WEIGHTING))
+        if not isinstance(strategy, self.strategy_type):
+            api = self.strategy_type
+            raise not_allowed(
+                "strategy", strategy, f"a {api.__module__}.{api.__name__} ({self.other_api})"
+            )
+        if not isinstance(accept_failures, bool):
+            raise not_allowed("accept_failures", accept_failures, "True or False")
+        self.strategy = strategy
+        self.mechanism = mechanism or self.mechanism_class(
+            noise_multiplier=noise_multiplier,
+            clipping_norm=clipping_norm,
+            num_sampled_clients=num_sampled_clients,
+            **mechanism_kwargs,
+        )
+        self.rng = check_rng(rng)
+        self.accept_failures = accept_failures
+        self.accountant = accountant
+        self.weighting = weighting
+        self.poisson = bool(poisson)
+        self.last_round: dict[str, Any] = {}
+        self.history: list[dict[str, Any]] = []
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.mechanism!r}, strategy={self.strategy!r})"
+
+    def round_metrics(self) -> dict[str, Any]:
+        """What the wrapper did in the last round (σ, d, clipped, reports, ε)."""
+        return dict(self.last_round)
+
+    def skip_round(self, num_ok: int, num_failures: int, empty_reason: str) -> bool:
+        """Flower's failure rule: True (round recorded as skipped) when any reply failed and
+        failures are not accepted, or nothing arrived; warns when ``num_ok != m``."""
+        if (num_failures and not self.accept_failures) or not num_ok:
+            reason = empty_reason if not num_ok else "client failures"
+            _log.log(INFO, "%s: %d failures, %d %s; skipping aggregation",
+                     self.step_name, num_failures, num_ok, self.reply_name)  # fmt: skip
+            self.finish_round(
+                round_report(
+                    self.mechanism,
+                    stdv=None,
+                    skipped=reason,
+                    num_reports=num_ok,
+                    num_failures=num_failures,
+                )  # fmt: skip
+            )
+            return True
+        if num_ok != self.mechanism.num_sampled_clients:
+            _log.log(WARNING, "%s: %d %s but num_sampled_clients = %d (sigma is calibrated to "
+                     "m; fewer %s weaken the guarantee)", self.step_name, num_ok,
+                     self.reply_name, self.mechanism.num_sampled_clients,
+                     self.reply_name)  # fmt: skip
+        return False
+
+    def record_round(
+        self,
+        stdv: float,
+        info: dict[str, Any],
+        *,
+        ids: list[int],
+        flags: list[bool],
+        weights: Optional[list[float]],
+        noised: bool,
+        num_failures: int = 0,
+    ) -> dict[str, Any]:
+        """Account a noised round and record its ``round_metrics()``; returns the record."""
+        accounted = self._account(stdv, ids, weights) if noised else {}
+        record = round_report(
+            self.mechanism, stdv=stdv, info=info, num_clipped=sum(flags),
+            clipped_nodes=[i for i, f in zip(ids, flags) if f], noised=noised,
+            weighting=self.weighting, num_reports=len(ids), num_failures=num_failures,
+            **accounted,
+        )  # fmt: skip
+        clients = (accounted.get("epsilon") or {}).get("clients")
+        if clients is not None:
+            record["dp-client-epsilon-nodes"] = clients
+        if self.poisson and noised:  # fixed denominator: n < m is the sampling, not a loss
+            record.pop("dp-underfilled", None)
+            record["dp-sum-noise-multiplier"] = self.mechanism.noise_multiplier
+        return self.finish_round(record)
+
+    def finish_round(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Make ``record`` the last round's report and append it to the history."""
+        self.last_round = record
+        self.history.append(record)
+        return record
+
+    def _account(
+        self, stdv: float, ids: list[int], weights: Optional[list[float]]
+    ) -> dict[str, Any]:
+        """Compose the round's ``DpEvent``; the round's multiplier and ε so far."""
+        # Poisson: fixed denominator m, so the multiplier on the sum is z whatever n is
+        n = self.mechanism.num_sampled_clients if self.poisson else len(ids)
+        z_round = self.mechanism.round_noise_multiplier(stdv, n, weights)
+        out: dict[str, Any] = {"round_noise_multiplier": z_round}
+        if self.accountant is None or isinstance(self.mechanism, MetricScaledGaussian):
+            return out
+        event = self.mechanism.round_event(
+            stdv, num_reports=n, weights=weights, **self.accountant.sampling_spec()
+        )
+        out["epsilon"] = self.accountant.compose(event, z_round)
+        if weights is not None:
+            per = self.mechanism.client_noise_multipliers(stdv, weights)
+            clients = self.accountant.charge_clients(dict(zip(ids, per)))
+            out["epsilon"] = {**out["epsilon"], "clients": clients}
+        return out
+
+
+class MetricOptions:
+    """Metric privacy (``σ = z·C/(m·d)``, MP §6): the explicit signature of both metric-DP
+    wrappers, put before the API's global-DP wrapper in the bases. It swaps in
+    :class:`fedpriv.dp.MetricScaledGaussian` (``distance_on`` = ``"clipped"`` (default;
+    σ >= z·√L/(2m)) | ``"raw"``, ``min_distance`` > 0 and an optional ``max_distance`` cap;
+    see that class for the d fallback). A heuristic: no ε; no Poisson sampling.
+    """
+
+    mechanism_class = MetricScaledGaussian
+
+    def __init__(
+        self,
+        strategy: Any,
+        *,
+        noise_multiplier: float,
+        clipping_norm: float,
+        num_sampled_clients: int,
+        distance_on: str = "clipped",
+        min_distance: float = 1e-6,
+        max_distance: Optional[float] = None,
+        rng: Optional[Rng] = None,
+        accept_failures: bool = False,
+        mechanism: Optional[MetricScaledGaussian] = None,
+        accountant: Optional[GaussianRoundsAccountant] = None,
+        weighting: str = "uniform",
+    ) -> None:
+        super().__init__(  # type: ignore[call-arg]
+            strategy, noise_multiplier=noise_multiplier, clipping_norm=clipping_norm,
+            num_sampled_clients=num_sampled_clients, rng=rng, accept_failures=accept_failures,
+            mechanism=mechanism, accountant=accountant, weighting=weighting,
+            distance_on=distance_on, min_distance=min_distance, max_distance=max_distance,
+        )  # fmt: skip
