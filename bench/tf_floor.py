@@ -53,27 +53,11 @@ def _client_fn(model, optimizer, x_spec, y_spec):
     return train, evaluate
 
 
-def _schedule(n: int, batch: int, epochs: int, seed: int):
-    import numpy as np
-
-    width = min(batch, n)
-    per_epoch = -(-n // width)
-    rng = np.random.default_rng(seed)
-    idx = np.zeros((epochs * per_epoch, width), np.int32)
-    mask = np.zeros_like(idx, dtype=np.float32)
-    for e in range(epochs):
-        order = rng.permutation(n)
-        for j in range(per_epoch):
-            part = order[j * width : (j + 1) * width]
-            idx[e * per_epoch + j, : len(part)] = part
-            mask[e * per_epoch + j, : len(part)] = 1
-    return idx, mask
-
-
 def run(cfg: dict) -> dict:
     """The floor run for ``cfg`` (a resolved fedpriv run config of the standard kind)."""
     import tensorflow as tf
 
+    from clients.compiled import batch_schedule  # the clients' own seeded batches
     from fedpriv.data import load_federated
     from fedpriv.models import build_model
 
@@ -107,8 +91,8 @@ def run(cfg: dict) -> dict:
             model.set_weights(weights)
             for var in optimizer.variables:
                 var.assign(tf.zeros_like(var))
-            idx, mask = _schedule(len(client.x_train), batch, epochs, rnd * 1000 + p)
-            train(client.x_train, client.y_train, idx, mask)
+            plan = batch_schedule(len(client.x_train), batch, epochs, rnd * 1000 + p)
+            train(client.x_train, client.y_train, plan.idx, plan.mask)
             updates.append(model.get_weights())
             sizes.append(len(client.x_train))
         total = float(sum(sizes))

@@ -15,20 +15,38 @@ import numpy as np  # noqa: E402
 from fedpriv.reporting import save_figure  # noqa: E402
 
 
+def plot_rounds(
+    series: Mapping[str, Sequence[tuple[int, float]]],
+    path: str | Path,
+    *,
+    ylabel: str,
+    title: str = "",
+    chance: float | None = None,
+    legend_size: int = 8,
+) -> Path:
+    """One line per label of (round, value) points in [0, 1]; ``chance`` dashed if given."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, points in series.items():
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker="o", ms=3, label=label)
+    if chance is not None:
+        ax.axhline(chance, ls="--", c="grey", lw=0.8)
+    ax.set_xlabel("round")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    ax.legend(fontsize=legend_size)
+    return save_figure(fig, path)
+
+
 def plot_accuracy_per_round(
     series: Mapping[str, Sequence[float]], path: str | Path, *, title: str = ""
 ) -> Path:
     """One line per label: accuracy (y) against round 1..R (x) (MP Appendix B shape)."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, values in series.items():
-        ax.plot(np.arange(1, len(values) + 1), values, marker="o", ms=3, label=label)
-    ax.set_xlabel("round")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(0, 1)
-    ax.grid(alpha=0.3)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    points = {label: list(enumerate(values, 1)) for label, values in series.items()}
+    return plot_rounds(points, path, ylabel="accuracy", title=title)
 
 
 def plot_roc(

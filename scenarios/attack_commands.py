@@ -285,16 +285,10 @@ def _attack_dlg(args: argparse.Namespace) -> int:
         "available (needs downloaded weights). Mean ± std over the examples.",
         "",
     ]
+    attacker = {"learning_rate": args.learning_rate, "seed": args.seed, "model": model}
     t = time.time()
     rows, images = dlg.laplace_experiment(
-        x,
-        y,
-        indices=picked,
-        nus=nus,
-        learning_rate=args.learning_rate,
-        seed=args.seed,
-        max_iter=args.max_iter,
-        model=model,
+        x, y, indices=picked, nus=nus, max_iter=args.max_iter, **attacker
     )
     lines += [
         "## Laplace sanitization (GP §4.3, Fig. 5; per-layer sanitize_laplace)",
@@ -314,14 +308,7 @@ def _attack_dlg(args: argparse.Namespace) -> int:
     if zs and args.groups > 0:
         t = time.time()
         zrows, zimages = dlg.zonal_experiment(
-            x,
-            y,
-            groups=groups,
-            zs=zs,
-            learning_rate=args.learning_rate,
-            seed=args.seed,
-            max_iter=max(args.max_iter, 500),
-            model=model,
+            x, y, groups=groups, zs=zs, max_iter=max(args.max_iter, 500), **attacker
         )
         lines += [
             "## Level-0 adversary, zonal aggregation (HDP §VII-B, Table IV shape)",

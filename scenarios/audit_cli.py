@@ -9,8 +9,10 @@ simulation's own output goes to stderr) and prints the run's ``audit.json`` on s
 
     fedpriv audit --grid --z 0.01 1 3 --out docs/results/audit --run-config "..."
 
-runs the mechanism rows (none, global DP, metric DP raw / clipped) at every z, one run per
-cell (a cell whose ``audit.json`` exists is kept, so an interrupted grid resumes), and
+runs the mechanism rows (none, global DP, metric DP raw / clipped) at every z and one DP-SGD
+cell, all cells in ONE simulation (:mod:`scenarios.multirun`: one progress line per cell, a
+failed cell does not stop the others; a cell whose ``audit.json`` exists is kept, so an
+interrupted grid resumes; ``--out`` holds ``plan.json``, ``cells.json`` and ``run.log``), and
 writes ``audit.md`` (mechanism rows x accountant ε, estimate, lower bound, MIA TPR@1%FPR,
 accuracy; plus the mechanism-level zonal / Laplace audits) and ``audit_epsilon_vs_z.png``
 (:mod:`fedpriv.audit.report`) under ``--out``; ``--report-only`` rebuilds them from the
@@ -21,23 +23,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from fedpriv.records import mean_of, read_round_records
+from scenarios import multirun
 from scenarios.feature import Catalog
 from scenarios.launch import (
     add_run_config_option,
     app_config,
     parse_overrides,
     preflight,
-    simulation_command,
+    run_config_text,
+    simulate,
 )
 from scenarios.schema import ConfigError
 
+AUDIT_NAME = "audit.json"
 DEFAULT_CANARIES = 100
 DPSGD_Z = 1.1  # tensorflow-privacy's tutorial value, the dp-sgd default
 MECHANISMS = ("zonal-ldp", "zonal-hdp", "zonal-cdp", "ifca-laplace")
@@ -71,15 +75,6 @@ def _overrides(items: list[str]) -> dict[str, Any]:
     return values
 
 
-def _toml(values: dict[str, Any]) -> str:
-    def one(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        return repr(v) if isinstance(v, str) else str(v)
-
-    return " ".join(f"{k}={one(v)}" for k, v in values.items())
-
-
 def run_one(
     values: dict[str, Any], federation: str, catalog: Catalog
 ) -> tuple[int, dict[str, Any] | None]:
@@ -91,14 +86,11 @@ def run_one(
     except (ConfigError, DataError) as err:
         print(f"fedpriv: {err}", file=sys.stderr)
         return 2, None
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    env.setdefault("CUDA_VISIBLE_DEVICES", "")
     # a directory holding another config is refused by preflight; a finished run of this
     # config is not re-run and its audit.json is the answer
-    audit_path = Path(cfg["output-dir"]) / "audit.json"
-    cmd = simulation_command(cfg, [_toml(values)], federation)
-    proc = subprocess.run(cmd, env=env, stdout=sys.stderr, stderr=sys.stderr, check=False)
-    if proc.returncode != 0 or not audit_path.exists():
+    audit_path = Path(cfg["output-dir"]) / AUDIT_NAME
+    rc = simulate(cfg, [run_config_text(values)], federation, to_stderr=True)
+    if rc != 0 or not audit_path.exists():
         print("fedpriv audit: the simulation ended without an audit.json", file=sys.stderr)
         return 1, None
     return 0, json.loads(audit_path.read_text())
@@ -138,16 +130,14 @@ def audit_command(args: argparse.Namespace, catalog: Catalog) -> int:
     return 0
 
 
-def _noise_per_round(path: Path) -> dict[str, Any]:
-    """Mean σ and metric DP's d over the trained rounds of a cell (from rounds.jsonl)."""
-    if not path.exists():
+def _noise_per_round(cell_dir: Path) -> dict[str, Any]:
+    """Mean σ and metric DP's d over the trained rounds of a cell (its round records)."""
+    trained = [r for r in read_round_records(cell_dir) if r.round > 0]
+    if not trained:
         return {}
-    rounds = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    sig = [r["dp-sigma"] for r in rounds if r.get("round", 0) > 0 and r.get("dp-sigma")]
-    dist = [r["dp-distance"] for r in rounds if r.get("round", 0) > 0 and r.get("dp-distance")]
     return {
-        "sigma_mean": sum(sig) / len(sig) if sig else None,
-        "distance_mean": sum(dist) / len(dist) if dist else None,
+        f"{name}_mean": mean_of([r.report(f"dp-{name}") or None for r in trained])
+        for name in ("sigma", "distance")
     }
 
 
@@ -161,24 +151,53 @@ def grid_cells(z_values: list[float]) -> list[tuple[str, float, dict[str, Any]]]
     return cells + [("dp-sgd (example canaries)", DPSGD_Z, dpsgd)]
 
 
+def cell_dir(out: Path, label: str, z: float) -> Path:
+    """The run directory of a grid cell."""
+    return out / "runs" / f"{re.sub(r'[^A-Za-z0-9.]+', '-', label).strip('-')}-z{z:g}"
+
+
+def _run_grid(
+    out: Path, cells: list[tuple[str, float, dict[str, Any]]], federation: str, catalog: Catalog
+) -> int:
+    """The cells without an ``audit.json`` (a finished cell is kept: resume), all in ONE
+    simulation (:func:`scenarios.multirun.launch_plan`: one progress line per cell); 2 when
+    a cell's config or data is bad (checked before training)."""
+    from clients.keras_client import _cached_data
+    from fedpriv.data import DataError
+
+    todo, top = [], {}
+    try:
+        for label, z, values in cells:
+            path = cell_dir(out, label, z)
+            if not (path / AUDIT_NAME).exists():
+                cfg = preflight(app_config({**values, "output-dir": str(path)}), catalog)
+                todo.append(multirun.Cell(f"{label} z={z:g}", cfg))
+                top = top or values  # the simulation's own config: a valid cell's
+    except (ConfigError, DataError) as err:
+        print(f"fedpriv: {err}", file=sys.stderr)
+        return 2
+    _cached_data.cache_clear()  # the simulation loads the data in its own processes
+    if todo:
+        rc = multirun.launch_plan(out, todo, top, federation, catalog)
+        if rc:
+            print(f"fedpriv audit --grid: the simulation exited with {rc}", file=sys.stderr)
+    return 0
+
+
 def _grid(args: argparse.Namespace, catalog: Catalog) -> int:
     from fedpriv.audit.report import audit_grid_report
 
     out = Path(args.out)
     base = _overrides(args.run_config)
+    cells = [(label, z, {**base, **values}) for label, z, values in grid_cells(list(args.z))]
+    if not args.report_only and _run_grid(out, cells, args.federation, catalog) == 2:
+        return 2
     results = []
-    for label, z, values in grid_cells(list(args.z)):
-        cell_dir = out / "runs" / f"{re.sub(r'[^A-Za-z0-9.]+', '-', label).strip('-')}-z{z:g}"
-        path = cell_dir / "audit.json"
-        if not args.report_only and not path.exists():  # a finished cell is kept (resume)
-            rc, _ = run_one(
-                {**base, **values, "output-dir": str(cell_dir)}, args.federation, catalog
-            )
-            if rc == 2:
-                return 2
-        if path.exists():
-            cell = {"row": label, "z": z, **json.loads(path.read_text())}
-            results.append({**cell, **_noise_per_round(cell_dir / "rounds.jsonl")})
+    for label, z, _ in cells:
+        path = cell_dir(out, label, z)
+        if (path / AUDIT_NAME).exists():
+            cell = {"row": label, "z": z, **json.loads((path / AUDIT_NAME).read_text())}
+            results.append({**cell, **_noise_per_round(path)})
     if not results:
         print("fedpriv audit --grid: no cell produced an audit.json", file=sys.stderr)
         return 1

@@ -122,9 +122,11 @@ def simulate(
     *,
     log_path: Path | None = None,
     echo: str = "fedpriv",
+    to_stderr: bool = False,
 ) -> int:
-    """Start the simulation of ``cfg``; its output goes to the console, or to ``log_path``
-    with the lines starting with ``echo`` (progress lines) also shown on the console."""
+    """Start the simulation of ``cfg``; its output goes to the console (stderr with
+    ``to_stderr``, keeping stdout for a command's answer), or to ``log_path`` with the lines
+    starting with ``echo`` (progress lines) also shown on the console."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
     if federation.endswith("-gpu"):
         env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
@@ -132,7 +134,10 @@ def simulate(
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
     cmd = simulation_command(dict(cfg), overrides, federation)
     if log_path is None:
-        return subprocess.run(cmd, cwd=os.getcwd(), env=env, check=False).returncode
+        out = sys.stderr if to_stderr else None
+        return subprocess.run(
+            cmd, cwd=os.getcwd(), env=env, stdout=out, stderr=out, check=False
+        ).returncode
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with (
         log_path.open("a") as log,

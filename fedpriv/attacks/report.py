@@ -259,19 +259,11 @@ def plot_auc_over_rounds(
     series: Mapping[str, Sequence[tuple[int, float]]], path: str | Path, *, title: str = ""
 ) -> Path:
     """One line per label: loss-threshold AUC (y) per round (x); 0.5 dashed."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, points in series.items():
-        if points:
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="o", ms=3, label=label)
-    ax.axhline(0.5, ls="--", c="grey", lw=0.8)
-    ax.set_xlabel("round")
-    ax.set_ylabel("loss-threshold AUC")
-    ax.set_ylim(0, 1)
-    ax.grid(alpha=0.3)
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-    return save_figure(fig, path)
+    from fedpriv.plots import plot_rounds
+
+    return plot_rounds(
+        series, path, ylabel="loss-threshold AUC", title=title, chance=0.5, legend_size=7
+    )
 
 
 def plot_cia_auc(cells: Sequence[Mapping[str, Any]], path: str | Path) -> Path:

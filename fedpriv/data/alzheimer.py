@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,11 +45,10 @@ from fedpriv.data.partition import (
     MP_CIA_AS_PRINTED,
     MP_HOMOGENEOUS,
     MP_NON_IID,
-    MP_TABLES,
-    TABLE_SOURCES,
     TEST_TOTALS,
     TRAIN_TOTALS,
     check_partition,
+    check_table_clients,
     image_clients,
     split_by_class_counts,
     stratified_train_test,
@@ -334,32 +334,40 @@ def load_alzheimer_federated(
 ) -> FederatedData:
     """Alzheimer MRI split over clients (see the module docstring). Checks come first."""
     check_partition("alzheimer", partition, PARTITIONS)
-    if partition in MP_TABLES and num_clients != MP_TABLES[partition].shape[0]:
-        rows = MP_TABLES[partition].shape[0]
-        raise DataError(
-            "num-clients", num_clients, f"{rows} for partition {partition} "
-            f"({TABLE_SOURCES[partition]} has {rows} clients)",
-        )  # fmt: skip
+    check_table_clients(partition, num_clients)
     x_tr, y_tr, x_te, y_te, source = read_alzheimer(data_path, data_format, seed)
     x_val, y_val, x_test, y_test = stratified_train_test(
         x_te, y_te, 0.5, derive_seed(seed, "val-test-split")
     )
-    clients, info = image_clients(
-        x_tr,
-        y_tr,
-        partition=partition,
-        num_clients=num_clients,
-        seed=seed,
-        dirichlet_alpha=dirichlet_alpha,
-        num_classes=4,
-    )
-    info.update(
-        source=source,
-        dataset="alzheimer",
-        partition=partition,
-        class_names=list(CLASS_NAMES),
+    return four_class_mri(
+        (x_tr, y_tr), (x_val, y_val, x_test, y_test), dataset="alzheimer",
+        partition=partition, num_clients=num_clients, seed=seed,
+        dirichlet_alpha=dirichlet_alpha, source=source,
         train_class_counts=np.bincount(y_tr, minlength=4).tolist(),
         test_class_counts=np.bincount(y_te, minlength=4).tolist(),
         data_path=os.fspath(data_path),
+    )  # fmt: skip
+
+
+def four_class_mri(
+    pool: tuple[np.ndarray, np.ndarray],
+    server: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    *,
+    dataset: str,
+    partition: str,
+    num_clients: int,
+    seed: int,
+    dirichlet_alpha: float,
+    source: str,
+    **info: Any,
+) -> FederatedData:
+    """The clients of a four-class 128x128 MRI pool (Alzheimer, synthetic-mri; MP §7.1) and
+    the server's validation / test splits ``server``; ``info`` joins the partition's info."""
+    clients, part_info = image_clients(
+        *pool, partition=partition, num_clients=num_clients, seed=seed,
+        dirichlet_alpha=dirichlet_alpha, num_classes=4,
+    )  # fmt: skip
+    part_info.update(
+        source=source, dataset=dataset, partition=partition, class_names=list(CLASS_NAMES), **info
     )
-    return FederatedData(clients, x_val, y_val, x_test, y_test, 4, (SIZE, SIZE, 1), info)
+    return FederatedData(clients, *server, 4, (SIZE, SIZE, 1), part_info)

@@ -357,3 +357,13 @@ def check_partition(dataset: str, partition: str, allowed: tuple[str, ...]) -> N
         raise DataError(
             "partition", partition, "one of " + " | ".join(allowed) + f" for dataset {dataset}"
         )
+
+
+def check_table_clients(partition: str, num_clients: int) -> None:
+    """An MP-table partition (MP Tables 1, 2, 4) fixes ``num-clients`` to its rows."""
+    if partition in MP_TABLES and num_clients != MP_TABLES[partition].shape[0]:
+        rows = MP_TABLES[partition].shape[0]
+        raise DataError(
+            "num-clients", num_clients, f"{rows} for partition {partition} "
+            f"({TABLE_SOURCES[partition]} has {rows} clients)",
+        )  # fmt: skip

@@ -26,11 +26,12 @@ from __future__ import annotations
 import numpy as np
 
 from fedpriv import seeds
+from fedpriv.data.alzheimer import four_class_mri
 from fedpriv.data.partition import (
     TRAIN_TOTALS,
     apportion,
     check_partition,
-    image_clients,
+    check_table_clients,
     server_split,
 )
 from fedpriv.data.types import DataError, FederatedData
@@ -122,36 +123,17 @@ def load_synthetic_mri_federated(
 ) -> FederatedData:
     """synthetic-mri split over ``num_clients`` clients (see the module docstring)."""
     check_partition("synthetic-mri", partition, PARTITIONS)
-    if partition in ("homogeneous", "non-iid", "cia"):
-        from fedpriv.data.partition import MP_TABLES, TABLE_SOURCES
-
-        rows = MP_TABLES[partition].shape[0]
-        if num_clients != rows:
-            raise DataError(
-                "num-clients",
-                num_clients,
-                f"{rows} for partition {partition} ({TABLE_SOURCES[partition]})",
-            )
+    check_table_clients(partition, num_clients)
     x, y = make_synthetic_mri(num_images=num_images, seed=seed)
     x_pool, y_pool, x_val, y_val, x_test, y_test = server_split(x, y, seed)
-    clients, info = image_clients(
-        x_pool,
-        y_pool,
-        partition=partition,
-        num_clients=num_clients,
-        seed=seed,
+    return four_class_mri(
+        (x_pool, y_pool), (x_val, y_val, x_test, y_test), dataset="synthetic-mri",
+        partition=partition, num_clients=num_clients, seed=seed,
         dirichlet_alpha=dirichlet_alpha,
-        num_classes=4,
-    )
-    info.update(
         source=f"procedural synthetic-mri ({num_images} images, seed {seed})",
-        dataset="synthetic-mri",
-        partition=partition,
-        class_names=["Mild_Demented", "Moderate_Demented", "Non_Demented", "Very_Mild_Demented"],
         scaling=(
             "MP table columns apportioned to the training pool by largest remainder"
             if partition in ("homogeneous", "non-iid", "cia")
             else ""
         ),
-    )
-    return FederatedData(clients, x_val, y_val, x_test, y_test, 4, (SIZE, SIZE, 1), info)
+    )  # fmt: skip
