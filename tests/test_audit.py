@@ -264,3 +264,50 @@ def test_grid_report_answers_metric_vs_global(tmp_path):
     text = audit_grid_report(cells, tmp_path, settings={"num-server-rounds": 2})
     assert "z = 1: metric-dp raw leaks **more** than global DP — estimate 0.9 vs 0.5" in text
     assert (tmp_path / "audit.md").exists() and (tmp_path / "audit_epsilon_vs_z.png").exists()
+
+
+def test_audit_grid_runs_the_incomplete_cells_in_one_plan_and_resumes(tmp_path, monkeypatch):
+    from scenarios import audit_cli, multirun
+    from scenarios.features import CATALOG
+
+    plans = []
+
+    def launch_plan(output_dir, cells, top, federation, catalog):
+        plans.append((output_dir, [c.label for c in cells], top, [c.cfg for c in cells]))
+        return 0
+
+    monkeypatch.setattr(multirun, "launch_plan", launch_plan)
+    base = {"num-server-rounds": 1, "audit-canaries": 10}
+    cells = [(label, z, {**base, **v}) for label, z, v in audit_cli.grid_cells([1.0])]
+    done = audit_cli.cell_dir(tmp_path, "global-dp", 1.0)
+    done.mkdir(parents=True)
+    (done / audit_cli.AUDIT_NAME).write_text("{}")  # a finished cell is kept
+    assert audit_cli._run_grid(tmp_path, cells, "local-simulation", CATALOG) == 0
+    [(out, labels, top, cfgs)] = plans
+    assert out == tmp_path and "global-dp z=1" not in labels and len(labels) == 4
+    assert [c["privacy"] for c in cfgs] == ["none", "metric-dp", "metric-dp", "dp-sgd"]
+    assert cfgs[3]["output-dir"] == str(tmp_path / "runs" / "dp-sgd-example-canaries-z1.1")
+    assert top["privacy"] == "none"  # the simulation's own config is a valid cell's
+    for label, z, _ in cells:
+        path = audit_cli.cell_dir(tmp_path, label, z)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / audit_cli.AUDIT_NAME).write_text("{}")
+    assert audit_cli._run_grid(tmp_path, cells, "local-simulation", CATALOG) == 0
+    assert len(plans) == 1  # every cell complete: no simulation
+    bad = [("none", 0.0, {**base, "audit-canary-probability": 1.5})]
+    assert audit_cli._run_grid(tmp_path / "bad", bad, "local-simulation", CATALOG) == 2
+
+
+def test_audit_command_prints_the_audit_and_fails_a_failed_audit(monkeypatch, capsys):
+    import argparse
+    import json
+
+    from scenarios import audit_cli
+    from scenarios.features import CATALOG
+
+    args = argparse.Namespace(mechanism=None, grid=False, report_only=False, run_config=[],
+                              federation="local-simulation")  # fmt: skip
+    for failed, rc in ((False, 0), (True, 1)):
+        monkeypatch.setattr(audit_cli, "run_one", lambda *a, f=failed: (0, {"audit_failed": f}))
+        assert audit_cli.audit_command(args, CATALOG) == rc
+        assert json.loads(capsys.readouterr().out) == {"audit_failed": failed}
