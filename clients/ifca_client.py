@@ -39,7 +39,6 @@ from typing import Any, Optional  # noqa: E402
 
 import numpy as np  # noqa: E402
 from flwr.app import (  # noqa: E402
-    Array,
     ArrayRecord,
     Context,
     Message,
@@ -64,7 +63,6 @@ from fedpriv.ifca import (  # noqa: E402
     REPLY_KEY,
     choose_hypothesis,
     num_params,
-    pack_hypotheses,
     unpack_hypotheses,
 )
 from fedpriv.mechanisms import sanitize_laplace  # noqa: E402
@@ -73,17 +71,6 @@ TRAIN_STREAM, NOISE_STREAM = 0, 1
 
 
 # --- records ------------------------------------------------------------------------------
-
-
-def hypotheses_record(hypotheses: Sequence[Sequence[np.ndarray]]) -> ArrayRecord:
-    """All k hypotheses as ONE ArrayRecord, keys ``"<j>/<layer>"`` (the broadcast)."""
-    named = pack_hypotheses(hypotheses)
-    return ArrayRecord({key: Array(np.ascontiguousarray(a)) for key, a in named.items()})
-
-
-def hypotheses_from_record(record: ArrayRecord) -> list[list[np.ndarray]]:
-    """Inverse of :func:`hypotheses_record`."""
-    return unpack_hypotheses({key: array.numpy() for key, array in record.items()})
 
 
 def ledger_key(cfg: Mapping[str, Any]) -> str:
@@ -178,7 +165,7 @@ def ifca_train(
             "leakage-budget > 0 needs the client's context.state for its ledger; "
             "send message type 'train.ifca' (scenarios.ifca), not a stateless task"
         )
-    hypotheses = hypotheses_from_record(msg.content[HYPOTHESES_KEY])
+    hypotheses = unpack_hypotheses(msg.content[HYPOTHESES_KEY])
     cost = laplace_leakage(num_params(hypotheses[0]), nu) if nu > 0 else 0.0
     key = ledger_key(cfg)
     ledger = read_ledger(state, key)
@@ -215,7 +202,7 @@ def ifca_evaluate(msg: Message, cfg: Mapping[str, Any], partition: int) -> Recor
     """
     if str(cfg.get("ifca-eval-split", "test")) != "all" and not sends_unaccounted(cfg):
         return RecordDict()
-    hypotheses = hypotheses_from_record(msg.content[HYPOTHESES_KEY])
+    hypotheses = unpack_hypotheses(msg.content[HYPOTHESES_KEY])
     data = federated_data(cfg)
     client = data.clients[partition]
     model = model_for(cfg, data)

@@ -86,14 +86,16 @@ def pack_hypotheses(hypotheses: Sequence[Sequence[np.ndarray]]) -> dict[str, np.
 
 
 def unpack_hypotheses(named: Any) -> list[NDArrays]:
-    """Inverse of :func:`pack_hypotheses` (any mapping of ``"<j>/<layer>"`` to arrays)."""
+    """Inverse of :func:`pack_hypotheses`: any mapping of ``"<j>/<layer>"`` to arrays, or to
+    objects with a ``numpy()`` method (a Flower ``ArrayRecord`` of ``Array``; no Flower import)."""
     groups: dict[int, dict[int, np.ndarray]] = {}
     for key, array in named.items():
         try:
             j, i = (int(part) for part in str(key).split("/"))
         except ValueError as err:
             raise ValueError(f"hypothesis key {key!r}: expected '<j>/<layer>'") from err
-        groups.setdefault(j, {})[i] = np.asarray(array)
+        value = array.numpy() if callable(getattr(array, "numpy", None)) else array
+        groups.setdefault(j, {})[i] = np.asarray(value)
     if sorted(groups) != list(range(len(groups))):
         raise ValueError(f"hypothesis indices {sorted(groups)} are not 0..k-1")
     out = []

@@ -276,10 +276,9 @@ def run_one(
 ) -> dict[str, Any]:
     """One IFCA run on an already discovered federation; writes its outputs, returns the
     summary."""
-    from clients.ifca_client import hypotheses_record
     from clients.keras_client import federated_data
     from scenarios.ifca_outputs import build_summary
-    from strategies.ifca import LaplaceIFCA
+    from strategies.ifca import LaplaceIFCA, hypotheses_record
 
     t0 = time.time()
     runlog = RunLog(cfg["output-dir"])

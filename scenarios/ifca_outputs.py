@@ -7,11 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from clients.ifca_client import hypotheses_from_record
 from fedpriv.disclosure import ifca_privacy_block
 from fedpriv.ifca import flatten, match_hypotheses
 from scenarios.client_tasks import IFCA_TASK as KIND
-from strategies.ifca import SMALL_MODEL, LaplaceIFCA
+from strategies.ifca import SMALL_MODEL, LaplaceIFCA, hypotheses_from_record
 
 
 def build_summary(cfg, data, strategy: LaplaceIFCA, best, final, per_client, rounds) -> dict:

@@ -33,13 +33,12 @@ from logging import INFO, WARNING
 from typing import Any, Optional
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 from flwr.serverapp.strategy.strategy import Strategy
 
-from clients.ifca_client import hypotheses_from_record, hypotheses_record
 from fedpriv.accounting import LeakageLedger, laplace_leakage
 from fedpriv.ifca import (
     ACTION,
@@ -51,8 +50,24 @@ from fedpriv.ifca import (
     flatten,
     kmeans_step,
     num_params,
+    pack_hypotheses,
     unflatten,
+    unpack_hypotheses,
 )
+
+
+def hypotheses_record(hypotheses: Sequence[Sequence[np.ndarray]]) -> ArrayRecord:
+    """All k hypotheses as ONE ArrayRecord, keys ``"<j>/<layer>"`` (the broadcast; the format
+    is :func:`fedpriv.ifca.pack_hypotheses`)."""
+    named = pack_hypotheses(hypotheses)
+    return ArrayRecord({key: Array(np.ascontiguousarray(a)) for key, a in named.items()})
+
+
+def hypotheses_from_record(record: ArrayRecord) -> list[list[np.ndarray]]:
+    """Inverse of :func:`hypotheses_record` (:func:`fedpriv.ifca.unpack_hypotheses`, which the
+    clients call on the record they receive)."""
+    return unpack_hypotheses(record)
+
 
 TRAIN_TYPE = f"train.{ACTION}"
 EVALUATE_TYPE = f"evaluate.{ACTION}"

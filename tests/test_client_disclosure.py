@@ -106,8 +106,8 @@ def test_zonal_ldp_clients_send_no_norms():
 
 
 def test_ifca_training_users_send_only_the_sanitized_vector():
-    from clients.ifca_client import hypotheses_record
     from scenarios.ifca import initial_hypotheses
+    from strategies.ifca import hypotheses_record
 
     cfg = resolve_run_config({"scenario": "gp-synthetic", "unaccounted-metrics": False})
     hyps = hypotheses_record(initial_hypotheses(cfg, federated_data(cfg)))

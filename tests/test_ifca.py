@@ -12,8 +12,6 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 
 from clients.ifca_client import (
     evaluate_handler,
-    hypotheses_from_record,
-    hypotheses_record,
     ifca_train,
     read_ledger,
     train_handler,
@@ -41,7 +39,7 @@ from scenarios.ifca import parse_sweep
 from scenarios.ifca_outputs import sweep_table
 from scenarios.registry import resolve_run_config
 from scenarios.schema import ConfigError
-from strategies.ifca import TRAIN_TYPE, LaplaceIFCA
+from strategies.ifca import TRAIN_TYPE, LaplaceIFCA, hypotheses_from_record, hypotheses_record
 
 HYPS = [[np.array([[5.5], [5.0]], np.float32)], [np.array([[3.0], [-4.0]], np.float32)]]
 
