@@ -15,13 +15,18 @@ Records (old engine = main before redesign stage 2, same numerics otherwise):
   ``ifca-digits-sweep``: from main@1caa077, the last commit before redesign stage 2 (after the
   privacy issue's DP-SGD ε and zonal accounting changes, which change those figures on
   purpose). All five matched the stage-2 engine when committed.
+- ``dp-grid-{fedavg,fedyogi}-{none,global-dp,metric-dp}`` (six separate ``fedpriv run``) and
+  ``ifca-gp-sweep``: from main@1caa077 too (after stage 1's DP noise stream move), with the
+  test fixtures' configs unchanged (the old code takes the same keys). All seven matched the
+  stage-2 engine (main@4f79cd1) when committed.
 - ``digits-default`` (metric DP): regenerated deliberately from the redesigned code, because
   redesign stage 1 moved the DP noise from ``default_rng([seed, 1])`` (the partitioner's
   stream) to its own stream (``fedpriv.seeds``; intended). With the old stream put back, the
   new code reproduced the old digits-default record exactly (checked by hand at stage 1).
-- No record (the tests skip): ``dp-grid-*`` (same stream change; six runs) and
-  ``ifca-gp-sweep`` (120 SuperNodes: too slow to re-record here).
-  ``FEDPRIV_RECORD_BASELINE=1 python -m pytest tests/test_dp_simulation.py`` makes them.
+  main@1caa077 (already after that move) writes this record byte for byte (checked).
+- A missing record makes its comparison skip. To record from an old commit, run the test's
+  config with that commit's code (a worktree of it on ``PYTHONPATH``) and write
+  ``round_metrics(output_dir)`` as :func:`assert_matches_baseline` does.
 
 Intended differences:
 
