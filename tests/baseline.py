@@ -18,7 +18,7 @@ Records (old engine = main before redesign stage 2, same numerics otherwise):
 - ``dp-grid-{fedavg,fedyogi}-{none,global-dp,metric-dp}`` (six separate ``fedpriv run``) and
   ``ifca-gp-sweep``: from main@1caa077 too (after stage 1's DP noise stream move), with the
   test fixtures' configs unchanged (the old code takes the same keys). All seven matched the
-  stage-2 engine (main@4f79cd1) when committed.
+  stage-2 engine (main@4f79cd1 and main@85d30db) when committed.
 - ``digits-default`` (metric DP): regenerated deliberately from the redesigned code, because
   redesign stage 1 moved the DP noise from ``default_rng([seed, 1])`` (the partitioner's
   stream) to its own stream (``fedpriv.seeds``; intended). With the old stream put back, the
