@@ -18,8 +18,16 @@ Training (message type ``train.ifca``), for user c:
 
 Why ``context.state``: a simulated client is a stateless function call in whatever worker
 process is free; Flower keeps ``context.state`` per node and run and hands it back on every
-call, so it is the only place a client's ledger survives between rounds. The server keeps a
+call, so it is where a client's ledger survives between rounds. The server keeps a
 mirror (the cost is data-independent) for reports; the client's copy is authoritative.
+
+Resume (issue 12): ``context.state`` dies with the simulation, so when the server names a
+``client-state-dir`` in the message config (the IFCA runner does: ``<output-dir>/client-state``)
+the client also keeps its ledger in its own file there, ``<ledger key>-<partition>.json``
+(:func:`fedpriv.checkpoint.write_client_state`: one entry per round), and reads it from that
+file — the entry of its last call before this round, so a round re-run after a kill is
+charged once. The file is written and read by the client only; the ledger is never sent to
+the server. (In a deployment the path is on the SuperNode's own disk.)
 
 Evaluation (``evaluate.ifca``; validation users every round, training users once at the
 end for the report): the user picks its best hypothesis and replies with metrics
@@ -35,6 +43,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import math  # noqa: E402
 from collections.abc import Mapping, Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -54,6 +63,7 @@ from clients.keras_client import (  # noqa: E402
     train_local,
 )
 from fedpriv.accounting import LeakageLedger, laplace_leakage  # noqa: E402
+from fedpriv.checkpoint import read_client_state, write_client_state  # noqa: E402
 from fedpriv.disclosure import sends_unaccounted  # noqa: E402
 from fedpriv.ifca import (  # noqa: E402
     CONFIG_KEY,
@@ -68,6 +78,8 @@ from fedpriv.ifca import (  # noqa: E402
 from fedpriv.mechanisms import sanitize_laplace  # noqa: E402
 
 TRAIN_STREAM, NOISE_STREAM = 0, 1
+STATE_DIR_KEY = "client-state-dir"  # message config: where clients keep their own state files
+EMPTY_LEDGER = {"spent": 0.0, "participations": 0, "declined": 0}
 
 
 # --- records ------------------------------------------------------------------------------
@@ -82,7 +94,7 @@ def ledger_key(cfg: Mapping[str, Any]) -> str:
 def read_ledger(state: Optional[RecordDict], key: str) -> dict[str, float]:
     """The client's ledger ``{"spent", "participations", "declined"}`` from its state."""
     if state is None or key not in state.metric_records:
-        return {"spent": 0.0, "participations": 0, "declined": 0}
+        return dict(EMPTY_LEDGER)
     record = state.metric_records[key]
     return {
         "spent": float(record["spent"]),
@@ -101,6 +113,34 @@ def write_ledger(state: Optional[RecordDict], key: str, ledger: Mapping[str, flo
                 "declined": int(ledger["declined"]),
             }
         )
+
+
+def ledger_file(cfg: Mapping[str, Any], partition: int) -> Optional[Path]:
+    """This client's own ledger file (``client-state-dir`` of the message config), or None."""
+    folder = str(cfg.get(STATE_DIR_KEY, ""))
+    return Path(folder) / f"{ledger_key(cfg)}-{int(partition)}.json" if folder else None
+
+
+def load_ledger(
+    state: Optional[RecordDict], cfg: Mapping[str, Any], partition: int
+) -> dict[str, float]:
+    """The ledger before this call: from the client's file when it keeps one (it survives a
+    restart), else from ``context.state``."""
+    path = ledger_file(cfg, partition)
+    if path is None:
+        return read_ledger(state, ledger_key(cfg))
+    kept = read_client_state(path, int(cfg.get("server-round", 0)))
+    return {**EMPTY_LEDGER, **kept} if kept else dict(EMPTY_LEDGER)
+
+
+def store_ledger(
+    state: Optional[RecordDict], cfg: Mapping[str, Any], partition: int, ledger: Mapping
+) -> None:
+    """Write the ledger to ``context.state`` and, when it keeps one, the client's file."""
+    write_ledger(state, ledger_key(cfg), ledger)
+    path = ledger_file(cfg, partition)
+    if path is not None:
+        write_client_state(path, int(cfg.get("server-round", 0)), ledger)
 
 
 # --- local losses -------------------------------------------------------------------------
@@ -167,13 +207,12 @@ def ifca_train(
         )
     hypotheses = unpack_hypotheses(msg.content[HYPOTHESES_KEY])
     cost = laplace_leakage(num_params(hypotheses[0]), nu) if nu > 0 else 0.0
-    key = ledger_key(cfg)
-    ledger = read_ledger(state, key)
+    ledger = load_ledger(state, cfg, partition)
     if budget > 0:
         check = LeakageLedger(budget=budget, spent={partition: ledger["spent"]})
         if not check.can_participate(partition, cost):
             ledger["declined"] += 1
-            write_ledger(state, key, ledger)
+            store_ledger(state, cfg, partition, ledger)
             return RecordDict()  # decline: no parameters, nothing else
     data = federated_data(cfg)
     client = data.clients[partition]
@@ -185,7 +224,7 @@ def ifca_train(
     released, _info = sanitize_laplace(local, hypotheses[j], nu, rng)
     ledger["spent"] += cost
     ledger["participations"] += 1
-    write_ledger(state, key, ledger)
+    store_ledger(state, cfg, partition, ledger)
     return RecordDict({REPLY_KEY: ArrayRecord([np.asarray(a) for a in released])})
 
 

@@ -16,9 +16,15 @@ directory; :func:`recorded_config` and :func:`config_differences` let the launch
 (``scenarios.preflight.run_state``): new, resume, finished, or refused.
 
 What is *not* here: client-held state (IFCA leakage ledgers) stays with the clients, which
-persist it themselves (keyed by partition), and Keras client training is seeded per
+persist it themselves in a client-side state file per partition (:func:`read_client_state`,
+:func:`write_client_state`: one entry per round, so a round re-run after a kill reads the
+state *before* it and is charged once), and Keras client training is seeded per
 (seed, round, partition), so it needs no state. Same seed -> the resumed ``rounds.jsonl``
 equals an uninterrupted run's.
+
+An object of the chain names attributes that belong to the process, not to the run (node ids
+of the current federation: a restarted simulation numbers its nodes anew) in a class
+attribute ``CHECKPOINT_SKIP``; they are neither captured nor restored.
 
 Pickle is used because the state is arbitrary Python (Generators, accountants); a
 checkpoint is only ever read by the code that wrote it, from the user's own directory.
@@ -65,13 +71,15 @@ def capture_state(objects: Iterable[Any]) -> list[dict[str, Any]]:
     """For each object, its attributes except links and callables (picklable ones only).
 
     Captured together and pickled in one go, so an object shared by two wrappers (one
-    Generator) is restored as one shared object.
+    Generator) is restored as one shared object. Attributes named in the object's
+    ``CHECKPOINT_SKIP`` (process-local: node ids) are left out.
     """
     states = []
     for obj in objects:
         state = {}
+        skip = LINK_ATTRIBUTES | frozenset(getattr(obj, "CHECKPOINT_SKIP", ()))
         for name, value in vars(obj).items():
-            if name in LINK_ATTRIBUTES or callable(value):
+            if name in skip or callable(value):
                 continue
             try:
                 pickle.dumps(value)
@@ -140,3 +148,31 @@ def config_differences(recorded: Mapping[str, Any], cfg: Mapping[str, Any]) -> l
     wanted = fingerprint_config(cfg)
     keys = sorted(k for k in set(wanted) | set(recorded) if wanted.get(k) != recorded.get(k))
     return [f"{k} {recorded.get(k)!r} -> {wanted.get(k)!r}" for k in keys]
+
+
+# --- client-held state (stays on the client side) ------------------------------------------------
+
+
+def read_client_state(path: str | Path, before_round: int) -> Optional[dict[str, Any]]:
+    """The client's state as it was after its last call in a round ``< before_round``
+    (None: no such call). A round that a kill interrupted and that runs again reads the
+    state from before it, so nothing is charged twice."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    entries = json.loads(path.read_text())["rounds"]
+    earlier = [e for e in entries if int(e["round"]) < int(before_round)]
+    return dict(earlier[-1]["state"]) if earlier else None
+
+
+def write_client_state(path: str | Path, server_round: int, state: Mapping[str, Any]) -> None:
+    """Record the client's ``state`` after its call in ``server_round`` (atomically; entries
+    of this or later rounds, left by a killed run, are replaced)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entries = json.loads(path.read_text())["rounds"] if path.exists() else []
+    entries = [e for e in entries if int(e["round"]) < int(server_round)]
+    entries.append({"round": int(server_round), "state": dict(state)})
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"rounds": entries}))
+    tmp.replace(path)

@@ -19,6 +19,11 @@ initial weights with the target left out of training and evaluation (its node st
 the counterfactual MP does not report. Outputs: the standard run outputs in ``output-dir``
 (target present) and ``output-dir/target-absent``, and ``output-dir/cia.json``.
 
+Resume (issue 12): both phases checkpoint every round; after a kill the same command skips
+a finished phase and continues the other from its last completed round. The run is
+finished when ``cia.json`` holds this config (``cia_complete``), not when the present
+phase's summary.json exists.
+
 ``fedpriv attack cia | dlg | membership`` (:mod:`scenarios.attack_commands`) writes Markdown
 tables and PNGs (see ``--help``).
 """
@@ -156,10 +161,19 @@ def _strategy_config(cfg: Mapping[str, Any], absent: set[int]) -> dict[str, Any]
 def _run_phase(
     grid, cfg, data, mapping, attacker, absent: set[int], out_dir: str, catalog: Catalog
 ) -> dict:
-    """One standard run (target present or absent) with the attacker observing each round."""
+    """One standard run (target present or absent) with the attacker observing each round.
+
+    Resumable: each phase checkpoints every round in its own directory; a phase whose
+    summary.json exists is done (its rounds are read back), a killed phase continues after
+    its last completed round (``engine.train_run``; the attacker holds no state).
+    """
+    from fedpriv.runlog import read_rounds
     from scenarios.engine import RunHooks, train_run
 
     t0 = time.time()
+    if (Path(out_dir) / "summary.json").is_file():  # phase finished before a kill
+        rounds = read_rounds(out_dir)
+        return {"rounds": [{"round": r["round"], **r["cia"]} for r in rounds], "wall_seconds": 0}
 
     def summary_extra(rounds: list[dict]) -> dict:
         per_round = [{"round": r["round"], **r["cia"]} for r in rounds]
@@ -172,6 +186,7 @@ def _run_phase(
         catalog,
         strategy_cfg=_strategy_config(cfg, absent),
         hooks=RunHooks(extra_evaluation=_attacker_view(attacker), summary_extra=summary_extra),
+        resumable=True,
     )
     per_round = [{"round": r["round"], **r["cia"]} for r in outcome.rounds]
     return {"rounds": per_round, "wall_seconds": time.time() - t0}

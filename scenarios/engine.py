@@ -12,7 +12,7 @@ model / plots at the end. What differs between those runs is a hook, not a copy 
 - ``extra_evaluation(round, weights, record) -> dict`` — merged into the round record (the
   CIA attacker's view);
 - ``on_record(record)`` — every round record after it is written (the zonal comparison's
-  combined log);
+  combined log; a resumed run hands it the records of the rounds run before the kill first);
 - ``after_round(state)`` — after aggregation, evaluation and the round record are written:
   the place for a checkpoint (``RoundState`` holds the round, the global arrays, the record
   and the strategy chain, whose recorder holds the sampling Generator);
@@ -303,6 +303,9 @@ def train_run(
     runlog = RunLog(cfg["output-dir"], keep_rounds=first_round - 1 if first_round > 1 else None)
     if first_round > 1 and not previous_rounds:
         previous_rounds = read_rounds(cfg["output-dir"])
+    for record in previous_rounds if checkpoint is not None else ():
+        for sink in hooks.on_record:  # a resumed run: the sinks see the earlier rounds too
+            sink(record)
     server_eval = server_evaluator(cfg, data)
     rounds: list[dict] = list(previous_rounds)
 

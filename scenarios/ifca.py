@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
 # imported inside the functions that run, so that the feature list imports in the base install.
 
 KIND = "ifca"
+CLIENT_STATE_DIR = "client-state"  # under output-dir: the clients' own ledger files
 SWEEP_FORBIDDEN = ("scenario", "num-clients", "output-dir", "ifca-sweep")
 TABLE_NUS = (0, 0.001, 0.01, 0.1, 1, 3, 5, 10, 15)
 
@@ -238,7 +240,12 @@ def initial_hypotheses(cfg: Mapping[str, Any], data: FederatedData) -> list[list
 
 
 def _config_record(cfg: Mapping[str, Any], tag: str) -> ConfigRecord:
-    return ConfigRecord({**dict(cfg), "client-task": KIND, "ifca-ledger-tag": tag})
+    """The run config as sent, with the client task, the sweep's ledger tag and where the
+    clients keep their own ledger files (``clients.ifca_client``: they survive a restart)."""
+    state_dir = str(Path(cfg["output-dir"]) / CLIENT_STATE_DIR)
+    return ConfigRecord(
+        {**dict(cfg), "client-task": KIND, "ifca-ledger-tag": tag, "client-state-dir": state_dir}
+    )
 
 
 def final_evaluation(
@@ -275,16 +282,23 @@ def run_one(
     sink: Optional[Callable[[dict[str, Any]], None]] = None,
 ) -> dict[str, Any]:
     """One IFCA run on an already discovered federation; writes its outputs, returns the
-    summary."""
+    summary. Resumable: a checkpoint after every round (``scenarios.resume``); a killed run
+    of this config continues after its last completed round."""
     from clients.keras_client import federated_data
+    from scenarios.engine import RoundState
     from scenarios.ifca_outputs import build_summary
+    from scenarios.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
     from strategies.ifca import LaplaceIFCA, hypotheses_record
 
     t0 = time.time()
-    runlog = RunLog(cfg["output-dir"])
+    checkpoint = load_resumable(cfg)
+    done = int(checkpoint["round"]) if checkpoint is not None else 0
+    runlog = RunLog(cfg["output-dir"], keep_rounds=done if checkpoint is not None else None)
     data = federated_data(cfg)
     n_clients, n_val = int(cfg["num-clients"]), int(cfg["validation-clients"])
-    rounds: list[dict[str, Any]] = []
+    rounds: list[dict[str, Any]] = read_rounds(cfg["output-dir"]) if done else []
+    for record in rounds if sink is not None else ():
+        sink(record)  # the sweep's combined log gets the rounds run before the kill
 
     def on_round_end(record: dict[str, Any]) -> None:
         rounds.append(record)
@@ -304,13 +318,20 @@ def run_one(
         rng=seeds.stream(int(cfg["seed"]), "ifca-server"),
         on_round_end=on_round_end,
     )
+    initial = hypotheses_record(initial_hypotheses(cfg, data))
+    if checkpoint is not None:
+        restore(strategy, checkpoint)
+        initial = keyed_arrays(checkpoint, initial)
+    save = checkpoint_hook(cfg)
     config = _config_record(cfg, tag)
     result = strategy.start(
         grid=grid,
-        initial_arrays=hypotheses_record(initial_hypotheses(cfg, data)),
+        initial_arrays=initial,
         num_rounds=int(cfg["num-server-rounds"]),
         train_config=config,
         evaluate_config=config,
+        first_round=done + 1,
+        after_round=(lambda r, arrays: save(RoundState(r, arrays, {}, strategy)),),
     )
     final, per_client = final_evaluation(grid, strategy, result.arrays, config)
     summary = build_summary(cfg, data, strategy, result.arrays, final, per_client, rounds)

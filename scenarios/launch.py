@@ -65,7 +65,7 @@ def preflight_state(run_config: dict[str, Any], catalog: Catalog) -> tuple[dict[
     from scenarios.preflight import check_environment
 
     cfg = catalog.resolve_run_config(run_config)
-    return cfg, check_environment(cfg)
+    return cfg, check_environment(cfg, catalog.completion(catalog.kind(cfg)))
 
 
 def simulation_command(cfg: dict[str, Any], overrides: Sequence[str], federation: str) -> list[str]:

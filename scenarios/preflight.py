@@ -20,10 +20,10 @@ writability are removed again, so a refused run leaves no output directory.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from fedpriv.checkpoint import config_differences, load_checkpoint, recorded_config
 from scenarios.schema import ConfigError
@@ -76,9 +76,17 @@ class RunState:
     round: int = 0
 
 
-def run_state(output_dir: str, cfg: Mapping[str, Any]) -> RunState:
+def run_state(
+    output_dir: str,
+    cfg: Mapping[str, Any],
+    complete: Optional[Callable[[Mapping[str, Any]], bool]] = None,
+) -> RunState:
     """New / resume (from the checkpoint's round) / finished for ``cfg`` in ``output_dir``;
-    a directory holding a run of another config is refused (one line, names the keys)."""
+    a directory holding a run of another config is refused (one line, names the keys).
+
+    ``complete(cfg)`` is the run kind's completion check (``Catalog.completion``: a CIA run
+    is finished when its cia.json exists, not its first phase's summary.json); without one,
+    a run is finished when its summary.json exists."""
     path = Path(output_dir)
     recorded = recorded_config(path) if path.is_dir() else None
     if recorded is None:
@@ -94,19 +102,23 @@ def run_state(output_dir: str, cfg: Mapping[str, Any]) -> RunState:
             + more
             + ")",
         )
-    if (path / "summary.json").exists():
+    finished = complete({**cfg, "output-dir": str(output_dir)}) if complete else None
+    if finished or (finished is None and (path / "summary.json").exists()):
         return RunState("finished")
     checkpoint = load_checkpoint(path)
     return RunState("new") if checkpoint is None else RunState("resume", int(checkpoint["round"]))
 
 
-def check_environment(cfg: Mapping[str, Any]) -> RunState:
-    """Output directory (usable; new, resumable or finished), then the data (loading it is
-    the decodability check; errors name the file). Returns what the run will do."""
+def check_environment(
+    cfg: Mapping[str, Any], complete: Optional[Callable[[Mapping[str, Any]], bool]] = None
+) -> RunState:
+    """Output directory (usable; new, resumable or finished: ``complete`` as in
+    :func:`run_state`), then the data (loading it is the decodability check; errors name
+    the file). Returns what the run will do."""
     from clients.keras_client import federated_data
 
     check_output_dir(str(cfg["output-dir"]))
-    state = run_state(cfg["output-dir"], cfg)
+    state = run_state(cfg["output-dir"], cfg, complete)
     if state.action == "finished":
         return state
     if cfg["data-path"] and not Path(cfg["data-path"]).expanduser().exists():

@@ -9,6 +9,14 @@ checkpoint's arrays:
 the engine's loop starts at round ``k+1``, so the strategies, the clients (``server-round``
 in their config, hence their seeds) and the round records see the true round numbers, and
 the round-0 evaluation is not repeated.
+
+Run kinds (issue 12): the standard run and every run built on ``engine.train_run`` (each
+zonal-comparison variant, both CIA phases) resume through ``train_run(resumable=True)``; the
+IFCA run's own loop (``strategies.ifca.LaplaceIFCA.start``: early stopping, round-0
+validation) takes the same hook (``after_round``) and start round, with
+:func:`keyed_arrays` giving back its keyed hypotheses record. Client-held state (IFCA
+ledgers) is not here: the clients keep it in their own files
+(:func:`fedpriv.checkpoint.write_client_state`).
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from collections.abc import Callable, Mapping
 from logging import INFO
 from typing import Any, Optional
 
+import numpy as np
+from flwr.app import Array, ArrayRecord
 from flwr.common import log
 from flwr.serverapp.strategy.strategy import Strategy
 
@@ -32,6 +42,15 @@ def load_resumable(cfg: Mapping[str, Any]) -> Optional[dict[str, Any]]:
         return None
     log(INFO, "resuming %s from round %d", cfg["output-dir"], int(checkpoint["round"]))
     return checkpoint
+
+
+def keyed_arrays(checkpoint: Mapping[str, Any], like: ArrayRecord) -> ArrayRecord:
+    """The checkpoint's global arrays as a record with the keys of ``like`` (same layout:
+    e.g. IFCA's ``"<j>/<layer>"`` hypotheses record)."""
+    arrays = list(checkpoint["arrays"])
+    if len(arrays) != len(like):
+        raise ValueError(f"checkpoint holds {len(arrays)} arrays, the model has {len(like)}")
+    return ArrayRecord({key: Array(np.ascontiguousarray(a)) for key, a in zip(like, arrays)})
 
 
 def restore(strategy: Strategy, checkpoint: Mapping[str, Any]) -> None:

@@ -10,7 +10,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from logging import ERROR  # noqa: E402
+from logging import ERROR, INFO  # noqa: E402
 
 from flwr.app import Context  # noqa: E402
 from flwr.common import log  # noqa: E402
@@ -40,11 +40,14 @@ def main(grid: Grid, context: Context) -> None:
     if cfg["run-plan"]:  # many runs in this one simulation (fedpriv grid, fedpriv attack cia)
         run_plan(grid, cfg, CATALOG)  # each cell's runner checks its own output directory
         return
-    try:
-        run_state(cfg["output-dir"], cfg)  # refuses a directory holding another config's run
+    try:  # refuses a directory holding another config's run
+        state = run_state(cfg["output-dir"], cfg, CATALOG.completion(CATALOG.kind(cfg)))
     except ConfigError as err:
         log(ERROR, "%s", err)
         raise SystemExit(2) from err
+    if state.action == "finished":  # every kind: a finished run is not re-run
+        log(INFO, "%s holds a finished run of this config; nothing to do", cfg["output-dir"])
+        return
     write_manifest(cfg["output-dir"], cfg)
     try:
         CATALOG.runners[CATALOG.kind(cfg)](grid, cfg, CATALOG)

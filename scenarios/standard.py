@@ -14,10 +14,8 @@ imports in the base install (``fedpriv epsilon``, ``fedpriv keys``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from logging import INFO
 from typing import Any
 
-from flwr.common import log
 from flwr.serverapp import Grid
 
 from fedpriv.data import DATASETS
@@ -155,14 +153,11 @@ def check_core(cfg: Mapping[str, Any], catalog: Catalog) -> None:
 
 def run_standard(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     """Runner of kind ``standard``: one resumable training run
-    (:func:`scenarios.engine.train_run`; a finished run of this config is left as it is)."""
+    (:func:`scenarios.engine.train_run`; a finished run of this config is not started: the
+    ServerApp and ``run-plan`` check completion before any runner)."""
     from clients.keras_client import federated_data
     from scenarios.engine import RunHooks, train_run
-    from scenarios.preflight import run_state
 
-    if run_state(cfg["output-dir"], cfg).action == "finished":
-        log(INFO, "%s holds a finished run of this config; nothing to do", cfg["output-dir"])
-        return
     data = federated_data(cfg)
     pgrid = PartitionGrid(grid, discover_partitions(grid, int(cfg["num-clients"])))
     hooks = RunHooks(summary_extra=None, after_run=audit_hook)

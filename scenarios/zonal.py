@@ -263,7 +263,8 @@ def _tagged(cfg: Mapping[str, Any], label: str, record: dict) -> dict:
 def run_variant(
     pgrid: PartitionGrid, cfg: dict[str, Any], data, top: RunLog, catalog: Catalog
 ) -> dict:
-    """One standard zonal run on the shared grid; returns its summary."""
+    """One standard zonal run on the shared grid; returns its summary. Resumable (a killed
+    variant continues after its last completed round: ``engine.train_run``)."""
     from scenarios.engine import RunHooks, train_run
 
     label = cfg.pop("_label")
@@ -280,7 +281,7 @@ def run_variant(
         }
 
     hooks = RunHooks(on_record=(to_top,), summary_extra=summary_extra)
-    return train_run(pgrid, cfg, data, catalog, hooks=hooks).summary
+    return train_run(pgrid, cfg, data, catalog, hooks=hooks, resumable=True).summary
 
 
 def run_zonal_compare(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:

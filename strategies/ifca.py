@@ -77,6 +77,9 @@ SMALL_MODEL = 16  # record hypotheses and released vectors in rounds.jsonl up to
 class LaplaceIFCA(Strategy):
     """GP Algorithm 1 on the Message API (see the module docstring)."""
 
+    # node ids of this simulation's federation: not part of a checkpoint (fedpriv.checkpoint)
+    CHECKPOINT_SKIP = ("node_of", "partition_of")
+
     def __init__(
         self,
         *,
@@ -120,6 +123,8 @@ class LaplaceIFCA(Strategy):
         self.stopped = "num-server-rounds"
         self.rounds_run = 0
         self.dim = 0
+        self.stopper = EarlyStopping(self.patience)
+        self.best: Optional[ArrayRecord] = None
         self._sent: Optional[ArrayRecord] = None
 
     # --- helpers ------------------------------------------------------------------------------
@@ -323,21 +328,35 @@ class LaplaceIFCA(Strategy):
         train_config: Optional[ConfigRecord] = None,
         evaluate_config: Optional[ConfigRecord] = None,
         evaluate_fn: Optional[Callable[[int, ArrayRecord], Optional[MetricRecord]]] = None,
+        *,
+        first_round: int = 1,
+        after_round: Sequence[Callable[[int, ArrayRecord], None]] = (),
     ) -> Result:
-        """Rounds 1..T of GP Algorithm 1 with early stopping; ``Result.arrays`` = best."""
+        """Rounds ``first_round..T`` of GP Algorithm 1 with early stopping; ``Result.arrays``
+        = best.
+
+        ``after_round(round, hypotheses)`` hooks run after each round's record (the
+        checkpoint point, :mod:`scenarios.resume`). A resumed run passes ``first_round = k+1``
+        and the hypotheses after round k, its state (sampling Generator, mirror ledger,
+        early-stopping state, best hypotheses) restored first; the round-0 validation is
+        then not repeated.
+        """
         del evaluate_fn
         train_config = train_config or ConfigRecord()
         evaluate_config = evaluate_config or train_config
         result = Result()
-        stopper = EarlyStopping(self.patience)
-        arrays = best = initial_arrays
+        arrays = initial_arrays
         self.dim = num_params(hypotheses_from_record(initial_arrays)[0])
-        self.current = {"round": 0}
-        loss = self._validate(grid, 0, arrays, evaluate_config, timeout)
-        if loss is not None:
-            stopper.update(0, loss)
-        self._end_round(0, initial_arrays, loss, stopper, time.time())
-        for server_round in range(1, int(num_rounds) + 1):
+        if first_round == 1:
+            self.best = initial_arrays
+            self.current = {"round": 0}
+            loss = self._validate(grid, 0, arrays, evaluate_config, timeout)
+            if loss is not None:
+                self.stopper.update(0, loss)
+            self._end_round(0, initial_arrays, loss, time.time())
+        for server_round in range(int(first_round), int(num_rounds) + 1):
+            if self.stopped != "num-server-rounds":  # early stopping (a resumed run too)
+                break
             t0 = time.time()
             if not self.anyone_can_participate():
                 self.stopped = "leakage-budget"
@@ -356,13 +375,14 @@ class LaplaceIFCA(Strategy):
                     }
                 )
             self.rounds_run = server_round
-            if loss is None or stopper.update(server_round, loss):
-                best, self.best_round = arrays, server_round
-            self._end_round(server_round, arrays, loss, stopper, t0)
-            if loss is not None and stopper.should_stop:
+            if loss is None or self.stopper.update(server_round, loss):
+                self.best, self.best_round = arrays, server_round
+            self._end_round(server_round, arrays, loss, t0)
+            if loss is not None and self.stopper.should_stop:
                 self.stopped = "early-stopping"
-                break
-        result.arrays = best
+            for hook in after_round:
+                hook(server_round, arrays)
+        result.arrays = self.best
         return result
 
     def _end_round(
@@ -370,9 +390,9 @@ class LaplaceIFCA(Strategy):
         server_round: int,
         arrays: ArrayRecord,
         loss: Optional[float],
-        stopper: EarlyStopping,
         t0: float,
     ) -> None:
+        stopper = self.stopper
         record = {"round": server_round, **self.current}
         if server_round == 0 and self.dim <= SMALL_MODEL:
             record["hypotheses"] = [flatten(h).tolist() for h in hypotheses_from_record(arrays)]

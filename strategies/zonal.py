@@ -85,7 +85,13 @@ class ZonalAggregation(Strategy):
     epsilon_fn : callable, optional
         ``fn(round) -> dict``: the ε block of the round (see
         :func:`fedpriv.zonal.epsilon_at_aggregator`).
+
+    A checkpoint (``fedpriv.checkpoint``) holds the elections (super-nodes, log, Generator),
+    the failure Generator and the last round's unreachable partitions; the node-id map is
+    this simulation's (rebuilt every round from the grid), so it is not checkpointed.
     """
+
+    CHECKPOINT_SKIP = ("_node_to_partition",)
 
     def __init__(
         self,
