@@ -472,3 +472,67 @@ def test_plots_write_pngs(tmp_path):
         plot_validation_loss({"rmse": ([0, 1], [3.0, 1.0])}, tmp_path / "v.png", best_round=1),
     ]
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_killed_run_resumes_from_its_checkpoint_and_the_clients_own_ledgers(tmp_path):
+    """Issue 12: a run checkpointed after round 2 and killed during round 3 continues in a
+    new strategy with NEW client states (a restarted simulation: ``context.state`` is gone).
+    The clients take their ledgers back from their own files (the entry before round 3, so
+    the interrupted round is not charged twice): with a budget, who declines depends on it.
+    Records, hypotheses and ledgers equal an uninterrupted run's."""
+    from clients.ifca_client import STATE_DIR_KEY, ledger_file
+    from scenarios.engine import RoundState
+    from scenarios.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
+
+    rounds = 6
+
+    def run(name, first=1, last=rounds, checkpoint_until=0, strategy=None, states=None):
+        cfg = gp_cfg(
+            **{"leakage-budget": 1.0, "num-clients": 6, "output-dir": str(tmp_path / name)}
+        )
+        config = ConfigRecord(
+            {**{k: v for k, v in cfg.items() if k != "server-round"},
+             STATE_DIR_KEY: str(tmp_path / name / "client-state")}
+        )  # fmt: skip
+        strategy, grid, records = strategy or make_strategy(budget=1.0), LocalGrid(range(6)), []
+        strategy.on_round_end = records.append
+        grid.states = states if states is not None else grid.states
+        save = checkpoint_hook({**cfg, "num-server-rounds": rounds})
+
+        def hook(r, arrays):
+            if r <= checkpoint_until:
+                save(RoundState(r, arrays, {}, strategy))
+
+        initial = hypotheses_record(HYPS)
+        checkpoint = load_resumable({**cfg, "num-server-rounds": rounds}) if first > 1 else None
+        if checkpoint is not None:
+            restore(strategy, checkpoint)
+            initial = keyed_arrays(checkpoint, initial)
+        result = strategy.start(
+            grid, initial, num_rounds=last, train_config=config, first_round=first,
+            after_round=(hook,),
+        )  # fmt: skip
+        strip = [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+        return strategy, grid, strip, result, cfg
+
+    full, full_grid, full_records, full_result, _ = run("full")
+    assert any(r["declined"] for r in full_records[1:])  # the budget binds in this run
+    _, _, killed, _, cfg = run("killed", last=3, checkpoint_until=2)  # round 3 was in flight
+    assert load_resumable({**cfg, "num-server-rounds": rounds})["round"] == 2
+    empty = {node: RecordDict() for node in full_grid.states}  # context.state is gone
+    resumed, grid, rest, result, _ = run("killed", first=3, strategy=make_strategy(budget=1.0),
+                                         states=empty)  # fmt: skip
+    assert [r["round"] for r in rest] == [3, 4, 5]  # round 6: nobody can afford it (budget)
+    assert killed[:3] + rest == full_records
+    assert resumed.ledger.spent == full.ledger.spent
+    assert resumed.participations == full.participations and resumed.stopped == full.stopped
+    np.testing.assert_array_equal(
+        flatten(hypotheses_from_record(result.arrays)[1]),
+        flatten(hypotheses_from_record(full_result.arrays)[1]),
+    )
+    for p in range(6):  # the client-side files: each client's ledger, never the server's
+        own = read_ledger(grid.states[100 + p], LEDGER_KEY)
+        if own["participations"] or own["declined"]:
+            assert own == read_ledger(full_grid.states[100 + p], LEDGER_KEY)
+        path = ledger_file({**cfg, STATE_DIR_KEY: str(tmp_path / "killed" / "client-state")}, p)
+        assert path.exists() == (p in full.participations)

@@ -56,6 +56,7 @@ def _cfg(strategy: str, privacy: str) -> dict:
             "noise-multiplier": 0.3,
             "clipping-norm": 1.0,
             "seed": 3,
+            **({"supernode-failure-rate": 0.4, "num-zones": 2} if privacy == "zonal" else {}),
         }  # fmt: skip
     )
 
@@ -89,6 +90,7 @@ def _chain(cfg):
         ("fedavgm", "metric-dp"),
         ("fedopt", "none"),
         ("fedyogi", "none"),
+        ("fedavgm", "zonal"),  # elections (super-nodes, log, Generator), failure Generator
     ],
 )
 def test_restored_chain_continues_bit_identically(strategy, privacy, tmp_path):
@@ -113,6 +115,10 @@ def test_restored_chain_continues_bit_identically(strategy, privacy, tmp_path):
         assert resumed.current["sampled"] == sampled
         for a, b in zip(arrays, expected):
             np.testing.assert_array_equal(a, b)
+    if privacy == "zonal":  # the super-nodes and the election log went on, not restarted
+        zonal = [w for w in wrapper_chain(resumed) if hasattr(w, "election")][0]
+        assert [e.round for e in zonal.election.log][0] == 1
+        assert "_node_to_partition" not in capture_state([zonal])[0]  # this simulation's ids
     if privacy == "global-dp":  # metric DP has no accountant (no (epsilon, delta) claim)
         dp = [w for w in wrapper_chain(resumed) if hasattr(w, "accountant")][0]
         assert len(dp.accountant.noise_multipliers) == 4  # rounds 1, 2 restored + 3, 4
@@ -143,6 +149,18 @@ def test_run_state_new_resume_finished_and_refused(tmp_path):
     assert "output-dir" in message and "seed 3 -> 4" in message and "\n" not in message
     (tmp_path / "summary.json").write_text("{}")
     assert run_state(tmp_path, cfg).action == "finished"
+
+
+def test_finished_means_the_kinds_completion_check(tmp_path):
+    """A CIA run is finished when cia.json holds its config, not when its first phase's
+    summary.json exists (a kill during the target-absent phase resumes it)."""
+    cfg = {**resolve_run_config({"scenario": "cia-digits"}), "output-dir": str(tmp_path)}
+    complete = CATALOG.completion(CATALOG.kind(cfg))
+    write_manifest(tmp_path, cfg)
+    (tmp_path / "summary.json").write_text("{}")  # the target-present phase is done
+    assert run_state(tmp_path, cfg, complete).action == "new"
+    (tmp_path / "cia.json").write_text(json.dumps({"config": cfg}))
+    assert run_state(tmp_path, cfg, complete).action == "finished"
 
 
 def test_runlog_keeps_completed_rounds_only(tmp_path):
