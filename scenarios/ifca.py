@@ -16,6 +16,11 @@ the others train. ``ifca-sweep`` runs several configurations in ONE simulation (
 SuperNodes; client ledgers keyed by the run's index in ``context.state``), each in
 ``output-dir/sweep-NN/``, plus a summary and ``ifca_table.md`` in ``output-dir``.
 
+Resume (issue 12): every run checkpoints after each round (``checkpoint.pkl``: hypotheses,
+server Generator, mirror ledger, early stopping, best hypotheses; ``scenarios.resume``) and
+its clients keep their own ledgers in ``output-dir/client-state/`` (``clients.ifca_client``);
+the same command continues a killed run, and a sweep skips its complete runs.
+
 Outputs of one run: ``rounds.jsonl`` (per round: sampled users, participants, declines,
 failures, cluster sizes, server-side assignment, hypotheses and released vectors for models
 with <= 16 parameters, mirror-ledger stats, validation metrics, best round), ``summary.json``

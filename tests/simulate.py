@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +43,36 @@ def run_fedpriv(
         else []
     )
     return proc.returncode, summary, rounds, (proc.stdout + proc.stderr)[-4000:]
+
+
+def kill_after_round(
+    overrides: dict[str, Any], output_dir: Path, after: int, timeout: float = 600
+) -> int:
+    """Start ``fedpriv run``; SIGKILL its whole process group once round ``after`` is
+    checkpointed (``output_dir/checkpoint.pkl``). Returns the round of the checkpoint left
+    behind."""
+    import flwr.app  # noqa: F401  (unpickling a checkpoint in the poll loop must not import it)
+
+    from fedpriv.checkpoint import load_checkpoint
+
+    items = " ".join(
+        to_override(k, v) for k, v in {**overrides, "output-dir": str(output_dir)}.items()
+    )
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scenarios.cli", "run", "--run-config", items],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            checkpoint = load_checkpoint(output_dir) if output_dir.is_dir() else None
+            if checkpoint is not None and checkpoint["round"] >= after:
+                break
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # Ray's processes are in this group too
+        proc.wait(timeout=60)
+    return int(load_checkpoint(output_dir)["round"])

@@ -24,8 +24,10 @@ import numpy as np
 import pytest
 
 from fedpriv.data import load_federated
+from fedpriv.runlog import read_rounds
+from scenarios import cli, launch
 from tests.baseline import assert_matches_baseline
-from tests.simulate import run_fedpriv
+from tests.simulate import kill_after_round, run_fedpriv, to_override
 
 pytestmark = pytest.mark.simulation
 
@@ -109,6 +111,57 @@ def test_gp_outputs_and_the_privacy_rule(gp_run):
     trained = first[1]
     assert len(trained["released"]) == len(trained["participants"]) == 7
     assert sum(trained["cluster_sizes"]) == 7 and len(trained["hypotheses"]) == 2
+
+
+# the sweep's run 4 as a single run (same resolved config but output-dir)
+GP_NU5 = {
+    "scenario": "gp-synthetic",
+    "ifca-noise-multiplier": 5,
+    "seed": 0,
+    "num-server-rounds": 8,
+    "patience": 50,
+}
+
+
+def _without_wall_time(rounds: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in rounds]
+
+
+def test_killed_ifca_run_resumes_and_equals_the_uninterrupted_run(
+    gp_run, tmp_path, monkeypatch, capsys
+):
+    """Issue 12 for IFCA: a run killed after round 1 (of 8) and started again continues
+    from its checkpoint (hypotheses, server Generator, mirror ledger, early stopping) with
+    the clients' own ledger files; its rounds equal the sweep's uninterrupted run 4."""
+    out = tmp_path / "resumed"
+    killed_at = kill_after_round(GP_NU5, out, 1)
+    assert 1 <= killed_at < 8 and not (out / "summary.json").exists()
+    rc, summary, rounds, log = run_fedpriv(GP_NU5, out)
+    assert rc == 0 and f"resuming {out} after round {killed_at}" in log, log
+    full = read_rounds(gp_run[2] / "sweep-04")
+    assert [r["round"] for r in rounds] == list(range(9))
+    assert _without_wall_time(rounds) == _without_wall_time(full)
+    assert summary["leakage"] == sub_summary(gp_run[2], 4)["leakage"]
+    ledgers = sorted((out / "client-state").glob("*.json"))  # written by the clients only
+    spent = {
+        p.stem.rsplit("-", 1)[1]: json.loads(p.read_text())["rounds"][-1]["state"]["spent"]
+        for p in ledgers
+    }
+    charged = {p: v for p, v in summary["leakage"]["per_client"].items() if v > 0}
+    assert spent == pytest.approx(charged)
+    # the same command again (in process: no simulation may start): finished, not re-run;
+    # another config on that directory: refused, one line, exit 2
+    monkeypatch.setattr(launch.subprocess, "run", _no_simulation)
+    monkeypatch.setattr(launch.subprocess, "Popen", _no_simulation)
+    again = " ".join(to_override(k, v) for k, v in {**GP_NU5, "output-dir": str(out)}.items())
+    assert cli.main(["run", "--run-config", again]) == 0
+    assert "finished run" in capsys.readouterr().out
+    assert cli.main(["run", "--run-config", again.replace("seed=0", "seed=1")]) == 2
+    assert "seed 0 -> 1" in capsys.readouterr().err
+
+
+def _no_simulation(*args, **kwargs):
+    raise AssertionError(f"a simulation was started: {args[0]}")
 
 
 @pytest.fixture(scope="module")

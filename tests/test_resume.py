@@ -10,13 +10,7 @@ test kills a real ``fedpriv run`` after round 3 of 6 and runs the same command a
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import flwr.app  # noqa: F401  (unpickling a checkpoint in the poll loop must not import it)
 import numpy as np
@@ -26,7 +20,6 @@ from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from fedpriv.checkpoint import (
     capture_state,
     fingerprint,
-    load_checkpoint,
     save_checkpoint,
     write_manifest,
 )
@@ -39,7 +32,7 @@ from scenarios.recorder import wrapper_chain
 from scenarios.registry import resolve_run_config
 from scenarios.resume import checkpoint_hook, load_resumable, restore
 from scenarios.schema import ConfigError
-from tests.simulate import ROOT, run_fedpriv, to_override
+from tests.simulate import kill_after_round, run_fedpriv
 
 SHAPES = [(5, 3), (3,)]
 NUM = 6
@@ -186,35 +179,11 @@ def test_checkpoint_write_is_atomic(tmp_path):
 RUN = {"num-server-rounds": 6, "local-epochs": 1, "strategy": "fedyogi", "clients-per-round": 3}
 
 
-def _kill_after_round(output_dir: Path, after: int, timeout: float = 600) -> int:
-    """Start ``fedpriv run``; SIGKILL its whole process group once round ``after`` is
-    checkpointed. Returns the round of the checkpoint left behind."""
-    items = " ".join(to_override(k, v) for k, v in {**RUN, "output-dir": str(output_dir)}.items())
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "scenarios.cli", "run", "--run-config", items],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + timeout
-    try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            checkpoint = load_checkpoint(output_dir) if output_dir.is_dir() else None
-            if checkpoint is not None and checkpoint["round"] >= after:
-                break
-            time.sleep(0.02)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # Ray's processes are in this group too
-        proc.wait(timeout=60)
-    return int(load_checkpoint(output_dir)["round"])
-
-
 @pytest.mark.simulation
 def test_killed_run_resumes_and_equals_an_uninterrupted_run(tmp_path):
     rc, summary_full, rounds_full, log = run_fedpriv(RUN, tmp_path / "full")
     assert rc == 0, log
-    killed_at = _kill_after_round(tmp_path / "resumed", 3)
+    killed_at = kill_after_round(RUN, tmp_path / "resumed", 3)
     assert killed_at == 3
     assert not (tmp_path / "resumed" / "summary.json").exists()
     rc, summary, rounds, log = run_fedpriv(RUN, tmp_path / "resumed")
