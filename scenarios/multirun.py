@@ -54,13 +54,18 @@ def run_cells(
     log: Callable[[str], None] = lambda line: print(line, flush=True),
     prefix: str = "fedpriv",
 ) -> list[dict[str, Any]]:
-    """Run every cell that is not complete; one row per cell (status, wall time, result)."""
-    todo = sum(not is_complete(c) for c in cells)
+    """Run every cell that is not complete; one row per cell (status, wall time, result).
+
+    ``is_complete`` is asked once per cell, before any cell runs (it may re-log a complete
+    cell's rounds into a combined log, so it must not be asked twice).
+    """
+    complete = [is_complete(c) for c in cells]
+    todo = complete.count(False)
     rows: list[dict[str, Any]] = []
     done_walls: list[float] = []
-    for index, cell in enumerate(cells, 1):
+    for index, (cell, done) in enumerate(zip(cells, complete), 1):
         head = f"{prefix}: [{index}/{len(cells)}] {cell.label}"
-        if is_complete(cell):
+        if done:
             log(f"{head}: complete, skipped")
             rows.append({"label": cell.label, "status": "skipped", "result": None})
             continue

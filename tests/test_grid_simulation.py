@@ -63,7 +63,14 @@ def test_run_cells_skips_complete_isolates_failures_and_reports_eta():
             raise RuntimeError("boom")
         return {"value": cell.label}
 
-    rows = run_cells(cells, run_one, is_complete=lambda c: c.label == "c0", log=lines.append)
+    asked = []
+
+    def is_complete(cell):  # may re-log a complete cell's rounds: asked once per cell
+        asked.append(cell.label)
+        return cell.label == "c0"
+
+    rows = run_cells(cells, run_one, is_complete=is_complete, log=lines.append)
+    assert asked == ["c0", "c1", "c2", "c3"]
     assert ran == ["c1", "c2", "c3"]  # c0 complete: skipped
     assert [r["status"] for r in rows] == ["skipped", "ok", "failed", "ok"]
     assert rows[1]["result"] == {"value": "c1"} and rows[2]["result"] is None
