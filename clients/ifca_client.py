@@ -43,6 +43,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import math  # noqa: E402
 from collections.abc import Mapping, Sequence  # noqa: E402
+from logging import WARNING  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
@@ -54,6 +55,7 @@ from flwr.app import (  # noqa: E402
     MetricRecord,
     RecordDict,
 )
+from flwr.common import log  # noqa: E402
 
 from clients.keras_client import (  # noqa: E402
     TrainSettings,
@@ -124,23 +126,30 @@ def ledger_file(cfg: Mapping[str, Any], partition: int) -> Optional[Path]:
 def load_ledger(
     state: Optional[RecordDict], cfg: Mapping[str, Any], partition: int
 ) -> dict[str, float]:
-    """The ledger before this call: from the client's file when it keeps one (it survives a
-    restart), else from ``context.state``."""
+    """The ledger before this call: from the client's file when it holds an entry of an
+    earlier round (it survives a restart), else from ``context.state``."""
     path = ledger_file(cfg, partition)
-    if path is None:
-        return read_ledger(state, ledger_key(cfg))
-    kept = read_client_state(path, int(cfg.get("server-round", 0)))
-    return {**EMPTY_LEDGER, **kept} if kept else dict(EMPTY_LEDGER)
+    kept = read_client_state(path, int(cfg.get("server-round", 0))) if path else None
+    return {**EMPTY_LEDGER, **kept} if kept else read_ledger(state, ledger_key(cfg))
 
 
 def store_ledger(
     state: Optional[RecordDict], cfg: Mapping[str, Any], partition: int, ledger: Mapping
 ) -> None:
-    """Write the ledger to ``context.state`` and, when it keeps one, the client's file."""
+    """Write the ledger to ``context.state`` and, when it keeps one, the client's file.
+
+    A file the client cannot write (a deployment SuperNode without the server's path) does
+    not fail the round: the ledger stays in ``context.state`` for this run, and a warning
+    says that it will not survive a restart.
+    """
     write_ledger(state, ledger_key(cfg), ledger)
     path = ledger_file(cfg, partition)
-    if path is not None:
+    if path is None:
+        return
+    try:
         write_client_state(path, int(cfg.get("server-round", 0)), ledger)
+    except OSError as err:
+        log(WARNING, "IFCA client %d: ledger file %s not written (%s)", partition, path, err)
 
 
 # --- local losses -------------------------------------------------------------------------

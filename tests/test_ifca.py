@@ -536,3 +536,20 @@ def test_killed_run_resumes_from_its_checkpoint_and_the_clients_own_ledgers(tmp_
             assert own == read_ledger(full_grid.states[100 + p], LEDGER_KEY)
         path = ledger_file({**cfg, STATE_DIR_KEY: str(tmp_path / "killed" / "client-state")}, p)
         assert path.exists() == (p in full.participations)
+
+
+def test_unwritable_ledger_file_does_not_fail_the_round(tmp_path):
+    """A client that cannot write its ledger file (a SuperNode without the server's path)
+    still trains and keeps its ledger in ``context.state``."""
+    from clients.ifca_client import STATE_DIR_KEY
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cfg = {**gp_cfg(), STATE_DIR_KEY: str(blocker / "client-state")}
+    state = RecordDict()
+    content = ifca_train(train_message(cfg), cfg, 0, state)
+    assert list(content.array_records) == [REPLY_KEY]
+    assert read_ledger(state, LEDGER_KEY)["participations"] == 1
+    cfg2 = {**cfg, "server-round": 2}
+    ifca_train(train_message(cfg2), cfg2, 0, state)  # read back from context.state
+    assert read_ledger(state, LEDGER_KEY)["participations"] == 2
