@@ -28,6 +28,7 @@ import fedpriv.accounting.pld as pld_mod
 import fedpriv.accounting.rdp as rdp_mod
 from fedpriv.accounting.accountant import EpsilonReport, PrivacyAccountant, gaussian_epsilon
 from fedpriv.accounting.events import client_round_event, labels_for, relation_for
+from fedpriv.accounting.rounds import GaussianRoundsAccountant
 
 __all__ = [
     "server_accountant",
@@ -79,15 +80,10 @@ def epsilon_for_noise_multipliers(
     delta: float,
     sampling: str = "fixed",
 ) -> EpsilonReport:
-    """ε after rounds whose noise multipliers on the sum are given (may differ)."""
-    accountant = server_accountant(
-        sampled=sampled, population=population, delta=delta, sampling=sampling
-    )
-    for z in noise_multipliers:
-        accountant.compose(
-            client_round_event(z, sampled=sampled, population=population, sampling=sampling)
-        )
-    return accountant.report()
+    """ε after rounds whose noise multipliers on the sum are given (may differ): the report
+    of :func:`fedpriv.accounting.rounds.epsilon_for_rounds` (one composition path)."""
+    setting = dict(sampled=sampled, population=population, delta=delta, sampling=sampling)
+    return GaussianRoundsAccountant(**setting).extend(noise_multipliers).report()
 
 
 def series_rounds(rounds: int, points: int = SERIES_POINTS) -> list[int]:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import fedpriv.accounting._checks as _checks
-from fedpriv.accounting.accountant import PrivacyAccountant
+from fedpriv.accounting.accountant import EpsilonReport, PrivacyAccountant
 from fedpriv.accounting.events import client_round_event, labels_for, relation_for
 
 __all__ = ["GaussianRoundsAccountant", "epsilon_for_rounds"]
@@ -104,9 +104,19 @@ class GaussianRoundsAccountant:
     def current(self) -> dict[str, Any]:
         """``{"epsilon", "epsilon_pld", "epsilon_rdp", "delta", "rounds", "accountant",
         "adjacency", "sampling", ...}`` so far (infinities as ``"inf"``)."""
-        out = self._accountant.report().to_dict()
+        out = self.report().to_dict()
         out.update(sampled=self.sampled, population=self.population)
         return out
+
+    def report(self) -> EpsilonReport:
+        """The cumulative report so far (:meth:`current` is its dict)."""
+        return self._accountant.report()
+
+    def extend(self, noise_multipliers: Sequence[float]) -> GaussianRoundsAccountant:
+        """Compose one round per noise multiplier on the sum; returns this accountant."""
+        for z in noise_multipliers:
+            self.step(z, compute=False)
+        return self
 
 
 def epsilon_for_rounds(
@@ -126,6 +136,4 @@ def epsilon_for_rounds(
         sampling=sampling,
         conditional=conditional,
     )
-    for z in noise_multipliers:
-        accountant.step(z, compute=False)
-    return accountant.current()
+    return accountant.extend(noise_multipliers).current()
