@@ -1,16 +1,17 @@
 """The one multi-run runner: many cells (runs) inside ONE started simulation.
 
 Used by ``fedpriv grid`` (strategies × privacy × seeds), ``fedpriv attack cia`` (the CIA
-grid), the IFCA sweep (``ifca-sweep``) and the zonal comparison (``hdp-digits``). A cell is
-one resolved run config with its own ``output-dir``; all cells of a simulation share its
-SuperNodes (same ``num-clients``), so N cells pay one Ray/TF start-up, not N.
+grid), ``fedpriv audit --grid`` (mechanism rows × z), the IFCA sweep (``ifca-sweep``) and the
+zonal comparison (``hdp-digits``). A cell is one resolved run config with its own
+``output-dir``; all cells of a simulation share its SuperNodes (same ``num-clients``), so N
+cells pay one Ray/TF start-up, not N.
 
 :func:`run_cells` is the loop: complete cells are skipped (resume), each remaining cell runs
 with its failure isolated (an exception fails that cell, the next one runs), and one progress
 line per cell gives the elapsed time and an ETA (mean time per cell run so far × cells left).
 The report step is the caller's, once, after the loop.
 
-``fedpriv grid`` and ``fedpriv attack cia`` write the cells to a plan file
+``fedpriv grid``, ``fedpriv attack cia`` and ``fedpriv audit --grid`` write the cells to a plan file
 (:func:`write_plan`) and start one simulation with ``run-plan = <path>``; the ServerApp
 then runs :func:`run_plan`: every cell with its kind's runner, ``<plan dir>/cells.json``
 recording each cell's status and wall time.
