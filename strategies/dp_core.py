@@ -110,6 +110,10 @@ class DPWrapperCore:
         self.poisson = bool(poisson)
         self.last_round: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
+        self.reset_reference()
+
+    def reset_reference(self) -> None:
+        """Forget the round's global model, the clipping reference (held in the API's type)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.mechanism!r}, strategy={self.strategy!r})"

@@ -101,7 +101,10 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
     step_name = "aggregate_train"
     reply_name = "replies"
     supports_poisson = True
-    current_arrays: ArrayRecord = ArrayRecord()  # replaced (never mutated) every round
+
+    def reset_reference(self) -> None:
+        """No global arrays yet (``configure_train`` sets them)."""
+        self.current_arrays = ArrayRecord()
 
     def summary(self) -> None:
         """Log the DP settings, then the wrapped strategy's summary."""

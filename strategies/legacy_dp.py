@@ -69,7 +69,10 @@ class LegacyServerSideFixedClippingDP(DPWrapperCore, Strategy):
     other_api = "use strategies.dp_wrappers for the Message API"
     step_name = "aggregate_fit"
     reply_name = "results"
-    current_round_params: NDArrays = []  # replaced (never mutated) every round
+
+    def reset_reference(self) -> None:
+        """No global parameters yet (``configure_fit`` sets them)."""
+        self.current_round_params: NDArrays = []
 
     def initialize_parameters(self, client_manager: ClientManager) -> Optional[Parameters]:
         """Delegate."""
