@@ -76,3 +76,48 @@ def kill_after_round(
             os.killpg(proc.pid, signal.SIGKILL)  # Ray's processes are in this group too
         proc.wait(timeout=60)
     return int(load_checkpoint(output_dir)["round"])
+
+
+def run_fedpriv_cells(
+    runs: dict[str, tuple[dict[str, Any], Path]], plan_dir: Path
+) -> dict[str, tuple[int, Any, list, str]]:
+    """Run several ``fedpriv run`` configs as cells of ONE simulation (``run-plan``).
+
+    ``runs`` maps a label to (overrides, output dir); every config must resolve to the same
+    ``num-clients``. Each cell runs with its kind's runner exactly as a single run would
+    (same rounds.jsonl for the same seed), but N cells pay one Ray/TensorFlow start-up.
+    Returns label -> (0 or 1 for the cell's status, summary or None, rounds, log tail).
+    """
+    from scenarios import launch, multirun
+    from scenarios.features import CATALOG
+
+    cells = [
+        multirun.Cell(
+            label,
+            CATALOG.resolve_run_config(launch.app_config({**o, "output-dir": str(out)})),
+        )
+        for label, (o, out) in runs.items()
+    ]
+    top = {"scenario": cells[0].cfg["scenario"], "num-clients": cells[0].cfg["num-clients"]}
+    plan_dir = Path(plan_dir)
+    multirun.launch_plan(plan_dir, cells, top, "local-simulation", CATALOG)
+    log = (plan_dir / multirun.LOG_NAME).read_text()[-4000:]
+    manifest = plan_dir / multirun.MANIFEST
+    status = (
+        {c["label"]: c["status"] for c in json.loads(manifest.read_text())["cells"]}
+        if manifest.exists()
+        else {}
+    )
+    results = {}
+    for label, (_, out) in runs.items():
+        summary_path = Path(out) / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+        rounds_path = Path(out) / "rounds.jsonl"
+        rounds = (
+            [json.loads(x) for x in rounds_path.read_text().splitlines() if x.strip()]
+            if rounds_path.exists()
+            else []
+        )
+        rc = 0 if status.get(label) == "ok" and summary is not None else 1
+        results[label] = (rc, summary, rounds, log)
+    return results

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.baseline import assert_matches_baseline
-from tests.simulate import run_fedpriv
+from tests.simulate import run_fedpriv, run_fedpriv_cells
 
 pytestmark = pytest.mark.simulation
 
@@ -114,18 +114,25 @@ BANDS = {"fedavg": 0.85, "fedyogi": 0.7}  # final server accuracy after 3 rounds
 
 @pytest.fixture(scope="module")
 def grid(tmp_path_factory) -> dict:
-    out = {}
+    """The six runs as cells of one simulation (the same rounds as six separate runs: the
+    baseline records came from separate runs of the old code)."""
     base = tmp_path_factory.mktemp("dpgrid")
-    for strategy in ("fedavg", "fedyogi"):
-        for privacy in ("none", "global-dp", "metric-dp"):
-            path = base / f"{strategy}-{privacy}"
-            rc, summary, rounds, tail = run_fedpriv(
-                {"scenario": "digits", "strategy": strategy, "privacy": privacy, "seed": 3,
-                 "num-server-rounds": GRID_ROUNDS},
-                path,
-            )  # fmt: skip
-            out[(strategy, privacy)] = (rc, summary, rounds, tail, path)
-    return out
+    runs = {
+        f"{strategy}-{privacy}": (
+            {
+                "scenario": "digits",
+                "strategy": strategy,
+                "privacy": privacy,
+                "seed": 3,
+                "num-server-rounds": GRID_ROUNDS,
+            },
+            base / f"{strategy}-{privacy}",
+        )  # fmt: skip
+        for strategy in ("fedavg", "fedyogi")
+        for privacy in ("none", "global-dp", "metric-dp")
+    }
+    results = run_fedpriv_cells(runs, base / "plan")
+    return {tuple(label.split("-", 1)): (*results[label], runs[label][1]) for label in runs}
 
 
 def test_grid_rounds_match_the_baseline(grid):
