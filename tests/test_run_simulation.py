@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.baseline import assert_matches_baseline
-from tests.simulate import ROOT, run_fedpriv
+from tests.simulate import ROOT, run_fedpriv, run_fedpriv_cells
 
 pytestmark = pytest.mark.simulation
 
@@ -21,10 +21,35 @@ def default_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("default")
 
 
+SIZES = {strategy: 128 if strategy == "fedavg" else 32 for strategy in STRATEGIES}
+
+
 @pytest.fixture(scope="module")
-def default_runs(default_dir):
-    """The default scenario twice with the same seed."""
-    return [run_fedpriv({}, default_dir / f"run{i}") for i in range(2)]
+def plan_runs(default_dir):
+    """One simulation whose cells are the default scenario (same seed as the single run
+    below) and the six strategies on synthetic-mri (both scenarios have 4 clients).
+
+    FedAvg at MP's 128x128; the other five at image-size 32 (same CNN, 1/16 of the
+    compute), which the summary labels as a deviation from MP."""
+    runs = {"default": ({}, default_dir / "run1")}
+    for strategy in STRATEGIES:
+        overrides = {
+            "scenario": "synthetic-mri",
+            "strategy": strategy,
+            "num-server-rounds": 1,
+            "local-epochs": 1,
+            "privacy": "none",
+            "image-size": SIZES[strategy],
+        }
+        runs[strategy] = (overrides, default_dir / "mri" / strategy)
+    return run_fedpriv_cells(runs, default_dir / "plan")
+
+
+@pytest.fixture(scope="module")
+def default_runs(default_dir, plan_runs):
+    """The default scenario twice with the same seed: ``fedpriv run`` alone, and as a cell of
+    a multi-run simulation after nothing else (the plan's first cell)."""
+    return [run_fedpriv({}, default_dir / "run0"), plan_runs["default"]]
 
 
 def test_default_run_matches_the_baseline(default_runs, default_dir):
@@ -55,22 +80,10 @@ def test_same_seed_gives_identical_round_accuracies(default_runs):
     assert acc1 == acc2
 
 
-def test_all_six_strategies_run_on_synthetic_mri(tmp_path):
-    """FedAvg at MP's 128x128; the other five at image-size 32 (same CNN, 1/16 of the
-    compute), which the summary labels as a deviation from MP."""
+def test_all_six_strategies_run_on_synthetic_mri(plan_runs):
     for strategy in STRATEGIES:
-        size = 128 if strategy == "fedavg" else 32
-        rc, summary, rounds, log = run_fedpriv(
-            {
-                "scenario": "synthetic-mri",
-                "strategy": strategy,
-                "num-server-rounds": 1,
-                "local-epochs": 1,
-                "privacy": "none",
-                "image-size": size,
-            },
-            tmp_path / strategy,
-        )
+        size = SIZES[strategy]
+        rc, summary, rounds, log = plan_runs[strategy]
         assert rc == 0, f"{strategy}: {log}"
         assert rounds[-1]["aggregated"], strategy
         assert summary["config"]["strategy"] == strategy
