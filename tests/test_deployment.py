@@ -3,9 +3,10 @@
 The SuperLink and SuperNodes are Flower's own executables (``flower-superlink``,
 ``flower-supernode``), started insecure on free loopback ports, once for the module; runs
 are submitted with ``flwr run . local-deployment`` exactly as a user would, with the
-address overridden. The second test is a fault (issue 12, must-show 3): a SuperNode is
-SIGKILLed during a round and restarted; every process is stopped at the end, whatever
-happens.
+address overridden. The one run is also the fault test (issue 12, must-show 3): a SuperNode
+is SIGKILLed during a round and restarted; every process is stopped at the end, whatever
+happens. (A separate fault-free run added ~1-2 min of CI and checked nothing this run's
+round 1 and final summary do not.)
 """
 
 from __future__ import annotations
@@ -128,23 +129,15 @@ def _rounds(out: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_superlink_and_supernodes_on_localhost(federation, tmp_path):
-    out = tmp_path / "out"
-    federation.submit(f"num-server-rounds=2 privacy='none' output-dir='{out}'")
-    _wait_for(lambda: (out / "summary.json").exists(), 600, federation, "summary.json")
-    summary = json.loads((out / "summary.json").read_text())
-    rounds = _rounds(out)
-    assert [r["round"] for r in rounds] == [0, 1, 2]
-    assert rounds[-1]["sampled"] == [0, 1, 2, 3]
-    assert summary["final"]["accuracy"] > 0.5
+def test_superlink_and_supernodes_run_and_survive_a_killed_supernode(federation, tmp_path):
+    """One deployment run of the app (``flwr run . local-deployment``), three rounds.
 
-
-def test_supernode_killed_mid_round_then_rejoins(federation, tmp_path):
-    """Partition 3's SuperNode is SIGKILLed as round 2 starts and restarted at once (it
-    registers with a new node id). Round 2 gets Flower's node-unavailable error for it once
-    the SuperLink's heartbeat check expires; with accept-failures the round aggregates the
-    three replies, global DP keeps sigma calibrated to m = 4 and records (and charges) the
-    under-filled round; from round 3 the restarted node serves partition 3 again."""
+    Round 1 is a normal round: every SuperNode serves its partition. Partition 3's SuperNode
+    is SIGKILLed as round 2 starts and restarted at once (it registers with a new node id).
+    Round 2 gets Flower's node-unavailable error for it once the SuperLink's heartbeat check
+    expires; with accept-failures the round aggregates the three replies, global DP keeps
+    sigma calibrated to m = 4 and records (and charges) the under-filled round; from round 3
+    the restarted node serves partition 3 again."""
     out = tmp_path / "out"
     federation.submit(
         f"num-server-rounds=3 privacy='global-dp' accept-failures=true local-epochs=1 "
@@ -161,10 +154,13 @@ def test_supernode_killed_mid_round_then_rejoins(federation, tmp_path):
     assert failed["failed"] == [3] and failed["replied"] == [0, 1, 2], failed
     assert failed["aggregated"] and failed["dp-noised"] and failed["dp-num-reports"] == 3
     assert "dp-underfilled" in failed
-    clip = json.loads((out / "summary.json").read_text())["config"]["clipping-norm"]
+    summary = json.loads((out / "summary.json").read_text())
+    clip = summary["config"]["clipping-norm"]
     sigma = rounds[1]["dp-sigma"]
     assert failed["dp-sigma"] == pytest.approx(sigma)  # still z*C/m with m = 4
     assert failed["dp-sum-noise-multiplier"] == pytest.approx(sigma * 3 / clip)  # sigma*n/C
     assert failed["dp-round-noise-multiplier"] == pytest.approx(sigma * 3 / clip)  # charged
     assert rounds[3]["rejoined"] == [3] and rounds[3]["replied"] == [0, 1, 2, 3]
     assert rounds[3]["dp-noised-rounds"] == 3
+    assert rounds[1]["sampled"] == [0, 1, 2, 3]
+    assert summary["final"]["accuracy"] > 0.5
