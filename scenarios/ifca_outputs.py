@@ -69,11 +69,19 @@ def _mean_text(values: list) -> str:
     return f"{np.mean(values):.4g}" if values else "-"
 
 
+def _mean_std_text(summaries: list[dict[str, Any]], metric: str) -> str:
+    """``mean ± std`` of ``final[metric]`` over the runs that report it; ``-`` when none does
+    (accuracy of a regression task: GP's synthetic data has RMSE only)."""
+    values = [s["final"][metric] for s in summaries if metric in s["final"]]
+    return f"{np.mean(values):.3f} ± {np.std(values):.3f}" if values else "-"
+
+
 def sweep_table(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     """Markdown table (GP Table 2 shape): one row per sweep setting, seeds pooled.
 
     accuracy = example-weighted accuracy of every training user with its best hypothesis on
-    its test split (mean ± std over seeds); objective = the same users' mean loss (RMSE for
+    its test split (mean ± std over seeds; ``-`` for a regression task, which has none);
+    objective = the same users' mean loss (RMSE for
     regression); leakage = n/ν per participation and the mirror ledger's median / max.
     """
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -86,14 +94,13 @@ def sweep_table(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for label, summaries in groups.items():
-        acc = [s["final"].get("accuracy_weighted", math.nan) for s in summaries]
         obj = [s["final"].get("objective", math.nan) for s in summaries]
         stats = [s["leakage"]["stats"] for s in summaries]
         per = [s["leakage"]["per_participation"] for s in summaries]
         med = [st["median"] for st in stats if st.get("median") is not None]
         mx = [st["max"] for st in stats if st.get("max") is not None]
         lines.append(
-            f"| {label} | {len(summaries)} | {np.mean(acc):.3f} ± {np.std(acc):.3f} | "
+            f"| {label} | {len(summaries)} | {_mean_std_text(summaries, 'accuracy_weighted')} | "
             f"{np.mean(obj):.3f} | {_mean_text([v for v in per if v is not None])} | "
             f"{_mean_text(med)} | {_mean_text(mx)} | "
             f"{', '.join(str(s['best_round']) for s in summaries)} |"

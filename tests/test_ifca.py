@@ -451,6 +451,21 @@ def test_sweep_parsing_and_table():
     assert "| ifca-noise-multiplier=1 | 2 | 0.850 ± 0.050 | 0.300 | 4810 | 9620 | 2e+04 |" in table
 
 
+def test_sweep_table_regression_has_no_accuracy_column_value():
+    """GP's synthetic data reports RMSE only: the accuracy cell is '-', not 'nan ± nan'."""
+    summaries = [
+        {
+            "final": {"objective": rmse, "rmse": rmse},
+            "best_round": 9,
+            "leakage": {"per_participation": None, "stats": {}},
+        }
+        for rmse in (4.0, 5.0)
+    ]
+    table = sweep_table([({"num-hypotheses": 1, "seed": s}, summaries[s]) for s in (0, 1)])
+    assert "| num-hypotheses=1 | 2 | - | 4.500 | - | - | - | 9, 9 |" in table
+    assert "nan" not in table
+
+
 def test_plots_write_pngs(tmp_path):
     from fedpriv.ifca_plots import (
         plot_leakage_histogram,
