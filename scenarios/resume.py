@@ -25,14 +25,14 @@ from collections.abc import Callable, Mapping
 from logging import INFO
 from typing import Any, Optional
 
-import numpy as np
-from flwr.app import Array, ArrayRecord
+from flwr.app import ArrayRecord
 from flwr.common import log
 from flwr.serverapp.strategy.strategy import Strategy
 
 from fedpriv.checkpoint import capture_state, fingerprint, load_checkpoint, restore_state
 from fedpriv.checkpoint import save_checkpoint as write_checkpoint
 from scenarios.recorder import wrapper_chain
+from strategies.array_records import named_record
 
 
 def load_resumable(cfg: Mapping[str, Any]) -> Optional[dict[str, Any]]:
@@ -50,7 +50,7 @@ def keyed_arrays(checkpoint: Mapping[str, Any], like: ArrayRecord) -> ArrayRecor
     arrays = list(checkpoint["arrays"])
     if len(arrays) != len(like):
         raise ValueError(f"checkpoint holds {len(arrays)} arrays, the model has {len(like)}")
-    return ArrayRecord({key: Array(np.ascontiguousarray(a)) for key, a in zip(like, arrays)})
+    return named_record(like.keys(), arrays)
 
 
 def restore(strategy: Strategy, checkpoint: Mapping[str, Any]) -> None:

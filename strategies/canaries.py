@@ -18,13 +18,11 @@ wrapper's per-node report never confuses a canary with a client.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any, Optional
 
 import numpy as np
 from flwr.common import (
-    Array,
     ArrayRecord,
     ConfigRecord,
     Message,
@@ -36,6 +34,7 @@ from flwr.server import Grid
 from flwr.serverapp.strategy.strategy import Strategy
 
 from fedpriv.audit.canaries import CanarySet
+from strategies.array_records import named_record
 from strategies.base import StrategyWrapper
 
 __all__ = ["CanaryInsertion", "CANARY_NODE_ID"]
@@ -115,9 +114,7 @@ class CanaryInsertion(StrategyWrapper):
             model = self.canaries.model(int(j), reference)
             content = RecordDict(
                 {
-                    record_name: ArrayRecord(
-                        OrderedDict({k: Array(np.asarray(v)) for k, v in zip(keys, model)})
-                    ),
+                    record_name: named_record(keys, model),
                     **metric_records,
                 }
             )  # fmt: skip

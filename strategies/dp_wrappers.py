@@ -36,25 +36,20 @@ Usage::
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
 from collections.abc import Iterable
 from logging import INFO
 from typing import Optional
 
 import numpy as np
-from flwr.common import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict, log
+from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict, log
 from flwr.server import Grid
 from flwr.serverapp.strategy.strategy import Strategy
 
+from strategies.array_records import named_record
 from strategies.base import StrategyWrapper
 from strategies.dp_core import DPWrapperCore, MetricOptions
 
-__all__ = ["ServerSideFixedClippingDP", "MetricDP", "arrays_with_keys", "copy_with_arrays"]
-
-
-def arrays_with_keys(record: ArrayRecord, arrays: list[np.ndarray]) -> ArrayRecord:
-    """A new ArrayRecord holding ``arrays`` under ``record``'s keys (in order)."""
-    return ArrayRecord(OrderedDict({k: Array(v) for k, v in zip(record.keys(), arrays)}))
+__all__ = ["ServerSideFixedClippingDP", "MetricDP", "copy_with_arrays"]
 
 
 def copy_with_arrays(
@@ -141,7 +136,7 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
             arrays = self._fixed_denominator(arrays, len(ok))
         if noised:
             noisy = self.mechanism.add_noise(arrays.to_numpy_ndarrays(), stdv, self.rng)
-            arrays = arrays_with_keys(arrays, noisy)
+            arrays = named_record(arrays.keys(), noisy)
             log(INFO, "aggregate_train: DP noise with stdev %.6g added", stdv)
         ids = [m.metadata.src_node_id for m in ok]
         self.record_round(stdv, info, ids=ids, flags=flags, weights=self._weights(ok),
@@ -156,7 +151,7 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
             (g + scale * (np.asarray(a, np.float64) - g)).astype(np.asarray(a).dtype)
             for a, g in zip(arrays.to_numpy_ndarrays(), (np.asarray(r, np.float64) for r in ref))
         ]
-        return arrays_with_keys(arrays, out)
+        return named_record(arrays.keys(), out)
 
     def _noise_only(self) -> tuple[ArrayRecord, MetricRecord]:
         """Poisson round with nobody sampled: release ``w_g + N(0, σ²)`` (Σ Δ = 0)."""
@@ -164,7 +159,7 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
         noisy = self.mechanism.add_noise(self.current_arrays.to_numpy_ndarrays(), stdv, self.rng)
         record = self.record_round(stdv, info, ids=[], flags=[], weights=None, noised=True)
         record["dp-empty-sample"] = True
-        return arrays_with_keys(self.current_arrays, noisy), MetricRecord()
+        return named_record(self.current_arrays.keys(), noisy), MetricRecord()
 
     def _weight_key(self) -> str:
         return str(getattr(self.strategy, "weighted_by_key", "num-examples"))
@@ -188,7 +183,7 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
             for name, record in reply.content.array_records.items():
                 arrays = record.to_numpy_ndarrays()
                 new_arrays, flag = self.mechanism.clip(arrays, reference)
-                new_records[name] = arrays_with_keys(record, new_arrays)
+                new_records[name] = named_record(record.keys(), new_arrays)
                 raw += arrays
                 clipped += new_arrays
                 was_clipped |= flag

@@ -33,7 +33,7 @@ from logging import INFO, WARNING
 from typing import Any, Optional
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
@@ -54,13 +54,14 @@ from fedpriv.ifca import (
     unflatten,
     unpack_hypotheses,
 )
+from strategies.array_records import named_record
 
 
 def hypotheses_record(hypotheses: Sequence[Sequence[np.ndarray]]) -> ArrayRecord:
     """All k hypotheses as ONE ArrayRecord, keys ``"<j>/<layer>"`` (the broadcast; the format
     is :func:`fedpriv.ifca.pack_hypotheses`)."""
     named = pack_hypotheses(hypotheses)
-    return ArrayRecord({key: Array(np.ascontiguousarray(a)) for key, a in named.items()})
+    return named_record(named.keys(), named.values())
 
 
 def hypotheses_from_record(record: ArrayRecord) -> list[list[np.ndarray]]:

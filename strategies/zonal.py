@@ -32,13 +32,11 @@ next round (reason ``no-reply``).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, Optional
 
 import numpy as np
 from flwr.common import (
-    Array,
     ArrayRecord,
     ConfigRecord,
     Message,
@@ -57,6 +55,7 @@ from fedpriv.zonal import (
     apply_update,
     draw_failures,
 )
+from strategies.array_records import named_record
 
 ZONAL_TASK = "zonal"
 SEED_TAG = seeds.ZONAL_TAG  # the zonal streams of fedpriv.seeds
@@ -232,7 +231,7 @@ class ZonalAggregation(Strategy):
             supernodes=self.election.current(),
         )
         new_global = apply_update(self._global, result.delta)
-        target = ArrayRecord(OrderedDict((k, Array(a)) for k, a in zip(self._keys, new_global)))
+        target = named_record(self._keys, new_global)
         synthetic = Message(
             content=RecordDict(
                 {self._array_key: target, "metrics": MetricRecord({self._weight_key: 1})}

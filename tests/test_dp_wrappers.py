@@ -687,3 +687,21 @@ def test_raw_distance_with_a_cap_has_a_floor_too():
     assert rnd.stdv >= rnd.info["sigma_lower_bound"] == pytest.approx(0.5)
     with pytest.raises(ValueError, match="max_distance"):
         MetricScaledGaussian(**BASE, max_distance=1e-9)
+
+
+def test_named_record_keeps_names_order_dtype_and_shape_and_refuses_a_length_mismatch():
+    """strategies.array_records.named_record: the one builder of named ArrayRecords."""
+    from strategies.array_records import named_record
+
+    fortran = np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+    arrays = [fortran, np.float64(2.5), [1, 2]]
+    record = named_record(["b/0", "a/1", "c"], arrays)
+    assert list(record.keys()) == ["b/0", "a/1", "c"]  # the given order, not sorted
+    got = record.to_numpy_ndarrays()
+    assert [(a.dtype, a.shape) for a in got] == [
+        (np.float32, (2, 3)), (np.float64, ()), (np.asarray([1, 2]).dtype, (2,))
+    ]  # fmt: skip
+    np.testing.assert_array_equal(got[0], fortran)
+    assert got[0].flags.c_contiguous and got[1] == 2.5
+    with pytest.raises(ValueError):
+        named_record(["only"], arrays)
