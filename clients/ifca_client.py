@@ -68,7 +68,6 @@ from fedpriv.accounting import LeakageLedger, laplace_leakage  # noqa: E402
 from fedpriv.checkpoint import read_client_state, write_client_state  # noqa: E402
 from fedpriv.disclosure import sends_unaccounted  # noqa: E402
 from fedpriv.ifca import (  # noqa: E402
-    CONFIG_KEY,
     HYPOTHESES_KEY,
     LEDGER_KEY,
     METRICS_KEY,
@@ -274,15 +273,17 @@ def _partition(context: Context) -> int:
     return int(context.node_config["partition-id"])
 
 
-def train_handler(msg: Message, context: Context) -> Message:
-    """``@app.train("ifca")``: an IFCA participation with the node's persistent ledger."""
-    cfg = dict(msg.content[CONFIG_KEY])
+def train_handler(msg: Message, cfg: Mapping[str, Any], context: Context) -> Message:
+    """``@app.train("ifca")``: an IFCA participation with the node's persistent ledger.
+
+    ``cfg`` is the message's full config: the ClientApp merges the keys the server sent into
+    this node's ``context.run_config`` (``scenarios.client_app``, as for every message).
+    """
     return Message(content=ifca_train(msg, cfg, _partition(context), context.state), reply_to=msg)
 
 
-def evaluate_handler(msg: Message, context: Context) -> Message:
-    """``@app.evaluate("ifca")``: best-hypothesis metrics of this user."""
-    cfg = dict(msg.content[CONFIG_KEY])
+def evaluate_handler(msg: Message, cfg: Mapping[str, Any], context: Context) -> Message:
+    """``@app.evaluate("ifca")``: best-hypothesis metrics of this user (``cfg``: as above)."""
     return Message(content=ifca_evaluate(msg, cfg, _partition(context)), reply_to=msg)
 
 

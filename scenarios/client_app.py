@@ -8,7 +8,8 @@ message's ``config`` record (:mod:`scenarios.wire_config`; the client merges it 
 
 ``config["client-task"]`` (default ``standard``) picks the training routine out of
 :data:`scenarios.client_tasks.TASKS`; custom message types (IFCA) are served by
-:data:`scenarios.client_tasks.MESSAGE_HANDLERS`. This module imports client code only: no
+:data:`scenarios.client_tasks.MESSAGE_HANDLERS` (their config resolved the same way,
+:func:`with_config`). This module imports client code only: no
 server app, CLI, report or plotting module is loaded in a worker.
 
 Every reply passes :func:`disclose` (issue 11): in a privacy mode, its MetricRecords keep
@@ -19,6 +20,7 @@ in with ``unaccounted-metrics = true``; an evaluation that may not be sent is no
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -28,11 +30,11 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from clients.adversary import is_malicious, tamper_reply  # noqa: E402
 from clients.keras_client import evaluate_local, federated_data, model_for  # noqa: E402
 from fedpriv.disclosure import allowed_metric_keys, filter_metrics  # noqa: E402
-from scenarios.client_tasks import MESSAGE_HANDLERS, TASKS, call_seed  # noqa: E402
+from scenarios.client_tasks import MESSAGE_HANDLERS, TASKS, Handler, call_seed  # noqa: E402
 from scenarios.federation import QUERY_KEY  # noqa: E402
 from scenarios.wire_config import client_config  # noqa: E402
 
-__all__ = ["app", "call_seed", "partition_id", "disclose"]
+__all__ = ["app", "call_seed", "partition_id", "disclose", "with_config"]
 
 app = ClientApp()
 
@@ -89,5 +91,15 @@ def evaluate(msg: Message, context: Context) -> Message:
     return Message(content=content, reply_to=msg)
 
 
+def with_config(handler: Handler) -> Callable[[Message, Context], Message]:
+    """The Flower handler of a custom message type (IFCA): ``handler(msg, cfg, context)``
+    with the message's full config, resolved as for ``train`` / ``evaluate``."""
+
+    def serve(msg: Message, context: Context) -> Message:
+        return handler(msg, client_config(msg.content["config"], context.run_config), context)
+
+    return serve
+
+
 for _kind, _action, _handler in MESSAGE_HANDLERS:
-    getattr(app, _kind)(_action)(_handler)
+    getattr(app, _kind)(_action)(with_config(_handler))

@@ -140,8 +140,10 @@ TASKS: Mapping[str, Task] = {
     IFCA_TASK: ifca_client.train_task,
 }
 
-# Message handlers of custom message types: (``train`` | ``evaluate``, action, handler).
-MESSAGE_HANDLERS: tuple[tuple[str, str, Callable[[Message, Context], Message]], ...] = (
+# Message handlers of custom message types: (``train`` | ``evaluate``, action, handler);
+# ``handler(msg, cfg, context)`` gets the message's full config (``scenarios.client_app``).
+Handler = Callable[[Message, dict[str, Any], Context], Message]
+MESSAGE_HANDLERS: tuple[tuple[str, str, Handler], ...] = (
     ("train", IFCA_ACTION, ifca_client.train_handler),
     ("evaluate", IFCA_ACTION, ifca_client.evaluate_handler),
 )

@@ -69,6 +69,7 @@ from scenarios.federation import PartitionGrid, discover_partitions
 from scenarios.keys_ifca import KEYS
 from scenarios.schema import ConfigError
 from scenarios.task_names import IFCA_TASK
+from scenarios.wire_config import wire_config
 
 if TYPE_CHECKING:
     from strategies.ifca import LaplaceIFCA
@@ -244,23 +245,32 @@ def initial_hypotheses(cfg: Mapping[str, Any], data: FederatedData) -> list[list
     return out
 
 
-def _config_record(cfg: Mapping[str, Any], tag: str) -> ConfigRecord:
-    """The run config as sent, with the client task, the sweep's ledger tag and where the
-    clients keep their own ledger files (``clients.ifca_client``: they survive a restart)."""
+def config_record(cfg: Mapping[str, Any], tag: str) -> ConfigRecord:
+    """What the IFCA messages carry of the config: the keys that differ from the run's
+    ``run_config`` plus its digest (:func:`scenarios.wire_config.wire_config`, as the standard
+    path), with the client task, the sweep's ledger tag and where the clients keep their own
+    ledger files (``clients.ifca_client``: they survive a restart)."""
     state_dir = str(Path(cfg["output-dir"]) / CLIENT_STATE_DIR)
     return ConfigRecord(
-        {**dict(cfg), "client-task": KIND, "ifca-ledger-tag": tag, "client-state-dir": state_dir}
+        {
+            **wire_config(cfg),
+            "client-task": KIND,
+            "ifca-ledger-tag": tag,
+            "client-state-dir": state_dir,
+        }
     )
 
 
 def final_evaluation(
-    grid: PartitionGrid, strategy: LaplaceIFCA, best, config: ConfigRecord
+    grid: PartitionGrid, strategy: LaplaceIFCA, best, cfg: Mapping[str, Any], config: ConfigRecord
 ) -> tuple[Optional[dict[str, Any]], dict[str, dict[str, Any]]]:
     """Training users pick their best hypothesis (training split) and report test metrics —
-    only with ``unaccounted-metrics = true`` (issue 11). Returns (summary, rows) | (None, {})."""
+    only with ``unaccounted-metrics = true`` in the run's config ``cfg`` (issue 11; ``config``,
+    the record sent, holds only what differs from ``run_config``). Returns (summary, rows) |
+    (None, {})."""
     from strategies.ifca import EVALUATE_TYPE, summarise_evaluation
 
-    if not sends_unaccounted(config):
+    if not sends_unaccounted(cfg):
         return None, {}
     messages = strategy.make_messages(
         strategy.train_partitions,
@@ -328,7 +338,7 @@ def run_one(
         restore(strategy, checkpoint)
         initial = keyed_arrays(checkpoint, initial)
     save = checkpoint_hook(cfg)
-    config = _config_record(cfg, tag)
+    config = config_record(cfg, tag)
     result = strategy.start(
         grid=grid,
         initial_arrays=initial,
@@ -338,7 +348,7 @@ def run_one(
         first_round=done + 1,
         after_round=(lambda r, arrays: save(RoundState(r, arrays, {}, strategy)),),
     )
-    final, per_client = final_evaluation(grid, strategy, result.arrays, config)
+    final, per_client = final_evaluation(grid, strategy, result.arrays, cfg, config)
     summary = build_summary(cfg, data, strategy, result.arrays, final, per_client, rounds)
     summary["wall_seconds"] = time.time() - t0
     runlog.write_summary(summary)

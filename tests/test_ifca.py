@@ -35,6 +35,7 @@ from fedpriv.ifca import (
     unflatten,
     unpack_hypotheses,
 )
+from scenarios.client_app import with_config
 from scenarios.ifca import parse_sweep
 from scenarios.ifca_outputs import sweep_table
 from scenarios.registry import resolve_run_config
@@ -126,7 +127,7 @@ def test_handler_keeps_the_ledger_in_context_state():
         run_id=1, node_id=7, node_config={"partition-id": 2}, state=RecordDict(), run_config={}
     )
     for _ in range(3):
-        reply = train_handler(train_message(cfg, node=7), context)
+        reply = train_handler(train_message(cfg, node=7), cfg, context)
         assert list(reply.content.array_records) == [REPLY_KEY]
     ledger = read_ledger(context.state, LEDGER_KEY)
     assert ledger["participations"] == 3 and ledger["spent"] == pytest.approx(1.2, abs=1e-12)
@@ -168,7 +169,7 @@ def test_evaluate_reply_reports_the_best_hypothesis():
     context = Context(
         run_id=1, node_id=3, node_config={"partition-id": 0}, state=RecordDict(), run_config={}
     )
-    metrics = evaluate_handler(train_message(cfg, hyps, node=3), context).content["metrics"]
+    metrics = evaluate_handler(train_message(cfg, hyps, node=3), cfg, context).content["metrics"]
     assert metrics["hypothesis"] == cluster  # θ*_cluster fits its own data best
     assert metrics["rmse"] == pytest.approx(math.sqrt(metrics["loss"]))
     assert 0.2 < metrics["rmse"] < 1.0  # residual u ~ U[0, 1]: RMSE ≈ sqrt(1/3)
@@ -356,11 +357,13 @@ def test_strategy_round_kmeans_ledger_declines_and_invalid():
 
 
 class LocalGrid:
-    """In-process stand-in for the simulation grid: calls the ClientApp handlers directly,
-    one persistent ``context.state`` per node (what Flower keeps between rounds)."""
+    """In-process stand-in for the simulation grid: calls the ClientApp handlers directly
+    (config resolved as the ClientApp does, against ``run_config``), one persistent
+    ``context.state`` per node (what Flower keeps between rounds)."""
 
-    def __init__(self, partitions):
+    def __init__(self, partitions, run_config=None):
         self.states = {100 + p: RecordDict() for p in partitions}
+        self.run_config = run_config or {}
 
     def send_and_receive(self, messages, timeout=None):
         out = []
@@ -371,10 +374,10 @@ class LocalGrid:
                 node_id=node,
                 node_config={"partition-id": node - 100},
                 state=self.states[node],
-                run_config={},
+                run_config=self.run_config,
             )
             handler = train_handler if m.metadata.message_type == TRAIN_TYPE else evaluate_handler
-            out.append(handler(m, ctx))
+            out.append(with_config(handler)(m, ctx))
         return out
 
 
@@ -394,22 +397,79 @@ def test_budget_loop_no_client_participates_more_than_twice():
     assert strategy.stopped == "leakage-budget" and result.arrays is not None
 
 
-def test_same_seed_same_rounds_in_process():
-    """SPEC §7: seeded sampling, training and noise -> identical released vectors."""
-    cfg = gp_cfg(**{"num-clients": 6})
-    config = ConfigRecord({k: v for k, v in cfg.items() if k != "server-round"})
+def gp_run_config(tmp_path, **over) -> dict:
+    """What ``context.run_config`` holds (pyproject's config + the overrides) for a small
+    gp-synthetic run."""
+    from scenarios.launch import app_config
+
+    over = {"num-clients": 6, "validation-clients": 0, "users-per-round": 4, **over}
+    return app_config({"scenario": "gp-synthetic", "output-dir": str(tmp_path), **over})
+
+
+@pytest.fixture()
+def wire_base():
+    """``scenarios.wire_config``'s server base, cleared afterwards (library default: none)."""
+    from scenarios import wire_config
+
+    yield wire_config.set_base
+    wire_config._BASE.clear()
+    wire_config._SEEN.clear()
+
+
+def test_same_seed_same_rounds_in_process(tmp_path, wire_base):
+    """SPEC §7: seeded sampling, training and noise -> identical released vectors; the
+    second run's messages carry only the wire config (issue 10): the same rounds."""
+    from scenarios.ifca import config_record
+
+    run_config = gp_run_config(tmp_path)
+    cfg = resolve_run_config(run_config)
     runs = []
-    for _ in range(2):
+    for wire in (False, True):
+        if wire:
+            wire_base(run_config)
         records = []
         strategy = make_strategy()
         strategy.on_round_end = records.append
         result = strategy.start(
-            LocalGrid(range(6)), hypotheses_record(HYPS), num_rounds=3, train_config=config
+            LocalGrid(range(6), run_config),
+            hypotheses_record(HYPS),
+            num_rounds=3,
+            train_config=config_record(cfg, ""),
         )
         runs.append((flatten(hypotheses_from_record(result.arrays)[0]), records))
     np.testing.assert_array_equal(runs[0][0], runs[1][0])
     assert [r.get("released") for r in runs[0][1]] == [r.get("released") for r in runs[1][1]]
     assert len(runs[0][1][1]["released"]) == 4
+
+
+def test_ifca_messages_carry_only_what_differs_from_run_config(tmp_path, wire_base):
+    """Issue 10: an IFCA message's ConfigRecord holds the keys whose resolved value differs
+    from the node's ``run_config`` (here: the scenario's values of pyproject's ``"auto"``
+    keys), the digest, the round and the IFCA keys, not the whole resolved config (88 keys
+    before); the ClientApp rebuilds exactly the config the old code sent."""
+    from scenarios.ifca import config_record
+
+    run_config = gp_run_config(tmp_path, seed=3)
+    cfg = resolve_run_config(run_config)
+    whole = {**config_record(cfg, "2"), "server-round": 1}  # no base: what was sent before
+    wire_base(run_config)
+    arrays = hypotheses_record(HYPS)
+    msg = make_strategy().make_messages([0], arrays, config_record(cfg, "2"), TRAIN_TYPE, 1, {})[0]
+    sent = dict(msg.content[CONFIG_KEY])
+    ifca = {"config-digest", "server-round", "client-task", "ifca-ledger-tag", "client-state-dir"}
+    assert ifca <= set(sent) and sent["client-task"] == "ifca" and sent["ifca-ledger-tag"] == "2"
+    assert {"dataset", "model", "learning-rate", "ifca-noise-multiplier"} <= set(sent)  # "auto"
+    same = {"scenario", "seed", "output-dir", "num-clients", "validation-clients"}
+    assert not same & set(sent) and "users-per-round" not in sent  # as in run_config
+    assert len(sent) <= len(whole) - 35
+    seen = []
+    context = Context(
+        run_id=1, node_id=100, node_config={"partition-id": 0}, state=RecordDict(),
+        run_config=run_config,
+    )  # fmt: skip
+    handler = with_config(lambda m, c, ctx: seen.append(c) or train_handler(m, c, ctx))
+    assert list(handler(msg, context).content.array_records) == [REPLY_KEY]
+    assert seen == [whole]
 
 
 # --- config ---------------------------------------------------------------------------------------
