@@ -34,6 +34,12 @@ def run_fedpriv(
     proc = subprocess.run(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
+    summary, rounds = run_outputs(output_dir)
+    return proc.returncode, summary, rounds, (proc.stdout + proc.stderr)[-4000:]
+
+
+def run_outputs(output_dir: str | Path) -> tuple[Any, list[dict[str, Any]]]:
+    """A run directory's summary.json (None if absent) and rounds.jsonl lines."""
     summary_path = Path(output_dir) / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
     rounds_path = Path(output_dir) / "rounds.jsonl"
@@ -42,7 +48,7 @@ def run_fedpriv(
         if rounds_path.exists()
         else []
     )
-    return proc.returncode, summary, rounds, (proc.stdout + proc.stderr)[-4000:]
+    return summary, rounds
 
 
 def kill_after_round(
@@ -110,14 +116,7 @@ def run_fedpriv_cells(
     )
     results = {}
     for label, (_, out) in runs.items():
-        summary_path = Path(out) / "summary.json"
-        summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
-        rounds_path = Path(out) / "rounds.jsonl"
-        rounds = (
-            [json.loads(x) for x in rounds_path.read_text().splitlines() if x.strip()]
-            if rounds_path.exists()
-            else []
-        )
+        summary, rounds = run_outputs(out)
         rc = 0 if status.get(label) == "ok" and summary is not None else 1
         results[label] = (rc, summary, rounds, log)
     return results
