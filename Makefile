@@ -22,10 +22,13 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/fedpriv run $(if $(RUN_CONFIG),--run-config "$(RUN_CONFIG)")
 
-## The test suite (unit tests + small seeded Flower simulations) on the pinned stack.
-## PYTEST_ARGS narrows it, e.g. make test PYTEST_ARGS="tests/test_dp_wrappers.py".
+## The test suite (unit tests + small seeded Flower simulations) on the pinned stack, in
+## PYTEST_WORKERS processes (pytest-xdist; whole files per worker, so a module's simulation
+## fixture runs once). PYTEST_ARGS narrows it, e.g.
+## make test PYTEST_ARGS="tests/test_dp_wrappers.py" PYTEST_WORKERS=0.
+PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## --- the tested Flower range (issue 15) -------------------------------------------------------
 ## The wrapper and mechanism tests again, plus examples/sklearn-metric-dp in the simulation
