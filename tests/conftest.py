@@ -8,3 +8,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Real simulations first (stable within each group): with ``make test``'s pytest-xdist
+    workers (whole files per worker) the long files start first and the short unit-test files
+    fill the gaps, instead of one worker finishing a long file alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("simulation") is None)

@@ -4,7 +4,8 @@ Fast checks drive the real server chain of a standard run (RoundRecorder -> Vali
 -> DP wrapper -> stock strategy) round by round with real Flower Messages: a chain restored
 from a checkpoint must give bit-identical rounds to the chain that never stopped (sampling
 and noise Generators, accountant, FedAvgM momentum, FedOpt/FedYogi moments). The simulation
-test kills a real ``fedpriv run`` after round 3 of 6 and runs the same command again.
+test (in tests/test_run_simulation.py, whose multi-run simulation holds the uninterrupted
+reference run) kills a real ``fedpriv run`` after round 3 of 6 and runs the same command again.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from scenarios.recorder import wrapper_chain
 from scenarios.registry import resolve_run_config
 from scenarios.resume import checkpoint_hook, load_resumable, restore
 from scenarios.schema import ConfigError
-from tests.simulate import kill_after_round, run_fedpriv
 
 SHAPES = [(5, 3), (3,)]
 NUM = 6
@@ -172,29 +172,3 @@ def test_checkpoint_write_is_atomic(tmp_path):
     save_checkpoint(tmp_path, {"round": 1})
     assert not list(tmp_path.glob("*.tmp"))
     assert pickle.loads((tmp_path / "checkpoint.pkl").read_bytes())["round"] == 1
-
-
-# --- must-show 1: kill a real simulation after round 3 of 6, run the same command again ----------
-
-RUN = {"num-server-rounds": 6, "local-epochs": 1, "strategy": "fedyogi", "clients-per-round": 3}
-
-
-@pytest.mark.simulation
-def test_killed_run_resumes_and_equals_an_uninterrupted_run(tmp_path):
-    rc, summary_full, rounds_full, log = run_fedpriv(RUN, tmp_path / "full")
-    assert rc == 0, log
-    killed_at = kill_after_round(RUN, tmp_path / "resumed", 3)
-    assert killed_at == 3
-    assert not (tmp_path / "resumed" / "summary.json").exists()
-    rc, summary, rounds, log = run_fedpriv(RUN, tmp_path / "resumed")
-    assert rc == 0 and "[ROUND 4/6]" in log and "[ROUND 3/6]" not in log, log  # rounds 4..6 only
-    assert [r["round"] for r in rounds] == list(range(7))
-    assert rounds == rounds_full
-    assert summary["final"] == summary_full["final"]
-    # the same command once more: finished, nothing re-run (no Ray start)
-    rc, _, rounds_again, log = run_fedpriv(RUN, tmp_path / "resumed")
-    assert rc == 0 and "finished run" in log and rounds_again == rounds
-    # another config on that directory: refused before anything starts
-    rc, _, _, log = run_fedpriv({**RUN, "seed": 1}, tmp_path / "resumed")
-    assert rc == 2 and "output-dir" in log and "seed 0 -> 1" in log, log
-    assert json.loads((tmp_path / "resumed" / "summary.json").read_text())["seed"] == 0

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.baseline import assert_matches_baseline
-from tests.simulate import ROOT, run_fedpriv, run_fedpriv_cells
+from tests.simulate import ROOT, kill_after_round, run_fedpriv, run_fedpriv_cells
 
 pytestmark = pytest.mark.simulation
 
@@ -21,17 +21,27 @@ def default_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("default")
 
 
+RESUME_RUN = {
+    "num-server-rounds": 6,
+    "local-epochs": 1,
+    "strategy": "fedyogi",
+    "clients-per-round": 3,
+}
 SIZES = {strategy: 128 if strategy == "fedavg" else 32 for strategy in STRATEGIES}
 
 
 @pytest.fixture(scope="module")
 def plan_runs(default_dir):
     """One simulation whose cells are the default scenario (same seed as the single run
-    below) and the six strategies on synthetic-mri (both scenarios have 4 clients).
+    below), the uninterrupted reference of the resume test and the six strategies on
+    synthetic-mri (both scenarios have 4 clients).
 
     FedAvg at MP's 128x128; the other five at image-size 32 (same CNN, 1/16 of the
     compute), which the summary labels as a deviation from MP."""
-    runs = {"default": ({}, default_dir / "run1")}
+    runs = {
+        "default": ({}, default_dir / "run1"),
+        "uninterrupted": (RESUME_RUN, default_dir / "full"),
+    }
     for strategy in STRATEGIES:
         overrides = {
             "scenario": "synthetic-mri",
@@ -139,3 +149,26 @@ def test_summary_json_is_valid_json_with_config(default_runs):
     _, summary, _, _ = default_runs[0]
     json.dumps(summary)
     assert summary["config"]["strategy"] == "fedavg"
+
+
+# --- issue 12 must-show 1: kill a real simulation after round 3 of 6, run the same command again
+
+
+def test_killed_run_resumes_and_equals_an_uninterrupted_run(plan_runs, tmp_path):
+    rc, summary_full, rounds_full, log = plan_runs["uninterrupted"]
+    assert rc == 0, log
+    killed_at = kill_after_round(RESUME_RUN, tmp_path / "resumed", 3)
+    assert killed_at == 3
+    assert not (tmp_path / "resumed" / "summary.json").exists()
+    rc, summary, rounds, log = run_fedpriv(RESUME_RUN, tmp_path / "resumed")
+    assert rc == 0 and "[ROUND 4/6]" in log and "[ROUND 3/6]" not in log, log  # rounds 4..6 only
+    assert [r["round"] for r in rounds] == list(range(7))
+    assert rounds == rounds_full
+    assert summary["final"] == summary_full["final"]
+    # the same command once more: finished, nothing re-run (no Ray start)
+    rc, _, rounds_again, log = run_fedpriv(RESUME_RUN, tmp_path / "resumed")
+    assert rc == 0 and "finished run" in log and rounds_again == rounds
+    # another config on that directory: refused before anything starts
+    rc, _, _, log = run_fedpriv({**RESUME_RUN, "seed": 1}, tmp_path / "resumed")
+    assert rc == 2 and "output-dir" in log and "seed 0 -> 1" in log, log
+    assert json.loads((tmp_path / "resumed" / "summary.json").read_text())["seed"] == 0
