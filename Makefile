@@ -25,8 +25,8 @@ run: $(STAMP)
 ## The test suite (unit tests + small seeded Flower simulations) on the pinned stack, in
 ## PYTEST_WORKERS processes (pytest-xdist; whole files per worker, so a module's simulation
 ## fixture runs once; in collection order, which tests/conftest.py makes simulation files
-## first: --no-loadscope-reorder keeps xdist from putting the files with most tests first). PYTEST_ARGS narrows it, e.g.
-## make test PYTEST_ARGS="tests/test_dp_wrappers.py" PYTEST_WORKERS=0.
+## first: --no-loadscope-reorder keeps xdist from putting the files with most tests first).
+## PYTEST_ARGS narrows it, e.g. make test PYTEST_ARGS="tests/test_dp_wrappers.py" PYTEST_WORKERS=0.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
