@@ -119,7 +119,7 @@ def _naive_ssim(x, y, sigma=1.5, truncate=3.5, data_range=1.0):
 
 
 def test_ssim_and_psnr_equal_scikit_image_where_it_applies():
-    """scikit-image is not a dependency (it refuses 8x8 images); when it is importable,
+    """scikit-image is a dev dependency only (it refuses the 8x8 DLG images); when importable,
     its Gaussian SSIM and PSNR must equal ours on an image larger than its window."""
     metrics = pytest.importorskip("skimage.metrics")
     from fedpriv.attacks.dlg import psnr, ssim

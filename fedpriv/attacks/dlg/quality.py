@@ -7,8 +7,8 @@ data_range=1)`` equals :func:`ssim` here (28×28 noisy image, seed 0: 0.93685808
 ``tests/test_attacks.py`` compares them when scikit-image is importable). But it refuses
 images smaller than its 11×11 Gaussian window ("win_size exceeds image extent"), and the DLG
 experiments reconstruct 8×8 digits; this version averages the SSIM map over every pixel
-then. PSNR is one line. So the hand-written versions stay and scikit-image is not a
-dependency (it would add five packages for no metric we can use on our images).
+then. PSNR is one line. So the hand-written versions stay; scikit-image is only in the dev
+extra (pinned with the test stack), so that CI runs the comparison instead of skipping it.
 """
 
 from __future__ import annotations
