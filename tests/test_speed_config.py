@@ -71,3 +71,13 @@ def test_summary_labels_a_reduced_image_size_as_a_deviation():
     assert speed_summary(resolve_run_config({"scenario": "synthetic-mri"}), []) == {}
     digits = resolve_run_config({"scenario": "digits", "image-size": 32, "jit-compile": True})
     assert speed_summary(digits, []) == {"speed": {"jit-compile": True}}
+
+
+def test_gp_fig2_from_pyproject_defaults_is_the_250_run_sweep():
+    """`fedpriv run --run-config "scenario='gp-fig2'"` resolves pyproject's values + the
+    scenario's: ifca-sweep must be "auto" there, or '' hides the scenario's 250 runs."""
+    from scenarios.launch import pyproject
+
+    raw = dict(pyproject()["tool"]["flwr"]["app"]["config"])
+    assert resolve_run_config({**raw, "scenario": "gp-fig2"})["ifca-sweep"].count(";") == 249
+    assert resolve_run_config({**raw, "scenario": "gp-synthetic"})["ifca-sweep"] == ""
