@@ -97,7 +97,7 @@ CLI_WITHOUT_EXTRA = textwrap.dedent(
         assert out.getvalue().strip(), command
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        assert main(["run"]) == 2
+        assert main(["run", "--run-config", "output-dir={out!r}"]) == 2
     assert "pip install 'fedpriv[simulation]'" in err.getvalue(), err.getvalue()
     print("ok", *light)
     """
@@ -116,9 +116,12 @@ def test_wrappers_wrap_and_aggregate_with_heavy_packages_unimportable():
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
 
 
-def test_feature_list_and_cli_without_the_simulation_extra():
-    """``fedpriv keys`` / ``scenarios`` / ``epsilon`` run; ``fedpriv run`` names the extra."""
-    proc = _python(CLI_WITHOUT_EXTRA.format(heavy=HEAVY))
+def test_feature_list_and_cli_without_the_simulation_extra(tmp_path):
+    """``fedpriv keys`` / ``scenarios`` / ``epsilon`` run; ``fedpriv run`` names the extra.
+
+    The run goes to a fresh output directory: the default one may already hold a finished
+    ``make run`` (then ``fedpriv run`` rightly has nothing to do and exits 0)."""
+    proc = _python(CLI_WITHOUT_EXTRA.format(heavy=HEAVY, out=str(tmp_path / "run")))
     assert proc.returncode == 0 and "ok keys scenarios" in proc.stdout, proc.stderr[-3000:]
 
 
