@@ -1,10 +1,11 @@
 # fedpriv -- every target creates (once) and reuses the virtual environment in .venv, which
 # holds the pinned simulation stack (`.[simulation,dev]` with constraints.txt: Keras 3 on
 # TensorFlow-CPU 2.21 and JAX, Flower 1.42, numpy 2) on Python 3.11-3.13 (default: the first
-# of python3.12, python3.13, python3.11 found; `make run PYTHON=python3.13` picks one).
+# of python3.12, python3.13, python3.11 that runs, see scripts/find-python; `make run
+# PYTHON=/path/to/python3.13` picks one).
 # `make test-base-install` uses a second one, .venv-base: the base install (the wrappers, no
 # Keras/TensorFlow/JAX/Ray) with the same pins.
-PYTHON ?= $(shell command -v python3.12 || command -v python3.13 || command -v python3.11 || command -v python3)
+PYTHON ?= $(shell scripts/find-python)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
