@@ -228,6 +228,45 @@ def test_attack_dlg_command_refuses_linear_before_running(capsys):
     assert len(err) == 1 and "model = 'linear' is not allowed" in err[0]
 
 
+DLG_ON_JAX = """
+import numpy as np
+from fedpriv.attacks import dlg
+from scenarios.cli import main
+model = dlg.build_dlg_cnn(seed=0)  # building and checking a model works on JAX
+assert dlg.check_image_model(model) == ((8, 8, 1), 10)
+x, y = np.zeros((1, 8, 8, 1), np.float32), np.array([3])
+for call in (lambda: dlg.client_gradient(model, x, y),
+             lambda: dlg.dlg_reconstruct(model, [w.numpy() for w in model.trainable_weights])):
+    try:
+        call()
+    except ValueError as err:
+        print("error:", err)
+raise SystemExit(main(["attack", "dlg", "--images", "1", "--out", "/nonexistent/x"]))
+"""
+
+
+def test_dlg_on_the_jax_backend_fails_with_one_line_naming_keras_backend():
+    """DLG runs on the TensorFlow backend: on JAX it imports and builds its model, and every
+    function that differentiates (and ``fedpriv attack dlg``) refuses in one line."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(root), JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-c", DLG_ON_JAX], cwd=root, env=env, capture_output=True, text=True
+    )
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2, proc.stdout + proc.stderr[-3000:]
+    assert all("KERAS_BACKEND = 'jax' is not allowed" in e for e in errors), errors
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    cli = [line for line in proc.stderr.splitlines() if "fedpriv attack dlg" in line]
+    assert len(cli) == 1 and "KERAS_BACKEND=tensorflow" in cli[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+
+
 # --- client inference attack ------------------------------------------------------------------
 
 # MP Tables 9, 10, D.13-D.16: (aggregated, target, printed difference %) per privacy column
@@ -257,15 +296,15 @@ def test_relative_difference_reproduces_mp_printed_tables(table):
 
 def test_cia_score_on_a_fixed_model_matches_an_independent_computation():
     """Fixed softmax-regression weights and data: the attacker's score vs numpy + Flower."""
-    import tensorflow as tf
+    import keras
     from flwr.app import MetricRecord, RecordDict
     from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
     rng = np.random.default_rng(7)
     w = rng.standard_normal((5, 3)).astype(np.float32)
     b = rng.standard_normal(3).astype(np.float32)
-    model = tf.keras.Sequential(
-        [tf.keras.layers.Input((5,)), tf.keras.layers.Dense(3, activation="softmax")]
+    model = keras.Sequential(
+        [keras.layers.Input((5,)), keras.layers.Dense(3, activation="softmax")]
     )
     model.compile(loss="sparse_categorical_crossentropy")
     weights = [w, b]
