@@ -117,4 +117,17 @@ def test_bench_gpu_without_a_gpu_exits_2_with_one_line():
     )
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert len(lines) == 1 and "no GPU" in lines[0] and ".[gpu]" in lines[0], lines
+    assert len(lines) == 1 and "no GPU" in lines[0] and "gpu]" in lines[0], lines
+
+
+@pytest.mark.skipif(_has_gpu(), reason="a GPU is visible: make bench-gpu would run")
+def test_bench_gpu_checks_for_a_gpu_before_importing_jax_or_tensorflow():
+    code = (
+        "import sys; from bench import bench_gpu; rc = bench_gpu.main([]); "
+        "print(rc, sorted(m for m in ('jax', 'tensorflow', 'keras') if m in sys.modules))"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "2 []", proc.stdout + proc.stderr
