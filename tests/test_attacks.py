@@ -501,6 +501,56 @@ def test_membership_from_run_directory(tmp_path, digits):
         membership.membership_from_run(tmp_path / "missing")
 
 
+MEMBERSHIP_ON_JAX = """
+import json, sys
+from pathlib import Path
+import keras, numpy as np
+from fedpriv.attacks import membership
+from fedpriv.models import build_model
+run = Path(sys.argv[1])
+from_npz = membership.membership_from_run(run)["auc"]
+with np.load(run / "final_weights.npz") as data:
+    weights = [data[f"arr_{i}"] for i in range(len(data.files))]
+model = build_model("digits-mlp", input_shape=(8, 8, 1), num_classes=10, seed=1)
+model.set_weights(weights)
+model.save(run / "final_model.keras")  # the .keras path of _load_weights
+(run / "final_weights.npz").unlink()
+from_keras = membership.membership_from_run(run)["auc"]
+print(json.dumps({"backend": keras.backend.backend(), "auc": [from_npz, from_keras]}))
+"""
+
+
+def test_membership_from_run_directory_on_the_jax_backend(tmp_path):
+    """The loss-threshold attack is backend-agnostic: the same final weights give the same AUC
+    on KERAS_BACKEND=jax as on TensorFlow, from ``final_weights.npz`` and from a saved
+    ``final_model.keras``."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fedpriv.models import build_model
+
+    cfg = {
+        "scenario": "digits", "strategy": "fedavg", "privacy": "none", "seed": 0,
+        "dataset": "digits", "partition": "iid", "num-clients": 2, "model": "digits-mlp",
+    }  # fmt: skip
+    (tmp_path / "summary.json").write_text(json.dumps({"config": cfg}))
+    weights = build_model("digits-mlp", input_shape=(8, 8, 1), num_classes=10, seed=0)
+    np.savez(tmp_path / "final_weights.npz", *weights.get_weights())
+    on_tf = membership.membership_from_run(tmp_path)["auc"]
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(root), JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-c", MEMBERSHIP_ON_JAX, str(tmp_path)],
+        cwd=root, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["backend"] == "jax"
+    assert out["auc"] == pytest.approx([on_tf, on_tf], abs=1e-6)
+
+
 def test_reports_have_the_paper_shapes():
     cells = [
         {
