@@ -97,8 +97,7 @@ def _close(a: float, b: float) -> bool:
 # zonal noise scales) must still be equal to the old engine.
 EXACT_KEYS = (
     "round", "sampled[", "participants[", "replied[", "sweep-index", "num-zones",
-    "dp-delta", "dp-noised", "dp-num-reports", "dp-num-failures",
-    "dp-round-noise-multiplier", "dp-sum-noise-multiplier", "dp-sgd-participations",
+    "dp-delta", "dp-noised", "dp-num-reports", "dp-num-failures", "dp-sgd-participations",
     "leakage_per_participation", "ledger.participations", "ledger.max_participations",
     "ledger.clients", "zonal.epsilon.", "zonal.sigma_", "zonal.supernodes.",
     "zonal.elections[", "zonal.failed_supernodes[", "zonal.offline[", "zonal.replied[",
@@ -126,7 +125,9 @@ def _within_band(key: str, got: float, want: float, line: dict[str, float]) -> b
     """The comparison rule of one figure (see the constants above)."""
     if math.isnan(got) or math.isnan(want):
         return math.isnan(got) and math.isnan(want)
-    sigma_like = key.startswith(("dp-sigma", "dp-epsilon", "dp-distance"))
+    sigma_like = key.startswith(("dp-sigma", "dp-epsilon", "dp-distance")) or key.endswith(
+        "noise-multiplier"
+    )
     if key.startswith(EXACT_KEYS) or (sigma_like and not _data_dependent_sigma(line)):
         return _close(got, want)
     if any(word in key for word in SCORE_WORDS):
