@@ -78,7 +78,7 @@ def stateless_optimizer(optimizer: keras.optimizers.Optimizer) -> keras.optimize
 
 
 def value_and_grad(fn: Callable) -> Callable:
-    """``fn(trainable, *args) -> (value, aux)`` to ``g(trainable, *args) -> ((value, aux), grads)``."""
+    """``fn(trainable, *args) -> (value, aux)`` as ``g(...) -> ((value, aux), grads)``."""
     if BACKEND == "jax":
         import jax
 
