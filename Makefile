@@ -1,60 +1,64 @@
-# fedpriv — every target creates (once) and reuses the virtual environment in .venv, which
-# holds the pinned simulation stack (`pip install -e ".[simulation,dev]"`, constraints.txt).
-# `make test-flower-range` uses a second one, .venv-newest-flower: the base install (no
-# TensorFlow) on the newest Flower tested (constraints-newest-flower.txt).
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# fedpriv -- every target creates (once) and reuses the virtual environment in .venv, which
+# holds the pinned simulation stack (`.[simulation,dev]` with constraints.txt: Keras 3 on
+# TensorFlow-CPU 2.21 and JAX, Flower 1.42, numpy 2) on Python 3.11-3.13 (default: the first
+# of python3.12, python3.13, python3.11 that runs, see scripts/find-python; `make run
+# PYTHON=/path/to/python3.13` picks one).
+# `make test-base-install` uses a second one, .venv-base: the base install (the wrappers, no
+# Keras/TensorFlow/JAX/Ray) with the same pins.
+PYTHON ?= $(shell scripts/find-python)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+UV_VERSION := 0.13.9
 export TF_CPP_MIN_LOG_LEVEL := 3
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install run test test-flower-range ci lint bench bench-gpu strategies clean
+.PHONY: install run test test-base-install ci lint bench bench-gpu strategies clean
 
+# uv installs the ~2.5 GB stack in about a minute where pip takes several; both read PyPI.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[simulation,dev]"
+	$(BIN)/python -m pip install -q "uv==$(UV_VERSION)"
+	$(BIN)/uv pip install --python $(BIN)/python -q -c constraints.txt -e ".[simulation,dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
-## The main job: the default scenario on embedded data (no download).
+## The main job: the default scenario on embedded data (no download, no network).
 run: $(STAMP)
 	$(BIN)/fedpriv run $(if $(RUN_CONFIG),--run-config "$(RUN_CONFIG)")
 
-## The test suite (unit tests + small seeded Flower simulations) on the pinned stack, in
-## PYTEST_WORKERS processes (pytest-xdist; whole files per worker, so a module's simulation
-## fixture runs once; in collection order, which tests/conftest.py makes simulation files
-## first: --no-loadscope-reorder keeps xdist from putting the files with most tests first).
+## The test suite (unit tests + small seeded Flower simulations + the example app on the
+## simulation engine and a local SuperLink) on the pinned stack, in PYTEST_WORKERS processes
+## (pytest-xdist; whole files per worker, so a module's simulation fixture runs once; in
+## collection order, which tests/conftest.py makes simulation files first:
+## --no-loadscope-reorder keeps xdist from putting the files with most tests first).
 ## PYTEST_ARGS narrows it, e.g. make test PYTEST_ARGS="tests/test_dp_wrappers.py" PYTEST_WORKERS=0.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
-## --- the tested Flower range (issue 15) -------------------------------------------------------
-## The wrapper and mechanism tests again, plus examples/sklearn-metric-dp in the simulation
-## engine and on a local SuperLink + SuperNodes, in the base install (no TensorFlow) on the
-## newest Flower that installs here, numpy 2 and dp-accounting 0.6. WRAPPER_TESTS is the list
-## of wrapper/mechanism test files: they must import without the simulation extra.
-NEWEST_PYTHON ?= $(PYTHON)
-NEWEST_VENV   := .venv-newest-flower
-NEWEST_STAMP  := $(NEWEST_VENV)/.installed-stamp
+## --- the base install ---------------------------------------------------------------------
+## The wrapper and mechanism tests again in the base install (`.[test]`: Flower without Ray,
+## numpy, dp-accounting; no Keras, TensorFlow, JAX or matplotlib), same pins.
+## WRAPPER_TESTS must import without the simulation extra.
+BASE_VENV   := .venv-base
+BASE_STAMP  := $(BASE_VENV)/.installed-stamp
 WRAPPER_TESTS := tests/test_dp_wrappers.py tests/test_mechanisms.py tests/test_distance.py \
                  tests/test_accounting.py tests/test_privacy_plan.py tests/test_light_install.py
-EXAMPLE_TESTS := tests/test_example_app.py
 
-$(NEWEST_STAMP): pyproject.toml constraints-newest-flower.txt
-	test -x $(NEWEST_VENV)/bin/python || $(NEWEST_PYTHON) -m venv $(NEWEST_VENV)
-	$(NEWEST_VENV)/bin/python -m pip install -q -c constraints-newest-flower.txt \
-	  -e ".[test]" "flwr[simulation]" scikit-learn
-	touch $(NEWEST_STAMP)
+$(BASE_STAMP): pyproject.toml constraints.txt
+	test -x $(BASE_VENV)/bin/python || $(PYTHON) -m venv $(BASE_VENV)
+	$(BASE_VENV)/bin/python -m pip install -q "uv==$(UV_VERSION)"
+	$(BASE_VENV)/bin/uv pip install --python $(BASE_VENV)/bin/python -q -c constraints.txt -e ".[test]"
+	touch $(BASE_STAMP)
 
-test-flower-range: $(NEWEST_STAMP)
-	$(NEWEST_VENV)/bin/python -c "import strategies.dp_wrappers, sys; assert 'tensorflow' not in sys.modules"
-	$(NEWEST_VENV)/bin/python -m pytest -q -ra $(WRAPPER_TESTS) $(EXAMPLE_TESTS)
+test-base-install: $(BASE_STAMP)
+	$(BASE_VENV)/bin/python -c "import strategies.dp_wrappers, sys; assert not {'tensorflow', 'keras', 'jax', 'ray'} & set(sys.modules)"
+	$(BASE_VENV)/bin/python -m pytest -q -ra $(WRAPPER_TESTS)
 
-## What CI runs (.ci/run): the suite on the pinned stack, then the newest-Flower environment.
-ci: test test-flower-range
+## What CI runs (.ci/run): the suite on the pinned stack, then the base install.
+ci: test test-base-install
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
@@ -62,7 +66,7 @@ lint: $(STAMP)
 ## All six stock strategies on synthetic-mri through `flwr run .`, 2 rounds each.
 strategies: $(STAMP)
 	for s in fedavg fedavgm fedmedian fedprox fedopt fedyogi; do \
-	  PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/flwr run . --run-config "scenario='synthetic-mri' strategy='$$s' num-server-rounds=2 output-dir='runs/strategies/$$s'" || exit 1; \
+	  $(BIN)/fedpriv run --run-config "scenario='synthetic-mri' strategy='$$s' num-server-rounds=2 output-dir='runs/strategies/$$s'" || exit 1; \
 	  test -f runs/strategies/$$s/summary.json || { echo "strategy $$s: no summary.json"; exit 1; }; \
 	done
 
@@ -73,7 +77,7 @@ bench: $(STAMP)
 ## mixed precision) against plain Keras on the same GPU -> bench/results-gpu.md. Needs a CUDA
 ## host with `pip install -e ".[gpu]"`; exits 2 with one line when no GPU is visible.
 bench-gpu: $(STAMP)
-	$(BIN)/python bench/bench_gpu.py $(BENCH_GPU_ARGS)
+	KERAS_BACKEND=jax $(BIN)/python bench/bench_gpu.py $(BENCH_GPU_ARGS)
 
 clean:
 	rm -rf runs reports .pytest_cache

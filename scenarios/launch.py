@@ -69,12 +69,14 @@ def preflight_state(run_config: dict[str, Any], catalog: Catalog) -> tuple[dict[
 
 
 def simulation_command(cfg: dict[str, Any], overrides: Sequence[str], federation: str) -> list[str]:
-    """The ``flower-simulation`` command ``flwr run . FEDERATION`` would run."""
+    """The simulation of ``flwr run . FEDERATION``, in-process and offline
+    (``scenarios.simulation_runner``, what ``flower-simulation`` was up to Flower 1.41)."""
     federations = pyproject()["tool"]["flwr"]["federations"]
     options = federations[federation].get("options", {})
-    launcher = Path(sys.executable).parent / "flower-simulation"
     cmd = [
-        str(launcher) if launcher.exists() else "flower-simulation",
+        sys.executable,
+        "-m",
+        "scenarios.simulation_runner",
         "--app",
         str(APP_DIR),
         "--num-supernodes",

@@ -89,19 +89,66 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
 
 
+# --- Keras 3 (issue 19): exact where the figure does not depend on float training ----------
+# The records were made on TF 2.15 / Keras 2. Keras 3 on TF 2.21 computes the same training at
+# float precision (other kernels, other summation orders), and chaotic training amplifies that
+# over rounds, so what depends on the trained weights is compared within a band; what does
+# not (sampling, participation, elections, the DP accounting of a data-independent σ, the
+# zonal noise scales) must still be equal to the old engine.
+EXACT_KEYS = (
+    "round", "sampled[", "participants[", "replied[", "sweep-index", "num-zones",
+    "dp-delta", "dp-noised", "dp-num-reports", "dp-num-failures",
+    "dp-round-noise-multiplier", "dp-sum-noise-multiplier", "dp-sgd-participations",
+    "leakage_per_participation", "ledger.participations", "ledger.max_participations",
+    "ledger.clients", "zonal.epsilon.", "zonal.sigma_", "zonal.supernodes.",
+    "zonal.elections[", "zonal.failed_supernodes[", "zonal.offline[", "zonal.replied[",
+    "zonal.aggregator_noise_multiplier", "aggregated", "aggregation-skipped",
+    "validation.clients", "validation.num-examples", "cia.n_",
+)  # fmt: skip
+# Outcomes of a discrete choice made on trained weights (IFCA's cluster of a client, early
+# stopping's best round): a float-level change may flip one; not compared.
+CHOICE_KEYS = (
+    "assignment.", "validation.choices[", "best_round", "since_best", "empty_clusters[",
+    "cluster_sizes[", "dp-clipped[", "dp-num-clipped", "zonal.zones.",
+)  # fmt: skip
+SCORE_WORDS = ("accuracy", "f1_", "precision_", "roc_auc", "auc", "advantage")
+SCORE_BAND = 0.08  # absolute, for scores in [0, 1]
+VALUE_BAND = 0.35  # relative (with an absolute floor of VALUE_FLOOR) for losses, norms, models
+VALUE_FLOOR = 0.05
+
+
+def _data_dependent_sigma(line: dict[str, float]) -> bool:
+    """Metric DP: σ (and its comparison ε) scale with the measured model distance d."""
+    return "dp-distance" in line
+
+
+def _within_band(key: str, got: float, want: float, line: dict[str, float]) -> bool:
+    """The comparison rule of one figure (see the constants above)."""
+    if math.isnan(got) or math.isnan(want):
+        return math.isnan(got) and math.isnan(want)
+    sigma_like = key.startswith(("dp-sigma", "dp-epsilon", "dp-distance"))
+    if key.startswith(EXACT_KEYS) or (sigma_like and not _data_dependent_sigma(line)):
+        return _close(got, want)
+    if any(word in key for word in SCORE_WORDS):
+        return abs(got - want) <= SCORE_BAND
+    return abs(got - want) <= max(VALUE_FLOOR, VALUE_BAND * abs(want))
+
+
+def _compared(key: str) -> bool:
+    return not key.startswith(CHOICE_KEYS)
+
+
 DRAWN_IN_WORKERS = ("server.", "distributed.", "train.")
 
 
 def assert_matches_baseline(
     name: str, output_dir: str | Path, *, worker_noise: tuple[str, ...] = ()
 ) -> None:
-    """The round metrics below ``output_dir`` equal the committed record ``name``.
+    """The round metrics below ``output_dir`` match the committed record ``name``: equal where
+    they do not depend on float training, within the bands above where they do.
 
-    Runs named in ``worker_noise`` draw their noise inside the ClientApp workers with
-    TensorFlow's stateful random ops (tensorflow-privacy's DP-SGD): the draws depend on what
-    a worker process ran before, so when several runs share one simulation (``fedpriv grid``
-    since the redesign) their accuracies and losses differ slightly from separate runs. For
-    them only what does not depend on those draws is compared (sampling, replies, ε,
+    Runs named in ``worker_noise`` draw their noise inside the ClientApp workers: for them
+    only what does not depend on those draws is compared (sampling, replies, ε,
     participations).
     """
     actual = round_metrics(output_dir)
@@ -122,9 +169,12 @@ def assert_matches_baseline(
                 want_line = {
                     k: v for k, v in want_line.items() if not k.startswith(DRAWN_IN_WORKERS)
                 }
+            want_line = {k: v for k, v in want_line.items() if _compared(k)}
             missing = sorted(set(want_line) - set(got_line))
             assert not missing, f"{name}/{run} round line {i}: missing {missing[:8]}"
             wrong = {
-                k: (got_line[k], v) for k, v in want_line.items() if not _close(got_line[k], v)
+                k: (got_line[k], v)
+                for k, v in want_line.items()
+                if not _within_band(k, got_line[k], v, want_line)
             }
             assert not wrong, f"{name}/{run} round line {i}: (got, expected) {wrong}"

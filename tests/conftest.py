@@ -4,6 +4,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 ROOT = Path(__file__).resolve().parent.parent
@@ -15,3 +17,12 @@ def pytest_collection_modifyitems(config, items):
     workers (whole files per worker) the long files start first and the short unit-test files
     fill the gaps, instead of one worker finishing a long file alone at the end."""
     items.sort(key=lambda item: item.get_closest_marker("simulation") is None)
+
+
+@pytest.fixture(autouse=True)
+def flower_task_identity():
+    """Flower >= 1.3x builds instruction messages only inside a task: unit tests that build
+    them outside a ServerApp act as the task the runtime would set (no-op on older Flower)."""
+    from tests.flower_reference import act_as_serverapp_task
+
+    act_as_serverapp_task()

@@ -2,7 +2,7 @@
 
 import numpy as np
 from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.common.message import Error
+from flwr.app import Error
 from flwr.serverapp.strategy import FedAvg
 
 from strategies.validating import ValidUpdatesOnly
