@@ -16,10 +16,17 @@ only what Keras has no portable form for lives here, once per backend
   power of two (at least 32 rows of data, 8 steps). The padded steps are never run (the loop
   stops at the real count) and padded data rows are never indexed, so clients of sizes
   17..32 with up to 8 steps share one trace, and a federation sees O(log n) traces.
+
+  On the CPU, XLA runs convolutions inside a loop body an order of magnitude slower than
+  outside one (jax-ml/jax#12868; measured here: MP CNN step 0.6 s alone, 15 s inside
+  ``fori_loop``), so there (:data:`HOST_LOOP`) the steps are a Python loop over ONE jitted
+  step, with the state kept on the device; the per-step dispatch costs microseconds.
+  ``FEDPRIV_STEP_LOOP`` = ``host`` | ``device`` overrides the choice (tests).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,6 +38,22 @@ if BACKEND not in ("tensorflow", "jax"):
     raise ImportError(f"KERAS_BACKEND = {BACKEND!r}: expected tensorflow | jax")
 
 MIN_ROWS = {"data": 32, "steps": 8}
+
+
+def _host_loop() -> bool:
+    choice = os.environ.get("FEDPRIV_STEP_LOOP", "auto")
+    if choice not in ("auto", "host", "device"):
+        raise ValueError(f"FEDPRIV_STEP_LOOP = {choice!r}: expected auto | host | device")
+    if choice != "auto":
+        return choice == "host" and BACKEND == "jax"
+    if BACKEND != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
+HOST_LOOP = _host_loop()
 
 
 def bucket(n: int, kind: str) -> int:
@@ -140,6 +163,15 @@ def compile_fn(fn: Callable, args: Sequence[Any], free: Sequence[int]) -> Callab
         for arg, k in zip(args, free)
     ]
     return tf.function(fn, input_signature=signature)
+
+
+def device_put(tree: Any) -> Any:
+    """``tree`` on the default device once (JAX), so a host loop does not copy it per step."""
+    if BACKEND != "jax":
+        return tree
+    import jax
+
+    return jax.device_put(tree)
 
 
 def to_numpy(value: Any) -> np.ndarray:

@@ -136,6 +136,19 @@ def _prox(trainable: Sequence[Any], anchors: Sequence[Any]) -> Any:
     return sum(ops.sum(ops.square(w - a)) for w, a in zip(trainable, anchors))
 
 
+def _init(tr, nt, opt) -> tuple:
+    """The loop's carry: state and the (loss, hits, count) sums of the last epoch."""
+    zero = ops.zeros((), "float32")
+    return (list(tr), list(nt), list(opt), zero, zero, zero)
+
+
+def _finish(carry) -> tuple:
+    """(mean loss, mean accuracy, trainable, non-trainable) from the final carry."""
+    tr, nt, _, loss_sum, hit_sum, count = carry
+    count = ops.maximum(count, 1.0)
+    return loss_sum / count, hit_sum / count, tr, nt
+
+
 class CompiledTrainer:
     """A model, its optimizer and one compiled train-all-epochs function (see module doc)."""
 
@@ -288,33 +301,40 @@ class CompiledTrainer:
         tr, opt = self.optimizer.stateless_apply(opt, list(grads), tr)
         return list(tr), list(nt), list(opt), per_example, ops.zeros_like(per_example)
 
+    def _body(self, s, carry, consts):
+        """Step ``s`` of the call on the carried state; accumulates last-epoch metrics."""
+        x, y, idx, mask, last_start, mu, denominator, noise_seed, anchors = consts
+        tr, nt, opt, loss_sum, hit_sum, count = carry
+        ids, mb = idx[s], mask[s]
+        xb, yb = ops.take(x, ids, axis=0), ops.take(y, ids, axis=0)
+        out = self._step(tr, nt, opt, anchors, mu, xb, yb, mb, s, denominator, noise_seed)
+        tr, nt, opt, per_example, hits = out
+        weight = mb * ops.cast(s >= last_start, "float32")
+        loss_sum = loss_sum + ops.sum(ops.cast(per_example, "float32") * weight)
+        hit_sum = hit_sum + ops.sum(hits * weight)
+        return (tr, nt, opt, loss_sum, hit_sum, count + ops.sum(weight))
+
     def _loop(self, x, y, idx, mask, steps, last_start, mu, denominator, noise_seed, tr, nt, opt):
-        """Every step of the call (``steps`` of the rows of ``idx``); last-epoch metrics."""
+        """Every step of the call (``steps`` of the rows of ``idx``) in one compiled loop."""
         self.traces += 1
-        anchors = list(tr)
-        zero = ops.zeros((), "float32")
+        consts = (x, y, idx, mask, last_start, mu, denominator, noise_seed, list(tr))
+        carry = bl.fori_loop(steps, lambda s, c: self._body(s, c, consts), _init(tr, nt, opt))
+        return _finish(carry)
 
-        def body(s, carry):
-            tr, nt, opt, loss_sum, hit_sum, count = carry
-            ids, mb = idx[s], mask[s]
-            xb, yb = ops.take(x, ids, axis=0), ops.take(y, ids, axis=0)
-            out = self._step(tr, nt, opt, anchors, mu, xb, yb, mb, s, denominator, noise_seed)
-            tr, nt, opt, per_example, hits = out
-            weight = mb * ops.cast(s >= last_start, "float32")
-            loss_sum = loss_sum + ops.sum(ops.cast(per_example, "float32") * weight)
-            return (
-                tr,
-                nt,
-                opt,
-                loss_sum,
-                hit_sum + ops.sum(hits * weight),
-                count + ops.sum(weight),
-            )
+    def _host_step(self, s, carry, consts):
+        """One compiled step for the host loop (:data:`clients.backend_loop.HOST_LOOP`)."""
+        self.traces += 1
+        return self._body(s, carry, consts)
 
-        init = (list(tr), list(nt), list(opt), zero, zero, zero)
-        tr, nt, _, loss_sum, hit_sum, count = bl.fori_loop(steps, body, init)
-        count = ops.maximum(count, 1.0)
-        return loss_sum / count, hit_sum / count, tr, nt
+    def _run_on_host(self, key: tuple, args: tuple):
+        """The steps as a Python loop over one compiled step (state stays on the device)."""
+        x, y, idx, mask, steps, last_start, mu, denominator, noise_seed, tr, nt, opt = args
+        consts = bl.device_put((x, y, idx, mask, last_start, mu, denominator, noise_seed, tr))
+        step = self._compiled_fn(("step", *key), self._host_step, (), ())
+        carry = bl.device_put(_init(tr, nt, opt))
+        for s in range(int(steps)):
+            carry = step(np.int32(s), carry, consts)
+        return _finish(carry)
 
     def _compiled_fn(self, key: tuple, fn: Callable, args: Sequence[Any], free: Sequence[int]):
         if key not in self._compiled:
@@ -377,8 +397,11 @@ class CompiledTrainer:
             opt,
         )
         key = ("train", x.dtype.str, x.shape[1:], y.dtype.str, y.shape[1:])
-        loop = self._compiled_fn(key, self._loop, args, (1, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0))
-        loss, acc, tr, nt = loop(*args)
+        if bl.HOST_LOOP:
+            loss, acc, tr, nt = self._run_on_host(key, args)
+        else:
+            loop = self._compiled_fn(key, self._loop, args, (1, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0))
+            loss, acc, tr, nt = loop(*args)
         metrics = {"train-loss": float(loss)}
         if self.classifier and self.dp is None:
             metrics["train-accuracy"] = float(acc)
