@@ -175,8 +175,11 @@ def device_put(tree: Any) -> Any:
 
 
 def to_numpy(value: Any) -> np.ndarray:
-    """A backend tensor as a numpy array."""
-    return np.asarray(keras.ops.convert_to_numpy(value))
+    """A backend tensor as a numpy array (TF's own ``.numpy()``: numpy 2 warns on
+    ``np.array`` of a TF tensor, whose ``__array__`` takes no ``copy`` argument)."""
+    if BACKEND == "tensorflow" and hasattr(value, "numpy"):
+        return value.numpy()
+    return np.asarray(value)
 
 
 def set_op_determinism(enabled: bool) -> None:

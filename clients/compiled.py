@@ -175,7 +175,7 @@ class CompiledTrainer:
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         optimizer.build(model.trainable_variables)
         self.optimizer = optimizer
-        self._opt_init = [v.numpy() for v in optimizer.variables]
+        self._opt_init = [bl.to_numpy(v.value) for v in optimizer.variables]
         self._scale_slot = (
             [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))
             if self.loss_scale
@@ -216,7 +216,9 @@ class CompiledTrainer:
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """(trainable, non-trainable) values: ``weights`` (None: the model's own) and seeds."""
         values = (
-            self._cast(weights) if weights is not None else [v.numpy() for v in self.model.weights]
+            self._cast(weights)
+            if weights is not None
+            else [bl.to_numpy(v.value) for v in self.model.weights]
         )
         seeds = iter(self._seed_states(seed))
         trainable = [values[s] for s in self._trainable_slots]

@@ -27,6 +27,7 @@ from typing import Any  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from clients.backend_loop import to_numpy  # noqa: E402
 from clients.compiled import CompiledTrainer, build_policy_model, set_op_determinism  # noqa: E402
 from fedpriv.data import FederatedData, load_federated  # noqa: E402
 from fedpriv.models import build_model  # noqa: E402
@@ -140,7 +141,7 @@ def initial_weights(cfg: Mapping[str, Any], data: FederatedData) -> list[np.ndar
         num_classes=data.num_classes,
         seed=int(cfg["seed"]),
     )
-    return [w.copy() for w in model.get_weights()]
+    return [np.array(to_numpy(v.value), copy=True) for v in model.weights]
 
 
 def _per_example_loss(model: keras.Model):
