@@ -1,34 +1,39 @@
-"""Compiled local training: all epochs of one client call inside one traced TensorFlow function.
+"""Compiled local training: all epochs of one client call in ONE compiled call (Keras 3).
 
-One :class:`CompiledTrainer` is built per worker process and model (and per DP optimizer);
-its ``tf.function`` is traced once per input dtype/feature shape (``input_signature`` with a
-free leading dimension), so clients of every size reuse the same graph. A call:
+One :class:`CompiledTrainer` is built per worker process and model (and per DP setting).
+It is functional: the state of a call is ``(trainable values, non-trainable values,
+optimizer variable values)``; the forward pass is ``model.stateless_call`` and the update
+``optimizer.stateless_apply``, so nothing is assigned into Keras variables and the same code
+runs on the TensorFlow and JAX backends (the gradient, the loop and the compilation are in
+:mod:`clients.backend_loop`, traced once per input dtype/feature shape). A call:
 
-1. assigns the global weights into the cached model's variables, sets the FedProx anchors
-   ``w_g`` and ``mu``, restores the optimizer variables to their freshly built values (a
-   client keeps no optimizer state between rounds), and, when the graph draws random
-   numbers (Dropout, DP noise), seeds TensorFlow, so a call is a function of its seed;
+1. starts from the global weights w_g (also the FedProx anchors), the optimizer's freshly
+   built variable values (a client keeps no optimizer state between rounds) and seed states
+   ``[s_k, 0]`` of the model's random layers (Dropout) derived from the call's seed: a call
+   is a function of its seed, whatever ran in the process before;
 2. draws the batches in numpy (:func:`batch_schedule`): epoch e shuffles with the e-th
    ``rng.permutation(n)`` of ``np.random.default_rng(seed)`` and cuts it into batches of
    ``b = min(B, n)`` in order; the last short batch is padded to ``b`` with a zero mask, so
-   every step has the same shape (stable for XLA) and its loss is the mean over its real
-   examples only -- the same loss as an unpadded short batch;
-3. runs every step of every epoch in one ``tf.while_loop``. Each step minimises
+   every step has the same shape and its loss is the mean over its real examples only --
+   the same loss as an unpadded short batch (a caller may pass its own ``schedule``);
+3. runs every step of every epoch in one compiled loop. Each step minimises
 
-       L(w) = (1 / |b|) Σ_{i in b} ℓ(f_w(x_i), y_i) + (mu / 2) ‖w − w_g‖²
+       L(w) = (1 / |b|) Σ_{i in b} m_i ℓ(f_w(x_i), y_i) + (mu / 2) ‖w − w_g‖²
 
-   (FedProx, Li et al. 2020 §3; mu = 0 for FedAvg). DP-SGD (MP §4, Abadi et al. 2016) hands
-   the per-example vector ``ℓ_i + (mu/2)‖w − w_g‖²`` to tensorflow-privacy's vectorized
-   optimizer, which clips each microbatch gradient to C and adds N(0, (zC)²) to the sum.
+   (FedProx, Li et al. 2020 §3; mu = 0 for FedAvg). DP-SGD (MP §4, Abadi et al. 2016 §3.1;
+   ``dp=DpStepConfig``) replaces the gradient of each step with
+   ``clients.dp_grads.private_grads`` of the per-example loss ``ℓ_i + (mu/2)‖w − w_g‖²``:
+   (Σ_i m_i clip(∇ℓ_i, C) + N(0, (zC)² I)) / D, D the schedule's ``denominator`` (else b),
+   noise seeded by the call's ``noise_seed`` + [0, step].
 
-Reported metrics: ``train-loss`` (and ``train-accuracy`` for classifiers) are the
-example-weighted means over the LAST epoch of the data loss ℓ, measured on each batch
+Reported metrics: ``train-loss`` (and ``train-accuracy`` for classifiers, not under DP) are
+the example-weighted means over the LAST epoch of the data loss ℓ, measured on each batch
 before its step (what Keras ``fit`` reports).
 
-Options (GPU path): ``jit_compile`` compiles the step with XLA (the step has static shapes);
-mixed precision is a property of the model (built under the ``mixed_float16`` policy, see
-:func:`build_policy_model`) and adds dynamic loss scaling here; op determinism is process
-wide (:func:`set_op_determinism`).
+Options: ``jit_compile`` compiles the step with XLA on TF (JAX always compiles); mixed
+precision is a property of the model (built under the ``mixed_float16`` policy, see
+:func:`build_policy_model`) and adds dynamic loss scaling (``LossScaleOptimizer``) here;
+op determinism is process wide (:func:`set_op_determinism`, TF only).
 """
 
 from __future__ import annotations
@@ -37,14 +42,18 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from collections.abc import Sequence  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+from keras import ops  # noqa: E402
+
+from clients import backend_loop as bl  # noqa: E402
 
 EVAL_FLOATS = 1 << 22  # ~16 MB of input per evaluation chunk
+SEED_TAG = 0x5EED  # the seed-state stream of a call (numpy SeedSequence entropy)
 
 
 @dataclass(frozen=True)
@@ -56,14 +65,28 @@ class Schedule:
     steps_per_epoch: int
 
 
+@dataclass(frozen=True)
+class DpStepConfig:
+    """DP-SGD per step: clip each example's gradient to ``l2_norm_clip`` (C), add N(0, (zC)²)."""
+
+    l2_norm_clip: float
+    noise_multiplier: float
+
+    def __post_init__(self) -> None:
+        if not float(self.l2_norm_clip) > 0:
+            raise ValueError(f"l2_norm_clip = {self.l2_norm_clip!r}: expected a float > 0")
+        if not float(self.noise_multiplier) >= 0:
+            raise ValueError(f"noise_multiplier = {self.noise_multiplier!r}: expected >= 0")
+
+
 def batch_schedule(
     n: int, batch_size: int, epochs: int, seed: int, *, drop_remainder: bool = False
 ) -> Schedule:
     """The batches of ``epochs`` seeded epochs over ``n`` examples (see module doc, step 2).
 
-    ``drop_remainder`` keeps only full batches of ``batch_size`` (DP-SGD: equal-size batches
-    so the microbatch reshape works); otherwise the width is ``min(batch_size, n)`` and the
-    last short batch of an epoch is padded with index 0 and mask 0.
+    ``drop_remainder`` keeps only full batches of ``batch_size``; otherwise the width is
+    ``min(batch_size, n)`` and the last short batch of an epoch is padded with index 0 and
+    mask 0.
     """
     if n < 1 or batch_size < 1 or epochs < 0:
         raise ValueError(f"n = {n}, batch_size = {batch_size}, epochs = {epochs}: expected >= 1")
@@ -86,138 +109,90 @@ _DETERMINISM: list[bool] = []
 
 
 def set_op_determinism(enabled: bool) -> None:
-    """Turn TensorFlow op determinism on (reproducible GPU kernels, the default) or off.
+    """Turn op determinism on (reproducible TF kernels, the default) or off; a no-op on JAX.
 
     Process wide; a no-op when the setting is unchanged (cheap to call per client call).
     """
     if _DETERMINISM and _DETERMINISM[-1] == enabled:
         return
-    if enabled:
-        tf.config.experimental.enable_op_determinism()
-    else:
-        tf.config.experimental.disable_op_determinism()
+    bl.set_op_determinism(enabled)
     _DETERMINISM[:] = [enabled]
 
 
-def build_policy_model(build, *, mixed_precision: bool) -> tf.keras.Model:
+def build_policy_model(build: Callable[[], keras.Model], *, mixed_precision: bool) -> keras.Model:
     """``build()`` under the ``mixed_float16`` policy (float16 compute, float32 variables)."""
     if not mixed_precision:
         return build()
-    previous = tf.keras.mixed_precision.global_policy()
-    tf.keras.mixed_precision.set_global_policy("mixed_float16")
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         return build()
     finally:
-        tf.keras.mixed_precision.set_global_policy(previous)
+        keras.mixed_precision.set_global_policy(previous)
 
 
-def _optimizer_variables(optimizer) -> list[tf.Variable]:
-    variables = optimizer.variables
-    return list(variables() if callable(variables) else variables)
+def _prox(trainable: Sequence[Any], anchors: Sequence[Any]) -> Any:
+    """‖w − w_g‖² over all trainable tensors."""
+    return sum(ops.sum(ops.square(w - a)) for w, a in zip(trainable, anchors))
+
+
+def _init(tr, nt, opt) -> tuple:
+    """The loop's carry: state and the (loss, hits, count) sums of the last epoch."""
+    zero = ops.zeros((), "float32")
+    return (list(tr), list(nt), list(opt), zero, zero, zero)
+
+
+def _finish(carry) -> tuple:
+    """(mean loss, mean accuracy, trainable, non-trainable) from the final carry."""
+    tr, nt, _, loss_sum, hit_sum, count = carry
+    count = ops.maximum(count, 1.0)
+    return loss_sum / count, hit_sum / count, tr, nt
 
 
 class CompiledTrainer:
-    """A model, its optimizer and one traced train-all-epochs function (see module doc)."""
+    """A model, its optimizer and one compiled train-all-epochs function (see module doc)."""
 
     def __init__(
         self,
-        model: tf.keras.Model,
-        optimizer,
-        loss_fn,
+        model: keras.Model,
+        optimizer: keras.optimizers.Optimizer,
+        loss_fn: Callable,
         *,
         classifier: bool,
-        dp: bool = False,
+        dp: DpStepConfig | None = None,
         jit_compile: bool = False,
     ) -> None:
+        if dp is not None and not isinstance(dp, DpStepConfig):
+            raise ValueError(f"dp = {dp!r}: expected None or a DpStepConfig")
         self.model = model
         self.classifier = classifier
         self.dp = dp
-        self.jit_compile = jit_compile
+        self.jit_compile = bool(jit_compile)
         self.loss_fn = loss_fn
-        self.loss_scale = model.compute_dtype == "float16" and not dp
+        self.loss_scale = model.compute_dtype == "float16" and dp is None
+        optimizer = bl.stateless_optimizer(optimizer)
         if self.loss_scale:
-            optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        optimizer.build(model.trainable_variables)
         self.optimizer = optimizer
-        self.variables = list(model.trainable_variables)
-        self.anchors = [tf.Variable(v, trainable=False) for v in self.variables]
-        self.mu = tf.Variable(0.0, dtype=tf.float32, trainable=False)
-        if hasattr(optimizer, "_create_all_weights"):  # legacy (tensorflow-privacy) optimizers
-            optimizer._create_all_weights(self.variables)  # noqa: SLF001
-        else:
-            optimizer.build(self.variables)
-        self._opt_vars = _optimizer_variables(optimizer)
-        self._opt_init = [tf.constant(v.numpy()) for v in self._opt_vars]
-        self._assign = None
-        step = self._dp_step if dp else self._step
-        self._step_fn = tf.function(step, jit_compile=True) if jit_compile else step
-        self._loops: dict[tuple, Any] = {}
-        self._predicts: dict[tuple, Any] = {}
-        self.traces = 0  # Python side effect: counts traces of the train loop
-        # Seeding TF clears its kernel caches (the traced loop is re-instantiated, ~0.1 s),
-        # so it is done only where the graph draws random numbers: Dropout or DP noise.
-        self.random = dp or any(hasattr(layer, "_random_generator") for layer in model.layers)
-
-    # --- traced parts ---------------------------------------------------------------------
-
-    def _prox(self) -> tf.Tensor:
-        return tf.add_n(
-            [tf.reduce_sum(tf.square(v - a)) for v, a in zip(self.variables, self.anchors)]
+        self._opt_init = [bl.to_numpy(v.value) for v in optimizer.variables]
+        self._scale_slot = (
+            [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))
+            if self.loss_scale
+            else -1
         )
+        slot = {id(v): i for i, v in enumerate(model.weights)}
+        self._trainable_slots = [slot[id(v)] for v in model.trainable_variables]
+        # non-trainable state that is not a weight: the SeedGenerator states (Dropout)
+        self._nt_slots = [slot.get(id(v)) for v in model.non_trainable_variables]
+        self._seed_dtypes = [
+            v.dtype for v, s in zip(model.non_trainable_variables, self._nt_slots) if s is None
+        ]
+        self._step = bl.compile_step(self._dp_step if dp else self._plain_step, self.jit_compile)
+        self._compiled: dict[tuple, Any] = {}
+        self.traces = 0  # Python side effect: counts traces of the train loop
 
-    def _hits(self, yb, pred) -> tf.Tensor:
-        if not self.classifier:
-            return tf.zeros(tf.shape(pred)[:1], tf.float32)
-        labels = tf.cast(tf.reshape(yb, [-1]), tf.int64)
-        return tf.cast(tf.equal(tf.argmax(pred, axis=-1), labels), tf.float32)
-
-    def _step(self, xb, yb, mb):
-        with tf.GradientTape() as tape:
-            pred = tf.cast(self.model(xb, training=True), tf.float32)
-            per_example = self.loss_fn(yb, pred)
-            data = tf.reduce_sum(per_example * mb) / tf.reduce_sum(mb)
-            loss = data + 0.5 * self.mu * self._prox()
-            if self.loss_scale:
-                loss = self.optimizer.get_scaled_loss(loss)
-        grads = tape.gradient(loss, self.variables)
-        if self.loss_scale:
-            grads = self.optimizer.get_unscaled_gradients(grads)
-        self.optimizer.apply_gradients(zip(grads, self.variables))
-        return per_example, self._hits(yb, pred)
-
-    def _dp_step(self, xb, yb, mb):
-        del mb  # DP-SGD batches are full (drop_remainder)
-        with tf.GradientTape() as tape:
-            pred = tf.cast(self.model(xb, training=True), tf.float32)
-            per_example = self.loss_fn(yb, pred)
-            loss = per_example + 0.5 * self.mu * self._prox()
-        self.optimizer.minimize(loss, self.variables, tape=tape)
-        return per_example, self._hits(yb, pred)
-
-    def _start(self, weights, mu) -> None:
-        """In the graph: w <- w_g, anchors <- w_g, mu, optimizer variables <- initial."""
-        for var, value in zip(self.model.weights, weights):
-            var.assign(value)
-        for anchor, var in zip(self.anchors, self.variables):
-            anchor.assign(var.read_value())
-        self.mu.assign(mu)
-        for var, init in zip(self._opt_vars, self._opt_init):
-            var.assign(init)
-
-    def _loop(self, x, y, idx, mask, last_start, mu, weights):
-        self.traces += 1
-        self._start(weights, mu)
-        loss_sum = tf.constant(0.0)
-        hit_sum = tf.constant(0.0)
-        count = tf.constant(0.0)
-        for s in tf.range(tf.shape(idx)[0]):
-            xb, yb = tf.gather(x, idx[s]), tf.gather(y, idx[s])
-            per_example, hits = self._step_fn(xb, yb, mask[s])
-            weight = mask[s] * tf.cast(s >= last_start, tf.float32)
-            loss_sum += tf.reduce_sum(per_example * weight)
-            hit_sum += tf.reduce_sum(hits * weight)
-            count += tf.reduce_sum(weight)
-        count = tf.maximum(count, 1.0)
-        return loss_sum / count, hit_sum / count, [v.read_value() for v in self.model.weights]
+    # --- state ----------------------------------------------------------------------------
 
     def _cast(self, weights: Sequence[np.ndarray]) -> list[np.ndarray]:
         """``weights`` as arrays of the variables' dtypes (aggregates may come as float64)."""
@@ -225,40 +200,158 @@ class CompiledTrainer:
             raise ValueError(
                 f"{len(weights)} weight arrays for a model with {len(self.model.weights)}"
             )
+        return [np.asarray(w, dtype=v.dtype) for w, v in zip(weights, self.model.weights)]
+
+    def _seed_states(self, seed: int) -> list[np.ndarray]:
+        """One ``[s_k, 0]`` per random layer, ``s_k`` drawn from the call's seed."""
+        if not self._seed_dtypes:
+            return []
+        draws = np.random.SeedSequence([int(seed), SEED_TAG]).generate_state(len(self._seed_dtypes))
         return [
-            np.asarray(w, dtype=v.dtype.as_numpy_dtype) for w, v in zip(weights, self.model.weights)
+            np.array([int(d) % (2**31 - 1), 0], dtype=dt) for d, dt in zip(draws, self._seed_dtypes)
         ]
 
-    def _weight_specs(self) -> list[tf.TensorSpec]:
-        return [tf.TensorSpec(v.shape, v.dtype) for v in self.model.weights]
+    def _state(
+        self, weights: Sequence[np.ndarray] | None, seed: int
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(trainable, non-trainable) values: ``weights`` (None: the model's own) and seeds."""
+        values = (
+            self._cast(weights)
+            if weights is not None
+            else [bl.to_numpy(v.value) for v in self.model.weights]
+        )
+        seeds = iter(self._seed_states(seed))
+        trainable = [values[s] for s in self._trainable_slots]
+        non_trainable = [next(seeds) if s is None else values[s] for s in self._nt_slots]
+        return trainable, non_trainable
 
-    def _traced_loop(self, x: np.ndarray, y: np.ndarray):
-        key = (x.dtype.str, x.shape[1:], y.dtype.str, y.shape[1:])
-        if key not in self._loops:
-            spec = [
-                tf.TensorSpec((None, *x.shape[1:]), tf.as_dtype(x.dtype)),
-                tf.TensorSpec((None, *y.shape[1:]), tf.as_dtype(y.dtype)),
-                tf.TensorSpec((None, None), tf.int32),
-                tf.TensorSpec((None, None), tf.float32),
-                tf.TensorSpec((), tf.int32),
-                tf.TensorSpec((), tf.float32),
-                self._weight_specs(),
-            ]
-            self._loops[key] = tf.function(self._loop, input_signature=spec)
-        return self._loops[key]
+    def _weights(self, trainable: Sequence[Any], non_trainable: Sequence[Any]) -> list[np.ndarray]:
+        """The ``model.weights`` list (numpy) from trainable and non-trainable values."""
+        out: list[Any] = [None] * len(self.model.weights)
+        for s, v in zip(self._trainable_slots, trainable):
+            out[s] = v
+        for s, v in zip(self._nt_slots, non_trainable):
+            if s is not None:
+                out[s] = v
+        return [bl.to_numpy(v) for v in out]
 
     def load(self, weights: Sequence[np.ndarray]) -> None:
-        """Assign ``weights`` into the model's variables (one traced call)."""
-        if self._assign is None:
+        """Assign ``weights`` into the model's variables (for ``model.save`` and Keras calls)."""
+        for var, value in zip(self.model.weights, self._cast(weights)):
+            var.assign(value)
 
-            def assign(values):
-                for var, value in zip(self.model.weights, values):
-                    var.assign(value)
+    # --- traced parts ---------------------------------------------------------------------
 
-            self._assign = tf.function(assign, input_signature=[self._weight_specs()])
-        self._assign(self._cast(weights))
+    def _forward(self, trainable, non_trainable, xb, training: bool):
+        pred, non_trainable = self.model.stateless_call(
+            trainable, non_trainable, xb, training=training
+        )
+        return ops.cast(pred, "float32"), list(non_trainable)
+
+    def _hits(self, yb, pred):
+        if not self.classifier:
+            return ops.zeros(ops.shape(pred)[:1], "float32")
+        labels = ops.cast(ops.reshape(yb, (-1,)), "int32")
+        return ops.cast(ops.equal(ops.cast(ops.argmax(pred, axis=-1), "int32"), labels), "float32")
+
+    def _plain_step(self, tr, nt, opt, anchors, mu, xb, yb, mb, s, denominator, noise_seed):
+        """One minibatch step on the masked mean loss + FedProx term (module doc, step 3)."""
+        del s, denominator, noise_seed
+
+        def objective(trainable, non_trainable):
+            pred, non_trainable = self._forward(trainable, non_trainable, xb, True)
+            per_example = self.loss_fn(yb, pred)
+            data = ops.sum(per_example * mb) / ops.maximum(ops.sum(mb), 1.0)
+            loss = data + 0.5 * mu * _prox(trainable, anchors)
+            if self.loss_scale:
+                loss = loss * opt[self._scale_slot]
+            return loss, (per_example, self._hits(yb, pred), non_trainable)
+
+        (_, (per_example, hits, nt)), grads = bl.value_and_grad(objective)(tr, nt)
+        tr, opt = self.optimizer.stateless_apply(opt, grads, tr)
+        return list(tr), list(nt), list(opt), per_example, hits
+
+    def _dp_step(self, tr, nt, opt, anchors, mu, xb, yb, mb, s, denominator, noise_seed):
+        """One DP-SGD step: ``private_grads`` of the per-example loss (module doc, step 3).
+
+        The random layers use seed states ``[s_k, step]`` (the same for every example of
+        the step); non-trainable state is read, not updated.
+        """
+        from clients.dp_grads import private_grads
+
+        step_nt = [
+            v if slot is not None else v + ops.cast(ops.convert_to_tensor([0, 1]) * s, v.dtype)
+            for v, slot in zip(nt, self._nt_slots)
+        ]
+
+        def example_loss(trainable, x_i, y_i):
+            pred, _ = self._forward(trainable, step_nt, x_i, True)
+            return self.loss_fn(y_i, pred) + 0.5 * mu * _prox(trainable, anchors)
+
+        grads, losses = private_grads(
+            example_loss,
+            tr,
+            xb,
+            yb,
+            mb,
+            l2_norm_clip=float(self.dp.l2_norm_clip),
+            noise_multiplier=float(self.dp.noise_multiplier),
+            denominator=denominator,
+            noise_seed=noise_seed + ops.convert_to_tensor([0, 1], "int32") * s,
+        )
+        per_example = ops.reshape(losses, (-1,)) - 0.5 * mu * _prox(tr, anchors)
+        tr, opt = self.optimizer.stateless_apply(opt, list(grads), tr)
+        return list(tr), list(nt), list(opt), per_example, ops.zeros_like(per_example)
+
+    def _body(self, s, carry, consts):
+        """Step ``s`` of the call on the carried state; accumulates last-epoch metrics."""
+        x, y, idx, mask, last_start, mu, denominator, noise_seed, anchors = consts
+        tr, nt, opt, loss_sum, hit_sum, count = carry
+        ids, mb = idx[s], mask[s]
+        xb, yb = ops.take(x, ids, axis=0), ops.take(y, ids, axis=0)
+        out = self._step(tr, nt, opt, anchors, mu, xb, yb, mb, s, denominator, noise_seed)
+        tr, nt, opt, per_example, hits = out
+        weight = mb * ops.cast(s >= last_start, "float32")
+        loss_sum = loss_sum + ops.sum(ops.cast(per_example, "float32") * weight)
+        hit_sum = hit_sum + ops.sum(hits * weight)
+        return (tr, nt, opt, loss_sum, hit_sum, count + ops.sum(weight))
+
+    def _loop(self, x, y, idx, mask, steps, last_start, mu, denominator, noise_seed, tr, nt, opt):
+        """Every step of the call (``steps`` of the rows of ``idx``) in one compiled loop."""
+        self.traces += 1
+        consts = (x, y, idx, mask, last_start, mu, denominator, noise_seed, list(tr))
+        carry = bl.fori_loop(steps, lambda s, c: self._body(s, c, consts), _init(tr, nt, opt))
+        return _finish(carry)
+
+    def _host_step(self, s, carry, consts):
+        """One compiled step for the host loop (:data:`clients.backend_loop.HOST_LOOP`)."""
+        self.traces += 1
+        return self._body(s, carry, consts)
+
+    def _run_on_host(self, key: tuple, args: tuple):
+        """The steps as a Python loop over one compiled step (state stays on the device)."""
+        x, y, idx, mask, steps, last_start, mu, denominator, noise_seed, tr, nt, opt = args
+        consts = bl.device_put((x, y, idx, mask, last_start, mu, denominator, noise_seed, tr))
+        step = self._compiled_fn(("step", *key), self._host_step, (), ())
+        carry = bl.device_put(_init(tr, nt, opt))
+        for s in range(int(steps)):
+            carry = step(np.int32(s), carry, consts)
+        return _finish(carry)
+
+    def _compiled_fn(self, key: tuple, fn: Callable, args: Sequence[Any], free: Sequence[int]):
+        if key not in self._compiled:
+            self._compiled[key] = bl.compile_fn(fn, args, free)
+        return self._compiled[key]
 
     # --- one client call ------------------------------------------------------------------
+
+    def _noise_seed(self, noise_seed: Any) -> np.ndarray:
+        if self.dp is None:
+            return np.zeros(2, np.int32)
+        seed = None if noise_seed is None else np.asarray(noise_seed)
+        if seed is None or seed.shape != (2,) or seed.dtype.kind not in "iu":
+            raise ValueError(f"noise_seed = {noise_seed!r}: expected an int array of shape (2,)")
+        return (seed.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
     def train(
         self,
@@ -270,86 +363,99 @@ class CompiledTrainer:
         batch_size: int,
         seed: int,
         proximal_mu: float = 0.0,
+        schedule: Any = None,
+        noise_seed: Any = None,
     ) -> tuple[list[np.ndarray], dict[str, float]]:
         """Train from ``weights`` for ``epochs`` on (x, y); new weights and train metrics.
 
-        One TensorFlow call: the traced loop loads the weights, resets the state and runs
-        every step (module doc); only seeding, when needed, happens outside it.
+        One compiled call (module doc). ``schedule`` (``idx``, ``mask``, ``steps_per_epoch``,
+        optionally ``denominator``) replaces :func:`batch_schedule`; ``noise_seed`` (int, shape
+        (2,)) is required under DP and must be secret from every other party.
         """
-        if self.random:
-            tf.keras.utils.set_random_seed(int(seed))  # resets traced random ops (Dropout)
-        sched = batch_schedule(len(x), batch_size, epochs, seed, drop_remainder=self.dp)
-        steps = len(sched.idx)
+        noise = self._noise_seed(noise_seed)
+        if schedule is None:
+            schedule = batch_schedule(
+                len(x), batch_size, epochs, seed, drop_remainder=bool(self.dp)
+            )
+        steps = len(schedule.idx)
         if steps == 0:
-            self.load(weights)
             return [np.array(w, copy=True) for w in weights], {"train-loss": float("nan")}
-        loss, acc, new = self._traced_loop(x, y)(
-            x,
-            y,
-            sched.idx,
-            sched.mask,
-            np.int32(steps - sched.steps_per_epoch),
+        tr, nt = self._state(weights, seed)
+        opt = list(self._opt_init)
+        rows, n = bl.bucket(steps, "steps"), bl.bucket(len(x), "data")
+        denominator = getattr(schedule, "denominator", None) or schedule.idx.shape[1]
+        args = (
+            bl.pad_rows(x, n),
+            bl.pad_rows(y, n),
+            bl.pad_rows(np.asarray(schedule.idx, np.int32), rows),
+            bl.pad_rows(np.asarray(schedule.mask, np.float32), rows),
+            np.int32(steps),
+            np.int32(steps - schedule.steps_per_epoch),
             np.float32(proximal_mu),
-            self._cast(weights),
+            np.float32(denominator),
+            noise,
+            tr,
+            nt,
+            opt,
         )
+        key = ("train", x.dtype.str, x.shape[1:], y.dtype.str, y.shape[1:])
+        if bl.HOST_LOOP:
+            loss, acc, tr, nt = self._run_on_host(key, args)
+        else:
+            loop = self._compiled_fn(key, self._loop, args, (1, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0))
+            loss, acc, tr, nt = loop(*args)
         metrics = {"train-loss": float(loss)}
-        if self.classifier:
+        if self.classifier and self.dp is None:
             metrics["train-accuracy"] = float(acc)
-        return [w.numpy() for w in new], metrics
+        return self._weights(tr, nt), metrics
 
     # --- evaluation -----------------------------------------------------------------------
 
-    def _predict_fn(self, x: np.ndarray):
-        key = (x.dtype.str, x.shape[1:])
-        if key not in self._predicts:
-            spec = [tf.TensorSpec((None, *x.shape[1:]), tf.as_dtype(x.dtype))]
-            model = self.model
-            self._predicts[key] = tf.function(
-                lambda xb: tf.cast(model(xb, training=False), tf.float32), input_signature=spec
-            )
-        return self._predicts[key]
+    def _chunk(self, x: np.ndarray) -> int:
+        """Rows per evaluation chunk: ~16 MB of input, a power of two in 32..4096."""
+        rows = EVAL_FLOATS // max(1, int(np.prod(x.shape[1:])))
+        return 1 << int(np.clip(rows, 32, 4096)).bit_length() - 1
+
+    def _chunks(self, weights, x: np.ndarray, y: np.ndarray | None, kind: str, fn: Callable):
+        """``fn(tr, nt, xb[, yb, mb])`` over padded chunks of x (and y): a list of outputs."""
+        tr, nt = self._state(weights, 0)
+        chunk, out = self._chunk(x), []
+        key = (kind, x.dtype.str, x.shape[1:], None if y is None else (y.dtype.str, y.shape[1:]))
+        for i in range(0, len(x), chunk):
+            xb = x[i : i + chunk]
+            rows = min(chunk, bl.bucket(len(xb), "data"))
+            args = [tr, nt, bl.pad_rows(xb, rows)]
+            if y is not None:
+                mb = bl.pad_rows(np.ones(len(xb), np.float32), rows)
+                args += [bl.pad_rows(y[i : i + chunk], rows), mb]
+            compiled = self._compiled_fn(key, fn, args, (0, 0, 1, 1, 1))
+            out.append((compiled(*args), len(xb)))
+        return out
+
+    def _outputs(self, tr, nt, xb):
+        return self._forward(tr, nt, xb, False)[0]
 
     def predict(self, weights: Sequence[np.ndarray] | None, x: np.ndarray) -> np.ndarray:
-        """Model outputs on x in chunks of ~16 MB of input (one traced forward pass)."""
-        if weights is not None:
-            self.load(weights)
-        fn = self._predict_fn(x)
-        chunk = int(np.clip(EVAL_FLOATS // max(1, int(np.prod(x.shape[1:]))), 32, 4096))
+        """Model outputs on x in chunks of ~16 MB of input (one compiled forward pass)."""
         if len(x) == 0:
             return np.zeros((0, *self.model.output_shape[1:]), np.float32)
-        return np.concatenate([fn(x[i : i + chunk]).numpy() for i in range(0, len(x), chunk)])
+        parts = self._chunks(weights, x, None, "predict", self._outputs)
+        return np.concatenate([bl.to_numpy(p)[:k] for p, k in parts])
 
-    def _eval_fn(self, x: np.ndarray, y: np.ndarray):
-        key = ("eval", x.dtype.str, x.shape[1:], y.dtype.str, y.shape[1:])
-        if key not in self._predicts:
-            spec = [
-                tf.TensorSpec((None, *x.shape[1:]), tf.as_dtype(x.dtype)),
-                tf.TensorSpec((None, *y.shape[1:]), tf.as_dtype(y.dtype)),
-            ]
-
-            def sums(xb, yb):
-                pred = tf.cast(self.model(xb, training=False), tf.float32)
-                per_example = self.loss_fn(yb, pred)
-                return tf.reduce_sum(per_example), tf.reduce_sum(self._hits(yb, pred))
-
-            self._predicts[key] = tf.function(sums, input_signature=spec)
-        return self._predicts[key]
+    def _sums(self, tr, nt, xb, yb, mb):
+        pred = self._forward(tr, nt, xb, False)[0]
+        loss = ops.sum(ops.cast(self.loss_fn(yb, pred), "float32") * mb)
+        return loss, ops.sum(self._hits(yb, pred) * mb)
 
     def evaluate(
         self, weights: Sequence[np.ndarray] | None, x: np.ndarray, y: np.ndarray
     ) -> dict[str, float]:
-        """Mean loss (and accuracy for classifiers) over (x, y), chunked and traced."""
-        if weights is not None:
-            self.load(weights)
+        """Mean loss (and accuracy for classifiers) over (x, y), chunked and compiled."""
         if len(x) == 0:
             return {"loss": float("nan")}
-        fn = self._eval_fn(x, y)
-        chunk = int(np.clip(EVAL_FLOATS // max(1, int(np.prod(x.shape[1:]))), 32, 4096))
-        loss = hits = 0.0
-        for i in range(0, len(x), chunk):
-            part_loss, part_hits = fn(x[i : i + chunk], y[i : i + chunk])
-            loss, hits = loss + float(part_loss), hits + float(part_hits)
+        parts = self._chunks(weights, x, y, "evaluate", self._sums)
+        loss = sum(float(p[0]) for p, _ in parts)
         metrics = {"loss": loss / len(x)}
         if self.classifier:
-            metrics["accuracy"] = hits / len(x)
+            metrics["accuracy"] = sum(float(p[1]) for p, _ in parts) / len(x)
         return metrics

@@ -2,8 +2,9 @@
 
 Each Flower worker process (a Ray actor in simulation, a SuperNode process in deployment)
 builds a Keras model once per (model, shape, optimizer) key and one compiled trainer for it
-(:mod:`clients.compiled`): every call only assigns weights, restores the optimizer state and
-runs all epochs in one traced function. Partitions are cached per process too.
+(:mod:`clients.compiled`, Keras 3 on the TensorFlow or JAX backend): every call runs all
+epochs in one compiled function from the given weights and a fresh optimizer state.
+Partitions are cached per process too.
 
 FedProx (Li et al. 2020): Flower only sends mu; the proximal term
 ``(mu / 2) * ||w - w_g||^2`` is added to the local loss here.
@@ -16,20 +17,22 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # Several clients share one GPU in `local-simulation-gpu`: never grab all its memory.
 os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # the same for JAX
 
 from collections.abc import Mapping, Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from functools import lru_cache  # noqa: E402
 from typing import Any  # noqa: E402
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
+from clients.backend_loop import to_numpy  # noqa: E402
 from clients.compiled import CompiledTrainer, build_policy_model, set_op_determinism  # noqa: E402
 from fedpriv.data import FederatedData, load_federated  # noqa: E402
 from fedpriv.models import build_model  # noqa: E402
 
-tf.config.experimental.enable_op_determinism()
+set_op_determinism(True)
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def _cached_model(
     optimizer: str,
     learning_rate: float,
     mixed_precision: bool = False,
-) -> tf.keras.Model:
+) -> keras.Model:
     return build_policy_model(
         lambda: build_model(
             name,
@@ -113,8 +116,8 @@ def _cached_model(
     )
 
 
-def model_for(cfg: Mapping[str, Any], data: FederatedData) -> tf.keras.Model:
-    """The process's model for this config (built once; weights are set per call).
+def model_for(cfg: Mapping[str, Any], data: FederatedData) -> keras.Model:
+    """The process's model for this config (built once; weights are passed per call).
 
     ``op-determinism`` (default on) and ``mixed-precision`` (default off) are read here:
     the first is process wide, the second picks a model built under ``mixed_float16``.
@@ -138,18 +141,17 @@ def initial_weights(cfg: Mapping[str, Any], data: FederatedData) -> list[np.ndar
         num_classes=data.num_classes,
         seed=int(cfg["seed"]),
     )
-    return [w.copy() for w in model.get_weights()]
+    return [np.array(to_numpy(v.value), copy=True) for v in model.weights]
 
 
-def _per_example_loss(model: tf.keras.Model):
+def _per_example_loss(model: keras.Model):
     """The model's loss with ``reduction=NONE``: MSE for ``linear``, else sparse CE."""
-    none = tf.keras.losses.Reduction.NONE
     if is_regression(model):
-        return tf.keras.losses.MeanSquaredError(reduction=none)
-    return tf.keras.losses.SparseCategoricalCrossentropy(reduction=none)
+        return keras.losses.MeanSquaredError(reduction=None)
+    return keras.losses.SparseCategoricalCrossentropy(reduction=None)
 
 
-def is_regression(model: tf.keras.Model) -> bool:
+def is_regression(model: keras.Model) -> bool:
     """True for the linear (MSE) model, False for the softmax classifiers."""
     return str(getattr(model, "loss", "")) in ("mse", "mean_squared_error")
 
@@ -157,7 +159,7 @@ def is_regression(model: tf.keras.Model) -> bool:
 _TRAINERS: dict[int, CompiledTrainer] = {}
 
 
-def trainer_for(model: tf.keras.Model, *, jit_compile: bool | None = None) -> CompiledTrainer:
+def trainer_for(model: keras.Model, *, jit_compile: bool | None = None) -> CompiledTrainer:
     """The process's compiled trainer of ``model`` (built once; a fresh optimizer of the
     model's compiled kind and learning rate, restored to its initial state every call).
 
@@ -178,7 +180,7 @@ def trainer_for(model: tf.keras.Model, *, jit_compile: bool | None = None) -> Co
 
 
 def train_local(
-    model: tf.keras.Model,
+    model: keras.Model,
     weights: Sequence[np.ndarray],
     x: np.ndarray,
     y: np.ndarray,
@@ -186,7 +188,7 @@ def train_local(
 ) -> tuple[list[np.ndarray], dict[str, float]]:
     """Train ``model`` from ``weights`` on (x, y); return new weights and train metrics.
 
-    All epochs run in one traced function (:mod:`clients.compiled`); each step minimises
+    All epochs run in one compiled function (:mod:`clients.compiled`); each step minimises
     ``mean loss + (mu/2) * ||w - w_g||^2`` (mu = ``proximal_mu``, 0 unless FedProx).
     """
     trainer = trainer_for(model, jit_compile=settings.jit_compile)
@@ -202,14 +204,12 @@ def train_local(
 
 
 def evaluate_local(
-    model: tf.keras.Model, weights: Sequence[np.ndarray], x: np.ndarray, y: np.ndarray
+    model: keras.Model, weights: Sequence[np.ndarray], x: np.ndarray, y: np.ndarray
 ) -> dict[str, float]:
     """Loss (and accuracy for classifiers) of ``weights`` on (x, y)."""
     return trainer_for(model).evaluate(weights, x, y)
 
 
-def predict_proba(
-    model: tf.keras.Model, weights: Sequence[np.ndarray], x: np.ndarray
-) -> np.ndarray:
+def predict_proba(model: keras.Model, weights: Sequence[np.ndarray], x: np.ndarray) -> np.ndarray:
     """Class probabilities of ``weights`` on x (for server-side metrics)."""
     return trainer_for(model).predict(weights, x)

@@ -1,4 +1,4 @@
-"""Keras models of the papers (plain ``tf.keras``, TF 2.15; no Flower).
+"""Keras 3 models of the papers (``import keras``: any backend; no Flower).
 
 - ``mp-cnn``: the MP paper's CNN (SPEC §4): Conv2D 32 relu, MaxPool 2, Conv2D 64 relu,
   MaxPool 2, Conv2D 128 relu, Flatten, Dense 64 relu, Dropout .1, Dense 32 relu,
@@ -6,6 +6,9 @@
 - ``digits-cnn``: a small CNN for 8x8 digits.
 - ``digits-mlp``: a one-hidden-layer MLP for digits.
 - ``linear``: y = x^T theta (GP synthetic; no bias, 2 parameters for 2-d x).
+
+``model.weights`` (kernel, bias layer by layer; Dropout's seed state is not a weight) is
+the float32 list that FedAvg exchanges.
 """
 
 from __future__ import annotations
@@ -14,14 +17,14 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import tensorflow as tf  # noqa: E402
+import keras  # noqa: E402
 
 CLASSIFIERS = ("mp-cnn", "digits-cnn", "digits-mlp")
 
 
-def _mp_cnn(input_shape: tuple[int, ...], num_classes: int) -> tf.keras.Model:
-    layers = tf.keras.layers
-    return tf.keras.Sequential(
+def _mp_cnn(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
+    layers = keras.layers
+    return keras.Sequential(
         [
             layers.Input(shape=input_shape),
             layers.Conv2D(32, 3, activation="relu"),
@@ -40,9 +43,9 @@ def _mp_cnn(input_shape: tuple[int, ...], num_classes: int) -> tf.keras.Model:
     )
 
 
-def _digits_cnn(input_shape: tuple[int, ...], num_classes: int) -> tf.keras.Model:
-    layers = tf.keras.layers
-    return tf.keras.Sequential(
+def _digits_cnn(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
+    layers = keras.layers
+    return keras.Sequential(
         [
             layers.Input(shape=input_shape),
             layers.Conv2D(16, 3, activation="relu", padding="same"),
@@ -56,9 +59,9 @@ def _digits_cnn(input_shape: tuple[int, ...], num_classes: int) -> tf.keras.Mode
     )
 
 
-def _digits_mlp(input_shape: tuple[int, ...], num_classes: int) -> tf.keras.Model:
-    layers = tf.keras.layers
-    return tf.keras.Sequential(
+def _digits_mlp(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
+    layers = keras.layers
+    return keras.Sequential(
         [
             layers.Input(shape=input_shape),
             layers.Flatten(),
@@ -69,10 +72,10 @@ def _digits_mlp(input_shape: tuple[int, ...], num_classes: int) -> tf.keras.Mode
     )
 
 
-def _linear(input_shape: tuple[int, ...], num_classes: int) -> tf.keras.Model:
+def _linear(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
     del num_classes
-    return tf.keras.Sequential(
-        [tf.keras.layers.Input(shape=input_shape), tf.keras.layers.Dense(1, use_bias=False)],
+    return keras.Sequential(
+        [keras.layers.Input(shape=input_shape), keras.layers.Dense(1, use_bias=False)],
         name="linear",
     )
 
@@ -85,12 +88,12 @@ _BUILDERS = {
 }
 
 
-def make_optimizer(name: str, learning_rate: float) -> tf.keras.optimizers.Optimizer:
-    """Adam or SGD with the given learning rate (legacy-free Keras 2.15 optimizers)."""
+def make_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
+    """Adam or SGD with the given learning rate (Keras 3 optimizers)."""
     if name == "adam":
-        return tf.keras.optimizers.Adam(learning_rate=learning_rate)
+        return keras.optimizers.Adam(learning_rate=learning_rate)
     if name == "sgd":
-        return tf.keras.optimizers.SGD(learning_rate=learning_rate)
+        return keras.optimizers.SGD(learning_rate=learning_rate)
     raise ValueError(f"optimizer {name!r}: expected adam | sgd")
 
 
@@ -102,7 +105,7 @@ def build_model(
     optimizer: str = "adam",
     learning_rate: float = 1e-3,
     seed: int = 0,
-) -> tf.keras.Model:
+) -> keras.Model:
     """Build and compile model ``name``; initial weights are a function of ``seed``.
 
     Classifiers use sparse categorical cross-entropy on softmax outputs and report
@@ -110,7 +113,7 @@ def build_model(
     """
     if name not in _BUILDERS:
         raise ValueError(f"model {name!r}: expected one of {sorted(_BUILDERS)}")
-    tf.keras.utils.set_random_seed(seed)
+    keras.utils.set_random_seed(seed)
     model = _BUILDERS[name](tuple(input_shape), num_classes)
     if name == "linear":
         model.compile(optimizer=make_optimizer(optimizer, learning_rate), loss="mse")

@@ -3,14 +3,15 @@
 - ``image-size`` — side of the MP image datasets' images: 128 (MP's, the default), 64 or 32
   (block-averaged, :mod:`fedpriv.data.resize`; a labelled deviation from MP). Other datasets
   ignore it.
-- ``jit-compile`` — compile each local training step with XLA (``tf.function(jit_compile=True)``;
-  the step has static shapes, :mod:`clients.compiled`). Off by default.
+- ``jit-compile`` — on the TensorFlow backend, compile each local training step with XLA
+  (``tf.function(jit_compile=True)``; the step has static shapes, :mod:`clients.compiled`).
+  Off by default; moot on JAX, which always compiles the whole call with XLA.
 - ``mixed-precision`` — build the model under Keras' ``mixed_float16`` policy (float16 compute,
-  float32 variables) with dynamic loss scaling. Off by default; not with DP-SGD (its clipping
-  and noise stay in float32 as tensorflow-privacy builds them).
+  float32 variables) with dynamic loss scaling. Off by default; not with DP-SGD (its
+  per-example clipping and noise are computed in float32).
 - ``op-determinism`` — TensorFlow op determinism (``enable_op_determinism``), on by default so
   the same seed gives the same weights; turn it off on a GPU whose kernels have no
-  deterministic implementation or to trade reproducibility for speed.
+  deterministic implementation or to trade reproducibility for speed. No effect on JAX.
 """
 
 from __future__ import annotations

@@ -1,0 +1,61 @@
+"""One small training, evaluation and prediction on the current Keras backend (a script).
+
+Used by test_backends_agree.py: run in the test process (TensorFlow) and, as
+``KERAS_BACKEND=jax python tests/backend_case.py OUT.npz``, in a subprocess. The initial
+weights come from numpy (the backends' initialisers draw differently), the batches from
+``batch_schedule`` (numpy): the two runs see the same numbers, so their results must agree
+to float tolerance. Models without Dropout (no backend random numbers).
+"""
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from clients.compiled import CompiledTrainer, DpStepConfig  # noqa: E402
+from fedpriv.models import build_model  # noqa: E402
+
+
+def _start(model: keras.Model, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [(0.2 * rng.normal(size=w.shape)).astype(np.float32) for w in model.weights]
+
+
+def run_case() -> dict[str, np.ndarray]:
+    """Adam + FedProx on the digits CNN, DP-SGD (z = 0) on the MLP: weights, metrics, outputs."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, 8, 8, 1)).astype(np.float32)
+    y = rng.integers(0, 10, size=50).astype(np.int64)
+    loss = keras.losses.SparseCategoricalCrossentropy(reduction=None)
+    from clients.backend_loop import HOST_LOOP
+
+    out: dict[str, np.ndarray] = {"backend": np.array(keras.backend.backend())}
+    out["host-loop"] = np.array(HOST_LOOP)
+    cnn = build_model("digits-cnn", input_shape=(8, 8, 1), num_classes=10)
+    trainer = CompiledTrainer(cnn, keras.optimizers.Adam(3e-3), loss, classifier=True)
+    w0 = _start(cnn, 1)
+    new, metrics = trainer.train(w0, x, y, epochs=2, batch_size=16, seed=4, proximal_mu=0.2)
+    out.update({f"cnn/{k}": w for k, w in enumerate(new)})
+    out["cnn/moved"] = np.array(max(float(np.abs(a - b).max()) for a, b in zip(new, w0)))
+    out["cnn/metrics"] = np.array([metrics["train-loss"], metrics["train-accuracy"]])
+    out["cnn/eval"] = np.array(list(trainer.evaluate(new, x, y).values()))
+    out["cnn/proba"] = trainer.predict(new, x)
+    mlp = build_model("digits-mlp", input_shape=(8, 8, 1), num_classes=10)
+    dp = DpStepConfig(l2_norm_clip=0.5, noise_multiplier=0.0)
+    trainer = CompiledTrainer(mlp, keras.optimizers.SGD(0.1), loss, classifier=True, dp=dp)
+    seed = np.array([1, 2], np.int32)
+    w0 = _start(mlp, 2)
+    new, metrics = trainer.train(w0, x, y, epochs=2, batch_size=8, seed=5, noise_seed=seed)
+    out.update({f"dp/{k}": w for k, w in enumerate(new)})
+    out["dp/moved"] = np.array(max(float(np.abs(a - b).max()) for a, b in zip(new, w0)))
+    out["dp/metrics"] = np.array([metrics["train-loss"]])
+    return out
+
+
+if __name__ == "__main__":
+    np.savez(sys.argv[1], **run_case())
