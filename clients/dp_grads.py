@@ -29,26 +29,24 @@ Backends (``keras.backend.backend()``):
 Noise: stateless, from ``noise_seed`` (an integer tensor of shape (2,)): on JAX
 ``keras.random.normal`` with the seed as a raw key; on TF ``tf.random.stateless_normal``
 (Keras 3's TF backend accepts only int or ``SeedGenerator`` seeds, not a traced tensor).
-The seed must be secret from every other party (see :func:`secret_seed`): anyone who can
+The seed must be secret from every other party (:func:`fedpriv.dpsgd.secret_seed`): anyone who can
 rebuild it can subtract the noise.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
 import numpy as np
 
+from fedpriv.dpsgd import secret_seed
+
+__all__ = ["private_grads", "clipped_sum", "secret_seed"]
+
 Tensor = Any
 ExampleLoss = Callable[[Sequence[Tensor], Tensor, Tensor], Tensor]
-
-
-def secret_seed() -> np.ndarray:
-    """A fresh noise seed from OS entropy: int32 array of shape (2,), never derived from config."""
-    return np.frombuffer(secrets.token_bytes(8), dtype=np.int32).copy()
 
 
 def private_grads(

@@ -32,6 +32,7 @@ several examples, sensitivity 2C under add/remove) went with it; ``microbatches`
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -50,6 +51,7 @@ ACCOUNTANT_TEXT = (
 SAMPLING_TEXT = "Poisson sampling, q = min(1, batch-size/n), padded and masked batches"
 ADJACENCY_TEXT = "add/remove-one example of one client (example level)"
 MIN_WIDTH = 8
+STREAM_TAG = 0xD95  # the reproducible opt-in's stream: SeedSequence([call seed, tag])
 
 
 def sampling_rate(*, num_examples: int, batch_size: int) -> float:
@@ -83,6 +85,28 @@ def check_microbatches(microbatches: int) -> None:
             f"microbatches = {microbatches!r}: expected 0 (DP-SGD clips each example; "
             "microbatches went with tensorflow-privacy)"
         )
+
+
+def secret_seed() -> np.ndarray:
+    """A fresh noise seed from OS entropy: int32 array of shape (2,), never derived from config."""
+    return np.frombuffer(secrets.token_bytes(8), dtype=np.int32).copy()
+
+
+def call_randomness(
+    call_seed: int, *, reproducible: bool
+) -> tuple[np.random.Generator, np.ndarray]:
+    """(schedule generator, noise seed (2,) int32) of one DP-SGD call.
+
+    Default: both from the client's OS entropy (``default_rng()``, ``secrets``), so no
+    other party can rebuild the batches or the noise. ``reproducible`` (the run's opt-in):
+    both from ``SeedSequence([call_seed, STREAM_TAG])``, bit-identical for the same call
+    seed; the ε is then valid only while that seed is secret from every party.
+    """
+    if not reproducible:
+        return np.random.default_rng(), secret_seed()
+    rng = np.random.default_rng([int(call_seed), STREAM_TAG])
+    noise_seed = rng.integers(np.iinfo(np.int32).min, np.iinfo(np.int32).max, 2, np.int32)
+    return rng, noise_seed
 
 
 @dataclass(frozen=True)
