@@ -313,3 +313,46 @@ def test_plan_is_the_clients_epsilon():
     plan = privacy_plan(cfg, examples_per_client=287)
     want = dpsgd.client_epsilon(num_examples=287, participations=8, **DIGITS)
     assert plan["epsilon"] == pytest.approx(want.epsilon)
+
+
+# --- one client's training (needs the Keras 3 trainer: clients.compiled.DpStepConfig) -------
+
+
+@pytest.fixture(scope="module")
+def digits_client():
+    from clients.dpsgd_client import DpSgdSettings, dp_trainer_for
+    from clients.keras_client import TrainSettings, federated_data, initial_weights
+    from scenarios.registry import resolve_run_config
+
+    cfg = resolve_run_config({"privacy": "dp-sgd", "num-clients": 4, "local-epochs": 1})
+    data = federated_data(cfg)
+    trainer = dp_trainer_for(cfg, tuple(data.input_shape), data.num_classes)
+    settings = TrainSettings.from_config(cfg, seed=5)
+    client = data.clients[0]
+    return dict(cfg=cfg, trainer=trainer, settings=settings, x=client.x_train,
+                y=client.y_train, w0=initial_weights(cfg, data),
+                dp=DpSgdSettings.from_config(cfg))  # fmt: skip
+
+
+def test_client_training_reports_its_own_epsilon_and_draws_secret_noise(digits_client):
+    from dataclasses import replace
+
+    from clients.dpsgd_client import train_dpsgd
+
+    d = digits_client
+    n, b = len(d["x"]), d["settings"].batch_size
+
+    def call(dp, participations=1):
+        return train_dpsgd(d["trainer"], d["w0"], d["x"], d["y"], d["settings"], dp,
+                           participations=participations)  # fmt: skip
+
+    (w1, m1), (w2, _) = call(d["dp"], 2), call(d["dp"])
+    assert any(not np.array_equal(a, c) for a, c in zip(w1, w2))  # secret schedule and noise
+    want = dpsgd.client_epsilon(num_examples=n, batch_size=b, local_epochs=1, participations=2,
+                                noise_multiplier=1.1, delta=1e-5)  # fmt: skip
+    assert m1["dp-sgd-epsilon"] == pytest.approx(want.epsilon)
+    assert m1["dp-sgd-steps"] == dpsgd.steps_per_epoch(num_examples=n, batch_size=b)
+    assert np.isfinite(m1["train-loss"])
+    opt_in = replace(d["dp"], reproducible=True)
+    (w3, _), (w4, _) = call(opt_in), call(opt_in)
+    assert all(np.array_equal(a, c) for a, c in zip(w3, w4))  # the opt-in: bit-identical
