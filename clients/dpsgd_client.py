@@ -1,19 +1,28 @@
-"""DP-SGD local training for one client (MP §4, untrusted server; SPEC §4).
+"""DP-SGD local training for one client (MP §4, untrusted server; SPEC §4; Abadi et al. 2016).
 
-The client trains with tensorflow-privacy's DP Keras optimizer (``fedpriv.dpsgd``): the
-loss is unreduced (one value per example), each microbatch gradient is clipped to C and
-Gaussian noise of std z·C is added to their sum before the optimizer step. With FedProx
-the proximal term (μ/2)‖w − w_g‖² is added to every example's loss, so it is clipped and
-noised with the data term (it carries no data, so this costs no privacy).
+Every step of a call (``fedpriv.dpsgd`` for the batching and the accounting):
 
-Per worker process, one compiled trainer (:class:`clients.compiled.CompiledTrainer` with
-``dp=True``: model + DP optimizer + one traced function running all epochs) is built per
-(model, shapes, optimizer, learning rate, C, z, microbatches) and reused: each call sets the
-global weights, restores the optimizer state (a client keeps none between rounds) and seeds
-TensorFlow, so the DP noise of a call is a function of its seed.
+    w ← opt(w, g̃),   g̃ = (Σ_i m_i·clip(∇ℓ_i(w), C) + N(0, (zC)² I)) / D
 
-Batches are drawn per epoch from a seeded permutation without the remainder (equal-size
-batches; see ``fedpriv.dpsgd.effective_batch_size``).
+with Poisson-sampled batches (q = min(1, B/n), round(1/q) steps per local epoch, padded and
+masked to a static width), D = q·n fixed, and ``clients.dp_grads.private_grads`` for the
+clipped noised gradient (jax-privacy on JAX, a vectorized per-example tape on TF). With
+FedProx the proximal term (μ/2)‖w − w_g‖² is part of every example's loss, so it is clipped
+and noised with the data term (it carries no data: no privacy cost).
+
+The compiled trainer (:class:`clients.compiled.CompiledTrainer` with ``dp=DpStepConfig``)
+runs all steps in one compiled call; this module hands it the call's Poisson schedule
+(``schedule=``: ``idx``, ``mask``, ``steps_per_epoch`` and ``denominator`` D) and the
+call's noise seed (``noise_seed=``, int32 of shape (2,); the trainer folds in the step).
+
+Randomness: the schedule and the noise seed come from the client's OS entropy (secret from
+the server and every other client), unless the run opts in with ``reproducible-noise =
+true``: then both derive from the call's public seed (tests, paper reproductions; the ε is
+then valid only while that seed is secret from every party).
+
+ε: computed here from the client's own config (C does not enter; z, B, δ, local epochs) and
+its own count of the rounds it trained in (``participations``, kept in ``context.state`` by
+the ClientApp task, never read from the server's message).
 """
 
 from __future__ import annotations
@@ -29,37 +38,42 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from clients.compiled import CompiledTrainer  # noqa: E402
+from clients.compiled import CompiledTrainer, DpStepConfig  # noqa: E402
 from clients.keras_client import TrainSettings  # noqa: E402
 from fedpriv.dpsgd import (  # noqa: E402
+    PoissonSchedule,
+    call_randomness,
+    check_microbatches,
     client_epsilon,
-    effective_batch_size,
-    make_dp_optimizer,
     per_example_loss,
+    poisson_schedule,
 )
-from fedpriv.models import CLASSIFIERS, build_model  # noqa: E402
+from fedpriv.models import CLASSIFIERS, build_model, make_optimizer  # noqa: E402
+
+REPRODUCIBLE_KEY = "reproducible-noise"
 
 
 @dataclass(frozen=True)
 class DpSgdSettings:
-    """The DP-SGD keys of the resolved run config."""
+    """The DP-SGD keys of the client's resolved run config."""
 
     l2_norm_clip: float
     noise_multiplier: float
-    microbatches: int
     delta: float
+    reproducible: bool = False
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> DpSgdSettings:
+        check_microbatches(int(cfg.get("microbatches", 0)))
         return cls(
             l2_norm_clip=float(cfg["l2-norm-clip"]),
             noise_multiplier=float(cfg["dp-sgd-noise-multiplier"]),
-            microbatches=int(cfg["microbatches"]),
             delta=float(cfg["dp-sgd-delta"]),
+            reproducible=bool(cfg.get(REPRODUCIBLE_KEY, False)),
         )
 
 
-DpTrainer = CompiledTrainer  # a compiled trainer with ``dp=True`` (see clients.compiled)
+DpTrainer = CompiledTrainer  # a compiled trainer with ``dp=DpStepConfig`` (clients.compiled)
 
 
 @lru_cache(maxsize=4)
@@ -71,18 +85,15 @@ def _cached_trainer(
     learning_rate: float,
     l2_norm_clip: float,
     noise_multiplier: float,
-    microbatches: int,
 ) -> DpTrainer:
     model = build_model(name, input_shape=input_shape, num_classes=num_classes)
-    dp_optimizer = make_dp_optimizer(
-        optimizer,
-        learning_rate=learning_rate,
-        l2_norm_clip=l2_norm_clip,
-        noise_multiplier=noise_multiplier,
-        microbatches=microbatches,
-    )
+    dp = DpStepConfig(l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier)
     return CompiledTrainer(
-        model, dp_optimizer, per_example_loss(name), classifier=name in CLASSIFIERS, dp=True
+        model,
+        make_optimizer(optimizer, learning_rate),
+        per_example_loss(name),
+        classifier=name in CLASSIFIERS,
+        dp=dp,
     )
 
 
@@ -97,7 +108,13 @@ def dp_trainer_for(cfg: Mapping[str, Any], input_shape: tuple, num_classes: int)
         float(cfg["learning-rate"]),
         dp.l2_norm_clip,
         dp.noise_multiplier,
-        dp.microbatches,
+    )
+
+
+def dp_schedule(n: int, settings: TrainSettings, rng: np.random.Generator) -> PoissonSchedule:
+    """The call's Poisson batches (``fedpriv.dpsgd.poisson_schedule``)."""
+    return poisson_schedule(
+        num_examples=n, batch_size=settings.batch_size, epochs=settings.epochs, rng=rng
     )
 
 
@@ -113,40 +130,39 @@ def train_dpsgd(
 ) -> tuple[list[np.ndarray], dict[str, float]]:
     """DP-SGD training from ``weights``; returns new weights and metrics with ε.
 
-    ``participations`` counts the rounds this client has trained in, this one included;
-    the reported ε covers ``settings.epochs * participations`` epochs.
+    ``participations`` counts the rounds this client has trained in, this one included
+    (the client's own count); ε covers ``settings.epochs * participations`` Poisson epochs.
     """
     if participations < 1:
         raise ValueError(f"participations = {participations!r}: expected an integer >= 1")
     n = len(x)
-    batch = effective_batch_size(
-        num_examples=n, batch_size=settings.batch_size, microbatches=dp.microbatches
-    )
+    rng, noise_seed = call_randomness(settings.seed, reproducible=dp.reproducible)
+    schedule = dp_schedule(n, settings, rng)
     new_weights, train_metrics = trainer.train(
         weights,
         x,
         y,
         epochs=settings.epochs,
-        batch_size=batch,
+        batch_size=settings.batch_size,
         seed=settings.seed,
         proximal_mu=settings.proximal_mu,
+        schedule=schedule,
+        noise_seed=noise_seed,
     )
-    steps = settings.epochs * (n // batch)
     eps = client_epsilon(
         num_examples=n,
-        batch_size=batch,
+        batch_size=settings.batch_size,
         local_epochs=settings.epochs,
         participations=participations,
         noise_multiplier=dp.noise_multiplier,
         delta=dp.delta,
-        microbatches=dp.microbatches,
     )
     metrics = {
         "train-loss": train_metrics["train-loss"],
         "dp-sgd-epsilon": eps.epsilon,
-        "dp-sgd-epsilon-once-per-epoch": eps.epsilon_once_per_epoch,
-        "dp-sgd-epochs": eps.epochs,
-        "dp-sgd-steps": float(steps),
-        "dp-sgd-batch-size": float(batch),
+        "dp-sgd-epochs": float(eps.epochs),
+        "dp-sgd-steps": float(len(schedule.idx)),
+        "dp-sgd-sampling-rate": float(schedule.sampling_rate),
+        "dp-sgd-batch-size": float(schedule.denominator),
     }
     return new_weights, metrics

@@ -48,7 +48,7 @@ REPLY_KEYS: dict[str, dict[str, frozenset[str]]] = {
     "global-dp": {"train": PUBLIC, "evaluate": PUBLIC},
     "metric-dp": {"train": PUBLIC, "evaluate": PUBLIC},
     "dp-sgd": {
-        "train": PUBLIC | {"dp-sgd-epsilon", "dp-sgd-epsilon-once-per-epoch"},
+        "train": PUBLIC | {"dp-sgd-epsilon"},
         "evaluate": PUBLIC,
     },
     "zonal": {"train": PUBLIC | {"zonal-noise-std"}, "evaluate": PUBLIC},

@@ -1,207 +1,195 @@
-"""Client-side DP-SGD helpers (MP §4, untrusted server): optimizers, loss, ε. No Flower.
+"""Client-side DP-SGD (MP §4, untrusted server): Poisson batches and their ε. No Flower.
 
-DP-SGD (Abadi et al. 2016, tensorflow-privacy 0.9.0). For a batch of B examples split in
-M microbatches, each microbatch gradient g_j is clipped to ḡ_j = g_j·min(1, C/‖g_j‖₂),
-and the optimizer applies
+DP-SGD (Abadi et al. 2016, §3.1 and the moments accountant of §3.2) as fedpriv runs it:
 
-    g̃ = (Σ_j ḡ_j + N(0, (z·C)² I)) / M
+* **Batching = Poisson sampling.** At every step each of the client's n examples joins the
+  batch independently with probability q = min(1, B/n) (B = ``batch-size``, the EXPECTED
+  batch size); a local epoch has round(1/q) = round(n/B) steps (1 when n <= B, where q is
+  clamped to 1: every step uses every example). A step's batch has a random size (possibly
+  0); the schedule pads every step to one static width (the largest batch drawn in the
+  call, rounded up to a power of two >= 8, never truncated) with mask 0 on the padding.
+* **Step** (``clients.dp_grads.private_grads``): g̃ = (Σ_i m_i·clip(∇ℓ_i, C) + N(0,
+  (zC)² I)) / D with D = q·n = min(B, n), the expected batch size, fixed (never the realised
+  size, which is private). An empty batch is a step of pure noise.
+* **Accounting.** Under add/remove-one-example adjacency the masked clipped sum has L2
+  sensitivity C, so each step is the Poisson-subsampled Gaussian mechanism
+  ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` (Mironov, Talwar & Zhang 2019 for RDP;
+  Koskela et al. 2020 / Zhu, Dong & Wang 2022 for PLD). A client that trained in R rounds of
+  E local epochs ran T = round(1/q)·E·R such steps on its data: ε is that event
+  self-composed T times, composed by :class:`fedpriv.accounting.PrivacyAccountant` with PLD
+  (pessimistic discretisation) and RDP; the headline is the smaller, both upper bounds. With
+  q = 1 the event is the plain Gaussian, composed exactly (μ = √T/z).
+* **What ε covers:** one example of one client, add/remove adjacency, for the run's
+  published models; it holds while the noise seed and the batch schedule are secret from
+  every other party (drawn from the client's OS entropy unless the run opts in to
+  reproducibility). q is computed from n, which the client also reports (``num-examples``),
+  so the guarantee is for examples, as in Abadi et al., not for the size of the data set.
 
-(``VectorizedDPKerasAdamOptimizer`` for Adam, ``VectorizedDPKerasSGDOptimizer`` for SGD). The loss
-must be unreduced (one value per example), so the optimizer can split it in microbatches.
-
-Privacy accounting (tensorflow-privacy's ``compute_dp_sgd_privacy_lib``, RDP accountant,
-add-or-remove-one-example adjacency, δ given). A client's data is used only in the rounds
-it is sampled, so a client that took part in R rounds of E local epochs has run
-E·R epochs of DP-SGD on its n examples; its example-level ε is that of E·R epochs:
-
-- ``epsilon`` (the reported figure): Poisson sampling with q = B/n assumed,
-  ⌈E·R/q⌉ compositions of the sampled Gaussian mechanism — tensorflow-privacy's
-  "Epsilon assuming Poisson sampling" line of ``compute_dp_sgd_privacy_statement``;
-  the client shuffles its data each epoch, which the library says is believed to be close.
-- ``epsilon_once_per_epoch``: each example used once per epoch with no amplification,
-  ⌈E·R⌉ compositions of the Gaussian mechanism (the conservative line of the statement).
-
-Microbatching: with microbatches of more than one example, the sensitivity of the summed
-gradient under add-or-remove-one is 2C, and tensorflow-privacy halves z in its accounting
-(``used_microbatching=True``). With one example per microbatch (``microbatches = 0``, the
-default) no halving applies (``used_microbatching=False``). :func:`uses_microbatching`
-decides which applies, so the reported ε is honest for every setting.
+One example per clip is the only mode: tensorflow-privacy's microbatches (clip means of
+several examples, sensitivity 2C under add/remove) went with it; ``microbatches`` must be 0.
 """
 
 from __future__ import annotations
 
 import math
-import os
+import secrets
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from fedpriv.validation import check_int, check_real
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-ACCOUNTANT = "RDP"
+ACCOUNTANT = "PLD"
 ACCOUNTANT_TEXT = (
-    "example-level DP of each client's DP-SGD: tensorflow-privacy's event composed by "
-    "fedpriv.accounting.PrivacyAccountant (dp_accounting RDP), add/remove-one example "
-    "adjacency; epochs = local-epochs x rounds participated. Headline: "
-    "'epsilon_once_per_epoch' (each example once per epoch, no amplification: a bound for "
-    "the shuffled batches the client uses). 'epsilon' assumes Poisson sampling q = batch/n "
-    "(tensorflow-privacy's first line); the client shuffles instead, so it is NOT a bound "
-    "for this run"
+    "example-level DP of each client's DP-SGD: Poisson-sampled Gaussian "
+    "(q = min(1, batch-size/n), z) self-composed round(1/q) x local-epochs x rounds-participated "
+    "steps (participations counted by the client), add/remove-one example adjacency; "
+    "fedpriv.accounting.PrivacyAccountant: dp_accounting PLD and RDP, headline the smaller "
+    "(both upper bounds)"
 )
-OPTIMIZER_CLASSES = {
-    "adam": "VectorizedDPKerasAdamOptimizer",
-    "sgd": "VectorizedDPKerasSGDOptimizer",
-}
+SAMPLING_TEXT = "Poisson sampling, q = min(1, batch-size/n), padded and masked batches"
+ADJACENCY_TEXT = "add/remove-one example of one client (example level)"
+MIN_WIDTH = 8
+STREAM_TAG = 0xD95  # the reproducible opt-in's stream: SeedSequence([call seed, tag])
 
 
-def num_microbatches(microbatches: int) -> int | None:
-    """tensorflow-privacy's ``num_microbatches``: 0 (one per example) -> None."""
-    check_int("microbatches", microbatches, lo=0)
-    return None if microbatches == 0 else microbatches
-
-
-def effective_batch_size(*, num_examples: int, batch_size: int, microbatches: int) -> int:
-    """The batch size a client trains with: min(B, n), rounded down to a multiple of M.
-
-    Batches are drawn without the remainder (every batch has the same size, so the
-    microbatch reshape always works and one traced step serves all batches).
-    """
+def sampling_rate(*, num_examples: int, batch_size: int) -> float:
+    """q = min(1, B/n): each example's inclusion probability at every step."""
     check_int("num_examples", num_examples, lo=1)
     check_int("batch_size", batch_size, lo=1)
-    check_int("microbatches", microbatches, lo=0)
-    size = min(batch_size, num_examples)
-    if microbatches:
-        size -= size % microbatches
-    if size < 1:
+    return min(1.0, batch_size / num_examples)
+
+
+def steps_per_epoch(*, num_examples: int, batch_size: int) -> int:
+    """round(1/q) = round(n/B) steps per local epoch (1 when n <= B)."""
+    q = sampling_rate(num_examples=num_examples, batch_size=batch_size)
+    return max(1, int(math.floor(1.0 / q + 0.5)))
+
+
+def expected_batch_size(*, num_examples: int, batch_size: int) -> float:
+    """D = q·n = min(B, n): the fixed denominator of every step's gradient."""
+    return float(min(batch_size, num_examples))
+
+
+def padded_width(largest: int) -> int:
+    """The static batch width for a call: max(8, the power of two >= ``largest``)."""
+    check_int("largest", largest, lo=0)
+    return max(MIN_WIDTH, 1 << max(0, int(largest) - 1).bit_length())
+
+
+def check_microbatches(microbatches: int) -> None:
+    """``microbatches`` must be 0: one example per clip is the only DP-SGD mode."""
+    if microbatches != 0:
         raise ValueError(
-            f"num_examples = {num_examples}: fewer than microbatches = "
-            f"{microbatches}; cannot form one DP-SGD batch"
+            f"microbatches = {microbatches!r}: expected 0 (DP-SGD clips each example; "
+            "microbatches went with tensorflow-privacy)"
         )
-    return size
 
 
-def uses_microbatching(*, batch_size: int, microbatches: int) -> bool:
-    """True when a microbatch holds more than one example (sensitivity 2C, z halved)."""
-    return microbatches > 0 and batch_size // microbatches > 1
+def secret_seed() -> np.ndarray:
+    """A fresh noise seed from OS entropy: int32 array of shape (2,), never derived from config."""
+    return np.frombuffer(secrets.token_bytes(8), dtype=np.int32).copy()
 
 
-def make_dp_optimizer(
-    name: str,
-    *,
-    learning_rate: float,
-    l2_norm_clip: float,
-    noise_multiplier: float,
-    microbatches: int,
-):
-    """tensorflow-privacy's DP Keras optimizer for ``name`` (adam | sgd)."""
-    if name not in OPTIMIZER_CLASSES:
-        raise ValueError(f"name = {name!r}: expected one of {' | '.join(OPTIMIZER_CLASSES)}")
-    check_real("learning_rate", learning_rate, lo=0.0, lo_open=True)
-    check_real("l2_norm_clip", l2_norm_clip, lo=0.0, lo_open=True)
-    check_real("noise_multiplier", noise_multiplier, lo=0.0, lo_open=False)
-    import tensorflow_privacy
+def call_randomness(
+    call_seed: int, *, reproducible: bool
+) -> tuple[np.random.Generator, np.ndarray]:
+    """(schedule generator, noise seed (2,) int32) of one DP-SGD call.
 
-    cls = getattr(tensorflow_privacy, OPTIMIZER_CLASSES[name])
-    return cls(
-        l2_norm_clip=float(l2_norm_clip),
-        noise_multiplier=float(noise_multiplier),
-        num_microbatches=num_microbatches(microbatches),
-        learning_rate=float(learning_rate),
-    )
-
-
-def per_example_loss(model_name: str):
-    """The model's loss with ``reduction=NONE`` (one value per example)."""
-    import tensorflow as tf
-
-    from fedpriv.models import CLASSIFIERS
-
-    none = tf.keras.losses.Reduction.NONE
-    if model_name in CLASSIFIERS:
-        return tf.keras.losses.SparseCategoricalCrossentropy(reduction=none)
-    return tf.keras.losses.MeanSquaredError(reduction=none)
-
-
-def example_epsilon(
-    *,
-    num_examples: int,
-    batch_size: int,
-    epochs: float,
-    noise_multiplier: float,
-    delta: float,
-    used_microbatching: bool = False,
-    poisson: bool = True,
-) -> float:
-    """Example-level ε after ``epochs`` of DP-SGD (tensorflow-privacy's event, RDP).
-
-    ``poisson=True``: q = B/n, ⌈epochs/q⌉ sampled Gaussian steps; ``False``: ⌈epochs⌉
-    unsampled Gaussian steps. ``epochs = 0`` gives 0; ``noise_multiplier = 0`` gives inf.
+    Default: both from the client's OS entropy (``default_rng()``, ``secrets``), so no
+    other party can rebuild the batches or the noise. ``reproducible`` (the run's opt-in):
+    both from ``SeedSequence([call_seed, STREAM_TAG])``, bit-identical for the same call
+    seed; the ε is then valid only while that seed is secret from every party.
     """
-    check_int("num_examples", num_examples, lo=1)
-    check_int("batch_size", batch_size, lo=1)
-    check_real("epochs", epochs, lo=0.0, lo_open=False)
-    check_real("noise_multiplier", noise_multiplier, lo=0.0, lo_open=False)
-    check_real("delta", delta, lo=0.0, lo_open=True, hi=1.0, hi_open=True)
-    if epochs == 0:
-        return 0.0
-    if noise_multiplier == 0:
-        return math.inf
-    from fedpriv.accounting import NeighborRel, PrivacyAccountant
+    if not reproducible:
+        return np.random.default_rng(), secret_seed()
+    rng = np.random.default_rng([int(call_seed), STREAM_TAG])
+    noise_seed = rng.integers(np.iinfo(np.int32).min, np.iinfo(np.int32).max, 2, np.int32)
+    return rng, noise_seed
 
-    event = dpsgd_event(
-        num_examples=num_examples,
-        batch_size=batch_size,
-        epochs=epochs,
-        noise_multiplier=noise_multiplier,
-        used_microbatching=used_microbatching,
-        poisson=poisson,
+
+@dataclass(frozen=True)
+class PoissonSchedule:
+    """The batches of one client call: ``idx[s]``, ``mask[s]`` of a static width.
+
+    Field names as ``clients.compiled.Schedule`` (the trainer runs either).
+    """
+
+    idx: np.ndarray  # (steps, width) int32; padding rows point at example 0
+    mask: np.ndarray  # (steps, width) float32; 1 real example, 0 padding
+    steps_per_epoch: int
+    sizes: np.ndarray  # (steps,) realised batch sizes
+    sampling_rate: float
+    denominator: float
+
+
+def poisson_schedule(
+    *, num_examples: int, batch_size: int, epochs: int, rng: np.random.Generator
+) -> PoissonSchedule:
+    """Poisson-sampled batches of ``epochs`` local epochs (module doc), drawn from ``rng``.
+
+    ``rng`` must be secret (``np.random.default_rng()`` from OS entropy) unless the run
+    opted in to reproducibility: a party that knows the schedule voids the amplification.
+    """
+    check_int("epochs", epochs, lo=0)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng = {rng!r}: expected a numpy Generator")
+    n = num_examples
+    q = sampling_rate(num_examples=n, batch_size=batch_size)
+    per_epoch = steps_per_epoch(num_examples=n, batch_size=batch_size)
+    steps = per_epoch * epochs
+    batches = [np.flatnonzero(rng.random(n) < q) if q < 1 else np.arange(n) for _ in range(steps)]
+    sizes = np.array([len(b) for b in batches], np.int64)
+    width = padded_width(int(sizes.max(initial=0)))
+    idx = np.zeros((steps, width), np.int32)
+    mask = np.zeros((steps, width), np.float32)
+    for s, members in enumerate(batches):
+        idx[s, : len(members)] = members
+        mask[s, : len(members)] = 1.0
+    return PoissonSchedule(
+        idx=idx,
+        mask=mask,
+        steps_per_epoch=per_epoch,
+        sizes=sizes,
+        sampling_rate=q,
+        denominator=expected_batch_size(num_examples=n, batch_size=batch_size),
     )
-    accountant = PrivacyAccountant(delta=delta, relation=NeighborRel.ADD_OR_REMOVE_ONE)
-    return float(accountant.compose(event).report(with_pld=False).epsilon_rdp)
 
 
-def dpsgd_event(
-    *,
-    num_examples: int,
-    batch_size: int,
-    epochs: float,
-    noise_multiplier: float,
-    used_microbatching: bool = False,
-    poisson: bool = True,
-):
-    """The ``DpEvent`` of ``epochs`` epochs of DP-SGD on one client's n examples.
+def dpsgd_event(*, num_examples: int, batch_size: int, epochs: int, noise_multiplier: float):
+    """The ``DpEvent`` of ``epochs`` local epochs of DP-SGD on one client's n examples.
 
-    tensorflow-privacy's own event (``compute_dp_sgd_privacy_lib``): z halved when
-    microbatches hold several examples; ``SelfComposedDpEvent(PoissonSampledDpEvent(B/n,
-    GaussianDpEvent(z)), ⌈epochs·n/B⌉)`` with ``poisson``, else ``⌈epochs⌉`` unsampled
-    Gaussian steps. Composed by :class:`fedpriv.accounting.PrivacyAccountant` (the one
-    accountant of every mechanism), add/remove-one example adjacency.
+    ``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), round(1/q)·epochs)``;
+    the plain Gaussian when q = 1.
     """
     import dp_accounting
 
-    z = float(noise_multiplier) / (2.0 if used_microbatching else 1.0)
-    event = dp_accounting.GaussianDpEvent(z)
-    if poisson:
-        q = min(1.0, batch_size / num_examples)
-        return dp_accounting.SelfComposedDpEvent(
-            dp_accounting.PoissonSampledDpEvent(q, event), int(math.ceil(epochs / q))
-        )
-    return dp_accounting.SelfComposedDpEvent(event, int(math.ceil(epochs)))
+    check_int("epochs", epochs, lo=0)
+    check_real("noise_multiplier", noise_multiplier, lo=0.0, lo_open=False)
+    q = sampling_rate(num_examples=num_examples, batch_size=batch_size)
+    steps = steps_per_epoch(num_examples=num_examples, batch_size=batch_size) * epochs
+    step: Any = dp_accounting.GaussianDpEvent(float(noise_multiplier))
+    if q < 1:
+        step = dp_accounting.PoissonSampledDpEvent(q, step)
+    return dp_accounting.SelfComposedDpEvent(step, steps)
 
 
 @dataclass(frozen=True)
 class ClientEpsilon:
-    """One client's DP-SGD privacy figures after ``epochs`` epochs."""
+    """One client's example-level DP-SGD ε after ``epochs`` local epochs in total."""
 
     epsilon: float
-    epsilon_once_per_epoch: float
+    epsilon_pld: float | None
+    epsilon_rdp: float
+    headline_from: str
     delta: float
-    epochs: float
+    epochs: int
+    steps: int
+    sampling_rate: float
     num_examples: int
     batch_size: int
     noise_multiplier: float
-    used_microbatching: bool
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -215,53 +203,51 @@ def client_epsilon(
     participations: int,
     noise_multiplier: float,
     delta: float,
-    microbatches: int = 0,
 ) -> ClientEpsilon:
-    """ε of a client that trained ``local_epochs`` epochs in each of ``participations`` rounds.
+    """ε of a client that ran ``local_epochs`` Poisson epochs in each of ``participations``
+    rounds (module doc). 0 rounds gives 0; z = 0 gives inf."""
+    from fedpriv.accounting import NeighborRel, PrivacyAccountant
 
-    ``batch_size`` is the batch the client trained with (see :func:`effective_batch_size`).
-    """
     check_int("local_epochs", local_epochs, lo=1)
     check_int("participations", participations, lo=0)
-    epochs = float(local_epochs * participations)
-    halved = uses_microbatching(batch_size=batch_size, microbatches=microbatches)
-    common = dict(
+    check_real("delta", delta, lo=0.0, lo_open=True, hi=1.0, hi_open=True)
+    epochs = local_epochs * participations
+    event = dpsgd_event(
         num_examples=num_examples,
         batch_size=batch_size,
         epochs=epochs,
         noise_multiplier=noise_multiplier,
-        delta=delta,
-        used_microbatching=halved,
     )
-    return ClientEpsilon(
-        epsilon=example_epsilon(**common, poisson=True),
-        epsilon_once_per_epoch=example_epsilon(**common, poisson=False),
+    common = dict(
         delta=float(delta),
         epochs=epochs,
+        steps=int(event.count),
+        sampling_rate=sampling_rate(num_examples=num_examples, batch_size=batch_size),
         num_examples=int(num_examples),
         batch_size=int(batch_size),
         noise_multiplier=float(noise_multiplier),
-        used_microbatching=halved,
+    )
+    if epochs == 0:
+        return ClientEpsilon(0.0, 0.0, 0.0, "no steps", **common)
+    if noise_multiplier == 0:
+        return ClientEpsilon(math.inf, math.inf, math.inf, "z = 0", **common)
+    accountant = PrivacyAccountant(delta=delta, relation=NeighborRel.ADD_OR_REMOVE_ONE)
+    report = accountant.compose(event).report()
+    return ClientEpsilon(
+        float(report.epsilon),
+        None if report.epsilon_pld is None else float(report.epsilon_pld),
+        float(report.epsilon_rdp),
+        report.headline_from,
+        **common,
     )
 
 
-def privacy_statement(
-    *,
-    num_examples: int,
-    batch_size: int,
-    epochs: float,
-    noise_multiplier: float,
-    delta: float,
-    used_microbatching: bool = False,
-) -> str:
-    """tensorflow-privacy's own text statement for the same setting (for logs and docs)."""
-    from tensorflow_privacy import compute_dp_sgd_privacy_statement
+def per_example_loss(model_name: str):
+    """The model's Keras 3 loss with ``reduction=None`` (one value per example)."""
+    import keras
 
-    return compute_dp_sgd_privacy_statement(
-        number_of_examples=num_examples,
-        batch_size=batch_size,
-        num_epochs=epochs,
-        noise_multiplier=noise_multiplier,
-        delta=delta,
-        used_microbatching=used_microbatching,
-    )
+    from fedpriv.models import CLASSIFIERS
+
+    if model_name in CLASSIFIERS:
+        return keras.losses.SparseCategoricalCrossentropy(reduction=None)
+    return keras.losses.MeanSquaredError(reduction=None)

@@ -286,8 +286,9 @@ def example_audit(cfg: Mapping[str, Any], strategy, data: Any, predict: Any) -> 
     """DP-SGD: example canaries scored by the final model's logit confidence in their label.
 
     Upper bound: the largest example-level ε the clients' DP-SGD accountants reported (the
-    canary is one example of one client; tensorflow-privacy's accountant, add/remove one
-    example). Final-model threat model only (the server keeps no per-round models here).
+    canary is one example of one client; the Poisson-sampled Gaussian's PLD/RDP, add/remove
+    one example, valid for the batching the clients run). Final-model threat model only
+    (the server keeps no per-round models here).
     """
     from fedpriv.audit.audit import audit_scores
     from fedpriv.audit.example_canaries import example_canaries
@@ -312,7 +313,7 @@ def example_audit(cfg: Mapping[str, Any], strategy, data: Any, predict: Any) -> 
         "epsilon_upper_bound_run": _num(upper),
         "audit_failed": bool(failed),
         "delta": delta,
-        "mechanism": "client-side DP-SGD (tensorflow-privacy), example level",
+        "mechanism": "client-side DP-SGD (Poisson batches), example level",
         "privacy": cfg["privacy"],
         "noise_multiplier": float(cfg["dp-sgd-noise-multiplier"]),
         "adjacency": "add/remove one training example of one client (example level)",

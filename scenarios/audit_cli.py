@@ -43,7 +43,7 @@ from scenarios.schema import ConfigError
 
 AUDIT_NAME = "audit.json"
 DEFAULT_CANARIES = 100
-DPSGD_Z = 1.1  # tensorflow-privacy's tutorial value, the dp-sgd default
+DPSGD_Z = 1.1  # the DP-SGD MNIST tutorial value (Abadi et al.), the dp-sgd default
 MECHANISMS = ("zonal-ldp", "zonal-hdp", "zonal-cdp", "ifca-laplace")
 GRID_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("none", {"privacy": "none"}),

@@ -30,7 +30,13 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from clients.adversary import is_malicious, tamper_reply  # noqa: E402
 from clients.keras_client import evaluate_local, federated_data, model_for  # noqa: E402
 from fedpriv.disclosure import allowed_metric_keys, filter_metrics  # noqa: E402
-from scenarios.client_tasks import MESSAGE_HANDLERS, TASKS, Handler, call_seed  # noqa: E402
+from scenarios.client_tasks import (  # noqa: E402
+    MESSAGE_HANDLERS,
+    STATEFUL_TASKS,
+    TASKS,
+    Handler,
+    call_seed,
+)
 from scenarios.federation import QUERY_KEY  # noqa: E402
 from scenarios.wire_config import client_config  # noqa: E402
 
@@ -67,9 +73,10 @@ def query(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     """Run the training task the server asked for."""
     cfg = client_config(msg.content["config"], context.run_config)
-    task = TASKS[str(cfg.get("client-task", "standard"))]
+    name = str(cfg.get("client-task", "standard"))
     partition = partition_id(context)
-    content = disclose(cfg, "train", task(msg, cfg, partition))
+    state = (context.state,) if name in STATEFUL_TASKS else ()
+    content = disclose(cfg, "train", TASKS[name](msg, cfg, partition, *state))
     if is_malicious(cfg, partition) and "arrays" in msg.content:  # issue 12: adversaries
         content = tamper_reply(content, msg.content["arrays"].to_numpy_ndarrays(), cfg, partition)
     return Message(content=content, reply_to=msg)

@@ -6,9 +6,10 @@ The server picks the task by putting ``"client-task": NAME`` in the config it se
 code, so that a worker never imports the server app, the CLI, reports or plotting
 (``tests/test_features.py`` checks both lists agree and what a worker imports).
 
-Tasks: ``standard`` (Keras training, FedProx term), ``dp-sgd`` (tensorflow-privacy DP
-optimizer), ``zonal`` (clip Δ, LDP noise in an LDP zone), ``ifca`` (GP Algorithm 1 lines 5-7,
-also served on its own message type, see :data:`MESSAGE_HANDLERS`).
+Tasks: ``standard`` (Keras training, FedProx term), ``dp-sgd`` (Poisson-batched DP-SGD,
+``clients.dpsgd_client``; it also gets the node's ``context.state``, see
+:data:`STATEFUL_TASKS`), ``zonal`` (clip Δ, LDP noise in an LDP zone), ``ifca`` (GP
+Algorithm 1 lines 5-7, also served on its own message type, see :data:`MESSAGE_HANDLERS`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ from fedpriv.ifca import ACTION as IFCA_ACTION
 from fedpriv.mechanisms import clip_update, flat_norm
 from fedpriv.zonal import ldp_client_update
 from scenarios.task_names import (  # noqa: F401  (re-exported: the names tasks are known by)
+    DPSGD_STATE_KEY,
     DPSGD_TASK,
     EPSILON_KEY,
-    EPSILON_ONCE_KEY,
     IFCA_TASK,
-    PARTICIPATIONS_KEY,
     ZONAL_TASK,
 )
 
@@ -54,7 +54,23 @@ def train_standard(msg: Message, cfg: dict[str, Any], partition: int) -> RecordD
     return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})
 
 
-def train_dpsgd(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict:
+def dpsgd_participations(state: RecordDict | None) -> int:
+    """The client's own count of its DP-SGD rounds, this one included (``context.state``).
+
+    Never read from the server's message (issue 20: the server must not set the ε the
+    client reports); without a state (a direct call) the call counts as the first round.
+    """
+    if state is None:
+        return 1
+    record = state.get(DPSGD_STATE_KEY) if DPSGD_STATE_KEY in state else None
+    count = int(record["participations"]) + 1 if record is not None else 1
+    state[DPSGD_STATE_KEY] = MetricRecord({"participations": count})
+    return count
+
+
+def train_dpsgd(
+    msg: Message, cfg: dict[str, Any], partition: int, state: RecordDict | None = None
+) -> RecordDict:
     """Client task ``dp-sgd``: DP-SGD local training from the received global weights."""
     from clients.dpsgd_client import DpSgdSettings, dp_trainer_for, train_dpsgd
     from fedpriv.audit.example_canaries import with_example_canaries
@@ -72,7 +88,7 @@ def train_dpsgd(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict
         y_train,
         settings,
         DpSgdSettings.from_config(cfg),
-        participations=int(cfg.get(PARTICIPATIONS_KEY, 1)),
+        participations=dpsgd_participations(state),
     )
     metrics["num-examples"] = len(client.x_train)
     return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})
@@ -139,6 +155,9 @@ TASKS: Mapping[str, Task] = {
     ZONAL_TASK: train_zonal,
     IFCA_TASK: ifca_client.train_task,
 }
+
+# Tasks that also take the node's ``context.state`` (``task(msg, cfg, partition, state)``).
+STATEFUL_TASKS: frozenset[str] = frozenset({DPSGD_TASK})
 
 # Message handlers of custom message types: (``train`` | ``evaluate``, action, handler);
 # ``handler(msg, cfg, context)`` gets the message's full config (``scenarios.client_app``).

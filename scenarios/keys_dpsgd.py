@@ -1,17 +1,16 @@
 """Run-config keys of client-side DP-SGD (``privacy = dp-sgd``; MP §4 untrusted server).
 
-DP-SGD (Abadi et al. 2016) as tensorflow-privacy 0.9.0 implements it: each microbatch
-gradient is clipped to L2 norm ``l2-norm-clip`` (C), the clipped gradients are summed,
-Gaussian noise N(0, (z·C)²) with z = ``dp-sgd-noise-multiplier`` is added and the sum is
-divided by the number of microbatches.
+DP-SGD (Abadi et al. 2016) with Poisson-sampled batches (``fedpriv.dpsgd``): each example's
+gradient is clipped to L2 norm ``l2-norm-clip`` (C), the clipped gradients of a batch are
+summed, Gaussian noise N(0, (z·C)² I) with z = ``dp-sgd-noise-multiplier`` is added and the
+sum is divided by the expected batch size min(``batch-size``, n).
 
-- ``l2-norm-clip`` (C > 0, default 1.0): tensorflow-privacy's tutorial value.
-- ``dp-sgd-noise-multiplier`` (z >= 0, default 1.1): tensorflow-privacy's MNIST tutorial
-  value; with C = 1 it gives a single-digit example-level ε over a few epochs at δ = 1e-5.
-  z = 0 clips without noise (ε = inf).
-- ``microbatches`` (int >= 0, default 0): number of microbatches per batch; 0 means one
-  microbatch per example (per-example clipping, tensorflow-privacy's ``None``). A value
-  > 0 must divide ``batch-size`` (checked in ``scenarios.dpsgd``).
+- ``l2-norm-clip`` (C > 0, default 1.0): the common tutorial value.
+- ``dp-sgd-noise-multiplier`` (z >= 0, default 1.1): the MNIST tutorial value of
+  Abadi et al./tensorflow-privacy; with C = 1 it gives a single-digit example-level ε over
+  a few epochs at δ = 1e-5. z = 0 clips without noise (ε = inf).
+- ``microbatches`` (must be 0): kept so that an old config setting it gets a one-line
+  error; DP-SGD clips each example on its own (checked in ``scenarios.dpsgd``).
 - ``dp-sgd-delta`` (δ in (0, 1), default 1e-5): δ of the reported example-level ε.
 """
 
@@ -25,7 +24,7 @@ KEYS = (
         1.0,
         real(0, lo_open=True),
         "a float > 0",
-        "DP-SGD per-microbatch gradient clipping norm C",
+        "DP-SGD per-example gradient clipping norm C",
     ),
     KeySpec(
         "dp-sgd-noise-multiplier",
@@ -38,8 +37,8 @@ KEYS = (
         "microbatches",
         0,
         integer(0),
-        "an integer >= 0 (0 = one per example)",
-        "DP-SGD microbatches per batch",
+        "0 (one example per clip; the option was dropped)",
+        "DP-SGD microbatches: must be 0 (each example clipped on its own)",
     ),
     KeySpec(
         "dp-sgd-delta",

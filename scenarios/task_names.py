@@ -6,8 +6,7 @@ install); the task implementations are in :mod:`scenarios.client_tasks`.
 """
 
 DPSGD_TASK = "dp-sgd"
-PARTICIPATIONS_KEY = "dp-sgd-participations"
+DPSGD_STATE_KEY = "dp-sgd-ledger"  # the client's own participation count (context.state)
 EPSILON_KEY = "dp-sgd-epsilon"
-EPSILON_ONCE_KEY = "dp-sgd-epsilon-once-per-epoch"
 ZONAL_TASK = "zonal"
 IFCA_TASK = "ifca"

@@ -80,15 +80,15 @@ def test_dp_sgd_clients_send_no_unnoised_loss(digits):
     cfg = resolve_run_config({**FAST, "privacy": "dp-sgd", "batch-size": 16})
     train = send(cfg, MessageType.TRAIN, digits, {"client-task": "dp-sgd"})
     keys = metric_keys(train)
-    assert keys == {"num-examples", "dp-sgd-epsilon", "dp-sgd-epsilon-once-per-epoch"}
-    # the epsilons are functions of the config and the (public) example count only
+    assert keys == {"num-examples", "dp-sgd-epsilon"}
+    # ε is a function of the client's own config and its (public) example count only
     metrics = train["metrics"]
     want = dpsgd.client_epsilon(
         num_examples=int(metrics["num-examples"]), batch_size=16, local_epochs=1,
         participations=1, noise_multiplier=float(cfg["dp-sgd-noise-multiplier"]),
         delta=float(cfg["dp-sgd-delta"]),
     )  # fmt: skip
-    assert metrics["dp-sgd-epsilon-once-per-epoch"] == pytest.approx(want.epsilon_once_per_epoch)
+    assert metrics["dp-sgd-epsilon"] == pytest.approx(want.epsilon)
 
 
 def test_zonal_ldp_clients_send_no_norms():

@@ -1,257 +1,219 @@
-"""Client-side DP-SGD (MP §4, SPEC §4): optimizer, one client's training, ε accounting,
-the server wrapper that asks for it, and its config keys."""
+"""Client-side DP-SGD (MP §4, SPEC §4): Poisson batches, their ε, the client's randomness and
+participation count, the server wrapper and the config keys.
+
+The gradient step itself (clipping, noise, both backends) is tested in
+tests/test_dpsgd_grads.py.
+"""
 
 from __future__ import annotations
 
 import math
-import os
-import re
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
+import dp_accounting
 import numpy as np
 import pytest
-import tensorflow as tf
+from scipy import optimize, special, stats
 
 from fedpriv import dpsgd
 from scenarios.schema import ConfigError
 
-# --- optimizer: clipping and noise, checked against per-example gradients ---------------------
+# --- Poisson schedule -----------------------------------------------------------------------
 
 
-def _tiny_model(seed: int = 0) -> tf.keras.Model:
-    tf.keras.utils.set_random_seed(seed)
-    return tf.keras.Sequential(
-        [
-            tf.keras.layers.Input(shape=(6,)),
-            tf.keras.layers.Dense(32, activation="tanh"),
-            tf.keras.layers.Dense(3, activation="softmax"),
-        ]
-    )
+def test_sampling_rate_steps_and_denominator():
+    assert dpsgd.sampling_rate(num_examples=287, batch_size=16) == pytest.approx(16 / 287)
+    assert dpsgd.steps_per_epoch(num_examples=287, batch_size=16) == 18  # round(17.94)
+    assert dpsgd.steps_per_epoch(num_examples=280, batch_size=16) == 18  # round(17.5) half-up
+    assert dpsgd.steps_per_epoch(num_examples=279, batch_size=16) == 17
+    assert dpsgd.expected_batch_size(num_examples=287, batch_size=16) == 16.0
+    # n < B: q clamped to 1, one step per epoch, D = n (the expected batch)
+    assert dpsgd.sampling_rate(num_examples=5, batch_size=16) == 1.0
+    assert dpsgd.steps_per_epoch(num_examples=5, batch_size=16) == 1
+    assert dpsgd.expected_batch_size(num_examples=5, batch_size=16) == 5.0
+    assert [dpsgd.padded_width(k) for k in (0, 1, 8, 9, 16, 17, 33)] == [8, 8, 8, 16, 16, 32, 64]
 
 
-def _batch(seed: int = 0, n: int = 8):
+def _schedule(n, b, epochs, seed):
     rng = np.random.default_rng(seed)
-    return rng.normal(size=(n, 6)).astype("float32") * 3, rng.integers(0, 3, n)
+    return dpsgd.poisson_schedule(num_examples=n, batch_size=b, epochs=epochs, rng=rng)
 
 
-def _clipped_mean_gradient(model, x, y, clip):
-    """Independent reference: mean over examples of per-example gradients clipped to C."""
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy()
-    clipped, norms = [], []
-    for i in range(len(x)):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y[i : i + 1], model(x[i : i + 1]))
-        grads = tape.gradient(loss, model.trainable_variables)
-        g = np.concatenate([g.numpy().ravel() for g in grads])
-        norms.append(np.linalg.norm(g))
-        clipped.append(g * min(1.0, clip / norms[-1]))
-    return np.mean(clipped, axis=0), norms
+def test_poisson_sampler_batch_sizes_inclusion_and_no_truncation():
+    n, b, epochs = 287, 16, 200
+    sched = _schedule(n, b, epochs, seed=0)
+    q = b / n
+    steps = len(sched.idx)
+    assert steps == 18 * epochs and sched.steps_per_epoch == 18 and sched.denominator == 16
+    sizes = sched.mask.sum(axis=1)
+    np.testing.assert_array_equal(sizes, sched.sizes)
+    # batch size ~ Binomial(n, q): mean qn and variance nq(1-q) (truncation would shrink both)
+    var = n * q * (1 - q)
+    assert abs(sizes.mean() - q * n) < 5 * math.sqrt(var / steps)
+    assert abs(sizes.var() / var - 1) < 5 * math.sqrt(2 / steps)
+    # the largest batch drawn is kept whole: width = the power of two above it, > B here
+    assert sizes.max() > b and sched.idx.shape[1] == dpsgd.padded_width(int(sizes.max()))
+    # per-example inclusion frequency ~ Binomial(steps, q)/steps for every example
+    counts = np.zeros(n)
+    for row, m in zip(sched.idx, sched.mask):
+        members = row[m == 1]
+        assert len(np.unique(members)) == len(members)  # no example twice in a batch
+        counts[members] += 1
+    sd = math.sqrt(steps * q * (1 - q))
+    assert np.all(np.abs(counts - steps * q) < 5 * sd)
+    # the counts are binomial (not e.g. once per epoch): chi-square dispersion test
+    dispersion = ((counts - steps * q) ** 2).sum() / (steps * q * (1 - q))
+    assert stats.chi2.sf(dispersion, n) > 1e-4 and stats.chi2.cdf(dispersion, n) > 1e-4
 
 
-def _dp_gradient(optimizer, model, x, y):
-    loss_fn = dpsgd.per_example_loss("digits-mlp")
-    with tf.GradientTape() as tape:
-        loss = loss_fn(y, model(x))
-    grads_and_vars = optimizer._compute_gradients(loss, model.trainable_variables, tape=tape)
-    return np.concatenate([g.numpy().ravel() for g, _ in grads_and_vars])
+def test_poisson_sampler_empty_steps_and_q_one():
+    sched = _schedule(400, 1, 5, seed=0)  # q = 1/400: P(empty) = (1 - q)^n ≈ e^-1
+    empty = (sched.mask.sum(axis=1) == 0).mean()
+    assert abs(empty - (1 - 1 / 400) ** 400) < 5 * math.sqrt(0.25 / len(sched.idx))
+    full = _schedule(5, 16, 3, seed=0)  # n < B: every step holds every example
+    assert full.idx.shape == (3, 8) and full.sampling_rate == 1.0 and full.denominator == 5
+    np.testing.assert_array_equal(full.mask.sum(axis=1), [5, 5, 5])
+    np.testing.assert_array_equal(np.sort(full.idx[0, :5]), np.arange(5))
 
 
-@pytest.mark.parametrize("name", ["adam", "sgd"])
-def test_dp_gradient_is_mean_of_clipped_per_example_gradients(name):
-    model = _tiny_model()
-    x, y = _batch()
-    clip = 0.05  # small: every example is clipped
-    expected, norms = _clipped_mean_gradient(model, x, y, clip)
-    assert min(norms) > clip * 1.01  # clipping is active for every example
-    opt = dpsgd.make_dp_optimizer(
-        name, learning_rate=1e-3, l2_norm_clip=clip, noise_multiplier=0.0, microbatches=0
-    )
-    got = _dp_gradient(opt, model, x, y)
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-7)
+def test_schedule_and_noise_seed_are_secret_by_default_and_reproducible_on_opt_in():
+    def draw(reproducible):
+        rng, seed = dpsgd.call_randomness(12345, reproducible=reproducible)
+        sched = dpsgd.poisson_schedule(num_examples=100, batch_size=10, epochs=1, rng=rng)
+        return sched, seed
+
+    (a, sa), (b, sb) = draw(False), draw(False)
+    assert not np.array_equal(sa, sb)
+    assert a.idx.shape != b.idx.shape or not np.array_equal(a.idx, b.idx)
+    (c, sc), (d, sd) = draw(True), draw(True)
+    assert np.array_equal(sc, sd) and np.array_equal(c.idx, d.idx) and sc.dtype == np.int32
+    # the opt-in stream is not the call seed's plain generator (no shared stream)
+    plain = np.random.default_rng(12345)
+    assert not np.array_equal(c.idx, draw_plain(plain))
 
 
-def test_noise_std_is_z_times_clip_over_batch():
-    """g̃ − ḡ ~ N(0, (z·C/B)²) per coordinate (tensorflow-privacy's mechanism)."""
-    model = _tiny_model()
-    x, y = _batch(n=8)
-    clip, z = 0.05, 1.3
-    clean = _dp_gradient(
-        dpsgd.make_dp_optimizer(
-            "adam", learning_rate=1e-3, l2_norm_clip=clip, noise_multiplier=0.0, microbatches=0
-        ),
-        model,
-        x,
-        y,
-    )
-    tf.keras.utils.set_random_seed(3)
-    noisy = _dp_gradient(
-        dpsgd.make_dp_optimizer(
-            "adam", learning_rate=1e-3, l2_norm_clip=clip, noise_multiplier=z, microbatches=0
-        ),
-        model,
-        x,
-        y,
-    )
-    diff = noisy - clean
-    expected = z * clip / len(x)
-    assert diff.size > 250
-    assert abs(diff.std() / expected - 1) < 0.15
-    assert abs(diff.mean()) < 4 * expected / math.sqrt(diff.size)
+def draw_plain(rng):
+    return dpsgd.poisson_schedule(num_examples=100, batch_size=10, epochs=1, rng=rng).idx
 
 
-def test_optimizer_classes_and_bad_arguments():
-    import tensorflow_privacy
+def test_microbatches_must_be_zero():
+    dpsgd.check_microbatches(0)
+    with pytest.raises(ValueError, match="microbatches = 4"):
+        dpsgd.check_microbatches(4)
 
-    adam = dpsgd.make_dp_optimizer(
-        "adam", learning_rate=1e-3, l2_norm_clip=1.0, noise_multiplier=1.0, microbatches=0
-    )
-    assert isinstance(adam, tensorflow_privacy.VectorizedDPKerasAdamOptimizer)
-    assert adam._num_microbatches is None  # 0 -> one microbatch per example
-    sgd = dpsgd.make_dp_optimizer(
-        "sgd", learning_rate=0.1, l2_norm_clip=2.0, noise_multiplier=1.5, microbatches=4
-    )
-    assert isinstance(sgd, tensorflow_privacy.VectorizedDPKerasSGDOptimizer)
-    assert sgd._l2_norm_clip * sgd._noise_multiplier == pytest.approx(3.0)  # noise std z * C
-    assert sgd._num_microbatches == 4
-    with pytest.raises(ValueError, match="name = 'rmsprop'"):
-        dpsgd.make_dp_optimizer(
-            "rmsprop", learning_rate=0.1, l2_norm_clip=1.0, noise_multiplier=1.0, microbatches=0
+
+# --- ε: independent computations -----------------------------------------------------------
+
+
+def _gaussian_epsilon(mu: float, delta: float) -> float:
+    """Exact ε of μ-GDP (Balle & Wang 2018 Thm 8), written out here."""
+
+    def gap(eps):
+        return special.ndtr(-eps / mu + mu / 2) - np.exp(eps) * special.ndtr(-eps / mu - mu / 2)
+
+    return optimize.brentq(lambda e: gap(e) - delta, 0.0, 500.0, xtol=1e-12)
+
+
+def _one_step_sampled_gaussian_epsilon(q: float, z: float, delta: float) -> float:
+    """Exact ε of ONE Poisson-sampled Gaussian step by numerical integration.
+
+    The realisable pair: D' = D + x*, where x*'s clipped gradient is C·e₁ and every other
+    gradient is orthogonal to e₁. Along e₁ (units of C) the released sum is N(0, z²) without
+    x* and (1−q)N(0, z²) + qN(1, z²) with it; δ(ε) = max over both orders of
+    ∫ (P − e^ε Q)₊.
+    """
+    x = np.linspace(-40 * z, 40 * z + 1, 400001)
+    p0 = stats.norm.pdf(x, 0, z)
+    p1 = (1 - q) * p0 + q * stats.norm.pdf(x, 1, z)
+
+    def hockey(eps):
+        return max(
+            np.trapezoid(np.maximum(p1 - np.exp(eps) * p0, 0), x),
+            np.trapezoid(np.maximum(p0 - np.exp(eps) * p1, 0), x),
         )
-    with pytest.raises(ValueError, match="l2_norm_clip = 0"):
-        dpsgd.make_dp_optimizer(
-            "sgd", learning_rate=0.1, l2_norm_clip=0, noise_multiplier=1.0, microbatches=0
-        )
-    with pytest.raises(ValueError, match="microbatches = -1"):
-        dpsgd.num_microbatches(-1)
-    assert dpsgd.num_microbatches(0) is None and dpsgd.num_microbatches(4) == 4
+
+    return optimize.brentq(lambda e: hockey(e) - delta, 0.0, 50.0, xtol=1e-10)
 
 
-def test_effective_batch_size():
-    assert dpsgd.effective_batch_size(num_examples=100, batch_size=16, microbatches=0) == 16
-    assert dpsgd.effective_batch_size(num_examples=10, batch_size=16, microbatches=0) == 10
-    assert dpsgd.effective_batch_size(num_examples=10, batch_size=16, microbatches=4) == 8
-    with pytest.raises(ValueError, match="num_examples = 3"):
-        dpsgd.effective_batch_size(num_examples=3, batch_size=16, microbatches=4)
+def _optimistic_pld_epsilon(q: float, z: float, steps: int, delta: float) -> float:
+    """A lower estimate of the exact ε of the same pair composed ``steps`` times
+    (dp_accounting PLD, optimistic discretisation: rounds the privacy loss down)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
 
-
-# --- one client's DP-SGD training ------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def digits_client():
-    from clients.dpsgd_client import DpSgdSettings, dp_trainer_for
-    from clients.keras_client import TrainSettings, federated_data, initial_weights
-    from scenarios.registry import resolve_run_config
-
-    cfg = resolve_run_config(
-        {"scenario": "digits", "privacy": "dp-sgd", "dp-sgd-noise-multiplier": 0.7}
+    one = pld.from_gaussian_mechanism(
+        z, sampling_prob=q, pessimistic_estimate=False, value_discretization_interval=1e-3
     )
-    data = federated_data(cfg)
-    trainer = dp_trainer_for(cfg, data.input_shape, data.num_classes)
-    return dict(
-        cfg=cfg,
-        client=data.clients[0],
-        trainer=trainer,
-        weights=initial_weights(cfg, data),
-        settings=TrainSettings.from_config(cfg, seed=11),
-        dp=DpSgdSettings.from_config(cfg),
-    )
+    return float(one.self_compose(steps).get_epsilon_for_delta(delta))
 
 
-def test_client_training_runs_with_vectorized_optimizer_and_reports_epsilon(digits_client):
-    import tensorflow_privacy
-
-    from clients.dpsgd_client import dp_trainer_for, train_dpsgd
-    from clients.keras_client import federated_data
-
-    d = digits_client
-    data = federated_data(d["cfg"])
-    assert dp_trainer_for(d["cfg"], data.input_shape, data.num_classes) is d["trainer"]  # cached
-    assert isinstance(d["trainer"].optimizer, tensorflow_privacy.VectorizedDPKerasAdamOptimizer)
-    x, y = d["client"].x_train, d["client"].y_train
-    w1, m1 = train_dpsgd(d["trainer"], d["weights"], x, y, d["settings"], d["dp"])
-    w1b, _ = train_dpsgd(d["trainer"], d["weights"], x, y, d["settings"], d["dp"])
-    epochs, batch = d["settings"].epochs, d["settings"].batch_size
-    assert m1["dp-sgd-steps"] == epochs * (len(x) // batch)
-    assert all(np.all(np.isfinite(w)) for w in w1)
-    assert any(not np.allclose(a, b) for a, b in zip(w1, d["weights"]))  # it trained
-    for a, b in zip(w1, w1b):  # same seed, same noise: identical weights
-        np.testing.assert_array_equal(a, b)
-    other = type(d["settings"])(**{**d["settings"].__dict__, "seed": 12})
-    w2, _ = train_dpsgd(d["trainer"], d["weights"], x, y, other, d["dp"])
-    assert any(not np.array_equal(a, b) for a, b in zip(w1, w2))
-    _, m3 = train_dpsgd(d["trainer"], d["weights"], x, y, d["settings"], d["dp"], participations=3)
-    expected = dpsgd.example_epsilon(
-        num_examples=len(x), batch_size=batch, epochs=epochs, noise_multiplier=0.7, delta=1e-5
-    )
-    assert m1["dp-sgd-epsilon"] == pytest.approx(expected, rel=1e-9)
-    assert m3["dp-sgd-epochs"] == 3 * epochs
-    assert m3["dp-sgd-epsilon"] > m1["dp-sgd-epsilon"]
-    assert m1["dp-sgd-epsilon-once-per-epoch"] > m1["dp-sgd-epsilon"]
-
-
-# --- ε: tensorflow-privacy's statement, dp_accounting, monotonicity ---------------------------
-
-
-def _statement_epsilons(**kwargs) -> tuple[float, float]:
-    text = dpsgd.privacy_statement(**kwargs)
-    once = float(re.search(r"once per epoch:\s+([0-9.]+)", text).group(1))
-    poisson = float(re.search(r"Poisson sampling \(\*\):\s+([0-9.]+)", text).group(1))
-    return once, poisson
-
-
-@pytest.mark.parametrize("n,batch,epochs,z", [(288, 16, 2, 0.7), (1000, 32, 10, 1.1)])
-def test_epsilon_matches_tensorflow_privacy_statement_and_dp_accounting(n, batch, epochs, z):
-    import dp_accounting
-
-    kw = dict(num_examples=n, batch_size=batch, epochs=epochs, noise_multiplier=z, delta=1e-5)
-    eps = dpsgd.example_epsilon(**kw)
-    eps_once = dpsgd.example_epsilon(**kw, poisson=False)
-    once, poisson = _statement_epsilons(**kw, used_microbatching=False)
-    assert eps == pytest.approx(poisson, abs=1e-3)  # the statement prints 3 decimals
-    assert eps_once == pytest.approx(once, abs=1e-3)
-    q = batch / n
-    event = dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)),
-        math.ceil(epochs / q),
-    )
-    independent = dp_accounting.rdp.RdpAccountant().compose(event).get_epsilon(1e-5)
-    assert eps == pytest.approx(independent, rel=1e-9)
-
-
-def test_epsilon_decreases_with_noise_and_grows_with_participation():
-    kw = dict(num_examples=300, batch_size=16, local_epochs=2, delta=1e-5)
-    eps = [
-        dpsgd.client_epsilon(**kw, participations=4, noise_multiplier=z).epsilon
-        for z in (0.5, 0.8, 1.1, 2.0, 4.0)
-    ]
-    assert all(a > b for a, b in zip(eps, eps[1:])), eps
-    by_rounds = [
-        dpsgd.client_epsilon(**kw, participations=r, noise_multiplier=1.1).epsilon
-        for r in (1, 2, 5)
-    ]
-    assert all(a < b for a, b in zip(by_rounds, by_rounds[1:])), by_rounds
-    assert dpsgd.client_epsilon(**kw, participations=0, noise_multiplier=1.1).epsilon == 0.0
-    assert math.isinf(dpsgd.client_epsilon(**kw, participations=1, noise_multiplier=0).epsilon)
-
-
-def test_microbatches_of_several_examples_double_sensitivity():
-    per_example = dpsgd.client_epsilon(
-        num_examples=300, batch_size=16, local_epochs=2, participations=2,
-        noise_multiplier=1.1, delta=1e-5, microbatches=0,
+def test_q_one_equals_the_closed_form_gaussian():
+    """n <= B: every step is the unsampled Gaussian, T steps = μ-GDP with μ = √T/z."""
+    eps = dpsgd.client_epsilon(
+        num_examples=10, batch_size=16, local_epochs=3, participations=4,
+        noise_multiplier=2.0, delta=1e-5,
     )  # fmt: skip
-    grouped = dpsgd.client_epsilon(
-        num_examples=300, batch_size=16, local_epochs=2, participations=2,
-        noise_multiplier=1.1, delta=1e-5, microbatches=4,
-    )  # fmt: skip
-    assert not per_example.used_microbatching and grouped.used_microbatching
-    halved = dpsgd.example_epsilon(
-        num_examples=300, batch_size=16, epochs=4, noise_multiplier=0.55, delta=1e-5
-    )
-    assert grouped.epsilon == pytest.approx(halved, rel=1e-9)
-    assert grouped.epsilon > per_example.epsilon
-    assert not dpsgd.uses_microbatching(batch_size=16, microbatches=16)
+    assert eps.steps == 12 and eps.sampling_rate == 1.0
+    assert eps.epsilon == pytest.approx(_gaussian_epsilon(math.sqrt(12) / 2.0, 1e-5), rel=1e-6)
+    assert eps.epsilon_rdp >= eps.epsilon  # RDP is an upper bound, looser
+
+
+def test_one_step_pld_matches_the_integrated_sampled_gaussian():
+    q, z, delta = 16 / 287, 1.1, 1e-5
+    exact = _one_step_sampled_gaussian_epsilon(q, z, delta)
+    event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
+    from fedpriv.accounting import NeighborRel, PrivacyAccountant
+
+    acc = PrivacyAccountant(delta=delta, relation=NeighborRel.ADD_OR_REMOVE_ONE).compose(event)
+    reported = acc.report()
+    assert exact <= reported.epsilon <= exact * 1.02 + 1e-3  # an upper bound, and tight
+
+
+DIGITS = dict(batch_size=16, local_epochs=2, noise_multiplier=1.1, delta=1e-5)
+
+
+@pytest.mark.parametrize("n", [287, 288, 250, 340])
+def test_digits_defaults_epsilon_is_at_least_the_realisable_lower_bound(n):
+    """z 1.1, B 16, 2 local epochs x 8 rounds: the reported ε bounds the pair above.
+
+    Neighbouring pair (add/remove one example under Poisson sampling): the client's data
+    with and without x*, whose clipped gradient is C·e₁ while the others are orthogonal to
+    e₁; each step then releases exactly the sampled Gaussian pair, so the run's ε is that
+    pair's ε composed T = round(n/B)·2·8 times: at least its optimistic PLD and at least
+    one step's exactly integrated ε.
+    """
+    eps = dpsgd.client_epsilon(num_examples=n, participations=8, **DIGITS)
+    q, steps = min(1.0, 16 / n), round(n / 16) * 16
+    assert eps.steps == steps and eps.sampling_rate == pytest.approx(q)
+    lower = _optimistic_pld_epsilon(q, 1.1, steps, 1e-5)
+    assert lower <= eps.epsilon <= lower * 1.05  # a bound, and not a loose one
+    assert _one_step_sampled_gaussian_epsilon(q, 1.1, 1e-5) <= eps.epsilon
+    assert eps.epsilon_pld <= eps.epsilon_rdp and eps.epsilon == eps.epsilon_pld
+    assert abs(eps.epsilon - 22.85) > 5  # the old fixed-batch once-per-epoch figure is gone
+
+
+def test_epsilon_monotone_and_edge_cases():
+    base = dict(num_examples=287, batch_size=16, local_epochs=2, delta=1e-5)
+    e = [dpsgd.client_epsilon(**base, participations=r, noise_multiplier=1.1).epsilon
+         for r in (1, 2, 4)]  # fmt: skip
+    assert e[0] < e[1] < e[2]
+    assert dpsgd.client_epsilon(**base, participations=2, noise_multiplier=2.0).epsilon < e[1]
+    assert dpsgd.client_epsilon(**base, participations=0, noise_multiplier=1.1).epsilon == 0.0
+    assert dpsgd.client_epsilon(**base, participations=1, noise_multiplier=0.0).epsilon == math.inf
+    with pytest.raises(ValueError, match="participations"):
+        dpsgd.client_epsilon(**base, participations=-1, noise_multiplier=1.1)
+
+
+# --- the client's own participation count ---------------------------------------------------
+
+
+def test_participations_are_counted_in_the_client_state():
+    from flwr.app import RecordDict
+
+    from scenarios.client_tasks import dpsgd_participations
+
+    state = RecordDict()
+    assert [dpsgd_participations(state) for _ in range(3)] == [1, 2, 3]
+    assert dpsgd_participations(None) == 1
+    assert int(state["dp-sgd-ledger"]["participations"]) == 3
 
 
 # --- server wrapper and config --------------------------------------------------------------
@@ -276,11 +238,13 @@ class _Inner:
         return None, None
 
 
-def test_wrapper_sets_task_counts_participations_and_keeps_per_client_epsilon():
+def test_wrapper_sets_task_mirrors_participations_and_keeps_per_client_epsilon():
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
     from scenarios.dpsgd import DpSgdClients
+    from tests.flower_reference import act_as_serverapp_task
 
+    act_as_serverapp_task()
     inner = _Inner([11, 22])
     wrapper = DpSgdClients(inner)
     arrays = ArrayRecord([np.zeros(3, dtype=np.float32)])
@@ -290,7 +254,7 @@ def test_wrapper_sets_task_counts_participations_and_keeps_per_client_epsilon():
         msgs = list(wrapper.configure_train(rnd, arrays, base, grid=None))
         configs = {m.metadata.dst_node_id: m.content["config"] for m in msgs}
         assert all(c["client-task"] == "dp-sgd" for c in configs.values())
-    assert configs[22]["dp-sgd-participations"] == 2
+        assert all("dp-sgd-participations" not in c for c in configs.values())  # not sent
     assert "client-task" not in base  # the caller's config is not mutated
     assert wrapper.participations == {11: 1, 22: 2}
     replies = []
@@ -300,7 +264,6 @@ def test_wrapper_sets_task_counts_participations_and_keeps_per_client_epsilon():
         msg.metadata.__dict__["_src_node_id"] = 1
         reply = Message(
             content=RecordDict({"metrics": MetricRecord({"dp-sgd-epsilon": eps,
-                                                         "dp-sgd-epsilon-once-per-epoch": 2 * eps,
                                                          "num-examples": 10})}),
             reply_to=msg,
         )  # fmt: skip
@@ -310,8 +273,8 @@ def test_wrapper_sets_task_counts_participations_and_keeps_per_client_epsilon():
     assert len(inner.aggregated) == 2
     report = wrapper.round_metrics()
     assert report["dp-sgd-epsilon-nodes"] == {11: 3.5, 22: 7.25}
-    assert report["dp-sgd-epsilon-max"] == 14.5  # the bound, not the Poisson-assumed figure
-    assert "NOT a bound" in report["dp-sgd-epsilon-bounds"]
+    assert report["dp-sgd-epsilon-max"] == 7.25
+    assert "upper bound" in report["dp-sgd-epsilon-bounds"]
     assert report["dp-sgd-participations-nodes"] == {11: 1, 22: 2}
 
 
@@ -323,24 +286,73 @@ def test_summary_block_and_keys():
     assert (cfg["l2-norm-clip"], cfg["dp-sgd-noise-multiplier"]) == (1.0, 1.1)
     assert (cfg["microbatches"], cfg["dp-sgd-delta"]) == (0, 1e-5)
     rounds = [
-        {"round": 1, "dp-sgd-epsilon": {"0": 1.0, "1": 1.5},
-         "dp-sgd-epsilon-once-per-epoch": {"0": 3.0, "1": 4.5}},
-        {"round": 2, "dp-sgd-epsilon": {"0": 2.0}, "dp-sgd-epsilon-once-per-epoch": {"0": 6.0},
-         "dp-sgd-participations": {"0": 2, "1": 1}},
-    ]  # fmt: skip
+        {"round": 1, "dp-sgd-epsilon": {"0": 1.0, "1": 1.5}},
+        {"round": 2, "dp-sgd-epsilon": {"0": 2.0}, "dp-sgd-participations": {"0": 2, "1": 1}},
+    ]
     privacy = dpsgd_summary(cfg, rounds)["privacy"]
     block = privacy["dp_sgd"]
-    # headline: the bound for the shuffled batches the client uses (no amplification)
-    assert block["epsilon_per_client"] == {"0": 6.0, "1": 4.5, "2": 0.0, "3": 0.0}
-    assert block["epsilon_poisson_assumed_per_client"] == {"0": 2.0, "1": 1.5, "2": 0.0, "3": 0.0}
-    assert "NOT a bound" in block["poisson_assumed_label"]
-    assert block["epsilon_max"] == 6.0 == privacy["epsilon"] and block["delta"] == 1e-5
-    assert "RDP" in block["accountant"] and "example" in privacy["adjacency"]
+    assert block["epsilon_per_client"] == {"0": 2.0, "1": 1.5, "2": 0.0, "3": 0.0}
+    assert block["epsilon_max"] == 2.0 == privacy["epsilon"] and block["delta"] == 1e-5
+    assert "poisson_assumed_label" not in block and "NOT a bound" not in str(privacy)
+    assert "PLD" in block["accountant"] and "Poisson" in privacy["sampling"]
+    assert "example" in privacy["adjacency"]
     assert dpsgd_summary({**cfg, "privacy": "none"}, rounds) == {}
-    for key, value in [("microbatches", 5), ("microbatches", 32)]:
-        with pytest.raises(ConfigError, match=f"{key} = {value}"):
-            resolve_run_config({"privacy": "dp-sgd", "batch-size": 16, key: value})
+    for value in (4, 5, 32):
+        with pytest.raises(ConfigError, match=f"microbatches = {value}"):
+            resolve_run_config({"privacy": "dp-sgd", "batch-size": 16, "microbatches": value})
     for key, value in [("l2-norm-clip", 0), ("dp-sgd-delta", 1.0), ("dp-sgd-noise-multiplier", -1)]:
         with pytest.raises(ConfigError, match=key):
             resolve_run_config({"privacy": "dp-sgd", key: value})
-    assert resolve_run_config({"privacy": "dp-sgd", "batch-size": 16, "microbatches": 4})
+
+
+def test_plan_is_the_clients_epsilon():
+    from fedpriv.accounting.planning import privacy_plan
+
+    cfg = {"privacy": "dp-sgd", "num-server-rounds": 8, "local-epochs": 2, "batch-size": 16,
+           "dp-sgd-noise-multiplier": 1.1, "dp-sgd-delta": 1e-5}  # fmt: skip
+    plan = privacy_plan(cfg, examples_per_client=287)
+    want = dpsgd.client_epsilon(num_examples=287, participations=8, **DIGITS)
+    assert plan["epsilon"] == pytest.approx(want.epsilon)
+
+
+# --- one client's training (needs the Keras 3 trainer: clients.compiled.DpStepConfig) -------
+
+
+@pytest.fixture(scope="module")
+def digits_client():
+    from clients.dpsgd_client import DpSgdSettings, dp_trainer_for
+    from clients.keras_client import TrainSettings, federated_data, initial_weights
+    from scenarios.registry import resolve_run_config
+
+    cfg = resolve_run_config({"privacy": "dp-sgd", "num-clients": 4, "local-epochs": 1})
+    data = federated_data(cfg)
+    trainer = dp_trainer_for(cfg, tuple(data.input_shape), data.num_classes)
+    settings = TrainSettings.from_config(cfg, seed=5)
+    client = data.clients[0]
+    return dict(cfg=cfg, trainer=trainer, settings=settings, x=client.x_train,
+                y=client.y_train, w0=initial_weights(cfg, data),
+                dp=DpSgdSettings.from_config(cfg))  # fmt: skip
+
+
+def test_client_training_reports_its_own_epsilon_and_draws_secret_noise(digits_client):
+    from dataclasses import replace
+
+    from clients.dpsgd_client import train_dpsgd
+
+    d = digits_client
+    n, b = len(d["x"]), d["settings"].batch_size
+
+    def call(dp, participations=1):
+        return train_dpsgd(d["trainer"], d["w0"], d["x"], d["y"], d["settings"], dp,
+                           participations=participations)  # fmt: skip
+
+    (w1, m1), (w2, _) = call(d["dp"], 2), call(d["dp"])
+    assert any(not np.array_equal(a, c) for a, c in zip(w1, w2))  # secret schedule and noise
+    want = dpsgd.client_epsilon(num_examples=n, batch_size=b, local_epochs=1, participations=2,
+                                noise_multiplier=1.1, delta=1e-5)  # fmt: skip
+    assert m1["dp-sgd-epsilon"] == pytest.approx(want.epsilon)
+    assert m1["dp-sgd-steps"] == dpsgd.steps_per_epoch(num_examples=n, batch_size=b)
+    assert np.isfinite(m1["train-loss"])
+    opt_in = replace(d["dp"], reproducible=True)
+    (w3, _), (w4, _) = call(opt_in), call(opt_in)
+    assert all(np.array_equal(a, c) for a, c in zip(w3, w4))  # the opt-in: bit-identical

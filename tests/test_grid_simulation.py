@@ -154,7 +154,7 @@ def _summary(out: Path, privacy: str) -> dict:
 @pytest.mark.simulation
 def test_dpsgd_run_reports_epsilon_per_client_and_keeps_accuracy(real_grid):
     from clients.keras_client import federated_data
-    from fedpriv.dpsgd import client_epsilon, effective_batch_size
+    from fedpriv.dpsgd import client_epsilon
     from scenarios.registry import resolve_run_config
 
     out, first, _ = real_grid
@@ -166,11 +166,10 @@ def test_dpsgd_run_reports_epsilon_per_client_and_keeps_accuracy(real_grid):
     assert set(block["epsilon_per_client"]) == {"0", "1", "2", "3"}
     for pid, eps in block["epsilon_per_client"].items():
         n = len(data.clients[int(pid)].x_train)
-        batch = effective_batch_size(num_examples=n, batch_size=cfg["batch-size"], microbatches=0)
-        expected = client_epsilon(num_examples=n, batch_size=batch,
+        expected = client_epsilon(num_examples=n, batch_size=cfg["batch-size"],
                                   local_epochs=cfg["local-epochs"], participations=ROUNDS,
                                   noise_multiplier=Z, delta=1e-5)  # fmt: skip
-        assert eps == pytest.approx(expected.epsilon_once_per_epoch, rel=1e-9), pid
+        assert eps == pytest.approx(expected.epsilon, rel=1e-9), pid  # Poisson batches, PLD
         assert block["participations_per_client"][pid] == ROUNDS
     assert block["noise_multiplier"] == Z and block["delta"] == 1e-5
     rounds = [

@@ -42,7 +42,11 @@ def test_headline_for_audits_and_modes_without_a_guarantee() -> None:
     dpsgd = {"privacy": "dp-sgd", "num-server-rounds": 3, "local-epochs": 1, "batch-size": 10,
              "dp-sgd-noise-multiplier": 1.0}  # fmt: skip
     plan = privacy_plan(dpsgd, examples_per_client=200)
-    assert plan["epsilon"] > plan["epsilon_poisson_assumed"]  # headline: no amplification
+    from fedpriv.dpsgd import client_epsilon
+
+    want = client_epsilon(num_examples=200, batch_size=10, local_epochs=1, participations=3,
+                          noise_multiplier=1.0, delta=1e-5)  # fmt: skip
+    assert plan["epsilon"] == pytest.approx(want.epsilon)  # the client's Poisson ε
     assert privacy_plan(dpsgd)["epsilon"] is None
 
 

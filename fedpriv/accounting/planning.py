@@ -127,8 +127,8 @@ def _dp_sgd(cfg: Mapping[str, Any], examples: int | None) -> dict[str, Any]:
         "mode": "dp-sgd",
         "delta": float(cfg.get("dp-sgd-delta", 1e-5)),
         "accountant": dpsgd.ACCOUNTANT_TEXT,
-        "adjacency": "add/remove-one example of one client (example level)",
-        "sampling": "shuffled batches; headline without amplification (once per epoch)",
+        "adjacency": dpsgd.ADJACENCY_TEXT,
+        "sampling": dpsgd.SAMPLING_TEXT,
         "notes": ["worst case: a client sampled in every round (epochs = local-epochs x rounds)"],
     }
     if examples is None:
@@ -141,16 +141,14 @@ def _dp_sgd(cfg: Mapping[str, Any], examples: int | None) -> dict[str, Any]:
         local_epochs=local,
         noise_multiplier=float(cfg.get("dp-sgd-noise-multiplier", 1.0)),
         delta=out["delta"],
-        microbatches=int(cfg.get("microbatches", 0)),
     )
     per_round = [dpsgd.client_epsilon(**common, participations=r) for r in range(1, rounds + 1)]
     out.update(
-        epsilon=_num(per_round[-1].epsilon_once_per_epoch),
-        epsilon_poisson_assumed=_num(per_round[-1].epsilon),
+        epsilon=_num(per_round[-1].epsilon),
         rounds=rounds,
         per_round={
             "round": list(range(1, rounds + 1)),
-            "epsilon": [_num(e.epsilon_once_per_epoch) for e in per_round],
+            "epsilon": [_num(e.epsilon) for e in per_round],
         },
     )
     return out
