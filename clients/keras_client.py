@@ -29,7 +29,8 @@ import numpy as np  # noqa: E402
 
 from clients.backend_loop import to_numpy  # noqa: E402
 from clients.compiled import CompiledTrainer, build_policy_model, set_op_determinism  # noqa: E402
-from fedpriv.data import FederatedData, load_federated  # noqa: E402
+from clients.partitions import _cached_data, data_key, federated_data  # noqa: E402,F401
+from fedpriv.data import FederatedData  # noqa: E402
 from fedpriv.models import build_model  # noqa: E402
 
 set_op_determinism(True)
@@ -59,40 +60,6 @@ class TrainSettings:
             seed=seed,
             jit_compile=bool(cfg.get("jit-compile", False)),
         )
-
-
-def data_key(cfg: Mapping[str, Any]) -> tuple:
-    """The config values that determine the federated data (the cache key)."""
-    return (
-        cfg["dataset"],
-        cfg["partition"],
-        int(cfg["num-clients"]),
-        int(cfg["seed"]),
-        cfg["data-path"],
-        cfg["data-format"],
-        float(cfg["dirichlet-alpha"]),
-        int(cfg.get("image-size", 128)),
-    )
-
-
-@lru_cache(maxsize=4)
-def _cached_data(key: tuple) -> FederatedData:
-    dataset, partition, num_clients, seed, path, fmt, alpha, image_size = key
-    return load_federated(
-        dataset,
-        partition=partition,
-        num_clients=num_clients,
-        seed=seed,
-        data_path=path,
-        data_format=fmt,
-        dirichlet_alpha=alpha,
-        image_size=image_size,
-    )
-
-
-def federated_data(cfg: Mapping[str, Any]) -> FederatedData:
-    """Load (once per process) the federated data the config describes."""
-    return _cached_data(data_key(cfg))
 
 
 @lru_cache(maxsize=8)

@@ -162,7 +162,7 @@ def _run_grid(
     """The cells without an ``audit.json`` (a finished cell is kept: resume), all in ONE
     simulation (:func:`scenarios.multirun.launch_plan`: one progress line per cell); 2 when
     a cell's config or data is bad (checked before training)."""
-    from clients.keras_client import _cached_data
+    from clients.partitions import _cached_data
     from fedpriv.data import DataError
 
     todo, top = [], {}

@@ -100,7 +100,7 @@ def plan(
         overrides = cell_overrides(args.scenario, cell, extra)
         cell_run_config(overrides)
         configs.append(catalog.resolve_run_config(cli.app_config(overrides)))
-    from clients.keras_client import _cached_data
+    from clients.partitions import _cached_data
 
     for seed in seeds:  # open the data once per seed (partitions depend on it)
         cli.preflight(

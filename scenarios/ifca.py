@@ -299,7 +299,7 @@ def run_one(
     """One IFCA run on an already discovered federation; writes its outputs, returns the
     summary. Resumable: a checkpoint after every round (``scenarios.resume``); a killed run
     of this config continues after its last completed round."""
-    from clients.keras_client import federated_data
+    from clients.partitions import federated_data
     from scenarios.engine import RoundState
     from scenarios.ifca_outputs import build_summary
     from scenarios.resume import checkpoint_hook, keyed_arrays, load_resumable, restore

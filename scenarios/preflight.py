@@ -115,7 +115,7 @@ def check_environment(
     """Output directory (usable; new, resumable or finished: ``complete`` as in
     :func:`run_state`), then the data (loading it is the decodability check; errors name
     the file). Returns what the run will do."""
-    from clients.keras_client import federated_data
+    from clients.partitions import federated_data
 
     check_output_dir(str(cfg["output-dir"]))
     state = run_state(cfg["output-dir"], cfg, complete)

@@ -155,7 +155,7 @@ def run_standard(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     """Runner of kind ``standard``: one resumable training run
     (:func:`scenarios.engine.train_run`; a finished run of this config is not started: the
     ServerApp and ``run-plan`` check completion before any runner)."""
-    from clients.keras_client import federated_data
+    from clients.partitions import federated_data
     from scenarios.engine import RunHooks, train_run
 
     data = federated_data(cfg)

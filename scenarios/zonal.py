@@ -152,7 +152,7 @@ def plan_from_config(cfg: Mapping[str, Any]) -> ZonalPlan:
     """The :class:`ZonalPlan` of a resolved config (train sizes only for samples weighting)."""
     counts = None
     if cfg["zone-weighting"] == "samples":
-        from clients.keras_client import federated_data
+        from clients.partitions import federated_data
 
         counts = [len(c.x_train) for c in federated_data(cfg).clients]
     return ZonalPlan.build(
@@ -286,7 +286,7 @@ def run_variant(
 
 def run_zonal_compare(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     """Every placement (and zone count) in one simulation, then the comparison report."""
-    from clients.keras_client import federated_data
+    from clients.partitions import federated_data
     from scenarios.zonal_report import write_compare_outputs
 
     t0 = time.time()
