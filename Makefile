@@ -73,9 +73,10 @@ strategies: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run_bench.py
 
-## synthetic-mri at the MP length on local-simulation-gpu (6 strategies x default / XLA /
-## mixed precision) against plain Keras on the same GPU -> bench/results-gpu.md. Needs a CUDA
-## host with `pip install -e ".[gpu]"`; exits 2 with one line when no GPU is visible.
+## On the JAX backend: one MP run (synthetic-mri, 20 rounds x 5 epochs) and the 180-run MP
+## grid on local-simulation-gpu against plain Keras on the same GPU -> bench/results-gpu.md.
+## Needs a CUDA host with `pip install -e ".[simulation,gpu]"` (jax[cuda13]); exits 2 with
+## one line when no GPU is visible. BENCH_GPU_ARGS="--no-grid" or "--seeds 0" to shorten.
 bench-gpu: $(STAMP)
 	KERAS_BACKEND=jax $(BIN)/python bench/bench_gpu.py $(BENCH_GPU_ARGS)
 

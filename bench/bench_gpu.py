@@ -1,25 +1,34 @@
-"""``make bench-gpu``: synthetic-mri at the MP length on ``local-simulation-gpu`` vs plain Keras.
+"""``make bench-gpu``: the MP runs on one GPU (JAX backend) against plain Keras on that GPU.
 
-Every row is measured side by side in one run on the same GPU:
+Every row is measured side by side in one invocation, on ``KERAS_BACKEND=jax`` with
+``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (each process takes GPU memory as it needs it, so
+Flower's four ClientApp workers and the floor can share the device):
 
-- ``fedpriv run --federation local-simulation-gpu`` of ``synthetic-mri`` (4 clients, 20 rounds,
-  5 local epochs, batch 32, the MP 128×128 CNN, Adam 1e-3) for each of the six strategies, in
-  three variants: default (compiled training, op determinism on), ``jit-compile=true`` (XLA)
-  and ``mixed-precision=true`` (float16 compute, float32 variables, loss scaling);
-- the floor: the same rounds of plain Keras ``model.fit`` (4 clients x 5 epochs) + FedAvg in
-  one process on the same GPU, with ``compile(jit_compile=...)`` / the ``mixed_float16``
-  policy for the matching variants.
+- one MP run: ``fedpriv run --federation local-simulation-gpu`` of ``synthetic-mri`` (4
+  clients, 20 rounds, 5 local epochs, batch 32, the MP 128×128 CNN, Adam 1e-3), FedAvg,
+  no privacy; against the plain-Keras floor of the same rounds in one process
+  (:mod:`bench.tf_floor`: each client's epochs in one ``jax.jit``, FedAvg in numpy);
+- the MP grid: ``fedpriv grid`` of 6 strategies × {none, global-dp, metric-dp} × 5 seeds ×
+  {homogeneous, non-iid} = 180 runs (the cells of ``make mp-grid-alzheimer``, on
+  synthetic-mri); against 180 × the floor run of the cell's partition.
 
-Prints a Markdown table (wall seconds, start-up included, and the ratio to the floor) and
-writes it to ``bench/results-gpu.md``. Exits 2 with one line when TensorFlow sees no GPU.
-``--rounds`` / ``--strategies`` / ``--variants`` shrink the run.
+Wall seconds include start-up (interpreter, JAX, Ray); the ratio is fedpriv / floor.
+Writes ``bench/results-gpu.md`` and prints it. ``--rounds``, ``--strategies``, ``--privacy``,
+``--seeds``, ``--partitions`` shrink the grid; ``--no-grid`` times the single run only.
+
+Without a GPU (``nvidia-smi -L`` lists none and there is no ``/dev/nvidia<k>``) it exits 2
+with one line, before JAX or TensorFlow is imported (no start-up noise, no traceback). A GPU
+host needs ``pip install -e ".[simulation,gpu]"``: JAX with its CUDA 13 plugin
+(``jax[cuda13]``) under Keras 3; TensorFlow is not used on the GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -27,97 +36,77 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STRATEGIES = ("fedavg", "fedavgm", "fedmedian", "fedprox", "fedopt", "fedyogi")
-VARIANTS = {
-    "default": "",
-    "xla": "jit-compile=true",
-    "mixed": "mixed-precision=true",
+PRIVACY = ("none", "global-dp", "metric-dp")
+PARTITIONS = ("homogeneous", "non-iid")
+MP_RUN = {
+    "dataset": "synthetic-mri",
+    "num-clients": 4,
+    "model": "mp-cnn",
+    "optimizer": "adam",
+    "learning-rate": 1e-3,
+    "local-epochs": 5,
+    "batch-size": 32,
 }
-
-FLOOR = r"""
-import json, os, sys, time
-t0 = time.perf_counter()
-import numpy as np
-import tensorflow as tf
-for gpu in tf.config.list_physical_devices("GPU"):
-    tf.config.experimental.set_memory_growth(gpu, True)
-sys.path.insert(0, os.getcwd())
-from fedpriv.data import load_federated
-from fedpriv.models import build_model
-args = json.loads(sys.argv[1])
-if args["variant"] == "mixed":
-    tf.keras.mixed_precision.set_global_policy("mixed_float16")
-data = load_federated("synthetic-mri", partition="homogeneous", num_clients=4, seed=0)
-model = build_model("mp-cnn", input_shape=data.input_shape, num_classes=data.num_classes)
-model.compile(optimizer=tf.keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy",
-              metrics=["accuracy"], jit_compile=args["variant"] == "xla")
-weights = model.get_weights()
-for rnd in range(args["rounds"]):
-    updates, sizes = [], []
-    for c in data.clients:
-        model.set_weights(weights)
-        for v in model.optimizer.variables:
-            v.assign(tf.zeros_like(v))
-        model.fit(c.x_train, c.y_train, epochs=5, batch_size=32, verbose=0, shuffle=True)
-        updates.append(model.get_weights()); sizes.append(len(c.x_train))
-    total = float(sum(sizes))
-    weights = [sum(u[i] * (n / total) for u, n in zip(updates, sizes)) for i in range(len(weights))]
-    model.set_weights(weights)
-    out = model.evaluate(data.x_test, data.y_test, verbose=0, return_dict=True)
-print(json.dumps({"seconds": time.perf_counter() - t0, "accuracy": out["accuracy"]}))
-"""
+NO_GPU = (
+    "bench-gpu: no GPU visible (nvidia-smi -L lists none); run it on a CUDA host with "
+    'pip install -e ".[simulation,gpu]"'
+)
 
 
-def gpu_count() -> int:
-    """GPUs TensorFlow sees (in a subprocess, so this process stays GPU-free)."""
-    code = "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
-    )
-    try:
-        return int(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        return 0
+def gpu_names() -> list[str]:
+    """The GPUs ``nvidia-smi -L`` lists (``/dev/nvidia<k>`` as a fallback); no JAX import."""
+    if shutil.which("nvidia-smi"):
+        try:
+            proc = subprocess.run(
+                ["nvidia-smi", "-L"], capture_output=True, text=True, check=False, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            proc = None
+        if proc is not None and proc.returncode == 0:
+            return [line.strip() for line in proc.stdout.splitlines() if line.startswith("GPU")]
+    return sorted(glob.glob("/dev/nvidia[0-9]*"))
 
 
-def floor(variant: str, rounds: int) -> dict:
-    """Plain Keras on the same GPU: wall seconds from interpreter start, final accuracy."""
+def _env() -> dict[str, str]:
+    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _run(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", FLOOR, json.dumps({"variant": variant, "rounds": rounds})],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False, env=_env())
+    return time.perf_counter() - t0, proc
+
+
+def _failure(proc: subprocess.CompletedProcess) -> str:
+    tail = (proc.stderr or proc.stdout or "").strip().splitlines()
+    return tail[-1][-300:] if tail else f"exit {proc.returncode}"
+
+
+def floor(rounds: int, partition: str, seed: int = 0) -> dict:
+    """The plain-Keras floor (JAX, same GPU) of one MP run: wall seconds, final accuracy."""
+    cfg = dict(MP_RUN, partition=partition, seed=seed, **{"num-server-rounds": rounds})
+    wall, proc = _run([sys.executable, "-m", "bench.tf_floor", json.dumps(cfg)])
     if proc.returncode != 0:
-        raise RuntimeError(f"plain Keras floor ({variant}) failed: {proc.stderr[-1500:]}")
+        raise RuntimeError(f"plain-Keras floor ({partition}) failed: {_failure(proc)}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    out["wall"] = time.perf_counter() - t0
+    out["wall"] = wall
     return out
 
 
-def fedpriv_run(strategy: str, variant: str, rounds: int, out: Path) -> dict:
-    """One ``fedpriv run`` on local-simulation-gpu: wall seconds and final accuracy."""
+def fedpriv_run(strategy: str, rounds: int, out: Path) -> dict:
+    """One ``fedpriv run`` on local-simulation-gpu: wall seconds, strategy seconds, accuracy."""
+    shutil.rmtree(out, ignore_errors=True)  # a finished run directory would be skipped
     overrides = (
         f"scenario='synthetic-mri' strategy='{strategy}' privacy='none' "
-        f"num-server-rounds={rounds} output-dir='{out}' {VARIANTS[variant]}"
+        f"num-server-rounds={rounds} output-dir='{out}'"
     )
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "scenarios.cli", "run", "--federation", "local-simulation-gpu"]
-        + ["--run-config", overrides],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-    )
-    wall = time.perf_counter() - t0
+    cmd = [sys.executable, "-m", "scenarios.cli", "run", "--federation", "local-simulation-gpu"]
+    wall, proc = _run(cmd + ["--run-config", overrides])
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout)[-1500:]
-        return {"wall": wall, "error": tail.strip().splitlines()[-1] if tail else "failed"}
+        return {"wall": wall, "error": _failure(proc)}
     summary = json.loads((out / "summary.json").read_text())
     return {
         "wall": wall,
@@ -126,41 +115,102 @@ def fedpriv_run(strategy: str, variant: str, rounds: int, out: Path) -> dict:
     }
 
 
-def main() -> int:
+def fedpriv_grid(args: argparse.Namespace, partition: str, out: Path) -> dict:
+    """``fedpriv grid`` of the chosen cells for one partition: wall seconds, cell count."""
+    shutil.rmtree(out, ignore_errors=True)  # complete cells would be skipped
+    cmd = [sys.executable, "-m", "scenarios.cli", "grid", "--scenario", "synthetic-mri"]
+    cmd += ["--strategies", ",".join(args.strategies), "--privacy", ",".join(args.privacy)]
+    cmd += ["--seeds", ",".join(map(str, args.seeds)), "--federation", "local-simulation-gpu"]
+    cmd += ["--output-dir", str(out), "--run-config"]
+    cmd += [f"partition='{partition}' num-server-rounds={args.rounds}"]
+    wall, proc = _run(cmd)
+    cells = len(args.strategies) * len(args.privacy) * len(args.seeds)
+    done = len(list(out.glob("*/*/seed*/summary.json")))
+    return {"wall": wall, "cells": cells, "done": done, "ok": proc.returncode == 0}
+
+
+def _csv(text: str, allowed: tuple[str, ...], name: str) -> list[str]:
+    items = [x for x in text.split(",") if x]
+    bad = [x for x in items if x not in allowed]
+    if bad or not items:
+        raise SystemExit(f"bench-gpu: {name} = {text!r} is not allowed; expected some of {allowed}")
+    return items
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
-    parser.add_argument("--variants", default=",".join(VARIANTS))
-    args = parser.parse_args()
-    if gpu_count() < 1:
-        print("bench-gpu: no GPU visible to TensorFlow (install .[gpu] on a CUDA host)")
+    parser.add_argument("--privacy", default=",".join(PRIVACY))
+    parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--partitions", default=",".join(PARTITIONS))
+    parser.add_argument("--no-grid", action="store_true", help="time the single MP run only")
+    args = parser.parse_args(argv)
+    args.strategies = _csv(args.strategies, STRATEGIES, "strategies")
+    args.privacy = _csv(args.privacy, PRIVACY, "privacy")
+    args.partitions = _csv(args.partitions, PARTITIONS, "partitions")
+    try:
+        args.seeds = [int(s) for s in args.seeds.split(",") if s]
+    except ValueError:
+        message = f"bench-gpu: seeds = {args.seeds!r} is not allowed; expected integers"
+        raise SystemExit(message) from None
+    if args.rounds < 1 or not args.seeds:
+        raise SystemExit(f"bench-gpu: rounds = {args.rounds}: expected >= 1 and some seeds")
+    return args
+
+
+def _grid_rows(args: argparse.Namespace, floors: dict[str, dict], tmp: Path) -> list[str]:
+    rows, total_wall, total_floor, cells, done = [], 0.0, 0.0, 0, 0
+    for partition in args.partitions:
+        got = fedpriv_grid(args, partition, tmp / "grid" / partition)
+        ref = got["cells"] * floors[partition]["wall"]
+        total_wall, total_floor = total_wall + got["wall"], total_floor + ref
+        cells, done = cells + got["cells"], done + got["done"]
+        status = "" if got["ok"] else f" ({got['cells'] - got['done']} cells failed)"
+        rows.append(
+            f"| grid, {partition}: {got['cells']} runs{status} | {got['wall']:.1f} | "
+            f"{got['cells']} x {floors[partition]['wall']:.1f} = {ref:.1f} | "
+            f"{got['wall'] / ref:.2f}x |"
+        )
+    rows.append(
+        f"| **grid, all: {cells} runs ({done} complete)** | {total_wall:.1f} | "
+        f"{total_floor:.1f} | **{total_wall / total_floor:.2f}x** |"
+    )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    gpus = gpu_names()
+    if not gpus:
+        print(NO_GPU)
         return 2
-    strategies = [s for s in args.strategies.split(",") if s]
-    variants = [v for v in args.variants.split(",") if v]
+    args = parse_args(argv)
     tmp = ROOT / "runs" / "bench-gpu"
+    floors = {p: floor(args.rounds, p) for p in dict.fromkeys(["homogeneous", *args.partitions])}
+    one = fedpriv_run("fedavg", args.rounds, tmp / "one-run")
+    ref = floors["homogeneous"]
     lines = [
-        f"synthetic-mri, 4 clients, {args.rounds} rounds x 5 local epochs, batch 32, mp-cnn "
-        f"128x128, Adam 1e-3; wall seconds include start-up.",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {gpus[0]} ({len(gpus)} GPU), "
+        "KERAS_BACKEND=jax. synthetic-mri, 4 clients, "
+        f"{args.rounds} rounds x 5 local epochs, batch 32, mp-cnn 128x128, Adam 1e-3; wall "
+        "seconds include start-up; the floor is plain Keras on the same GPU "
+        "(bench/tf_floor.py: one jax.jit per client call, FedAvg in numpy).",
         "",
-        "| strategy | variant | fedpriv wall s (strategy s) | plain Keras wall s | ratio "
-        "| accuracy fedpriv / Keras |",
-        "|---|---|---|---|---|---|",
+        "| benchmark | fedpriv wall s | plain Keras wall s | ratio |",
+        "|---|---|---|---|",
     ]
-    for variant in variants:
-        ref = floor(variant, args.rounds)
-        for strategy in strategies:
-            got = fedpriv_run(strategy, variant, args.rounds, tmp / variant / strategy)
-            if "error" in got:
-                failed = f"failed: {got['error']}"
-                row = f"| {strategy} | {variant} | {failed} | {ref['wall']:.1f} | — | — |"
-            else:
-                row = (
-                    f"| {strategy} | {variant} | {got['wall']:.1f} ({got['strategy_seconds']:.1f}) "
-                    f"| {ref['wall']:.1f} | {got['wall'] / ref['wall']:.2f}x "
-                    f"| {got['accuracy']:.3f} / {ref['accuracy']:.3f} |"
-                )
-            lines.append(row)
-            print(row, flush=True)
+    if "error" in one:
+        lines.append(f"| one MP run, fedavg | failed: {one['error']} | {ref['wall']:.1f} | — |")
+    else:
+        lines.append(
+            f"| one MP run, fedavg, no privacy (strategy {one['strategy_seconds']:.1f} s; "
+            f"accuracy {one['accuracy']:.3f} / floor {ref['accuracy']:.3f}) | {one['wall']:.1f} "
+            f"| {ref['wall']:.1f} (training+eval {ref['train_seconds']:.1f}) | "
+            f"**{one['wall'] / ref['wall']:.2f}x** |"
+        )
+    print(lines[-1], flush=True)
+    if not args.no_grid:
+        lines += _grid_rows(args, floors, tmp)
     text = "\n".join(lines) + "\n"
     (ROOT / "bench" / "results-gpu.md").write_text(text)
     print(text)

@@ -2,9 +2,12 @@
 
 Rows:
 1. metric-DP distance and Laplace R^n sampling (``bench/bench_math.py``);
-2. cross-device work vs the plain-TensorFlow floor, and fedpriv's per-call cost vs Flower's
-   null-message floor (``bench/bench_speed.py``, ``bench/tf_floor.py``, ``bench/nullapp``);
-3. scale: one round with 100 total clients at several clients-per-round, and 10,000
+2. cross-device work vs the plain-Keras floor (TensorFlow backend), and fedpriv's per-call
+   cost vs Flower's null-message floor (``bench/bench_speed.py``, ``bench/tf_floor.py``,
+   ``bench/nullapp``);
+3. the MP CNN step time of fedpriv's trainer vs plain Keras on the same backend, once on
+   TensorFlow and once on JAX, each in its own process (``bench/bench_step.py``);
+4. scale: one round with 100 total clients at several clients-per-round, and 10,000
    virtual clients with 100 per round (seconds per round, peak memory).
 
 Writes ``bench/results.md`` and prints it. ``--quick`` shrinks every size.
@@ -100,16 +103,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
-        "--only", default="", help="comma-separated subset: math,cross-device,scale,grid,many,load"
+        "--only",
+        default="",
+        help="comma-separated subset: math,cross-device,step,scale,grid,many,load",
     )
     args = parser.parse_args()
     tmp = ROOT / "runs" / "bench"
     tmp.mkdir(parents=True, exist_ok=True)
-    from bench import bench_load, bench_speed
+    from bench import bench_load, bench_speed, bench_step
 
     benches = {
         "math": lambda: math_rows(args.quick),
         "cross-device": lambda: bench_speed.cross_device_rows(tmp, args.quick)[0],
+        "step": lambda: bench_step.step_rows(args.quick),
         "scale": lambda: scale_rows(tmp, args.quick),
         "grid": lambda: bench_speed.grid_row(tmp, args.quick),
         "many": lambda: bench_speed.many_clients_row(tmp, args.quick),
@@ -117,6 +123,9 @@ def main() -> int:
     }
     chosen = [x for x in args.only.split(",") if x] or list(benches)
     lines = ["| benchmark | fedpriv | reference | ratio |", "|---|---|---|---|"]
+    unknown = sorted(set(chosen) - set(benches))
+    if unknown:
+        parser.error(f"--only {unknown[0]!r} is not allowed; expected some of {','.join(benches)}")
     for name in chosen:
         lines += _rows(name, benches[name])
         print(lines[-1], flush=True)

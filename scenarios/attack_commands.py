@@ -272,6 +272,7 @@ def _attack_dlg(args: argparse.Namespace) -> int:
     )
     from fedpriv.data.digits import load_digits_arrays
 
+    dlg.tensorflow_backend()  # one line naming KERAS_BACKEND on JAX, before any work
     t0 = time.time()
     x, y = load_digits_arrays()
     model = dlg_model(args.model, input_shape=(8, 8, 1), num_classes=10, seed=args.seed)

@@ -3,10 +3,10 @@
 Core commands (``run``, ``keys``, ``scenarios``) are in :mod:`scenarios.launch`; features add
 theirs in their declaration (``Feature.commands``): ``grid``, ``report``, ``attack``.
 
-The feature list imports without the ``simulation`` extra (TensorFlow, Ray, matplotlib,
-scikit-learn): each command imports what it needs when it runs, so the commands that only
-compute (``keys``, ``scenarios``, ``epsilon``) work in the base install, and the others say
-which extra they need instead of a traceback.
+The feature list imports without the ``simulation`` extra (Keras, TensorFlow, JAX, Ray,
+matplotlib, scikit-learn): each command imports what it needs when it runs, so the commands
+that only compute (``keys``, ``scenarios``, ``epsilon``) work in the base install, and the
+others say which extra they need instead of a traceback.
 """
 
 from __future__ import annotations
@@ -24,9 +24,21 @@ from scenarios.launch import (  # noqa: F401  (the launch helpers, also reachabl
     simulation_command,
 )
 
-# Top-level packages of the ``simulation`` extra (pyproject.toml).
+# Top-level packages of the ``simulation`` extra (pyproject.toml): Keras 3 and its backends
+# (TensorFlow, JAX with jax-privacy), Ray, and the report / data packages.
 SIMULATION_EXTRA = frozenset(
-    {"tensorflow", "tensorflow_privacy", "keras", "ray", "matplotlib", "sklearn", "cv2", "PIL"}
+    {
+        "tensorflow",
+        "keras",
+        "jax",
+        "jaxlib",
+        "jax_privacy",
+        "ray",
+        "matplotlib",
+        "sklearn",
+        "cv2",
+        "PIL",
+    }
 )
 
 

@@ -228,6 +228,45 @@ def test_attack_dlg_command_refuses_linear_before_running(capsys):
     assert len(err) == 1 and "model = 'linear' is not allowed" in err[0]
 
 
+DLG_ON_JAX = """
+import numpy as np
+from fedpriv.attacks import dlg
+from scenarios.cli import main
+model = dlg.build_dlg_cnn(seed=0)  # building and checking a model works on JAX
+assert dlg.check_image_model(model) == ((8, 8, 1), 10)
+x, y = np.zeros((1, 8, 8, 1), np.float32), np.array([3])
+for call in (lambda: dlg.client_gradient(model, x, y),
+             lambda: dlg.dlg_reconstruct(model, [w.numpy() for w in model.trainable_weights])):
+    try:
+        call()
+    except ValueError as err:
+        print("error:", err)
+raise SystemExit(main(["attack", "dlg", "--images", "1", "--out", "/nonexistent/x"]))
+"""
+
+
+def test_dlg_on_the_jax_backend_fails_with_one_line_naming_keras_backend():
+    """DLG runs on the TensorFlow backend: on JAX it imports and builds its model, and every
+    function that differentiates (and ``fedpriv attack dlg``) refuses in one line."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(root), JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-c", DLG_ON_JAX], cwd=root, env=env, capture_output=True, text=True
+    )
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2, proc.stdout + proc.stderr[-3000:]
+    assert all("KERAS_BACKEND = 'jax' is not allowed" in e for e in errors), errors
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    cli = [line for line in proc.stderr.splitlines() if "fedpriv attack dlg" in line]
+    assert len(cli) == 1 and "KERAS_BACKEND=tensorflow" in cli[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+
+
 # --- client inference attack ------------------------------------------------------------------
 
 # MP Tables 9, 10, D.13-D.16: (aggregated, target, printed difference %) per privacy column
@@ -257,15 +296,15 @@ def test_relative_difference_reproduces_mp_printed_tables(table):
 
 def test_cia_score_on_a_fixed_model_matches_an_independent_computation():
     """Fixed softmax-regression weights and data: the attacker's score vs numpy + Flower."""
-    import tensorflow as tf
+    import keras
     from flwr.app import MetricRecord, RecordDict
     from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
     rng = np.random.default_rng(7)
     w = rng.standard_normal((5, 3)).astype(np.float32)
     b = rng.standard_normal(3).astype(np.float32)
-    model = tf.keras.Sequential(
-        [tf.keras.layers.Input((5,)), tf.keras.layers.Dense(3, activation="softmax")]
+    model = keras.Sequential(
+        [keras.layers.Input((5,)), keras.layers.Dense(3, activation="softmax")]
     )
     model.compile(loss="sparse_categorical_crossentropy")
     weights = [w, b]
@@ -460,6 +499,56 @@ def test_membership_from_run_directory(tmp_path, digits):
     assert out["n_members"] > out["n_nonmembers"] > 0
     with pytest.raises(ValueError, match="no summary.json"):
         membership.membership_from_run(tmp_path / "missing")
+
+
+MEMBERSHIP_ON_JAX = """
+import json, sys
+from pathlib import Path
+import keras, numpy as np
+from fedpriv.attacks import membership
+from fedpriv.models import build_model
+run = Path(sys.argv[1])
+from_npz = membership.membership_from_run(run)["auc"]
+with np.load(run / "final_weights.npz") as data:
+    weights = [data[f"arr_{i}"] for i in range(len(data.files))]
+model = build_model("digits-mlp", input_shape=(8, 8, 1), num_classes=10, seed=1)
+model.set_weights(weights)
+model.save(run / "final_model.keras")  # the .keras path of _load_weights
+(run / "final_weights.npz").unlink()
+from_keras = membership.membership_from_run(run)["auc"]
+print(json.dumps({"backend": keras.backend.backend(), "auc": [from_npz, from_keras]}))
+"""
+
+
+def test_membership_from_run_directory_on_the_jax_backend(tmp_path):
+    """The loss-threshold attack is backend-agnostic: the same final weights give the same AUC
+    on KERAS_BACKEND=jax as on TensorFlow, from ``final_weights.npz`` and from a saved
+    ``final_model.keras``."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fedpriv.models import build_model
+
+    cfg = {
+        "scenario": "digits", "strategy": "fedavg", "privacy": "none", "seed": 0,
+        "dataset": "digits", "partition": "iid", "num-clients": 2, "model": "digits-mlp",
+    }  # fmt: skip
+    (tmp_path / "summary.json").write_text(json.dumps({"config": cfg}))
+    weights = build_model("digits-mlp", input_shape=(8, 8, 1), num_classes=10, seed=0)
+    np.savez(tmp_path / "final_weights.npz", *weights.get_weights())
+    on_tf = membership.membership_from_run(tmp_path)["auc"]
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(root), JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-c", MEMBERSHIP_ON_JAX, str(tmp_path)],
+        cwd=root, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["backend"] == "jax"
+    assert out["auc"] == pytest.approx([on_tf, on_tf], abs=1e-6)
 
 
 def test_reports_have_the_paper_shapes():

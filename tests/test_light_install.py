@@ -1,4 +1,4 @@
-"""The base install: the wrappers import and run without TensorFlow, Ray or matplotlib.
+"""The base install: the wrappers import and run without Keras, TensorFlow, JAX, Ray, matplotlib.
 
 Each check runs in a fresh interpreter. Flower is imported first (Flower 1.23 imports
 TensorFlow and Ray by itself when they are installed -- that is Flower's, not ours); then
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ("tensorflow", "keras", "tensorflow_privacy", "ray", "matplotlib", "sklearn", "cv2")
+HEAVY = ("tensorflow", "keras", "jax", "ray", "matplotlib", "sklearn", "cv2")
 
 WRAP_AND_AGGREGATE = textwrap.dedent(
     """

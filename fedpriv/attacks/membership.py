@@ -15,10 +15,12 @@ against non-members (negatives):
   (``fpr_resolution`` says which). :func:`roc_points` gives the curve for log-scale plots
   (``fedpriv.plots.plot_roc(..., log_scale=True)``).
 
-``tensorflow-privacy 0.9.0`` no longer ships its membership-inference module (SPEC §1), so
-this is the plain loss-threshold attack. :func:`membership_from_run` applies it to the final
-global model of a run directory: members = the clients' training examples, non-members =
-the clients' held-out test examples (same distribution, never trained on).
+tensorflow-privacy (whose membership-inference module this replaced) is not part of the stack
+(SPEC §1), so this is the plain loss-threshold attack; its model side is Keras 3 and runs on
+either backend (``KERAS_BACKEND=tensorflow`` or ``jax``). :func:`membership_from_run`
+applies it to the final global model of a run directory: members = the clients' training
+examples, non-members = the clients' held-out test examples (same distribution, never trained
+on).
 """
 
 from __future__ import annotations
@@ -160,9 +162,9 @@ def _load_weights(run_dir: Path) -> list[np.ndarray]:
             return [data[f"arr_{i}"] for i in range(len(data.files))]
     keras_path = run_dir / "final_model.keras"
     if keras_path.exists():
-        import tensorflow as tf
+        import keras
 
-        return tf.keras.models.load_model(keras_path).get_weights()
+        return keras.models.load_model(keras_path).get_weights()
     raise ValueError(
         f"run directory {str(run_dir)!r} has no final_weights.npz or final_model.keras; "
         "expected the output-dir of a finished `fedpriv run`"

@@ -25,6 +25,13 @@ Defences measured (what the attacker sees instead of δ):
   (the other k − 1 clients' examples) with a batch of k − 1 dummies; see
   :func:`zonal_level0_view`.
 
+Backend: DLG runs on the TensorFlow backend (``KERAS_BACKEND=tensorflow``, the CPU default).
+The models are Keras 3, but the gradient of a gradient is taken with nested
+``tf.GradientTape``s; in a process on JAX the functions that differentiate
+(:func:`client_gradient`, :func:`sgd_update`, :func:`dlg_reconstruct` and the experiments)
+fail with one line naming KERAS_BACKEND. Building and checking models, the views of noisy
+updates and the quality metrics are numpy / Keras and work on either backend.
+
 Quality of a reconstruction: MSE, PSNR and SSIM (Gaussian-window SSIM of Wang et al. 2004,
 hand-written because scikit-image's refuses the 8×8 digits: see :mod:`.quality`). LPIPS
 (HDP's metric) needs downloaded network weights and is not available.
@@ -32,7 +39,13 @@ hand-written because scikit-image's refuses the 8×8 digits: see :mod:`.quality`
 
 from fedpriv.attacks.dlg.attack import DLGResult, dlg_reconstruct
 from fedpriv.attacks.dlg.experiments import laplace_experiment, zonal_experiment
-from fedpriv.attacks.dlg.model import LABEL_MODES, PLACEMENTS, build_dlg_cnn, check_image_model
+from fedpriv.attacks.dlg.model import (
+    LABEL_MODES,
+    PLACEMENTS,
+    build_dlg_cnn,
+    check_image_model,
+    tensorflow_backend,
+)
 from fedpriv.attacks.dlg.quality import match_reconstructions, mse, psnr, ssim
 from fedpriv.attacks.dlg.views import (
     client_gradient,
@@ -48,6 +61,7 @@ __all__ = [
     "DLGResult",
     "build_dlg_cnn",
     "check_image_model",
+    "tensorflow_backend",
     "client_gradient",
     "sgd_update",
     "gradient_from_update",

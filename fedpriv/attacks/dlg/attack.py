@@ -1,4 +1,9 @@
-"""The DLG / iDLG reconstruction (Zhu et al. 2019; Zhao et al. 2020 label trick)."""
+"""The DLG / iDLG reconstruction (Zhu et al. 2019; Zhao et al. 2020 label trick).
+
+DLG runs on the TensorFlow backend: the matching loss and its gradient w.r.t. the dummies
+are nested ``tf.GradientTape``s in one ``tf.function`` around a Keras 3 model; on another
+backend :func:`dlg_reconstruct` fails with one line naming KERAS_BACKEND.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +14,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 from scipy import optimize  # noqa: E402
 
-from fedpriv.attacks.dlg.model import LABEL_MODES, _soft_ce, check_image_model  # noqa: E402
+from fedpriv.attacks.dlg.model import (  # noqa: E402
+    LABEL_MODES,
+    _soft_ce,
+    check_image_model,
+    tensorflow_backend,
+)
 from fedpriv.validation import check_int  # noqa: E402
 
 # --- the attack ---------------------------------------------------------------------------------
@@ -32,14 +42,15 @@ class DLGResult:
     history: list[float] = field(default_factory=list)
 
 
-def _idlg_label(target_grads: Sequence[np.ndarray], model: tf.keras.Model) -> int:
+def _idlg_label(target_grads: Sequence[np.ndarray], model: keras.Model) -> int:
     """iDLG (Zhao et al. 2020): for batch 1, ∂L/∂b_j = p_j − y_j is negative only at the label."""
     bias = [g for v, g in zip(model.trainable_variables, target_grads) if "bias" in v.name][-1]
     return int(np.argmin(np.asarray(bias)))
 
 
-def _matching_fn(model: tf.keras.Model, target: Sequence[np.ndarray], batch: int, shape, k: int):
+def _matching_fn(model: keras.Model, target: Sequence[np.ndarray], batch: int, shape, k: int):
     """A traced function: flat variables -> (normalised matching loss, its gradient)."""
+    tf = tensorflow_backend()
     target_t = [tf.constant(np.asarray(t, dtype=np.float32)) for t in target]
     norm = float(sum(np.sum(np.square(np.asarray(t, dtype=np.float64))) for t in target))
     norm_t = tf.constant(max(norm, 1e-30), dtype=tf.float32)
@@ -63,7 +74,7 @@ def _matching_fn(model: tf.keras.Model, target: Sequence[np.ndarray], batch: int
 
 
 def dlg_reconstruct(
-    model: tf.keras.Model,
+    model: keras.Model,
     target_gradient: Sequence[np.ndarray],
     *,
     batch: int = 1,
@@ -84,8 +95,9 @@ def dlg_reconstruct(
     attacker can evaluate; the true image is never used). ``label="idlg"`` fixes the label
     from the output-bias gradient (batch 1 only). ``box=False`` leaves the dummy images
     unconstrained, as in Zhu et al.'s code (measured: slightly weaker under noise, e.g. mean
-    SSIM 0.72 instead of 0.75 at Laplace ν = 1).
+    SSIM 0.72 instead of 0.75 at Laplace ν = 1). TensorFlow backend only (module doc).
     """
+    tf = tensorflow_backend()
     shape, k = check_image_model(model)
     batch = check_int("batch", batch, lo=1)
     restarts = check_int("restarts", restarts, lo=1)

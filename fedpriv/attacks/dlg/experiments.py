@@ -1,4 +1,7 @@
-"""The DLG experiments: Laplace noise sweep (GP Fig. 5) and zonal placements (HDP Table IV)."""
+"""The DLG experiments: Laplace noise sweep (GP Fig. 5) and zonal placements (HDP Table IV).
+
+TensorFlow backend only, like the attack they run (:mod:`.attack`).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from collections.abc import Sequence  # noqa: E402
 from typing import Any  # noqa: E402
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 from fedpriv.attacks.dlg.attack import dlg_reconstruct  # noqa: E402
 from fedpriv.attacks.dlg.model import PLACEMENTS, build_dlg_cnn, check_image_model  # noqa: E402
@@ -46,7 +49,7 @@ def laplace_experiment(
     max_iter: int = 300,
     restarts: int = 1,
     per_layer: bool = True,
-    model: tf.keras.Model | None = None,
+    model: keras.Model | None = None,
 ) -> tuple[list[dict], dict[str, np.ndarray]]:
     """DLG vs GP's Laplace sanitization (GP §4.3, Fig. 5) on examples ``x[indices]``.
 
@@ -111,7 +114,7 @@ def zonal_experiment(
     seed: int = 0,
     max_iter: int = 500,
     restarts: int = 2,
-    model: tf.keras.Model | None = None,
+    model: keras.Model | None = None,
 ) -> tuple[list[dict], dict[str, np.ndarray]]:
     """DLG by a level-0 adversary in the zonal setting (HDP §VII-B, Table IV shape).
 

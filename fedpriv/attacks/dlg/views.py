@@ -1,5 +1,9 @@
 """What the client shares: gradients, SGD updates, Laplace-sanitized updates, the zonal
-level-0 view (GP §3, HDP §IV)."""
+level-0 view (GP §3, HDP §IV).
+
+:func:`client_gradient` (and :func:`sgd_update`) differentiate with ``tf.GradientTape``:
+TensorFlow backend only, like the attack (:func:`.model.tensorflow_backend`).
+"""
 
 from __future__ import annotations
 
@@ -10,18 +14,25 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import math  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-from fedpriv.attacks.dlg.model import PLACEMENTS, NDArrays, _soft_ce, check_image_model  # noqa: E402
+from fedpriv.attacks.dlg.model import (  # noqa: E402
+    PLACEMENTS,
+    NDArrays,
+    _soft_ce,
+    check_image_model,
+    tensorflow_backend,
+)
 from fedpriv.mechanisms import clip_update, sanitize_laplace  # noqa: E402
 from fedpriv.validation import check_real  # noqa: E402
 
 # --- what the client shares ---------------------------------------------------------------------
 
 
-def client_gradient(model: tf.keras.Model, x: np.ndarray, y: np.ndarray) -> NDArrays:
+def client_gradient(model: keras.Model, x: np.ndarray, y: np.ndarray) -> NDArrays:
     """``∇_W L`` of the mean cross-entropy on (x, y) (integer labels), one array per weight."""
+    tf = tensorflow_backend()
     _, k = check_image_model(model)
     x = tf.convert_to_tensor(np.asarray(x, dtype=np.float32))
     y_soft = tf.one_hot(np.asarray(y, dtype=np.int64), k)
@@ -30,9 +41,7 @@ def client_gradient(model: tf.keras.Model, x: np.ndarray, y: np.ndarray) -> NDAr
     return [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
 
 
-def sgd_update(
-    model: tf.keras.Model, x: np.ndarray, y: np.ndarray, learning_rate: float
-) -> NDArrays:
+def sgd_update(model: keras.Model, x: np.ndarray, y: np.ndarray, learning_rate: float) -> NDArrays:
     """The update ``δ = θ_local − θ = −η·∇_W L(x, y)`` of one SGD step (what FedAvg sends)."""
     lr = check_real("learning_rate", learning_rate, lo=0, lo_open=True)
     return [-lr * g for g in client_gradient(model, x, y)]
