@@ -28,14 +28,22 @@ HEAVY = {"tensorflow", "jax", "keras", "ray"}
 
 @pytest.fixture
 def fedpriv_main(monkeypatch):
-    """``scenarios.cli.main`` with the simulation launcher replaced by a tripwire."""
+    """``scenarios.cli.main`` with the simulation launcher replaced by a tripwire (other
+    subprocesses pass: a first TensorFlow import runs ``uname -p`` through h5py)."""
     from scenarios import cli, launch
 
-    def tripwire(*args, **kwargs):
-        raise AssertionError(f"a bad input reached the simulation: {args[0]}")
+    real_run, real_popen = subprocess.run, subprocess.Popen
 
-    monkeypatch.setattr(launch.subprocess, "run", tripwire)
-    monkeypatch.setattr(launch.subprocess, "Popen", tripwire)
+    def tripwire(real):
+        def call(cmd, *args, **kwargs):
+            if "scenarios.simulation_runner" in map(str, cmd):
+                raise AssertionError(f"a bad input reached the simulation: {cmd}")
+            return real(cmd, *args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(launch.subprocess, "run", tripwire(real_run))
+    monkeypatch.setattr(launch.subprocess, "Popen", tripwire(real_popen))
     return cli.main
 
 
