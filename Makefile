@@ -63,7 +63,7 @@ ci: test test-base-install
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
-## All six stock strategies on synthetic-mri through `flwr run .`, 2 rounds each.
+## All six stock strategies on synthetic-mri through `fedpriv run`, 2 rounds each.
 strategies: $(STAMP)
 	for s in fedavg fedavgm fedmedian fedprox fedopt fedyogi; do \
 	  $(BIN)/fedpriv run --run-config "scenario='synthetic-mri' strategy='$$s' num-server-rounds=2 output-dir='runs/strategies/$$s'" || exit 1; \

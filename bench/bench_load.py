@@ -98,7 +98,7 @@ def measure(num_clients: int, out: Path) -> dict:
     marks = [landed[r] for r in sorted(landed) if r >= 1]
     per_round = statistics.median(b - a for a, b in zip(marks, marks[1:])) if len(marks) > 1 else 0
     workers = [mb for title, mb in peaks.values() if "ClientAppActor" in title]
-    servers = [mb for title, mb in peaks.values() if "flower-simulation" in title]
+    servers = [mb for title, mb in peaks.values() if "scenarios.simulation_runner" in title]
     return {
         "clients": num_clients,
         "wall_s": wall,

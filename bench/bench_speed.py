@@ -123,15 +123,13 @@ def tf_floor(cfg: dict) -> dict:
 
 def null_floor(num_nodes: int, rounds: int, out: Path) -> dict:
     """Flower's null app on ``num_nodes`` SuperNodes: seconds per message (engine only)."""
-    from scenarios.cli import pyproject
+    from scenarios.launch import federation_settings, runner_command
 
-    backend = pyproject()["tool"]["flwr"]["federations"]["local-simulation"]["options"]["backend"]
-    launcher = Path(sys.executable).parent / "flower-simulation"
+    backend = federation_settings("local-simulation")["backend"]
     result = out / "null.json"
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [str(launcher), "--app", str(ROOT / "bench" / "nullapp")]
-    cmd += ["--num-supernodes", str(num_nodes), "--backend-config", json.dumps(backend)]
-    cmd += ["--run-config", f"num-server-rounds={rounds} output='{result}'"]
+    run_config = f"num-server-rounds={rounds} output='{result}'"
+    cmd = runner_command(ROOT / "bench" / "nullapp", num_nodes, backend, run_config)
     res = monitored_run(cmd)
     res.update(json.loads(result.read_text()))
     return res

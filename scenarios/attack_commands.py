@@ -18,7 +18,12 @@ from typing import Any
 from fedpriv.names import STRATEGIES as STRATEGY_NAMES
 from scenarios import multirun
 from scenarios.feature import Catalog, Command
-from scenarios.launch import add_run_config_option, app_config, parse_overrides
+from scenarios.launch import (
+    add_federation_option,
+    add_run_config_option,
+    app_config,
+    parse_overrides,
+)
 from scenarios.schema import ConfigError
 
 CIA_KIND = "cia"
@@ -58,7 +63,7 @@ def _attack_args(parser: argparse.ArgumentParser) -> None:
     cia.add_argument("--privacy", default=",".join(PRIVACY_GRID))
     add_run_config_option(cia, "Flower-style overrides for every cell")
     cia.add_argument("--runs-root", default="runs/cia", help="one run directory per cell")
-    cia.add_argument("--federation", default="local-simulation")
+    add_federation_option(cia)
     cia.add_argument("--out", default="reports/cia")
     dlg = sub.add_parser("dlg", help="DLG reconstruction (GP Fig. 5, HDP Table IV)")
     dlg.add_argument("--model", default="dlg-cnn", help=" | ".join(DLG_MODELS))

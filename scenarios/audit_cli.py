@@ -32,8 +32,10 @@ from fedpriv.records import mean_of, read_round_records
 from scenarios import multirun
 from scenarios.feature import Catalog
 from scenarios.launch import (
+    add_federation_option,
     add_run_config_option,
     app_config,
+    check_unique_keys,
     parse_overrides,
     preflight,
     run_config_text,
@@ -56,7 +58,7 @@ GRID_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fedpriv audit``."""
     add_run_config_option(parser, "Flower-style overrides for the audited run")
-    parser.add_argument("--federation", default="local-simulation")
+    add_federation_option(parser)
     parser.add_argument("--grid", action="store_true", help="mechanism rows x z values")
     parser.add_argument("--z", nargs="+", type=float, default=[0.01, 1.0, 3.0])
     parser.add_argument("--out", default="reports/audit")
@@ -109,6 +111,11 @@ def mechanism_audit(name: str, z: float, rounds: int) -> dict[str, Any]:
 
 def audit_command(args: argparse.Namespace, catalog: Catalog) -> int:
     """``fedpriv audit`` (module docstring)."""
+    try:
+        check_unique_keys(args.run_config)
+    except ConfigError as err:
+        print(f"fedpriv: {err}", file=sys.stderr)
+        return 2
     if args.mechanism:
         rounds = int(parse_overrides(args.run_config).get("num-server-rounds", 5))
         for z in args.z:

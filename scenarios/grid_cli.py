@@ -3,10 +3,11 @@
 ``fedpriv grid --scenario S --strategies A,B --privacy none,global-dp --seeds 0,1
 --output-dir D [--run-config "k=v ..."]`` runs every cell into ``D/<strategy>/<privacy>/seed<k>``
 inside ONE Flower simulation (:mod:`scenarios.multirun`: the cells are written to
-``D/plan.json`` and one ``flower-simulation`` runs them with ``run-plan``), so N cells pay one
-start-up. Everything is validated before anything runs (unknown strategy or privacy mode, bad
-seed, bad override: one line, exit 2). Complete cells (summary.json present) are skipped; a
-failed cell does not stop the others; failures are listed at the end and the exit status is 1.
+``D/plan.json`` and one simulation, :mod:`scenarios.simulation_runner`, runs them with
+``run-plan``), so N cells pay one start-up. Everything is validated before anything runs
+(unknown strategy or privacy mode, bad seed, bad override: one line, exit 2). Complete cells
+(summary.json present) are skipped; a failed cell does not stop the others; failures are
+listed at the end and the exit status is 1.
 The simulation's output goes to ``D/run.log`` (progress lines with an ETA are also printed);
 ``D/grid.json`` records every cell's status and wall time.
 
@@ -129,9 +130,7 @@ def _grid_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", required=True, help="comma-separated integers, e.g. 0,1")
     parser.add_argument("--output-dir", required=True, help="grid directory D")
     cli.add_run_config_option(parser, "extra Flower-style overrides for every cell")
-    parser.add_argument(
-        "--federation", default="local-simulation", help="local-simulation | local-simulation-gpu"
-    )
+    cli.add_federation_option(parser)
     parser.add_argument("--report", action="store_true", help="write D/report.md at the end")
     parser.add_argument("--dry-run", action="store_true", help="list the cells and stop")
 

@@ -2,10 +2,11 @@
 
 ``fedpriv run`` is ``flwr run .`` with the checks first: the run config is resolved and
 every value checked, and the data source opened, before the simulation starts. A bad
-value prints one line and exits with status 2 (``flwr run`` itself always exits 0).
-The simulation is started exactly as ``flwr run .`` starts it (``flower-simulation``
-with the federation's options from pyproject.toml); the number of SuperNodes is the
-scenario's ``num-clients``.
+value prints one line and exits with status 2 (``flwr run`` itself exits 0 whatever the run
+does). The simulation runs in-process on Flower 1.42's simulation engine
+(:mod:`scenarios.simulation_runner`: offline, no SuperLink, nothing installed at run time)
+with the federation's options from ``pyproject.toml [tool.fedpriv.federations]``; the
+number of SuperNodes is the scenario's ``num-clients``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -36,11 +38,48 @@ def pyproject() -> dict[str, Any]:
         return tomllib.load(fh)
 
 
+# Flower's --run-config item: key=value, the value quoted or up to the next space
+# (flwr.common.config.parse_config_args).
+_ITEM = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
+
+
+class DuplicateKeyError(ConfigError):
+    """A --run-config key given twice (Flower would fail on it or keep the last silently)."""
+
+    def __init__(self, key: str, first: str, second: str) -> None:
+        ValueError.__init__(
+            self,
+            f"config error: --run-config gives {key} twice ({key}={first}, {key}={second}); "
+            "expected each key once",
+        )
+        self.key, self.value, self.allowed = key, second, "each key once"
+
+
+def check_unique_keys(items: Sequence[str]) -> None:
+    """Refuse a key that appears twice across the ``--run-config`` items."""
+    seen: dict[str, str] = {}
+    for item in items:
+        for key, value in _ITEM.findall(item):
+            if key in seen:
+                raise DuplicateKeyError(key, seen[key], value)
+            seen[key] = value
+
+
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """Flower's ``--run-config`` syntax (``"a=1 b='x'"``, TOML values) to a dict."""
+    """Flower's ``--run-config`` syntax (``"a=1 b='x'"``, TOML values) to a dict; a key given
+    twice or an item that is not TOML raises :class:`ConfigError` (one line)."""
+    if not items:
+        return {}
     from flwr.common.config import parse_config_args
 
-    return dict(parse_config_args(list(items))) if items else {}
+    check_unique_keys(items)
+    try:
+        return dict(parse_config_args(list(items)))
+    except Exception as err:  # noqa: BLE001 -- click.ClickException, TOML and file errors
+        text = " ".join(items)
+        raise ConfigError(
+            "--run-config", text, "space-separated key=value pairs with TOML values"
+        ) from err
 
 
 def app_config(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -68,25 +107,44 @@ def preflight_state(run_config: dict[str, Any], catalog: Catalog) -> tuple[dict[
     return cfg, check_environment(cfg, catalog.completion(catalog.kind(cfg)))
 
 
-def simulation_command(cfg: dict[str, Any], overrides: Sequence[str], federation: str) -> list[str]:
-    """The simulation of ``flwr run . FEDERATION``, in-process and offline
-    (``scenarios.simulation_runner``, what ``flower-simulation`` was up to Flower 1.41)."""
-    federations = pyproject()["tool"]["flwr"]["federations"]
-    options = federations[federation].get("options", {})
-    cmd = [
-        sys.executable,
-        "-m",
-        "scenarios.simulation_runner",
-        "--app",
-        str(APP_DIR),
-        "--num-supernodes",
-        str(int(cfg["num-clients"])),
-    ]
-    if options.get("backend"):
-        cmd += ["--backend-config", json.dumps(options["backend"])]
-    if overrides:
-        cmd += ["--run-config", " ".join(overrides)]
+def federations() -> dict[str, dict[str, Any]]:
+    """pyproject's ``[tool.fedpriv.federations]``: name -> {backend, env} (simulation only)."""
+    return pyproject().get("tool", {}).get("fedpriv", {}).get("federations", {})
+
+
+def federation_settings(name: str) -> dict[str, Any]:
+    """The federation ``name``; ConfigError naming the ones there are."""
+    table = federations()
+    if name not in table:
+        raise ConfigError("federation", name, "one of " + " | ".join(table))
+    return table[name]
+
+
+def federation_env(name: str, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with the federation's ``env`` added where ``base`` does not set the variable
+    (a user's ``KERAS_BACKEND=tensorflow`` wins over the GPU federation's ``jax``)."""
+    extra = {k: str(v) for k, v in federation_settings(name).get("env", {}).items()}
+    return {**extra, **base}
+
+
+def runner_command(
+    app_dir: Path, num_supernodes: int, backend: Mapping[str, Any], run_config: str
+) -> list[str]:
+    """``python -m scenarios.simulation_runner`` for the Flower app in ``app_dir``."""
+    cmd = [sys.executable, "-m", "scenarios.simulation_runner", "--app", str(app_dir)]
+    cmd += ["--num-supernodes", str(int(num_supernodes))]
+    if backend:
+        cmd += ["--backend-config", json.dumps(dict(backend))]
+    if run_config:
+        cmd += ["--run-config", run_config]
     return cmd
+
+
+def simulation_command(cfg: dict[str, Any], overrides: Sequence[str], federation: str) -> list[str]:
+    """The simulation of ``cfg`` on ``federation``: ``num-clients`` SuperNodes, in-process
+    and offline (``scenarios.simulation_runner``; ``flower-simulation`` up to Flower 1.41)."""
+    backend = federation_settings(federation).get("backend", {})
+    return runner_command(APP_DIR, int(cfg["num-clients"]), backend, " ".join(overrides))
 
 
 def add_run_config_option(parser: argparse.ArgumentParser, help_text: str) -> None:
@@ -94,11 +152,30 @@ def add_run_config_option(parser: argparse.ArgumentParser, help_text: str) -> No
     parser.add_argument("--run-config", "-c", action="append", default=[], help=help_text)
 
 
+class _FederationAction(argparse.Action):
+    """``--federation NAME``: a name of ``[tool.fedpriv.federations]``, else one line, exit 2."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        try:
+            federation_settings(str(values))
+        except ConfigError as err:
+            parser.exit(2, f"fedpriv: {err}\n")
+        setattr(namespace, self.dest, values)
+
+
+def add_federation_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--federation`` option of every command that starts simulations."""
+    parser.add_argument(
+        "--federation",
+        default="local-simulation",
+        action=_FederationAction,
+        help="a [tool.fedpriv.federations] name: local-simulation (CPU) | local-simulation-gpu",
+    )
+
+
 def _run_args(parser: argparse.ArgumentParser) -> None:
     add_run_config_option(parser, "Flower-style overrides, e.g. \"scenario='digits' seed=1\"")
-    parser.add_argument(
-        "--federation", default="local-simulation", help="local-simulation | local-simulation-gpu"
-    )
+    add_federation_option(parser)
 
 
 def to_override(key: str, value: Any) -> str:
@@ -129,11 +206,8 @@ def simulate(
     """Start the simulation of ``cfg``; its output goes to the console (stderr with
     ``to_stderr``, keeping stdout for a command's answer), or to ``log_path`` with the lines
     starting with ``echo`` (progress lines) also shown on the console."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
-    if federation.endswith("-gpu"):
-        env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
-    else:
-        env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    env = federation_env(federation, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    env["PYTHONUNBUFFERED"] = "1"
     cmd = simulation_command(dict(cfg), overrides, federation)
     if log_path is None:
         out = sys.stderr if to_stderr else None

@@ -1,8 +1,9 @@
 """Flower's own DP code, found wherever the installed Flower keeps it.
 
 The wrapper and mechanism tests compare fedpriv against Flower's reference implementation
-on every Flower release CI tests (1.23 on the pinned simulation stack, the newest that
-installs in the base-install environment). Flower has moved these pieces between releases:
+on the Flower release CI tests (1.42, in the simulation environment and in the base install)
+and on any other release of the base install's range (1.23 up to 1.42). Flower has moved these
+pieces between releases:
 
 * the helpers (``compute_stdv``, ``compute_clip_model_update``, ``get_norm``) lived in
   ``flwr.common.differential_privacy`` up to 1.2x and are in

@@ -70,14 +70,26 @@ class Processes:
         self.log_dir, self.env = log_dir, dict(env)
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, name: str, cmd: Sequence[str]) -> subprocess.Popen:
-        """Start ``cmd`` in its own session, output to ``<log_dir>/<name>.log``."""
-        log = (self.log_dir / f"{name}.log").open("w")
+    def start(
+        self, name: str, cmd: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen:
+        """Start ``cmd`` in its own session (``env`` added to the common environment), output
+        appended to ``<log_dir>/<name>.log``."""
+        log = (self.log_dir / f"{name}.log").open("a")
         proc = subprocess.Popen(
-            list(cmd), stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            list(cmd),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**self.env, **(env or {})},
+            start_new_session=True,
         )
         self.procs.append(proc)
         return proc
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        """SIGKILL ``proc`` and every process below it (a crash of that machine)."""
+        _signal(descendants([proc.pid]), signal.SIGKILL)
+        proc.wait(timeout=20)
 
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM every started process and its descendants; SIGKILL what is left."""

@@ -1,4 +1,4 @@
-"""Run ``fedpriv run`` (a real Flower simulation via flower-simulation) from tests."""
+"""Run ``fedpriv run`` (a real Flower 1.42 simulation, scenarios.simulation_runner) in tests."""
 
 from __future__ import annotations
 

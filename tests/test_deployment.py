@@ -1,19 +1,22 @@
 """Deployment engine: a real SuperLink and four SuperNodes on localhost run the app.
 
-The SuperLink and SuperNodes are Flower's own executables (``flower-superlink``,
-``flower-supernode``), started insecure on free loopback ports, once for the module; runs
-are submitted with ``flwr run . local-deployment`` exactly as a user would, with the
-address overridden. The one run is also the fault test (issue 12, must-show 3): a SuperNode
-is SIGKILLed during a round and restarted; every process is stopped at the end, whatever
-happens. (A separate fault-free run added ~1-2 min of CI and checked nothing this run's
-round 1 and final summary do not.)
+The SuperLink and SuperNodes are Flower 1.42's own executables (``flower-superlink``,
+``flower-supernode``), started insecure on free loopback ports (one HTTP port per process)
+with ``--disable-runtime-dependency-installation`` (offline), once for the module, each
+SuperNode with its own ``FLWR_HOME`` as on its own machine. The run is submitted with
+``flwr run . local-deployment`` from the repository root exactly as the README says: a
+SuperLink connection ``local-deployment`` in a throwaway ``$FLWR_HOME/config.toml``; the
+repository's pyproject.toml must come out of it unchanged. The one run is also the fault test
+(issue 12, must-show 3): a SuperNode is SIGKILLed (with its SuperExec and ClientApp
+processes) during a round and restarted; every process is stopped at the end, whatever
+happens (:mod:`tests.localflower`). (A separate fault-free run added ~1-2 min of CI and
+checked nothing this run's round 1 and final summary do not.)
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.localflower import free_ports
+from tests.localflower import Processes, free_ports, wait_http_ok
 from tests.simulate import ROOT
 
 pytestmark = pytest.mark.simulation
@@ -29,87 +32,77 @@ BIN = Path(sys.executable).parent
 NODES = 4
 
 
-def _start(cmd, log: Path, env):
-    return subprocess.Popen(
-        cmd, stdout=log.open("a"), stderr=subprocess.STDOUT, env=env, start_new_session=True
-    )
-
-
-def _stop(procs, sig=signal.SIGTERM):
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, sig)
-    for proc in procs:
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=20)
-
-
 class Federation:
     """A SuperLink and SuperNodes on loopback; ``nodes[i]`` serves partition i."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        home = root / "flwr-home"
+        home.mkdir()
         self.env = dict(
             os.environ,
             PATH=f"{BIN}:{os.environ['PATH']}",
             TF_CPP_MIN_LOG_LEVEL="3",
             CUDA_VISIBLE_DEVICES="",
-            FLWR_HOME=str(root / "flwr-home"),
+            FLWR_HOME=str(home),
+            FLWR_DISABLE_UPDATE_CHECK="1",
+            RAY_DISABLE_USAGE_STATS="1",
         )
-        self.appio, self.fleet, self.control = free_ports(3)
-        self.superlink = _start(
+        self.procs = Processes(root, self.env)
+        (self.port,) = free_ports(1)
+        (home / "config.toml").write_text(
+            '[superlink]\ndefault = "local-deployment"\n\n'
+            f'[superlink.local-deployment]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n'
+        )
+        self.procs.start(
+            "superlink",
             [str(BIN / "flower-superlink"), "--insecure",
-             "--serverappio-api-address", f"127.0.0.1:{self.appio}",
-             "--fleet-api-address", f"127.0.0.1:{self.fleet}",
-             "--control-api-address", f"127.0.0.1:{self.control}",
-             "--flwr-dir", str(root / "flwr-link")],
-            root / "superlink.log", self.env,
+             "--disable-runtime-dependency-installation",
+             "--host", "127.0.0.1", "--port", str(self.port),
+             "--database", str(root / "superlink.db")],
         )  # fmt: skip
+        wait_http_ok(f"http://127.0.0.1:{self.port}/health", timeout_s=120, procs=self.procs)
         self.nodes: dict[int, subprocess.Popen] = {}
-        self.stopped: list[subprocess.Popen] = []
 
     def start_node(self, i: int) -> None:
-        """Start (or restart) the SuperNode of partition ``i`` (a new node id each time)."""
+        """Start (or restart) the SuperNode of partition ``i``."""
         (port,) = free_ports(1)
-        self.nodes[i] = _start(
+        home = self.root / f"flwr-node{i}"
+        home.mkdir(exist_ok=True)
+        self.nodes[i] = self.procs.start(
+            f"supernode{i}",
             [str(BIN / "flower-supernode"), "--insecure",
-             "--superlink", f"127.0.0.1:{self.fleet}",
-             "--clientappio-api-address", f"127.0.0.1:{port}",
-             "--node-config", f"partition-id={i} num-partitions={NODES}",
-             "--flwr-dir", str(self.root / f"flwr-node{i}")],
-            self.root / f"supernode{i}.log", self.env,
+             "--superlink", f"127.0.0.1:{self.port}", "--port", str(port),
+             "--node-config", f"partition-id={i} num-partitions={NODES}"],
+            env={"FLWR_HOME": str(home)},
         )  # fmt: skip
 
     def kill_node(self, i: int) -> None:
         """SIGKILL the SuperNode of partition ``i`` and its ClientApp processes (a crash)."""
-        self.stopped.append(self.nodes[i])
-        _stop([self.nodes[i]], signal.SIGKILL)
+        self.procs.kill(self.nodes[i])
 
     def submit(self, run_config: str) -> None:
-        """``flwr run . local-deployment`` against this SuperLink."""
+        """``flwr run . local-deployment`` from the repository root."""
+        before = (ROOT / "pyproject.toml").read_bytes()
         submit = subprocess.run(
-            [str(BIN / "flwr"), "run", ".", "local-deployment",
-             "--federation-config", f"address='127.0.0.1:{self.control}'",
-             "--run-config", run_config],
+            [str(BIN / "flwr"), "run", ".", "local-deployment", "--run-config", run_config],
             cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120, check=False,
+            stdin=subprocess.DEVNULL,
         )  # fmt: skip
         assert "Successfully started run" in submit.stdout, submit.stdout + submit.stderr
+        assert (ROOT / "pyproject.toml").read_bytes() == before, "flwr run rewrote pyproject.toml"
 
     def logs(self) -> str:
-        return "".join(p.read_text()[-3000:] for p in self.root.glob("*.log"))
+        return self.procs.logs()
 
     def stop(self) -> None:
-        _stop([*self.nodes.values(), *self.stopped, self.superlink])
+        self.procs.stop()
 
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
     fed = Federation(tmp_path_factory.mktemp("deployment"))
     try:
-        time.sleep(3)
         for i in range(NODES):
             fed.start_node(i)
         yield fed

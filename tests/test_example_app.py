@@ -1,15 +1,18 @@
-"""examples/sklearn-metric-dp on the newest Flower: simulation engine and a real SuperLink.
+"""examples/sklearn-metric-dp on Flower 1.42: simulation engine and a real SuperLink.
 
 The app (scikit-learn logistic regression, Flower's template plus one ``MetricDP`` line) is
-submitted with ``flwr run`` exactly as a user would, to Flower's own ``flower-superlink``
+submitted with ``flwr run`` exactly as its README says, to Flower's own ``flower-superlink``
 (``--simulation`` for the simulation engine; with four ``flower-supernode`` processes for
-the deployment engine) on free loopback ports, with a throwaway ``FLWR_HOME`` holding the
-SuperLink connections. Runs in CI's base-install environment (``make test-flower-range``):
-Flower >= 1.40, where SuperLink connections live in ``$FLWR_HOME/config.toml``; skipped on
-the pinned 1.23 stack, whose deployment path tests/test_deployment.py covers.
+the deployment engine) on free loopback ports, started with
+``--disable-runtime-dependency-installation`` (offline: nothing is installed at run time),
+with a throwaway ``FLWR_HOME`` holding the SuperLink connection in ``config.toml``. Runs in
+the main environment (``make test``); needs Flower >= 1.40 (SuperLink connections in
+``$FLWR_HOME/config.toml``, one HTTP port per SuperLink).
 
 Checked per round from the app's ``output-file``: σ = z·C/(m·d) with the d it reports,
-d > 0, ε (comparison) strictly growing, and the model learns (accuracy well above chance).
+d > 0, ε (comparison) strictly growing, and the model learns (accuracy well above chance);
+and the app's ``pyproject.toml`` is byte-identical after ``flwr run`` (Flower >= 1.24 rewrites
+an app's pyproject.toml that still holds ``[tool.flwr.federations]``).
 On the SuperLink the clients only train (``fraction-evaluate=0``): every message starts a
 ClientApp process there, and CI time matters; the simulation run has client evaluation.
 """
@@ -19,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from importlib.metadata import version
@@ -37,7 +39,7 @@ Z, C, M, ROUNDS = 0.1, 10.0, 4, 2
 
 pytestmark = [
     pytest.mark.example,
-    pytest.mark.skipif(FLWR < (1, 40), reason="runs on the newest Flower (make test-flower-range)"),
+    pytest.mark.skipif(FLWR < (1, 40), reason="the run commands of Flower >= 1.40"),
 ]
 
 
@@ -73,16 +75,16 @@ def _superlink(procs, tmp_path: Path, port: int, *extra: str) -> None:
 
 
 def _flwr_run(env, connection: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    """``flwr run`` on a copy of the app: Flower 1.24+ rewrites an app's pyproject.toml on its
-    first run (it moves ``[tool.flwr.federations]`` to $FLWR_HOME), never the repository's."""
-    app = out.parent / "app"
-    shutil.copytree(APP, app, ignore=shutil.ignore_patterns("__pycache__"))
+    """``flwr run`` of the app in the repository, which it must leave untouched."""
+    before = (APP / "pyproject.toml").read_bytes()
     overrides = f"output-file='{out}' noise-multiplier={Z} clipping-norm={C} num-clients={M}"
-    return subprocess.run(
-        [str(BIN / "flwr"), "run", str(app), connection, "--stream",
+    run = subprocess.run(
+        [str(BIN / "flwr"), "run", str(APP), connection, "--stream",
          "--run-config", f"{overrides} num-server-rounds={ROUNDS}", *extra],
         env=env, capture_output=True, text=True, timeout=420, check=False, stdin=subprocess.DEVNULL,
     )  # fmt: skip
+    assert (APP / "pyproject.toml").read_bytes() == before, "flwr run rewrote pyproject.toml"
+    return run
 
 
 def _check_rounds(out: Path, context: str) -> list[dict]:

@@ -1,4 +1,4 @@
-"""IFCA end to end in real Flower simulations (``fedpriv run`` -> flower-simulation).
+"""IFCA end to end in real Flower simulations (``fedpriv run`` -> ``scenarios.simulation_runner``).
 
 Two simulations, each running several IFCA configurations one after the other through
 ``ifca-sweep`` (one Ray/TF start-up per dataset):

@@ -148,11 +148,16 @@ def _items(overrides: dict) -> str:
 
 @pytest.fixture
 def fedpriv_main(monkeypatch):
-    """``scenarios.cli.main`` with the simulation launcher replaced by a tripwire."""
+    """``scenarios.cli.main`` with the simulation launcher replaced by a tripwire (other
+    subprocesses pass: a first TensorFlow import runs ``uname -p`` through h5py)."""
     from scenarios import cli, launch
 
-    def tripwire(*args, **kwargs):
-        raise AssertionError(f"a bad input reached the simulation: {args[0]}")
+    real_run = subprocess.run
+
+    def tripwire(cmd, *args, **kwargs):
+        if "scenarios.simulation_runner" in map(str, cmd):
+            raise AssertionError(f"a bad input reached the simulation: {cmd}")
+        return real_run(cmd, *args, **kwargs)
 
     monkeypatch.setattr(launch.subprocess, "run", tripwire)
     return cli.main

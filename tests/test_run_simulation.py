@@ -1,4 +1,4 @@
-"""End-to-end runs on Flower's simulation engine (real flower-simulation, Ray backend)."""
+"""End-to-end runs on Flower 1.42's simulation engine (``scenarios.simulation_runner``, Ray)."""
 
 import json
 import subprocess

@@ -1,8 +1,8 @@
 """A NaN or malformed client update never reaches the global model (SPEC §7)."""
 
 import numpy as np
-from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.app import Error
+from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
 from strategies.validating import ValidUpdatesOnly
