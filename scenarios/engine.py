@@ -160,6 +160,22 @@ def summarise(cfg: Mapping[str, Any], rounds: list[dict], final: dict, extra: di
     }
 
 
+def environment() -> dict[str, str]:
+    """The stack the run trained on: Keras backend and the versions that move numbers."""
+    import platform
+    from importlib.metadata import version
+
+    import keras
+
+    return {
+        "keras-backend": keras.config.backend(),
+        "keras": keras.__version__,
+        "flwr": version("flwr"),
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+
+
 def write_final_outputs(
     cfg, data, weights, rounds, runlog: RunLog, extra: dict, catalog: Catalog
 ) -> dict:
@@ -168,6 +184,7 @@ def write_final_outputs(
     proba = predict_proba(model, weights, data.x_test)
     final = classification_report(data.y_test, proba)
     summary = summarise(cfg, rounds, final, extra)
+    summary["environment"] = environment()
     summary.update(catalog.summary_blocks(cfg, rounds))
     runlog.write_summary(summary)
     model.set_weights(weights)

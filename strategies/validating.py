@@ -24,8 +24,15 @@ from flwr.serverapp.strategy.strategy import Strategy
 from strategies.base import StrategyWrapper
 
 
+# The largest change of one weight in one round that a reply may carry: |w_i - w_g| <= 1e9.
+# Beyond it a finite reply (1e18, say) overflows the float32 squared norm that clipping and
+# the distances compute, and would stop the round; no model trained by SGD moves that far.
+MAX_CHANGE = 1e9
+
+
 def update_problem(reply: Message, reference: dict[str, np.ndarray]) -> Optional[str]:
-    """Why a training reply is unusable, or None if it is fine."""
+    """Why a training reply is unusable, or None if it is fine: exactly one ArrayRecord with
+    the global model's keys and shapes, finite values, no weight moved more than MAX_CHANGE."""
     records = list(reply.content.array_records.values())
     if len(records) != 1:
         return f"expected 1 ArrayRecord, got {len(records)}"
@@ -38,6 +45,9 @@ def update_problem(reply: Message, reference: dict[str, np.ndarray]) -> Optional
             return f"array {key!r} has shape {value.shape}, expected {reference[key].shape}"
         if not np.all(np.isfinite(value)):
             return f"array {key!r} has NaN or Inf values"
+        change = np.max(np.abs(value.astype(np.float64) - reference[key]), initial=0.0)
+        if change > MAX_CHANGE:
+            return f"array {key!r} moved by {change:.3g}, more than {MAX_CHANGE:.0e}"
     return None
 
 

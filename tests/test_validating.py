@@ -71,3 +71,29 @@ def test_failures_follow_accept_failures():
     _configure(lenient, g)
     arrays, _ = lenient.aggregate_train(1, [ok, error_reply(2)])
     assert np.allclose(arrays.to_numpy_ndarrays()[0], 1.0)
+
+
+def test_huge_finite_and_two_record_replies_are_rejected_and_named_through_global_dp():
+    """Issue 20 point 7: a reply of finite 1e18 values and a reply with two ArrayRecords are
+    rejected like NaN (named in the round record) in front of the global-DP wrapper, whose
+    clipping would otherwise compute a non-finite norm; the round aggregates the rest."""
+    from strategies.dp_wrappers import ServerSideFixedClippingDP
+
+    g = [np.zeros((2, 2), np.float32), np.zeros(3, np.float32)]
+    inner = ServerSideFixedClippingDP(
+        FedAvg(min_available_nodes=1, min_train_nodes=1),
+        noise_multiplier=0.0, clipping_norm=100.0, num_sampled_clients=3,
+    )  # fmt: skip
+    strategy = ValidUpdatesOnly(inner)
+    _configure(strategy, g)
+    good = [np.ones((2, 2), np.float32), np.ones(3, np.float32)]
+    huge = [np.full((2, 2), 1e18, np.float32), np.ones(3, np.float32)]
+    two = reply(good, 3)
+    two.content["extra"] = ArrayRecord([np.ones(3, np.float32)])
+    arrays, _ = strategy.aggregate_train(1, [reply(good, 1), reply(huge, 2), two])
+    out = arrays.to_numpy_ndarrays()
+    assert all(np.all(np.isfinite(a)) for a in out)
+    assert set(strategy.round_metrics()["rejected-nodes"]) == {2, 3}
+    assert "moved by 1e+18" in strategy.last_round["rejected"][2]
+    assert "expected 1 ArrayRecord, got 2" in strategy.last_round["rejected"][3]
+    assert not strategy.round_metrics()["aggregation-skipped"]
