@@ -23,7 +23,6 @@ from flwr.serverapp.strategy.strategy import Strategy
 
 from strategies.base import StrategyWrapper
 
-
 # The largest change of one weight in one round that a reply may carry: |w_i - w_g| <= 1e9.
 # Beyond it a finite reply (1e18, say) overflows the float32 squared norm that clipping and
 # the distances compute, and would stop the round; no model trained by SGD moves that far.
