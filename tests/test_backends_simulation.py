@@ -24,8 +24,11 @@ MRI = {
     "local-epochs": 2,
     "image-size": 32,
 }
-BANDS = {"default": 0.85, "mri": 0.5}  # final accuracy at least this (chance: 0.1, 0.25)
-BACKEND_GAP = {"default": 0.05, "mri": 0.2}
+# Final accuracy at least this. digits: the default run's documented 0.989 (chance 0.1);
+# synthetic-mri after 3 short rounds: 0.41-0.46 documented (docs/results/mp-grid-synthetic.md,
+# a pipeline check, not MP's numbers), measured 0.475 on both backends here (chance 0.25).
+BANDS = {"default": 0.85, "mri": 0.4}
+BACKEND_GAP = {"default": 0.05, "mri": 0.1}
 
 
 @pytest.fixture(scope="module")
