@@ -387,6 +387,7 @@ def round_report(
     epsilon: Optional[dict[str, Any]] = None,
     round_noise_multiplier: Optional[float] = None,
     weighting: str = "uniform",
+    no_epsilon: Optional[str] = None,
 ) -> dict[str, Any]:
     """The ``round_metrics()`` dict both adapters return (keys of rounds.jsonl).
 
@@ -397,7 +398,8 @@ def round_report(
     ``dp-fallback``, ``dp-sigma-lower-bound`` and ``dp-heuristic`` — and no ε. When fewer
     than m clients report, ``dp-underfilled`` says so. Global DP with an accountant:
     ``dp-epsilon`` (the headline upper bound), ``dp-epsilon-pld``, ``dp-epsilon-rdp``,
-    ``dp-delta``, ``dp-accountant``, ``dp-adjacency``, ``dp-sampling``, ``dp-noised-rounds``.
+    ``dp-delta``, ``dp-accountant``, ``dp-adjacency``, ``dp-sampling``, ``dp-noised-rounds``;
+    an aggregator that is not a mean (FedMedian) gets ``dp-no-epsilon`` (why) instead.
     """
     info = info or {}
     out: dict[str, Any] = {
@@ -428,6 +430,8 @@ def round_report(
             "mean is C/n > C/m with sigma calibrated to m; the guarantee is weaker "
             "(accounted with noise multiplier sigma*n/C)"
         )
+    if no_epsilon:
+        out["dp-no-epsilon"] = no_epsilon
     if epsilon is not None and not isinstance(mechanism, MetricScaledGaussian):
         for key in ("epsilon", "epsilon_pld", "epsilon_rdp"):
             out["dp-" + key.replace("_", "-")] = epsilon.get(key)

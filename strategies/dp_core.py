@@ -26,6 +26,11 @@ from fedpriv.dp import (
 )
 from fedpriv.validation import not_allowed
 
+NO_EPSILON_NOT_A_MEAN = (
+    "no epsilon: the inner strategy is not a mean of the clipped updates (the median's "
+    "sensitivity is not C/m); the noise is added to its output as Flower does"
+)
+
 _log = getLogger("flwr")  # Flower's logger, as ``flwr.common.log`` writes to
 
 
@@ -67,6 +72,8 @@ class DPWrapperCore:
     step_name = "aggregate"  # the API's aggregation step (log lines)
     reply_name = "replies"  # what the API calls the clients' answers (log lines)
     supports_poisson = False
+    # the API's aggregators that are not a (weighted) mean: noised after them, no ε
+    not_mean_types: tuple[type, ...] = ()
 
     def __init__(
         self,
@@ -97,6 +104,10 @@ class DPWrapperCore:
         if not isinstance(accept_failures, bool):
             raise not_allowed("accept_failures", accept_failures, "True or False")
         self.strategy = strategy
+        # noise the clipped mean BEFORE the inner strategy (its optimizer state then only
+        # sees noised means); only for a mean: a median/trimmed/Krum aggregator gets the
+        # noise after it and no ε
+        self.noise_first = not isinstance(strategy, self.not_mean_types)
         self.mechanism = mechanism or self.mechanism_class(
             noise_multiplier=noise_multiplier,
             clipping_norm=clipping_norm,
@@ -189,6 +200,8 @@ class DPWrapperCore:
         out: dict[str, Any] = {"round_noise_multiplier": z_round}
         if self.accountant is None or isinstance(self.mechanism, MetricScaledGaussian):
             return out
+        if not self.noise_first:
+            return {**out, "no_epsilon": NO_EPSILON_NOT_A_MEAN}
         event = self.mechanism.round_event(
             stdv, num_reports=n, weights=weights, **self.accountant.sampling_spec()
         )

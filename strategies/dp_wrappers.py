@@ -43,7 +43,9 @@ from typing import Optional
 import numpy as np
 from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict, log
 from flwr.server import Grid
+from flwr.serverapp.strategy import Bulyan, FedMedian, FedTrimmedAvg, Krum, MultiKrum, QFedAvg
 from flwr.serverapp.strategy.strategy import Strategy
+from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords, aggregate_metricrecords
 
 from strategies.array_records import named_record
 from strategies.base import StrategyWrapper
@@ -67,6 +69,21 @@ def copy_with_arrays(
             record = MetricRecord({**dict(record), unit_weight_key: 1})
         items[name] = record
     return Message(content=RecordDict(items), metadata=copy.copy(reply.metadata))
+
+
+def _one_reply(template: Message, arrays: ArrayRecord, weight_key: str) -> Message:
+    """A copy of ``template`` whose only ArrayRecord is ``arrays`` (under the template's first
+    ArrayRecord name) and whose weight under ``weight_key`` is 1."""
+    name = next(iter(template.content.array_records))
+    items = {
+        k: r for k, r in template.content.items() if not isinstance(r, ArrayRecord) or k == name
+    }
+    reply = Message(content=RecordDict(items), metadata=copy.copy(template.metadata))
+    return copy_with_arrays(reply, {name: arrays}, unit_weight_key=weight_key)
+
+
+def _has_metrics(contents: list[RecordDict]) -> bool:
+    return all(len(c.metric_records) > 0 for c in contents)
 
 
 def reply_weight(reply: Message, key: str) -> float:
@@ -96,6 +113,7 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
     step_name = "aggregate_train"
     reply_name = "replies"
     supports_poisson = True
+    not_mean_types = (FedMedian, FedTrimmedAvg, Krum, MultiKrum, Bulyan, QFedAvg)
 
     def reset_reference(self) -> None:
         """No global arrays yet (``configure_train`` sets them)."""
@@ -121,7 +139,15 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
-        """Clip each reply, aggregate with the wrapped strategy, add Gaussian noise."""
+        """Clip each reply, noise their mean, let the wrapped strategy post-process it.
+
+        A mean (FedAvg, FedAvgM, FedProx, FedOpt, FedYogi): ``w_g + mean(clip(Δ_i)) + N(0, σ²)``
+        is handed to the wrapped strategy as ONE reply of weight 1, so its aggregate is the
+        noised mean and its optimizer state (momentum, Adam/Yogi moments) only ever sees noised
+        means: every release is post-processing of the accounted Gaussian mechanism. Metrics
+        are aggregated from the clipped replies by the wrapped strategy's metric function.
+        Not a mean (FedMedian, trimmed mean, Krum): noise after its aggregate, no ε.
+        """
         replies = list(replies)
         ok = [m for m in replies if not m.has_error()]
         failures = len(replies) - len(ok)
@@ -130,17 +156,42 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
         if self.skip_round(len(ok), failures, "no replies with content"):
             return None, None
         clipped_replies, stdv, info, flags = self._clip(ok)
-        arrays, metrics = self.strategy.aggregate_train(server_round, clipped_replies)
-        noised = bool(arrays)
-        if noised and self.poisson:
-            arrays = self._fixed_denominator(arrays, len(ok))
-        if noised:
+        if self.noise_first:
+            arrays, metrics = self._noised_mean_through(server_round, clipped_replies, stdv)
+        else:
+            arrays, metrics = self._noise_after(server_round, clipped_replies, stdv)
+        ids = [m.metadata.src_node_id for m in ok]
+        self.record_round(stdv, info, ids=ids, flags=flags, weights=self._weights(ok),
+                          noised=bool(arrays), num_failures=failures)  # fmt: skip
+        return arrays, metrics
+
+    def _noised_mean_through(
+        self, server_round: int, clipped: list[Message], stdv: float
+    ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
+        """``w_g + mean Δ + N(0, σ²)`` (FedAvg's own arithmetic for the mean) as one reply."""
+        key = self._weight_key()
+        contents = [m.content for m in clipped]
+        mean = aggregate_arrayrecords(contents, key)
+        if self.poisson:
+            mean = self._fixed_denominator(mean, len(clipped))
+        noisy = self.mechanism.add_noise(mean.to_numpy_ndarrays(), stdv, self.rng)
+        self.noised_mean = named_record(mean.keys(), noisy)
+        log(INFO, "aggregate_train: DP noise with stdev %.6g added to the clipped mean", stdv)
+        one = _one_reply(clipped[0], self.noised_mean, key)
+        arrays, _ = self.strategy.aggregate_train(server_round, [one])
+        metrics_fn = getattr(self.strategy, "train_metrics_aggr_fn", aggregate_metricrecords)
+        metrics = metrics_fn(contents, key) if _has_metrics(contents) else None
+        return arrays, metrics
+
+    def _noise_after(
+        self, server_round: int, clipped: list[Message], stdv: float
+    ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
+        """Not a mean (FedMedian): the wrapped strategy aggregates, the noise comes after."""
+        arrays, metrics = self.strategy.aggregate_train(server_round, clipped)
+        if arrays:
             noisy = self.mechanism.add_noise(arrays.to_numpy_ndarrays(), stdv, self.rng)
             arrays = named_record(arrays.keys(), noisy)
             log(INFO, "aggregate_train: DP noise with stdev %.6g added", stdv)
-        ids = [m.metadata.src_node_id for m in ok]
-        self.record_round(stdv, info, ids=ids, flags=flags, weights=self._weights(ok),
-                          noised=noised, num_failures=failures)  # fmt: skip
         return arrays, metrics
 
     def _fixed_denominator(self, arrays: ArrayRecord, num_reports: int) -> ArrayRecord:

@@ -260,7 +260,7 @@ def test_inputs_are_not_modified():
 # --- clipping -----------------------------------------------------------------------------------
 
 
-def test_clipped_count_and_nodes_and_clipped_models_reach_the_inner_strategy():
+def test_clipped_count_and_nodes_and_the_clipped_mean_reaches_the_inner_strategy():
     reference = global_model()
     models = client_models([0.5, 2.0, 3.0, 0.99])
     seen = {}
@@ -269,6 +269,7 @@ def test_clipped_count_and_nodes_and_clipped_models_reach_the_inner_strategy():
         def aggregate_train(self, server_round, replies):
             replies = list(replies)
             seen["models"] = [m.content["arrays"].to_numpy_ndarrays() for m in replies]
+            seen["weights"] = [m.content["metrics"]["num-examples"] for m in replies]
             return super().aggregate_train(server_round, replies)
 
     wrapper = ServerSideFixedClippingDP(
@@ -276,20 +277,18 @@ def test_clipped_count_and_nodes_and_clipped_models_reach_the_inner_strategy():
         rng=np.random.default_rng(0),
     )  # fmt: skip
     wrapper.current_arrays = ArrayRecord(reference)
-    arrays, _ = wrapper.aggregate_train(1, replies(models))
+    arrays, metrics = wrapper.aggregate_train(1, replies(models))
     report = wrapper.round_metrics()
     assert report["dp-num-clipped"] == 2
     assert report["dp-clipped-nodes"] == [101, 102]
-    for got, model in zip(seen["models"], models):
-        want = clip_by_hand(model, reference, 1.0)
-        delta = math.sqrt(sum(float(np.sum((g - r) ** 2)) for g, r in zip(got, reference)))
-        assert delta <= 1.0 + 1e-5
-        for g, w in zip(got, want):
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
-    # z = 0: no noise, the aggregate is the plain (example-weighted) mean of clipped models
-    mean = [np.mean([m[i] for m in seen["models"]], axis=0) for i in range(len(SHAPES))]
-    for a, b in zip(arrays.to_numpy_ndarrays(), mean):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    # z = 0: the inner strategy sees ONE reply of weight 1, the uniform mean of the models
+    # clipped by hand (independent float64 clipping)
+    assert seen["weights"] == [1] and len(seen["models"]) == 1
+    clipped = [clip_by_hand(m, reference, 1.0) for m in models]
+    mean = [np.mean([c[i] for c in clipped], axis=0) for i in range(len(SHAPES))]
+    for got, want, out in zip(seen["models"][0], mean, arrays.to_numpy_ndarrays()):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(out, got)
 
 
 # --- metric DP edge cases -----------------------------------------------------------------------
