@@ -8,8 +8,9 @@ of Flower's records. One round, for a global model ``w_g`` and client models ``w
 1. clip every client model relative to the round's global model (FlatClip):
    ``w_i ← w_g + Δ_i · min(1, C/‖Δ_i‖)``, ``Δ_i = w_i − w_g``, flat L2 norm over all layers
    (:meth:`FixedClippingGaussian.clip`, ``fedpriv.mechanisms.clip_model_to_reference``);
-2. the inner strategy aggregates the clipped models;
-3. Gaussian noise ``N(0, σ²)`` is added to every element of the aggregate
+2. the clipped models are averaged (FedAvg's arithmetic: uniform, or by example counts);
+3. Gaussian noise ``N(0, σ²)`` is added to every element of that mean, which the inner
+   strategy (its server optimizer) then receives as its only reply
    (:meth:`FixedClippingGaussian.add_noise`), with
 
    * global DP (:class:`FixedClippingGaussian`): ``σ = z·C/m``;
@@ -34,9 +35,10 @@ valid upper bound, named with its accountant, adjacency and sampling). Honest ca
   treated as public) and per-client figures use each client's own weight;
 * fewer reports than m (failures accepted, invalid updates dropped): weight 1/n > 1/m with
   σ calibrated to m, noise multiplier ``z·n/m`` — accounted that way and reported;
-* strategies that are not a mean (FedMedian) or transform the mean before the noise
-  (FedAvgM, FedOpt/FedYogi) are wrapped exactly as Flower wraps them, but the accountant's
-  sensitivity assumption is then not a proof (said in the summary).
+* the wrappers noise the clipped mean BEFORE the inner strategy and hand it the noised mean
+  as one reply, so stateful server optimizers (FedAvgM, FedOpt/FedYogi) only post-process
+  noised means and ε holds for them; an aggregator that is not a mean (FedMedian) gets the
+  noise after its aggregate, as Flower does, and no ε (its sensitivity is not C/m).
 
 Metric DP is a heuristic (:data:`METRIC_HEURISTIC`): no ε is reported for it, only σ, d and
 the floor :func:`fedpriv.mechanisms.metric_sigma_lower_bound` that σ never goes below.

@@ -40,12 +40,13 @@ from scenarios.schema import ConfigError
 DP_MODES = ("global-dp", "metric-dp")
 
 SENSITIVITY_NOTE = (
-    "The (epsilon, delta) accounting assumes the inner strategy's aggregate is the uniform "
-    "mean of the clipped client models (sensitivity C/m). FedAvg weights by num-examples "
-    "(equal only for equal partitions); FedMedian is not a mean and FedAvgM/FedOpt/FedYogi "
-    "transform the mean before the noise is added (as Flower's wrapper does), so for them the "
-    "figure is the one Flower's usage implies, not a proof."
+    "The (epsilon, delta) accounting is of the Gaussian mechanism on the mean of the clipped "
+    "client updates (sensitivity C/m uniform; C*w_max with dp-weighting = examples). The noise "
+    "is added to that mean BEFORE the server optimizer, so FedAvg, FedAvgM, FedProx, FedOpt and "
+    "FedYogi release post-processing of noised means only (their momentum / moments never see "
+    "an un-noised aggregate). FedMedian is not a mean: noised after its aggregate, no epsilon."
 )
+NOT_A_MEAN_STRATEGIES = ("fedmedian",)
 
 
 def sampled_per_round(cfg: Mapping[str, Any]) -> int:
@@ -153,6 +154,12 @@ def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
         "sensitivity_note": SENSITIVITY_NOTE,
         "unaccounted": unaccounted_channels(cfg),
     }
+    if mode == "global-dp" and cfg["strategy"] in NOT_A_MEAN_STRATEGIES:
+        from strategies.dp_core import NO_EPSILON_NOT_A_MEAN
+
+        block["guarantee"] = NO_EPSILON_NOT_A_MEAN
+        block["epsilon"] = None
+        return {"privacy": block, **_figures(cfg, block, None, "no ε: not a mean (FedMedian)")}
     if mode == "global-dp":
         report = epsilon_for_rounds(
             [r.get("dp-round-noise-multiplier", r.get("dp-sum-noise-multiplier")) for r in noised],
@@ -181,9 +188,11 @@ def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
     return {"privacy": block, **_figures(cfg, block, None)}
 
 
-def _figures(cfg: Mapping[str, Any], block: Mapping[str, Any], report: Any) -> dict:
+def _figures(
+    cfg: Mapping[str, Any], block: Mapping[str, Any], report: Any, no_bound: str = "heuristic, no ε"
+) -> dict:
     """The typed figures every report shows (metric DP: a heuristic, no ε)."""
-    bound = "heuristic, no ε"
+    bound = no_bound
     if report is not None:
         bound = "; ".join(dict.fromkeys(str(report.get(k, "")) for k in ("adjacency", "sampling")))
     figures = PrivacyFigures(

@@ -44,7 +44,8 @@ from flwr.common import (
 )
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
-from flwr.server.strategy import Strategy
+from flwr.server.strategy import Bulyan, FedMedian, FedTrimmedAvg, Krum, QFedAvg, Strategy
+from flwr.server.strategy.aggregate import aggregate_inplace
 
 from strategies.dp_core import DPWrapperCore, MetricOptions
 
@@ -69,6 +70,7 @@ class LegacyServerSideFixedClippingDP(DPWrapperCore, Strategy):
     other_api = "use strategies.dp_wrappers for the Message API"
     step_name = "aggregate_fit"
     reply_name = "results"
+    not_mean_types = (FedMedian, FedTrimmedAvg, Krum, Bulyan, QFedAvg)
 
     def reset_reference(self) -> None:
         """No global parameters yet (``configure_fit`` sets them)."""
@@ -89,7 +91,8 @@ class LegacyServerSideFixedClippingDP(DPWrapperCore, Strategy):
     def aggregate_fit(
         self, server_round: int, results: FitResults, failures: FitFailures
     ) -> tuple[Optional[Parameters], dict[str, Scalar]]:
-        """Clip each result, aggregate with the wrapped strategy, add Gaussian noise."""
+        """Clip each result, noise their mean, let the wrapped strategy post-process it
+        (as :meth:`strategies.dp_wrappers.ServerSideFixedClippingDP.aggregate_train`)."""
         if self.skip_round(len(results), len(failures), "no results"):
             return None, {}
         rnd = self.mechanism.process(
@@ -101,16 +104,35 @@ class LegacyServerSideFixedClippingDP(DPWrapperCore, Strategy):
             (proxy, _with_parameters(res, arrays, unit_weight=unit))
             for (proxy, res), arrays in zip(results, rnd.models)
         ]
-        params, metrics = self.strategy.aggregate_fit(server_round, clipped_results, failures)
+        if self.noise_first:
+            params, metrics = self._noised_mean_through(server_round, clipped_results, rnd.stdv)
+        else:
+            params, metrics = self.strategy.aggregate_fit(server_round, clipped_results, failures)
+            if params:
+                noisy = self.mechanism.add_noise(parameters_to_ndarrays(params), rnd.stdv, self.rng)
+                params = ndarrays_to_parameters(noisy)
         noised = bool(params)
-        if noised:
-            noisy = self.mechanism.add_noise(parameters_to_ndarrays(params), rnd.stdv, self.rng)
-            params = ndarrays_to_parameters(noisy)
-            log(INFO, "aggregate_fit: DP noise with stdev %.6g added", rnd.stdv)
         weights = None if unit else [float(res.num_examples) for _, res in results]
         ids = [getattr(proxy, "node_id", i) for i, (proxy, _) in enumerate(results)]
         self.record_round(rnd.stdv, rnd.info, ids=ids, flags=list(rnd.clipped),
                           weights=weights, noised=noised, num_failures=len(failures))  # fmt: skip
+        return params, metrics
+
+    def _noised_mean_through(
+        self, server_round: int, clipped: FitResults, stdv: float
+    ) -> tuple[Optional[Parameters], dict[str, Scalar]]:
+        """``w_g + mean Δ + N(0, σ²)`` (legacy FedAvg's in-place arithmetic for the mean),
+        handed to the wrapped strategy as one result of weight 1; metrics from ``clipped``."""
+        mean = aggregate_inplace(clipped)  # fresh arrays: the results are not modified
+        noisy = self.mechanism.add_noise(mean, stdv, self.rng)
+        log(INFO, "aggregate_fit: DP noise with stdev %.6g added to the clipped mean", stdv)
+        proxy, res = clipped[0]
+        one = [(proxy, _with_parameters(res, noisy, unit_weight=True))]
+        params, _ = self.strategy.aggregate_fit(server_round, one, [])
+        metrics_fn = getattr(self.strategy, "fit_metrics_aggregation_fn", None)
+        metrics = (
+            metrics_fn([(r.num_examples, r.metrics) for _, r in clipped]) if metrics_fn else {}
+        )
         return params, metrics
 
     def configure_evaluate(
