@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from flwr.common import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvgM, FedMedian, FedYogi
 
 from fedpriv.dp import GaussianRoundsAccountant
