@@ -155,7 +155,7 @@ def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict
     elif mode == "global-dp":
         out["upper_bound_note"] = "no canary bound: the aggregate is not a weighted mean"
     if mode == "global-dp":
-        out["epsilon_upper_bound_run"] = _run_headline(cfg, len(canary.real_reports))
+        out["epsilon_upper_bound_run"] = _run_headline(cfg, len(canary.real_reports), dp_history)
     if mode == "metric-dp":
         clip = float(cfg["clipping-norm"])
         sigmas = [r.get("dp-sigma") for r in dp_history if r.get("dp-noised")]
@@ -177,21 +177,26 @@ def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict
 
 
 def _noise_clients(cfg: Mapping[str, Any]) -> int:
-    sampled = int(cfg["clients-per-round"]) or int(cfg["num-clients"])
-    return int(cfg.get("num-sampled-clients", 0)) or sampled
+    from fedpriv.participation import Participation
+
+    return Participation.from_config(cfg).noise_clients
 
 
-def _run_headline(cfg: Mapping[str, Any], rounds: int) -> Any:
-    from fedpriv.dp import epsilon_for_rounds
+def _run_headline(cfg: Mapping[str, Any], rounds: int, dp_history: list[dict]) -> Any:
+    """The run's headline ε by the one global-DP function (the multipliers the wrapper
+    charged; without a history, z·m/m' for ``rounds`` rounds)."""
+    from fedpriv.accounting.rounds import global_dp_epsilon
+    from fedpriv.participation import Participation
 
-    sampled = int(cfg["clients-per-round"]) or int(cfg["num-clients"])
-    report = epsilon_for_rounds(
-        [float(cfg["noise-multiplier"])] * rounds,
-        sampled=sampled,
-        population=int(cfg["num-clients"]),
-        delta=float(cfg["dp-delta"]),
+    part = Participation.from_config(cfg)
+    charged = [r.get("dp-round-noise-multiplier") for r in dp_history if r.get("dp-noised")]
+    if not charged or None in charged:
+        z = float(cfg["noise-multiplier"])
+        charged = [z * part.per_round / part.noise_clients] * rounds
+    report = global_dp_epsilon(
+        charged, part, delta=float(cfg["dp-delta"]), weighting=str(cfg["dp-weighting"])
     )
-    return _num(report.get("epsilon_pld") or report.get("epsilon_rdp"))
+    return _num(report.get("epsilon"))
 
 
 def _num(value: Any) -> Any:

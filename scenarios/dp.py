@@ -30,8 +30,10 @@ from typing import Any
 import numpy as np
 
 from fedpriv import seeds
+from fedpriv.accounting.rounds import global_dp_accountant, global_dp_epsilon, is_conditional
 from fedpriv.disclosure import unaccounted_channels
-from fedpriv.dp import METRIC_HEURISTIC, epsilon_for_rounds
+from fedpriv.dp import METRIC_HEURISTIC
+from fedpriv.participation import Participation
 from fedpriv.records import PrivacyFigures, mean_of
 from scenarios.feature import Catalog, Command, Feature
 from scenarios.keys_dp import KEYS
@@ -50,18 +52,18 @@ NOT_A_MEAN_STRATEGIES = ("fedmedian",)
 
 
 def sampled_per_round(cfg: Mapping[str, Any]) -> int:
-    """Clients actually sampled per round: ``clients-per-round`` or all ``num-clients``."""
-    return int(cfg["clients-per-round"]) or int(cfg["num-clients"])
+    """Clients actually sampled per round (:class:`fedpriv.participation.Participation`)."""
+    return Participation.from_config(cfg).per_round
 
 
 def noise_clients(cfg: Mapping[str, Any]) -> int:
-    """m of σ = z·C/m: ``num-sampled-clients``, else the clients sampled per round."""
-    return int(cfg["num-sampled-clients"]) or sampled_per_round(cfg)
+    """m of σ = z·C/m (:class:`fedpriv.participation.Participation`)."""
+    return Participation.from_config(cfg).noise_clients
 
 
 def conditional_accounting(cfg: Mapping[str, Any]) -> bool:
     """Examples weighting with sampling: account each round given the realised sample."""
-    return cfg["dp-weighting"] == "examples" and sampled_per_round(cfg) < int(cfg["num-clients"])
+    return is_conditional(str(cfg["dp-weighting"]), Participation.from_config(cfg))
 
 
 def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
@@ -71,7 +73,6 @@ def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator)
     Metric DP gets no accountant: it is a heuristic and reports no ε.
     """
     del rng
-    from fedpriv.dp import GaussianRoundsAccountant
     from strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
 
     common = dict(
@@ -89,12 +90,10 @@ def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator)
             min_distance=float(cfg["min-distance"]),
             **common,
         )
-    accountant = GaussianRoundsAccountant(
-        sampled=sampled_per_round(cfg),
-        population=int(cfg["num-clients"]),
+    accountant = global_dp_accountant(
+        Participation.from_config(cfg),
         delta=float(cfg["dp-delta"]),
-        sampling=str(cfg["client-sampling"]),
-        conditional=conditional_accounting(cfg),
+        weighting=str(cfg["dp-weighting"]),
     )
     poisson = cfg["client-sampling"] == "poisson"
     return ServerSideFixedClippingDP(strategy, accountant=accountant, poisson=poisson, **common)
@@ -161,13 +160,11 @@ def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
         block["epsilon"] = None
         return {"privacy": block, **_figures(cfg, block, None, "no ε: not a mean (FedMedian)")}
     if mode == "global-dp":
-        report = epsilon_for_rounds(
+        report = global_dp_epsilon(
             [r.get("dp-round-noise-multiplier", r.get("dp-sum-noise-multiplier")) for r in noised],
-            sampled=sampled_per_round(cfg),
-            population=int(cfg["num-clients"]),
+            Participation.from_config(cfg),
             delta=float(cfg["dp-delta"]),
-            sampling=cfg["client-sampling"],
-            conditional=conditional_accounting(cfg),
+            weighting=str(cfg["dp-weighting"]),
         )
         block["formula"] = "sigma = z*C/m"
         block["guarantee"] = "(epsilon, delta)-DP, client level (one client's whole update)"

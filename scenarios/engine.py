@@ -51,6 +51,7 @@ from clients.keras_client import (
 )
 from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
+from fedpriv.participation import Participation
 from fedpriv.plots import plot_accuracy_per_round, plot_roc
 from fedpriv.records import RoundRecord
 from fedpriv.runlog import RunLog, read_rounds
@@ -128,7 +129,7 @@ def build_strategy(
         strategy,
         grid=grid,
         num_clients=int(cfg["num-clients"]),
-        clients_per_round=int(cfg["clients-per-round"]),
+        clients_per_round=Participation.from_config(cfg).sampler_per_round,
         rng=rng,
         sampling=str(cfg["client-sampling"]),
         evaluate_sampled_only=bool(cfg.get("evaluate-sampled-only", False)),

@@ -26,7 +26,7 @@ Per privacy mode:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import fedpriv.accounting.gaussian as gaussian
@@ -52,9 +52,11 @@ def _num(value: Any) -> Any:
 
 
 def _sampled(cfg: Mapping[str, Any]) -> tuple[int, int]:
-    population = int(cfg.get("num-clients", 1))
-    per_round = int(cfg.get("clients-per-round", 0) or 0)
-    return (per_round if 0 < per_round < population else population), population
+    """(clients per round, population) of :class:`fedpriv.participation.Participation`."""
+    from fedpriv.participation import Participation
+
+    part = Participation.from_config(cfg)
+    return part.per_round, part.population
 
 
 def _series(reports: list) -> dict[str, list]:
@@ -93,28 +95,79 @@ def _gaussian_plan(
     }
 
 
+NOT_A_MEAN = ("fedmedian",)
+
+
+def worst_case_weight(counts: Sequence[int], per_round: int) -> float:
+    """The largest normalised weight any sample of ``per_round`` clients gives one client:
+    ``n_max / (n_max + Σ of the per_round − 1 smallest other counts)``."""
+    ordered = sorted(int(c) for c in counts)
+    top = ordered[-1]
+    total = top + sum(ordered[: max(per_round - 1, 0)])
+    return 1.0 if total <= 0 else top / total
+
+
+def example_counts(cfg: Mapping[str, Any]) -> tuple[list[int] | None, str]:
+    """Every client's training-example count from the config's data (``fedpriv.data``), or
+    None and why (the data may be absent where the plan is made)."""
+    try:
+        from fedpriv.data import load_federated
+
+        data = load_federated(
+            str(cfg["dataset"]), partition=str(cfg["partition"]),
+            num_clients=int(cfg["num-clients"]), seed=int(cfg["seed"]),
+            data_path=str(cfg.get("data-path", "")),
+            data_format=str(cfg.get("data-format", "auto")),
+            dirichlet_alpha=float(cfg.get("dirichlet-alpha", 0.5)),
+            image_size=int(cfg.get("image-size", 128)),
+        )  # fmt: skip
+    except Exception as err:  # noqa: BLE001 - any failure falls back to the worst case
+        return None, f"{type(err).__name__}: {err}"
+    return [len(c.x_train) for c in data.clients], ""
+
+
 def _global_dp(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    sampled, population = _sampled(cfg)
+    """Global DP by the run's own ε function, fed the worst round the config allows.
+
+    Uniform weights: the run's multiplier ``z·m/m'`` (equal to the run's figure). Example
+    weights: ``z/(m'·w_max)`` with w_max the worst over any sample of the partition's
+    example counts (loaded from the data), or w_max = 1 when they cannot be loaded — never
+    below what the run charges.
+    """
+    from fedpriv.accounting.rounds import global_dp_epsilon, is_conditional
+    from fedpriv.participation import Participation
+
+    part = Participation.from_config(cfg)
+    if str(cfg.get("strategy", "fedavg")) in NOT_A_MEAN:
+        note = "no epsilon: the median's sensitivity is not C/m (FedMedian is not a mean)"
+        return {"mode": "global-dp", "epsilon": None, "notes": [note]}
     z = float(cfg.get("noise-multiplier", 0.0))
-    m_noise = int(cfg.get("num-sampled-clients", 0) or 0) or sampled
-    z_round = z * sampled / m_noise  # σ = z·C/m', uniform mean of `sampled` reports
-    sampling = str(cfg.get("client-sampling", "fixed"))
-    plan = _gaussian_plan(
-        z_round,
-        int(cfg.get("num-server-rounds", 1)),
-        sampled,
-        population,
-        float(cfg.get("dp-delta", 1e-5)),
-        sampling,
-    )
+    weighting = str(cfg.get("dp-weighting", "uniform"))
+    rounds, delta = int(cfg.get("num-server-rounds", 1)), float(cfg.get("dp-delta", 1e-5))
+    z_round = z * part.per_round / part.noise_clients  # σ = z·C/m', uniform mean of m
     notes = ["client-level DP of the server-side Gaussian mechanism (every round noised)"]
-    if str(cfg.get("dp-weighting", "uniform")) == "examples":
+    if weighting == "examples":
+        counts, why = example_counts(cfg)
+        w_max = 1.0 if counts is None else worst_case_weight(counts, part.per_round)
+        z_round = z / (part.noise_clients * w_max)
         notes.append(
-            "dp-weighting = examples: the run charges z/(m*w_max) per round from the example "
-            "counts it receives (and per-client epsilon); this plan assumes uniform weights"
+            f"dp-weighting = examples: worst case over samples, w_max = {w_max:.6g} "
+            + ("from the partition's example counts" if counts else f"(no counts: {why})")
+            + "; the run charges its realised w_max, never more"
         )
-    if m_noise != sampled:
-        notes.append(f"sigma is calibrated to m' = {m_noise} for {sampled} sampled clients")
+    conditional = is_conditional(weighting, part)
+    plan = _gaussian_plan(
+        z_round, rounds, part.population if conditional else part.per_round,
+        part.population, delta, part.sampling,
+    )  # fmt: skip
+    report = global_dp_epsilon([z_round] * rounds, part, delta=delta, weighting=weighting)
+    for key in ("epsilon", "epsilon_pld", "epsilon_rdp", "headline_from"):
+        plan[key] = _num(report.get(key))
+    plan.update({k: report[k] for k in ("accountant", "adjacency", "sampling")})
+    if part.noise_clients != part.per_round:
+        notes.append(
+            f"sigma is calibrated to m' = {part.noise_clients} for {part.per_round} sampled clients"
+        )
     return {"mode": "global-dp", "round_noise_multiplier": z_round, **plan, "notes": notes}
 
 

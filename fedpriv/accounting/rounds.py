@@ -21,8 +21,15 @@ from typing import Any
 import fedpriv.accounting._checks as _checks
 from fedpriv.accounting.accountant import EpsilonReport, PrivacyAccountant
 from fedpriv.accounting.events import client_round_event, labels_for, relation_for
+from fedpriv.participation import Participation
 
-__all__ = ["GaussianRoundsAccountant", "epsilon_for_rounds"]
+__all__ = [
+    "GaussianRoundsAccountant",
+    "epsilon_for_rounds",
+    "global_dp_accountant",
+    "global_dp_epsilon",
+    "is_conditional",
+]
 
 
 class GaussianRoundsAccountant:
@@ -137,3 +144,42 @@ def epsilon_for_rounds(
         conditional=conditional,
     )
     return accountant.extend(noise_multipliers).current()
+
+
+# --- THE ε of global DP (issue 20, point 8: one path) ------------------------------------------
+
+
+def is_conditional(weighting: str, participation: Participation) -> bool:
+    """Example weighting with client sampling: the weights depend on the realised sample, so
+    each round is accounted given it (no amplification by sampling)."""
+    return weighting == "examples" and not participation.everyone
+
+
+def global_dp_accountant(
+    participation: Participation, *, delta: float, weighting: str = "uniform"
+) -> GaussianRoundsAccountant:
+    """The accountant a global-DP run's wrapper holds (its sampling, its conditioning)."""
+    return GaussianRoundsAccountant(
+        sampled=participation.per_round,
+        population=participation.population,
+        delta=delta,
+        sampling=participation.sampling,
+        conditional=is_conditional(weighting, participation),
+    )
+
+
+def global_dp_epsilon(
+    round_multipliers: Sequence[float],
+    participation: Participation,
+    *,
+    delta: float,
+    weighting: str = "uniform",
+) -> dict[str, Any]:
+    """Client-level ε of global DP after rounds with these noise multipliers on the sum.
+
+    The one function behind the run's per-round ε (the same accountant,
+    :func:`global_dp_accountant`), summary.json's recomposition, ``fedpriv epsilon``
+    (planning feeds its worst-case multipliers) and the audit's comparison figure.
+    """
+    accountant = global_dp_accountant(participation, delta=delta, weighting=weighting)
+    return accountant.extend(round_multipliers).current()
