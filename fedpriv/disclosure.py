@@ -38,6 +38,8 @@ __all__ = [
     "filter_metrics",
     "unaccounted_channels",
     "sends_unaccounted",
+    "policy",
+    "UNFILTERED_MODES",
 ]
 
 OPT_IN_KEY = "unaccounted-metrics"
@@ -54,6 +56,9 @@ REPLY_KEYS: dict[str, dict[str, frozenset[str]]] = {
     "zonal": {"train": PUBLIC | {"zonal-noise-std"}, "evaluate": PUBLIC},
     "ifca": {"train": frozenset(), "evaluate": frozenset()},
 }
+
+# modes that account nothing and filter nothing (declared, not defaulted: fail closed)
+UNFILTERED_MODES = frozenset({"none"})
 
 UNACCOUNTED: dict[str, list[str]] = {
     "global-dp": [
@@ -88,10 +93,25 @@ def _mode(cfg: Mapping[str, Any]) -> str:
     return str(cfg.get("privacy", "none"))
 
 
+def policy(mode: str) -> dict[str, frozenset[str]] | None:
+    """What a mode's clients may send (kind -> metric keys; None: ``privacy = none``, anything).
+
+    Fail closed: a mode with no policy here raises (it used to be allowed everything).
+    """
+    if mode in UNFILTERED_MODES:
+        return None
+    if mode not in REPLY_KEYS:
+        allowed = " | ".join(sorted(set(REPLY_KEYS) | UNFILTERED_MODES))
+        raise ValueError(f"privacy = {mode!r} has no disclosure policy; expected one of {allowed}")
+    return REPLY_KEYS[mode]
+
+
 def sends_unaccounted(cfg: Mapping[str, Any]) -> bool:
-    """True when the run opted in to unaccounted client metrics (or accounts nothing)."""
+    """True when the run opted in to unaccounted client metrics (or accounts nothing).
+
+    Raises ValueError for a mode without a disclosure policy (:func:`policy`)."""
     value = cfg.get(OPT_IN_KEY, False)
-    return bool(value) or _mode(cfg) not in REPLY_KEYS
+    return policy(_mode(cfg)) is None or bool(value)
 
 
 def allowed_metric_keys(cfg: Mapping[str, Any], kind: str) -> frozenset[str] | None:

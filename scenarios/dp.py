@@ -37,6 +37,7 @@ from fedpriv.participation import Participation
 from fedpriv.records import PrivacyFigures, mean_of
 from scenarios.feature import Catalog, Command, Feature
 from scenarios.keys_dp import KEYS
+from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
 
 DP_MODES = ("global-dp", "metric-dp")
@@ -260,7 +261,7 @@ FEATURE = Feature(
     name="dp",
     description="Server-side global DP (sigma = z*C/m) and metric DP (sigma = z*C/(m*d)).",
     keys=KEYS,
-    privacy_modes={mode: build_dp_wrapper for mode in DP_MODES},
+    privacy_modes=tuple(declare(mode, build_dp_wrapper) for mode in DP_MODES),
     summary=privacy_summary,
     checks=(check_dp_config,),
     commands=(

@@ -37,6 +37,7 @@ from fedpriv.dpsgd import ACCOUNTANT_TEXT, ADJACENCY_TEXT, SAMPLING_TEXT
 from fedpriv.records import PrivacyFigures
 from scenarios.feature import Catalog, Feature
 from scenarios.keys_dpsgd import KEYS
+from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
 from scenarios.task_names import DPSGD_TASK as TASK
 from scenarios.task_names import EPSILON_KEY
@@ -165,7 +166,7 @@ FEATURE = Feature(
     name="dp-sgd",
     description="Client-side DP-SGD (Poisson batches), example-level epsilon per client.",
     keys=KEYS,
-    privacy_modes={TASK: lambda strategy, cfg, rng: DpSgdClients(strategy)},
+    privacy_modes=(declare(TASK, lambda strategy, cfg, rng: DpSgdClients(strategy)),),
     client_tasks=(TASK,),
     summary=dpsgd_summary,
     checks=(check_microbatches,),

@@ -26,6 +26,7 @@ from typing import Any
 from scenarios.schema import AUTO, ConfigError, KeySpec, choice, resolve
 
 RunConfig = dict[str, Any]
+MISSING = object()  # a PrivacyMode field left undeclared
 # fn(strategy, cfg, rng) -> strategy: the privacy wrapper around the stock strategy
 WrapperBuilder = Callable[[Any, Mapping[str, Any], Any], Any]
 # fn(grid, cfg, catalog) -> None: one scenario kind's server-side run
@@ -34,6 +35,54 @@ Runner = Callable[[Any, RunConfig, "Catalog"], None]
 SummaryBlock = Callable[[Mapping[str, Any], list[dict]], dict]
 # fn(cfg, catalog) -> None, raises ConfigError
 Check = Callable[[Mapping[str, Any], "Catalog"], None]
+
+
+@dataclass(frozen=True)
+class PrivacyMode:
+    """One privacy mode, declared in one place (issue 20, point 8).
+
+    ``wrapper`` builds its server-side strategy wrapper; ``disclosure`` is what its clients
+    may send (message kind -> metric keys, :func:`fedpriv.disclosure.policy`; ``None`` only
+    for a mode that protects nothing, listed in ``fedpriv.disclosure.UNFILTERED_MODES``);
+    ``plan(cfg, examples_per_client)`` its figures before training
+    (:func:`fedpriv.accounting.planning.privacy_plan`); ``summary_key`` the summary.json
+    block that reports it; ``threat_model`` who is trusted for what, one sentence per party.
+    The catalog refuses a mode without a disclosure policy (fail closed).
+    """
+
+    name: str
+    wrapper: WrapperBuilder
+    disclosure: Mapping[str, frozenset[str]] | None | object = MISSING
+    plan: Callable[..., dict] | None = None
+    summary_key: str = "privacy"
+    threat_model: Mapping[str, str] = field(default_factory=dict)
+
+
+def check_mode(mode: PrivacyMode) -> PrivacyMode:
+    """``mode`` if its declaration is complete; ValueError (one line) otherwise."""
+    from fedpriv.disclosure import UNFILTERED_MODES, policy
+
+    if mode.disclosure is MISSING or (
+        mode.disclosure is None and mode.name not in UNFILTERED_MODES
+    ):
+        raise ValueError(
+            f"privacy mode {mode.name!r} declares no disclosure policy (what its clients may "
+            "send): refused, modes fail closed"
+        )
+    try:
+        enforced = policy(mode.name)
+    except ValueError as err:
+        raise ValueError(
+            f"privacy mode {mode.name!r}: the ClientApp enforces no policy: {err}"
+        ) from None
+    if enforced != mode.disclosure:
+        raise ValueError(
+            f"privacy mode {mode.name!r}: declared disclosure differs from the policy the "
+            "ClientApp enforces (fedpriv.disclosure)"
+        )
+    if mode.plan is None or not mode.threat_model:
+        raise ValueError(f"privacy mode {mode.name!r} needs a planning function and a threat model")
+    return mode
 
 
 @dataclass(frozen=True)
@@ -63,7 +112,7 @@ class Feature:
     name: str
     description: str
     keys: Sequence[KeySpec] = ()
-    privacy_modes: Mapping[str, WrapperBuilder] = field(default_factory=dict)
+    privacy_modes: Sequence[PrivacyMode] = ()
     scenarios: Sequence[Scenario] = ()
     runners: Mapping[str, Runner] = field(default_factory=dict)
     client_tasks: Sequence[str] = ()
@@ -89,8 +138,11 @@ class Catalog:
 
     def __init__(self, features: Sequence[Feature]) -> None:
         self.features = tuple(features)
+        self.modes: Mapping[str, PrivacyMode] = MappingProxyType(
+            _unique([(m.name, check_mode(m)) for f in features for m in f.privacy_modes], "mode")
+        )
         self.privacy_modes: Mapping[str, WrapperBuilder] = MappingProxyType(
-            _unique([(m, b) for f in features for m, b in f.privacy_modes.items()], "mode")
+            {name: mode.wrapper for name, mode in self.modes.items()}
         )
         keys = _unique([(k.name, k) for f in features for k in f.keys], "key")
         modes = tuple(self.privacy_modes)

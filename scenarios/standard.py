@@ -23,6 +23,7 @@ from fedpriv.names import MODELS, STRATEGIES
 from scenarios import launch
 from scenarios.feature import Catalog, Feature, Scenario
 from scenarios.federation import PartitionGrid, discover_partitions
+from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError, boolean, choice, integer, key, real, text
 
 PARTITIONS = (
@@ -188,7 +189,7 @@ FEATURE = Feature(
     name="standard",
     description="Stock strategies (FedAvg ... FedYogi) on Keras clients; the core keys.",
     keys=KEYS,
-    privacy_modes={"none": lambda strategy, cfg, rng: strategy},
+    privacy_modes=(declare("none", lambda strategy, cfg, rng: strategy),),
     scenarios=SCENARIOS,
     runners={"standard": run_standard},
     client_tasks=("standard",),

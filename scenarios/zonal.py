@@ -42,6 +42,7 @@ from scenarios import multirun
 from scenarios.feature import Catalog, Feature, Scenario
 from scenarios.federation import PartitionGrid, discover_partitions
 from scenarios.keys_zonal import KEYS, clients_per_round, parse_placements, parse_zone_counts
+from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
 from scenarios.task_names import ZONAL_TASK
 from strategies.zonal import ZonalAggregation
@@ -317,7 +318,7 @@ FEATURE = Feature(
     name="zonal",
     description="Zones with elected super-nodes; noise at client / super-node / server (HDP).",
     keys=KEYS,
-    privacy_modes={"zonal": build_zonal_wrapper},
+    privacy_modes=(declare("zonal", build_zonal_wrapper, summary_key="zonal"),),
     scenarios=SCENARIOS,
     runners={KIND: run_zonal_compare},
     client_tasks=(ZONAL_TASK,),

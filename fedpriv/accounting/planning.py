@@ -266,7 +266,12 @@ def privacy_plan(cfg: Mapping[str, Any], *, examples_per_client: int | None = No
         return _dp_sgd(cfg, examples_per_client)
     if mode == "zonal":
         return _zonal(cfg)
-    return {"mode": mode, "epsilon": "inf", "notes": ["no privacy mechanism"]}
+    if mode == "none":
+        return {"mode": mode, "epsilon": "inf", "notes": ["no privacy mechanism"]}
+    raise PlanError(
+        f"privacy = {mode!r} has no planning function; expected one of "
+        "none | global-dp | metric-dp | dp-sgd | zonal"
+    )
 
 
 def headline_epsilon(cfg: Mapping[str, Any], *, examples_per_client: int | None = None) -> float:

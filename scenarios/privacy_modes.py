@@ -1,0 +1,63 @@
+"""The privacy modes' declarations: disclosure policy, planning and threat model per mode.
+
+Each feature declares its modes with :func:`declare` (``Feature.privacy_modes``), which
+takes what its clients may send from :func:`fedpriv.disclosure.policy` (the policy the
+ClientApp enforces), its figures from :func:`fedpriv.accounting.planning.privacy_plan` and
+its threat model from :data:`THREAT_MODELS` below — one sentence per party, who is trusted
+for what. :class:`scenarios.feature.Catalog` refuses a mode whose declaration is incomplete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from scenarios.feature import PrivacyMode, WrapperBuilder
+
+THREAT_MODELS: dict[str, dict[str, str]] = {
+    "none": {
+        "server": "trusted with everything: sees every client's model and metrics.",
+        "observers": "see the released models; nothing is protected.",
+    },
+    "global-dp": {
+        "server": "trusted to clip, noise and keep its noise secret; it sees every client's "
+        "un-noised update.",
+        "clients and observers": "see only noised releases: client-level (epsilon, delta)-DP.",
+    },
+    "metric-dp": {
+        "server": "trusted as under global DP; it sees every client's un-noised update.",
+        "clients and observers": "see noised releases whose noise depends on the data "
+        "(a heuristic, no epsilon).",
+    },
+    "dp-sgd": {
+        "server": "not trusted: it sees only updates trained with DP-SGD on each client.",
+        "clients": "trusted with their own data and privacy settings only: example-level "
+        "(epsilon, delta)-DP per client.",
+    },
+    "zonal": {
+        "zone aggregator": "the super-node runs inside the ServerApp and sees HDP clients' "
+        "clipped un-noised updates: no guarantee against it while zones run in the ServerApp.",
+        "server": "sees zone aggregates noised by the zone (HDP) or by the clients (LDP).",
+        "LDP clients": "noise their own updates: nobody else is trusted with them.",
+    },
+}
+
+
+def _plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict:
+    from fedpriv.accounting.planning import privacy_plan
+
+    return privacy_plan(cfg, examples_per_client=examples_per_client)
+
+
+def declare(name: str, wrapper: WrapperBuilder, *, summary_key: str = "privacy") -> PrivacyMode:
+    """The :class:`PrivacyMode` of ``name`` with its policy, plan and threat model."""
+    from fedpriv.disclosure import policy
+
+    return PrivacyMode(
+        name=name,
+        wrapper=wrapper,
+        disclosure=policy(name),
+        plan=_plan,
+        summary_key=summary_key,
+        threat_model=THREAT_MODELS.get(name, {}),
+    )

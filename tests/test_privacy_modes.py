@@ -1,0 +1,87 @@
+"""A privacy mode is one declaration that fails closed (issue 20, must-show 6 first half)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedpriv.accounting.planning import PlanError, privacy_plan
+from fedpriv.disclosure import allowed_metric_keys, filter_metrics, policy
+from fedpriv.participation import Participation
+from scenarios.feature import Catalog, Feature, PrivacyMode
+from scenarios.features import CATALOG, FEATURES
+from scenarios.privacy_modes import declare
+
+
+def _identity(strategy, cfg, rng):
+    return strategy
+
+
+def _with(mode: PrivacyMode) -> Catalog:
+    return Catalog([*FEATURES, Feature(name="dummy", description="d", privacy_modes=(mode,))])
+
+
+def test_a_mode_without_a_disclosure_policy_is_refused():
+    with pytest.raises(ValueError, match="'dummy' declares no disclosure policy"):
+        _with(PrivacyMode("dummy", _identity, plan=lambda c, e=None: {}, threat_model={"s": "x"}))
+    with pytest.raises(ValueError, match="'dummy' declares no disclosure policy"):
+        _with(PrivacyMode("dummy", _identity, disclosure=None, threat_model={"s": "x"}))
+
+
+def test_a_policy_the_client_app_does_not_enforce_is_refused():
+    own = {"train": frozenset({"num-examples"}), "evaluate": frozenset()}
+    with pytest.raises(ValueError, match="ClientApp enforces no policy"):
+        _with(PrivacyMode("dummy", _identity, disclosure=own, plan=privacy_plan,
+                          threat_model={"server": "x"}))  # fmt: skip
+    with pytest.raises(ValueError, match="differs from the policy"):
+        _with(PrivacyMode("global-dp", _identity, disclosure=own, plan=privacy_plan,
+                          threat_model={"server": "x"}))  # fmt: skip
+
+
+def test_every_declared_mode_is_complete_and_modes_are_unique():
+    for name, mode in CATALOG.modes.items():
+        assert mode.plan is not None and mode.threat_model, name
+        assert all(s.strip().endswith(".") for s in mode.threat_model.values()), name
+        assert CATALOG.privacy_modes[name] is mode.wrapper
+    with pytest.raises(ValueError, match="declared by two features"):
+        _with(declare("global-dp", _identity))
+
+
+def test_zonal_threat_model_says_the_aggregator_is_not_bounded():
+    text = CATALOG.modes["zonal"].threat_model["zone aggregator"]
+    assert "no guarantee" in text and "ServerApp" in text
+
+
+def test_unknown_modes_fail_closed_in_disclosure_and_planning():
+    cfg = {"privacy": "dummy"}
+    with pytest.raises(ValueError, match="'dummy' has no disclosure policy"):
+        allowed_metric_keys(cfg, "train")
+    with pytest.raises(ValueError, match="'dummy' has no disclosure policy"):
+        filter_metrics(cfg, "train", {"train-loss": 0.1})
+    with pytest.raises(PlanError, match="'dummy' has no planning function"):
+        privacy_plan(cfg)
+    assert policy("none") is None  # declared: protects nothing, filters nothing
+    assert filter_metrics({"privacy": "none"}, "train", {"x": 1}) == {"x": 1}
+    assert privacy_plan({"privacy": "none"})["epsilon"] == "inf"
+
+
+@pytest.mark.parametrize(
+    "cfg,want",
+    [
+        ({"num-clients": 10}, (10, 10, 10)),
+        ({"num-clients": 10, "clients-per-round": 4}, (10, 4, 4)),
+        ({"num-clients": 10, "clients-per-round": 10}, (10, 10, 10)),
+        ({"num-clients": 10, "clients-per-round": 4, "num-sampled-clients": 6}, (10, 4, 6)),
+        ({"num-clients": 10, "num-sampled-clients": 3}, (10, 10, 3)),
+    ],
+)
+def test_participation_resolves_zero_means_all_once(cfg, want):
+    part = Participation.from_config(cfg)
+    assert (part.population, part.per_round, part.noise_clients) == want
+    assert part.sampler_per_round == (0 if want[1] == want[0] else want[1])
+
+
+def test_participation_refuses_bad_values_naming_the_key():
+    with pytest.raises(ValueError, match="client-sampling"):
+        Participation(10, 4, 4, "sometimes")
+    with pytest.raises(ValueError, match="clients-per-round"):
+        Participation(10, 11, 4)
