@@ -39,6 +39,12 @@ Intended differences:
   for the batching that runs), replacing fixed shuffled batches and tensorflow-privacy's
   "assuming Poisson" figure; the once-per-epoch figures are gone. The ``none`` run of that
   record is still the old engine's.
+- issue 20 (DP with stateful server optimizers): ``dp-grid-fedyogi-global-dp`` and
+  ``dp-grid-fedyogi-metric-dp`` were re-recorded from the new engine: the noise is now added
+  to the mean of the clipped updates BEFORE FedYogi's moment update (so its state sees only
+  noised means), not after it. Only training-dependent figures moved (server accuracy,
+  losses, F1...); sampling, σ of global DP and every ε are the old engine's. The FedAvg
+  records are unchanged (the FedAvg release is the same computation as before).
 
 - redesign stage 2: ``fedpriv grid`` runs its cells in one simulation; the DP-SGD cell's
   accuracies are compared only where they do not depend on worker history (``worker_noise``;
