@@ -105,7 +105,8 @@ def test_audit_fails_when_the_mechanism_adds_less_noise_than_the_accountant_assu
         "clipping-norm": 1.0, "clients-per-round": 0, "num-clients": 4,
         "num-sampled-clients": 0, "dp-delta": 1e-5, "seed": 0, "audit-canaries": 100,
         "audit-canary-norm": 0.0, "audit-canary-probability": 0.5, "audit-confidence": 0.95,
-        "audit-threat-model": "final", "distance-on": "raw",
+        "audit-threat-model": "final", "distance-on": "raw", "dp-weighting": "uniform",
+        "client-sampling": "fixed",
     }  # fmt: skip
     big = [(100, 50), (50,)]  # 5050 parameters: little cross-talk between 100 canaries
     reference = model(0, shapes=big)
