@@ -155,7 +155,7 @@ def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict
     elif mode == "global-dp":
         out["upper_bound_note"] = "no canary bound: the aggregate is not a weighted mean"
     if mode == "global-dp":
-        out["epsilon_upper_bound_run"] = _run_headline(cfg, len(canary.real_reports), dp_history)
+        out["epsilon_upper_bound_run"] = _run_headline(cfg, len(canary.real_reports))
     if mode == "metric-dp":
         clip = float(cfg["clipping-norm"])
         sigmas = [r.get("dp-sigma") for r in dp_history if r.get("dp-noised")]
@@ -182,17 +182,16 @@ def _noise_clients(cfg: Mapping[str, Any]) -> int:
     return Participation.from_config(cfg).noise_clients
 
 
-def _run_headline(cfg: Mapping[str, Any], rounds: int, dp_history: list[dict]) -> Any:
-    """The run's headline ε by the one global-DP function (the multipliers the wrapper
-    charged; without a history, z·m/m' for ``rounds`` rounds)."""
+def _run_headline(cfg: Mapping[str, Any], rounds: int) -> Any:
+    """The headline ε of the run without canaries, by the one global-DP function: z·m/m'
+    for each of ``rounds`` rounds (the canary run's history is not used: its replies include
+    the canaries)."""
     from fedpriv.accounting.rounds import global_dp_epsilon
     from fedpriv.participation import Participation
 
     part = Participation.from_config(cfg)
-    charged = [r.get("dp-round-noise-multiplier") for r in dp_history if r.get("dp-noised")]
-    if not charged or None in charged:
-        z = float(cfg["noise-multiplier"])
-        charged = [z * part.per_round / part.noise_clients] * rounds
+    z = float(cfg["noise-multiplier"])
+    charged = [z * part.per_round / part.noise_clients] * rounds
     report = global_dp_epsilon(
         charged, part, delta=float(cfg["dp-delta"]), weighting=str(cfg["dp-weighting"])
     )
