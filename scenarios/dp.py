@@ -97,7 +97,31 @@ def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator)
         weighting=str(cfg["dp-weighting"]),
     )
     poisson = cfg["client-sampling"] == "poisson"
-    return ServerSideFixedClippingDP(strategy, accountant=accountant, poisson=poisson, **common)
+    return ServerSideFixedClippingDP(
+        strategy, accountant=accountant, poisson=poisson, max_epsilon=budget_of(cfg), **common
+    )
+
+
+def budget_of(cfg: Mapping[str, Any]) -> float | None:
+    """``max-epsilon`` as the wrapper's ``max_epsilon`` (0 in the config: None, no budget)."""
+    value = float(cfg.get("max-epsilon", 0.0))
+    return value if value > 0 else None
+
+
+def check_max_epsilon(cfg: Mapping[str, Any], catalog: Catalog) -> None:
+    """``max-epsilon`` > 0 only where a server-side accountant has an ε to bound: global DP
+    around a mean (standard run). Metric DP has no ε; DP-SGD's ε is per client, computed on
+    the clients (refused, see README); zonal and none: refused."""
+    value = float(cfg.get("max-epsilon", 0.0))
+    if value == 0:
+        return
+    allowed = "0 (no budget) unless privacy = global-dp around a mean (not fedmedian)"
+    if cfg["privacy"] != "global-dp" or catalog.kind(cfg) != "standard":
+        raise ConfigError(
+            "max-epsilon", value, f"{allowed} (privacy = {cfg['privacy']}: no server-side epsilon)"
+        )
+    if cfg["strategy"] in NOT_A_MEAN_STRATEGIES:
+        raise ConfigError("max-epsilon", value, f"{allowed}: {cfg['strategy']} has no epsilon")
 
 
 def check_dp_config(cfg: Mapping[str, Any], catalog: Catalog) -> None:
@@ -263,7 +287,7 @@ FEATURE = Feature(
     keys=KEYS,
     privacy_modes=tuple(declare(mode, build_dp_wrapper) for mode in DP_MODES),
     summary=privacy_summary,
-    checks=(check_dp_config,),
+    checks=(check_dp_config, check_max_epsilon),
     commands=(
         Command("epsilon", _epsilon_args, _epsilon, "privacy figures of a config (no training)"),
     ),

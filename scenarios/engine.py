@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any, Optional
 
 import numpy as np
@@ -57,7 +57,7 @@ from fedpriv.records import RoundRecord
 from fedpriv.runlog import RunLog, read_rounds
 from scenarios.feature import Catalog
 from scenarios.federation import PartitionGrid
-from scenarios.recorder import RoundRecorder
+from scenarios.recorder import RoundRecorder, wrapper_chain
 from scenarios.wire_config import wire_config
 from strategies.factory import build_stock_strategy, needs_initial_pretraining
 from strategies.validating import ValidUpdatesOnly
@@ -207,6 +207,27 @@ def write_final_outputs(
 # --- the round loop ----------------------------------------------------------------------------
 
 
+def budget_stop(strategy: Strategy, server_round: int) -> Optional[str]:
+    """Why round ``server_round`` must not run, or None: the first wrapper of the chain
+    whose privacy budget (``budget_stop``, e.g. ``max-epsilon`` of global DP) it would pass."""
+    for wrapper in wrapper_chain(strategy):
+        check = getattr(wrapper, "budget_stop", None)
+        reason = check(server_round) if callable(check) else None
+        if reason:
+            return str(reason)
+    return None
+
+
+def budget_stopped(strategy: Strategy) -> dict[str, str]:
+    """``{"stopped": reason}`` when a wrapper's budget stopped the run (before a round, or
+    by withholding a round's release); ``{}`` otherwise."""
+    for wrapper in wrapper_chain(strategy):
+        reason = getattr(wrapper, "budget_stopped", None)
+        if reason:
+            return {"stopped": str(reason)}
+    return {}
+
+
 def checkpoint_arrays(checkpoint: Mapping[str, Any]) -> list[np.ndarray]:
     """The global arrays a checkpoint holds."""
     return [np.asarray(a) for a in checkpoint["arrays"]]
@@ -264,12 +285,20 @@ def run_rounds(
     first_round: int = 1,
     after_round: Sequence[Callable[[RoundState], None]] = (),
     timeout: float = 3600,
+    stop_before: Optional[Callable[[int], Optional[str]]] = None,
 ) -> Optional[ArrayRecord]:
-    """Rounds ``first_round..num_rounds``; returns the last aggregated arrays (None if none)."""
+    """Rounds ``first_round..num_rounds``; returns the last aggregated arrays (None if none).
+
+    ``stop_before(round)``: a reason not to run that round (then no later round runs).
+    """
     arrays, last = initial, None
     if first_round == 1:
         evaluate(0, arrays)
     for server_round in range(first_round, num_rounds + 1):
+        reason = stop_before(server_round) if stop_before is not None else None
+        if reason:
+            log(WARNING, "stopping before round %s: %s", server_round, reason)
+            break
         log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
         messages = strategy.configure_train(server_round, arrays, config, grid)
         replies = grid.send_and_receive(messages=messages, timeout=timeout)
@@ -353,9 +382,11 @@ def train_run(
         evaluate=evaluate,
         first_round=first_round,
         after_round=hooks.after_round,
+        stop_before=lambda r: budget_stop(recorder, r),
     )
     final = last.to_numpy_ndarrays() if last is not None else weights
-    extra = {"wall_seconds": time.time() - t0}
+    extra: dict[str, Any] = {"wall_seconds": time.time() - t0}
+    extra.update(budget_stopped(recorder))
     if hooks.summary_extra is not None:
         extra.update(hooks.summary_extra(rounds))
     if hooks.after_run is not None:

@@ -89,4 +89,12 @@ KEYS = (
         "opt-in: clients also send metrics no accountant covers (train-loss, norms, "
         "evaluation metrics, IFCA final evaluation); listed in summary privacy.unaccounted",
     ),
+    key(
+        "max-epsilon",
+        0.0,
+        real(0),
+        "a float >= 0 (0 = no budget)",
+        "global DP: stop before a round whose charge would push epsilon past this budget "
+        "(summary.json stopped says why)",
+    ),
 )

@@ -24,6 +24,7 @@ from fedpriv.dp import (
     check_rng,
     round_report,
 )
+from fedpriv.accounting.budget import EpsilonBudget
 from fedpriv.validation import not_allowed
 
 NO_EPSILON_NOT_A_MEAN = (
@@ -62,6 +63,11 @@ class DPWrapperCore:
     poisson : bool
         Poisson client sampling (Message API only; see
         :class:`strategies.dp_wrappers.ServerSideFixedClippingDP`).
+    max_epsilon : float | None
+        A privacy budget (needs ``accountant`` and a mean; not metric DP): :meth:`budget_stop`
+        says before a round whether its planned charge would push ε past it, and a round
+        whose real charge would (fewer replies or larger weights than planned) is not
+        released (:meth:`withhold`), so the accountant's ε never exceeds ``max_epsilon``.
     **mechanism_kwargs
         Extra keyword arguments of ``mechanism_class`` (used by :class:`MetricOptions`).
     """
@@ -88,6 +94,7 @@ class DPWrapperCore:
         accountant: Optional[GaussianRoundsAccountant] = None,
         weighting: str = "uniform",
         poisson: bool = False,
+        max_epsilon: Optional[float] = None,
         **mechanism_kwargs: Any,
     ) -> None:
         if poisson and not self.supports_poisson:
@@ -121,7 +128,19 @@ class DPWrapperCore:
         self.poisson = bool(poisson)
         self.last_round: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
+        self.budget, self.budget_stopped = self._budget(max_epsilon), None
         self.reset_reference()
+
+    def _budget(self, max_epsilon: Optional[float]) -> Optional[EpsilonBudget]:
+        """The :class:`EpsilonBudget` of ``max_epsilon`` (None: no budget)."""
+        if max_epsilon is None:
+            return None
+        if self.accountant is None or not self.noise_first:
+            raise not_allowed("max_epsilon", max_epsilon, "None without an epsilon to bound "
+                              "(no accountant, or an aggregator that is not a mean)")  # fmt: skip
+        if isinstance(self.mechanism, MetricScaledGaussian):
+            raise not_allowed("max_epsilon", max_epsilon, "None for metric DP (no epsilon)")
+        return EpsilonBudget(max_epsilon)  # type: ignore[arg-type]
 
     def reset_reference(self) -> None:
         """Forget the round's global model, the clipping reference (held in the API's type)."""
@@ -132,6 +151,41 @@ class DPWrapperCore:
     def round_metrics(self) -> dict[str, Any]:
         """What the wrapper did in the last round (σ, d, clipped, reports, ε)."""
         return dict(self.last_round)
+
+    def budget_stop(self, server_round: int) -> Optional[str]:
+        """Before round ``server_round``: why it must not run, or None.
+
+        Its planned charge is the round in which every sampled client replies with uniform
+        weights: multiplier ``z·n/m`` on the sum (n sampled, m of σ; z under Poisson). Fewer
+        replies or larger weights charge more; :meth:`withhold` catches those at release.
+        """
+        if self.budget is None or self.budget_stopped or self.accountant is None:
+            return self.budget_stopped
+        stdv, _ = self.mechanism.noise_stdv([], [])  # σ = z·C/m
+        n = self.mechanism.num_sampled_clients if self.poisson else self.accountant.sampled
+        event = self.mechanism.round_event(stdv, num_reports=n, **self.accountant.sampling_spec())
+        self.budget_stopped = self.budget.check(self.accountant, event, server_round)
+        return self.budget_stopped
+
+    def withhold(
+        self, server_round: int, stdv: float, num_reports: int, weights: Optional[list[float]]
+    ) -> bool:
+        """At release: True when this round's real charge would push ε past
+        ``max_epsilon``; the round is then recorded as skipped and nothing is released."""
+        if self.budget is None or self.accountant is None:
+            return False
+        n = self.mechanism.num_sampled_clients if self.poisson else num_reports
+        event = self.mechanism.round_event(
+            stdv, num_reports=n, weights=weights, **self.accountant.sampling_spec()
+        )
+        reason = self.budget.check(self.accountant, event, server_round)
+        if reason is None:
+            return False
+        self.budget_stopped = reason
+        _log.log(WARNING, "%s: %s; nothing released", self.step_name, reason)
+        self.finish_round(round_report(self.mechanism, stdv=None, skipped=reason,
+                                       num_reports=num_reports))  # fmt: skip
+        return True
 
     def skip_round(self, num_ok: int, num_failures: int, empty_reason: str) -> bool:
         """Flower's failure rule: True (round recorded as skipped) when any reply failed and

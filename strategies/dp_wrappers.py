@@ -152,10 +152,12 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
         ok = [m for m in replies if not m.has_error()]
         failures = len(replies) - len(ok)
         if self.poisson and not replies:
-            return self._noise_only()
+            return self._noise_only(server_round)
         if self.skip_round(len(ok), failures, "no replies with content"):
             return None, None
         clipped_replies, stdv, info, flags = self._clip(ok)
+        if self.withhold(server_round, stdv, len(ok), self._weights(ok)):
+            return None, None  # max_epsilon: nothing released, nothing charged
         if self.noise_first:
             arrays, metrics = self._noised_mean_through(server_round, clipped_replies, stdv)
         else:
@@ -204,9 +206,13 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
         ]
         return named_record(arrays.keys(), out)
 
-    def _noise_only(self) -> tuple[ArrayRecord, MetricRecord]:
+    def _noise_only(
+        self, server_round: int
+    ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
         """Poisson round with nobody sampled: release ``w_g + N(0, σ²)`` (Σ Δ = 0)."""
         stdv, info = self.mechanism.noise_stdv([], [])
+        if self.withhold(server_round, stdv, 0, None):
+            return None, None
         noisy = self.mechanism.add_noise(self.current_arrays.to_numpy_ndarrays(), stdv, self.rng)
         record = self.record_round(stdv, info, ids=[], flags=[], weights=None, noised=True)
         record["dp-empty-sample"] = True

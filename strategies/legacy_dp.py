@@ -100,6 +100,9 @@ class LegacyServerSideFixedClippingDP(DPWrapperCore, Strategy):
             self.current_round_params,
         )
         unit = self.weighting == "uniform"
+        weights = None if unit else [float(res.num_examples) for _, res in results]
+        if self.withhold(server_round, rnd.stdv, len(results), weights):
+            return None, {}  # max_epsilon: nothing released, nothing charged
         clipped_results = [
             (proxy, _with_parameters(res, arrays, unit_weight=unit))
             for (proxy, res), arrays in zip(results, rnd.models)
@@ -112,7 +115,6 @@ class LegacyServerSideFixedClippingDP(DPWrapperCore, Strategy):
                 noisy = self.mechanism.add_noise(parameters_to_ndarrays(params), rnd.stdv, self.rng)
                 params = ndarrays_to_parameters(noisy)
         noised = bool(params)
-        weights = None if unit else [float(res.num_examples) for _, res in results]
         ids = [getattr(proxy, "node_id", i) for i, (proxy, _) in enumerate(results)]
         self.record_round(rnd.stdv, rnd.info, ids=ids, flags=list(rnd.clipped),
                           weights=weights, noised=noised, num_failures=len(failures))  # fmt: skip

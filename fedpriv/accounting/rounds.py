@@ -15,6 +15,7 @@ clients were sampled, so a fixed subsampled event does not describe the round).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -88,6 +89,11 @@ class GaussianRoundsAccountant:
         self.noise_multipliers.append(_checks.number("noise_multiplier", noise_multiplier))
         self._accountant.compose(event)
         return self.current() if compute else {}
+
+    def epsilon_if(self, event) -> float:
+        """The headline ε if ``event`` were composed next (this accountant unchanged)."""
+        trial = copy.deepcopy(self._accountant)
+        return float(trial.compose(event).report().epsilon)
 
     def charge_clients(self, multipliers: dict[Any, float]) -> dict[Any, Any]:
         """Per-client ε given the realised participation: client -> its own multiplier.
