@@ -262,6 +262,13 @@ def _epsilon_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="DP-SGD: a client's number of training examples (the config does not know it)",
     )
+    parser.add_argument(
+        "--target-epsilon",
+        default=None,
+        metavar="E",
+        help="print the smallest noise multiplier whose epsilon is <= E for this config "
+        "(global-dp, dp-sgd, zonal; bisection to 0.1%% relative) and that epsilon, one line",
+    )
 
 
 def _epsilon(args: argparse.Namespace, catalog: Catalog) -> int:
@@ -274,10 +281,36 @@ def _epsilon(args: argparse.Namespace, catalog: Catalog) -> int:
     except ConfigError as err:
         print(f"fedpriv: {err}", file=sys.stderr)
         return 2
+    if args.target_epsilon is not None:
+        return _target(cfg, args.target_epsilon, args.examples_per_client)
     plan = privacy_plan(
         {**cfg, "scenario-kind": catalog.kind(cfg)}, examples_per_client=args.examples_per_client
     )
     print(json.dumps(plan, indent=2, sort_keys=True))
+    return 0
+
+
+def _target(cfg: Mapping[str, Any], text: str, examples: int | None) -> int:
+    """``fedpriv epsilon --target-epsilon E``: one JSON line ``{"key", "noise_multiplier",
+    "epsilon", ...}`` (:func:`fedpriv.accounting.target.noise_for_target`), or a one-line
+    error and exit status 2."""
+    from fedpriv.accounting.planning import PlanError
+    from fedpriv.accounting.target import noise_for_target
+
+    try:
+        target = float(text)
+    except ValueError:
+        target = math.nan
+    if not (math.isfinite(target) and target > 0):
+        print(f"fedpriv: --target-epsilon = {text!r} is not allowed; expected a float > 0",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        result = noise_for_target(cfg, target, examples_per_client=examples)
+    except (PlanError, ValueError) as err:
+        print(f"fedpriv: --target-epsilon: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, sort_keys=True))
     return 0
 
 

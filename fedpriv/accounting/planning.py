@@ -126,6 +126,28 @@ def example_counts(cfg: Mapping[str, Any]) -> tuple[list[int] | None, str]:
     return [len(c.x_train) for c in data.clients], ""
 
 
+def global_dp_round_factor(cfg: Mapping[str, Any]) -> tuple[float, list[str]]:
+    """``z_round / z`` of the worst round the config allows, and what it assumed.
+
+    Uniform weights: ``m'/m`` (the run's ``z·m'/m``, σ = z·C/m, m' sampled). Example
+    weights: ``1/(m·w_max)`` with w_max the worst over any sample of the partition's example
+    counts (loaded from the data), or w_max = 1 when they cannot be loaded.
+    """
+    from fedpriv.participation import Participation
+
+    part = Participation.from_config(cfg)
+    if str(cfg.get("dp-weighting", "uniform")) != "examples":
+        return part.per_round / part.noise_clients, []
+    counts, why = example_counts(cfg)
+    w_max = 1.0 if counts is None else worst_case_weight(counts, part.per_round)
+    note = (
+        f"dp-weighting = examples: worst case over samples, w_max = {w_max:.6g} "
+        + ("from the partition's example counts" if counts else f"(no counts: {why})")
+        + "; the run charges its realised w_max, never more"
+    )
+    return 1.0 / (part.noise_clients * w_max), [note]
+
+
 def _global_dp(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Global DP by the run's own ε function, fed the worst round the config allows.
 
@@ -144,17 +166,10 @@ def _global_dp(cfg: Mapping[str, Any]) -> dict[str, Any]:
     z = float(cfg.get("noise-multiplier", 0.0))
     weighting = str(cfg.get("dp-weighting", "uniform"))
     rounds, delta = int(cfg.get("num-server-rounds", 1)), float(cfg.get("dp-delta", 1e-5))
-    z_round = z * part.per_round / part.noise_clients  # σ = z·C/m', uniform mean of m
     notes = ["client-level DP of the server-side Gaussian mechanism (every round noised)"]
-    if weighting == "examples":
-        counts, why = example_counts(cfg)
-        w_max = 1.0 if counts is None else worst_case_weight(counts, part.per_round)
-        z_round = z / (part.noise_clients * w_max)
-        notes.append(
-            f"dp-weighting = examples: worst case over samples, w_max = {w_max:.6g} "
-            + ("from the partition's example counts" if counts else f"(no counts: {why})")
-            + "; the run charges its realised w_max, never more"
-        )
+    factor, factor_notes = global_dp_round_factor(cfg)
+    z_round = z * factor
+    notes += factor_notes
     conditional = is_conditional(weighting, part)
     plan = _gaussian_plan(
         z_round, rounds, part.population if conditional else part.per_round,
