@@ -115,7 +115,19 @@ def report_markdown(
     lines += ["", "## What the ε figures assume", ""]
     if eps:
         lines += [eps["assumptions"], "", "Accountant: " + eps["accountant_note"]]
+    lines += _against_lines(summaries)
     return "\n".join(lines) + "\n"
+
+
+def _against_lines(summaries: list[dict]) -> list[str]:
+    """Whom each placement's ε protects against (``epsilon-against`` of the runs)."""
+    against: dict[str, str] = {}
+    for s in summaries:
+        against.update(s.get("zonal", {}).get("epsilon", {}).get("epsilon-against", {}))
+    if not against:
+        return []
+    lines = ["", "## Against whom each ε holds", ""]
+    return lines + [f"- {level.upper()}: {text}" for level, text in sorted(against.items())]
 
 
 def write_compare_outputs(cfg, summaries: list[dict], out: Path, wall: float, top: RunLog):

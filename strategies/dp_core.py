@@ -15,6 +15,7 @@ from __future__ import annotations
 from logging import INFO, WARNING, getLogger
 from typing import Any, Optional
 
+from fedpriv.accounting.budget import EpsilonBudget
 from fedpriv.dp import (
     WEIGHTING,
     FixedClippingGaussian,
@@ -24,7 +25,6 @@ from fedpriv.dp import (
     check_rng,
     round_report,
 )
-from fedpriv.accounting.budget import EpsilonBudget
 from fedpriv.validation import not_allowed
 
 NO_EPSILON_NOT_A_MEAN = (

@@ -239,6 +239,10 @@ def _zonal(cfg: Mapping[str, Any]) -> dict[str, Any]:
             "amplification by sampling - what holds against the party that samples",
             "epsilon_with_sampling_amplification assumes the observer does not know who was "
             "sampled; HDP's eps/sqrt(k) aggregator figures are heuristics (see README)",
+            "against whom: LDP noise (at the client) holds against everyone; HDP noise (at the "
+            "zone) only against the server beyond the zone aggregator, none against the zone "
+            "aggregator, which runs in the ServerApp; CDP noise only against observers of the "
+            "global model",
         ],
     }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from fedpriv.validation import check_int
@@ -32,6 +33,26 @@ EPSILON_ASSUMPTIONS = (
     "z for a client in every round - HDP zones (sqrt(s) needs the zones combined first) and "
     "LDP zones (worst: one sampled client in a zone); CDP zones: inf (the server adds noise)."
 )
+
+# Whom each placement's ε protects against, while the zone aggregators (super-nodes) run inside
+# the ServerApp: they see HDP clients' clipped un-noised updates. Next to every zonal ε.
+EPSILON_AGAINST = {
+    "ldp": "everyone, the zone aggregator and the server included: each client noises its own "
+    "update before it leaves the client",
+    "hdp": "the server beyond the zone aggregator and observers of the global model; none "
+    "against the zone aggregator, which runs in the ServerApp and sees the clients' clipped "
+    "un-noised updates",
+    "cdp": "observers of the global model only; none against the server, which adds the noise "
+    "and sees the clients' clipped un-noised updates",
+}
+NO_NOISE_AGAINST = "nobody: no noise is added"
+
+
+def epsilon_against(levels: Sequence[str]) -> dict[str, str]:
+    """Level -> whom its ε protects against (:data:`EPSILON_AGAINST`) for the noised levels
+    of a plan; ``{"none": NO_NOISE_AGAINST}`` when no level adds noise."""
+    present = sorted({lv for lv in levels if lv != "none"})
+    return {lv: EPSILON_AGAINST[lv] for lv in present} or {"none": NO_NOISE_AGAINST}
 
 
 def _finite_or_inf(x: float) -> float:
@@ -69,9 +90,11 @@ def epsilon_at_aggregator(
     """ε after ``round_`` rounds, per placement, as seen at the aggregator (see module doc).
 
     Returns ``{"table_i", "round", "delta", "noise_multiplier", "aggregator_noise_multiplier",
-    "level", "aggregator_accountant", "aggregator_heuristic", "heuristic_per_level",
-    "vs_curious_aggregator"}``; each ε entry is ``{"pld": ε, "rdp": ε}``. A plan without
-    noise (placement none or z = 0) gives ``inf`` everywhere. ``with_text`` adds the
+    "epsilon-against", "level", "aggregator_accountant", "aggregator_heuristic",
+    "heuristic_per_level", "vs_curious_aggregator"}``; each ε entry is
+    ``{"pld": ε, "rdp": ε}``. A plan without noise (placement none or z = 0) gives ``inf``
+    everywhere. ``epsilon-against``: whom each
+    noised level's ε protects against (:func:`epsilon_against`). ``with_text`` adds the
     ``assumptions`` and the accountant's ``accountant_note``.
     """
     from fedpriv.accounting import amplified_epsilon, hdp_config_epsilon
@@ -93,6 +116,7 @@ def epsilon_at_aggregator(
         "delta": delta,
         "noise_multiplier": z,
         "aggregator_noise_multiplier": z_agg,
+        "epsilon-against": epsilon_against(plan.levels if z else ()),
     }
     if not present or z == 0.0:
         out.update(
