@@ -297,6 +297,7 @@ def example_audit(cfg: Mapping[str, Any], strategy, data: Any, predict: Any) -> 
     from fedpriv.audit.audit import audit_scores
     from fedpriv.audit.example_canaries import example_canaries
     from fedpriv.audit.lira import logit_confidence
+    from fedpriv.dpsgd import ACCOUNTANT_TEXT
 
     canaries = example_canaries(cfg, data)
     scores = logit_confidence(predict(canaries.x), canaries.y)
@@ -318,6 +319,9 @@ def example_audit(cfg: Mapping[str, Any], strategy, data: Any, predict: Any) -> 
         "audit_failed": bool(failed),
         "delta": delta,
         "mechanism": "client-side DP-SGD (Poisson batches), example level",
+        "upper_bound_accountant": ACCOUNTANT_TEXT,
+        "upper_bound_note": "an upper bound for the batching the clients run: Poisson-sampled "
+        "batches, accounted as the Poisson-subsampled Gaussian (PLD/RDP)",
         "privacy": cfg["privacy"],
         "noise_multiplier": float(cfg["dp-sgd-noise-multiplier"]),
         "adjacency": "add/remove one training example of one client (example level)",

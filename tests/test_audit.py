@@ -230,6 +230,9 @@ def test_example_canaries_are_seeded_spread_over_clients_and_audited():
     out = example_audit(cfg, None, data, memorising_model)
     assert out["epsilon_lower_bound"] >= 1.0 and out["epsilon_upper_bound"] is None
     assert out["adjacency"].startswith("add/remove one training example")
+    # the bound is the Poisson PLD/RDP of the batching the clients run, not an assumed one
+    assert "Poisson-sampled Gaussian" in out["upper_bound_accountant"]
+    assert out["upper_bound_note"].startswith("an upper bound for the batching the clients run")
 
 
 def test_zonal_and_laplace_mechanism_audits():

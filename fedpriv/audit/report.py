@@ -198,6 +198,9 @@ def audit_grid_report(
         "the lower bound must never exceed. Accountant ε (run): the run's headline ε for its "
         "real clients. Comparison ε (realised σ): the canary accounting evaluated with the σ "
         "metric DP actually used (for comparison only; metric DP has no (ε, δ) guarantee).",
+        "- DP-SGD cell: Accountant ε = the largest example-level ε the clients' DP-SGD "
+        "accountants report: the PLD/RDP of the Poisson-subsampled Gaussian, an upper bound "
+        "for the Poisson batches the clients run (add/remove one example).",
         "- Estimate ε̂: Andrew et al. (ICLR 2024) one-shot estimate (not a bound). Lower bound: "
         "Steinke, Nasr & Jagielski (NeurIPS 2023) one-run bound at 95 % confidence; with "
         f"{canaries.get('count')} canaries it cannot exceed about "
