@@ -13,6 +13,7 @@ Two runs:
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -68,6 +69,26 @@ def test_epsilon_at_aggregator_order_ldp_hdp_cdp(compare_run):
         assert rows["ldp"][key] < rows["hdp"][key] < rows["cdp"][key]
     assert rows["none"]["epsilon_aggregator_rdp"] in (math.inf, "inf")
     assert [rows[p]["table_i"] for p in ("ldp", "hdp", "cdp")] == ["C1", "C2", "C4"]
+
+
+def test_epsilon_says_against_whom_it_holds(compare_run):
+    """HDP's ε is no guarantee against the zone aggregator (it runs in the ServerApp); LDP's
+    holds against everyone: summary.json, rounds.jsonl and report.md say so."""
+    out, _, rounds = compare_run
+    for placement in ("ldp", "hdp", "cdp"):
+        summary = json.loads((out / placement / "summary.json").read_text())
+        against = summary["zonal"]["epsilon"]["epsilon-against"]
+        assert list(against) == [placement]
+        records = [r for r in rounds if r.get("run") == placement and r["round"] > 0]
+        assert len(records) == 5
+        assert all(r["zonal"]["epsilon"]["epsilon-against"] == against for r in records)
+    hdp = json.loads((out / "hdp" / "summary.json").read_text())["zonal"]["epsilon"]
+    assert "none against the zone aggregator" in hdp["epsilon-against"]["hdp"]
+    assert "runs in the ServerApp" in hdp["epsilon-against"]["hdp"]
+    ldp = json.loads((out / "ldp" / "summary.json").read_text())["zonal"]["epsilon"]
+    assert ldp["epsilon-against"]["ldp"].startswith("everyone")
+    report = (out / "report.md").read_text()
+    assert "## Against whom each ε holds" in report and "- HDP: the server beyond" in report
 
 
 def test_round_records_log_zones_sigma_elections_and_epsilon(compare_run):
