@@ -82,6 +82,19 @@ def test_fewer_replies_than_planned_withhold_the_release():
     assert wrapper.budget_stop(3) == wrapper.budget_stopped
 
 
+def test_poisson_round_with_nobody_sampled_is_withheld_past_the_budget():
+    """Poisson: every round is charged z (fixed denominator), even an empty sample's
+    noise-only release; past the budget that release is withheld too."""
+    part = Participation(10, 3, 3, "poisson")
+    budget = (_eps([1.0], part) + _eps([1.0, 1.0], part)) / 2
+    wrapper = _wrapper(part, budget, poisson=True)
+    assert wrapper.aggregate_train(1, [])[0] is not None  # noise only, charged z
+    assert wrapper.accountant.current()["rounds"] == 1
+    assert wrapper.aggregate_train(2, []) == (None, None)
+    assert wrapper.accountant.current()["rounds"] == 1
+    assert wrapper.budget_stopped.endswith(f"round 2 (epsilon {_eps([1.0, 1.0], part):.4g})")
+
+
 def test_legacy_wrapper_withholds_too():
     part = Participation(3, 3, 3)
     budget = (_eps([1.0], part) + _eps([1.0, 1.0], part)) / 2
