@@ -230,10 +230,10 @@ def apply_owned(
 ) -> dict[str, Any]:
     """``cfg`` with the client's owned values on top (after :func:`refusal` accepted it).
 
-    Derived keys (client task, zone level, evaluation split) are only checked, not set.
+    Only the keys the client sets; derived keys (client task, zone level, evaluation split)
+    and secure defaults (the task's own default) are checked, not set.
     """
     mode = client_mode(own, partition, message_task or str(cfg.get("client-task", "")))
     if mode is None:
         return dict(cfg)
-    owned = {k: v for k in OWNED_KEYS[mode] for ok, v in [_own_value(own, k)] if ok}
-    return {**cfg, **owned}
+    return {**cfg, **{k: own[k] for k in OWNED_KEYS[mode] if _set(own, k)}}
