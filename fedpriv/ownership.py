@@ -201,13 +201,13 @@ def refusal(
     ``received``: what the message's config carries (the keys sent, or the whole config of
     a digest-less message); ``kind``: ``train`` | ``evaluate``; ``message_task``: the task a
     custom message type names (IFCA). A plain ``train`` without ``client-task`` asks for the
-    standard task, refused in a mode with a task of its own.
+    standard task, refused in a mode with a task of its own (an IFCA client: any plain message).
     """
     mode = client_mode(own, partition, message_task or str(received.get("client-task", "")))
     if mode is None:
         return None
     sent = dict(received)
-    if kind == "train" and not message_task:
+    if not message_task and (kind == "train" or mode == "ifca"):  # IFCA has its own types
         sent.setdefault("client-task", "standard")
     for key in CLIENT_COUNTED:
         if key in sent:
@@ -230,10 +230,13 @@ def apply_owned(
 ) -> dict[str, Any]:
     """``cfg`` with the client's owned values on top (after :func:`refusal` accepted it).
 
-    Only the keys the client sets; derived keys (client task, zone level, evaluation split)
-    and secure defaults (the task's own default) are checked, not set.
+    The keys the client sets, its mode's client task and a zonal client's own ``zonal-level``
+    (a message that leaves them out must not fall back to the standard task or an un-noised
+    zone); secure defaults are the tasks' own, ``ifca-eval-split`` defaults to ``test``.
     """
     mode = client_mode(own, partition, message_task or str(cfg.get("client-task", "")))
     if mode is None:
         return dict(cfg)
-    return {**cfg, **{k: own[k] for k in OWNED_KEYS[mode] if _set(own, k)}}
+    derived = expected_values(mode, own, partition)
+    forced = {k: derived[k] for k in ("client-task", "zonal-level") if k in derived}
+    return {**cfg, **{k: own[k] for k in OWNED_KEYS[mode] if _set(own, k)}, **forced}

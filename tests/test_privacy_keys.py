@@ -129,12 +129,23 @@ def test_ifca_clients_refuse_a_changed_key(own, hypotheses, key, kind):
     assert_refused(reply, key, ctx)
 
 
-def test_an_ifca_client_refuses_plain_training(own, weights):
-    """An own nu > 0 makes the client an IFCA client: a plain train message is refused."""
+@pytest.mark.parametrize("kind", [MessageType.TRAIN, MessageType.EVALUATE])
+def test_an_ifca_client_refuses_plain_messages(own, kind):
+    """An own nu > 0 makes the client an IFCA client: a plain train / evaluate is refused."""
     cfg = own["ifca"]
     ctx = context(cfg)
-    reply = app(message(cfg, MessageType.TRAIN, {}, {}), ctx)
+    reply = app(message(cfg, kind, {"privacy": "none"}, {}), ctx)
     assert_refused(reply, "client-task", ctx)
+
+
+def test_an_ifca_message_without_its_task_keeps_the_ifca_rules(own, hypotheses):
+    """A training user's evaluation without ``client-task`` (and ``privacy = none``) is still
+    IFCA's: declined without the client's opt-in (GP: only the sanitized vector leaves)."""
+    cfg = own["ifca"]
+    sent = {"privacy": "none", "ifca-eval-split": "test"}
+    reply = app(message(cfg, "evaluate.ifca", sent, {HYPOTHESES_KEY: hypotheses}), context(cfg))
+    assert not reply.has_error(), reply.error
+    assert not reply.content.keys()
 
 
 def test_equal_values_are_accepted(own, weights, hypotheses):
@@ -149,11 +160,13 @@ def test_equal_values_are_accepted(own, weights, hypotheses):
     assert set(reply.content.array_records) == {"arrays"}
     assert ctx.state[DPSGD_STATE_KEY]["participations"] == 1  # the client's own count
     zcfg = own["zonal"]
-    zsent = {"client-task": "zonal", "zonal-level": "ldp", "privacy": "zonal"}
+    zsent = {"client-task": "zonal", "privacy": "zonal"}  # no zonal-level: the client's own
     zmsg = message(zcfg, MessageType.TRAIN, zsent, {"arrays": ArrayRecord(weights["zonal"])})
     reply = app(zmsg, context(zcfg))
     assert not reply.has_error(), reply.error
     assert set(reply.content["metrics"].keys()) == {"num-examples", "zonal-noise-std"}
+    z, c = float(zcfg["zonal-noise-multiplier"]), float(zcfg["zonal-clipping-norm"])
+    assert z * c > 0 and reply.content["metrics"]["zonal-noise-std"] == pytest.approx(z * c)
     icfg = own["ifca"]
     isent = {"client-task": "ifca", "ifca-ledger-tag": "", "ifca-noise-multiplier": 5.0}
     reply = app(message(icfg, "train.ifca", isent, {HYPOTHESES_KEY: hypotheses}), context(icfg))
