@@ -15,6 +15,11 @@ server app, CLI, report or plotting module is loaded in a worker.
 Every reply passes :func:`disclose` (issue 11): in a privacy mode, its MetricRecords keep
 only what that mode's accounting covers (:mod:`fedpriv.disclosure`) unless the run opted
 in with ``unaccounted-metrics = true``; an evaluation that may not be sent is not run.
+
+Clients own their privacy settings (issue 20, :mod:`fedpriv.ownership`): in a mode that
+distrusts the server (DP-SGD, a zonal LDP client, IFCA) the privacy keys come from the node's
+own config (``run_config`` overlaid with ``node_config``), and a message that would change one
+gets an error reply naming the key (:func:`resolved`) — no arrays, no metrics, no training.
 """
 
 from __future__ import annotations
@@ -24,12 +29,20 @@ from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.app import (  # noqa: E402
+    ConfigRecord,
+    Context,
+    Error,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.clientapp import ClientApp  # noqa: E402
 
 from clients.adversary import is_malicious, tamper_reply  # noqa: E402
 from clients.keras_client import evaluate_local, federated_data, model_for  # noqa: E402
 from fedpriv.disclosure import allowed_metric_keys, filter_metrics  # noqa: E402
+from fedpriv.ownership import REFUSED_CODE, apply_owned, own_settings, refusal  # noqa: E402
 from scenarios.client_tasks import (  # noqa: E402
     MESSAGE_HANDLERS,
     STATEFUL_TASKS,
@@ -38,9 +51,9 @@ from scenarios.client_tasks import (  # noqa: E402
     call_seed,
 )
 from scenarios.federation import QUERY_KEY  # noqa: E402
-from scenarios.wire_config import client_config  # noqa: E402
+from scenarios.wire_config import DIGEST_KEY, client_config  # noqa: E402
 
-__all__ = ["app", "call_seed", "partition_id", "disclose", "with_config"]
+__all__ = ["app", "call_seed", "partition_id", "disclose", "resolved", "with_config"]
 
 app = ClientApp()
 
@@ -62,6 +75,22 @@ def disclose(cfg: dict, kind: str, content: RecordDict) -> RecordDict:
     )
 
 
+def resolved(msg: Message, context: Context, kind: str, task: str = "") -> dict | Message:
+    """The message's full config with this node's owned privacy values on top, or the error
+    reply that refuses the message (a key the client owns sent with another value).
+
+    ``kind``: ``train`` | ``evaluate``; ``task``: the task a custom message type names (IFCA).
+    """
+    record = msg.content["config"]
+    own = own_settings(context.run_config, context.node_config)
+    partition = partition_id(context)
+    received = {k: v for k, v in record.items() if k != DIGEST_KEY}
+    reason = refusal(own, received, partition, kind=kind, message_task=task)
+    if reason is not None:
+        return Message(Error(code=REFUSED_CODE, reason=reason), reply_to=msg)
+    return apply_owned(client_config(record, context.run_config), own, partition, task)
+
+
 @app.query()
 def query(msg: Message, context: Context) -> Message:
     """Answer the server's partition discovery."""
@@ -71,8 +100,10 @@ def query(msg: Message, context: Context) -> Message:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """Run the training task the server asked for."""
-    cfg = client_config(msg.content["config"], context.run_config)
+    """Run the training task the server asked for (or refuse it, :func:`resolved`)."""
+    cfg = resolved(msg, context, "train")
+    if isinstance(cfg, Message):
+        return cfg
     name = str(cfg.get("client-task", "standard"))
     partition = partition_id(context)
     state = (context.state,) if name in STATEFUL_TASKS else ()
@@ -85,7 +116,9 @@ def train(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """Loss and accuracy of the received global model on this client's test split."""
-    cfg = client_config(msg.content["config"], context.run_config)
+    cfg = resolved(msg, context, "evaluate")
+    if isinstance(cfg, Message):
+        return cfg
     partition = partition_id(context)
     data = federated_data(cfg)
     client = data.clients[partition]
@@ -98,15 +131,19 @@ def evaluate(msg: Message, context: Context) -> Message:
     return Message(content=content, reply_to=msg)
 
 
-def with_config(handler: Handler) -> Callable[[Message, Context], Message]:
+def with_config(
+    handler: Handler, kind: str = "train", task: str = ""
+) -> Callable[[Message, Context], Message]:
     """The Flower handler of a custom message type (IFCA): ``handler(msg, cfg, context)``
-    with the message's full config, resolved as for ``train`` / ``evaluate``."""
+    with the message's full config, resolved (or refused) as for ``train`` / ``evaluate``;
+    ``task``: the client task the message type stands for (its action, e.g. ``ifca``)."""
 
     def serve(msg: Message, context: Context) -> Message:
-        return handler(msg, client_config(msg.content["config"], context.run_config), context)
+        cfg = resolved(msg, context, kind, task)
+        return cfg if isinstance(cfg, Message) else handler(msg, cfg, context)
 
     return serve
 
 
 for _kind, _action, _handler in MESSAGE_HANDLERS:
-    getattr(app, _kind)(_action)(with_config(_handler))
+    getattr(app, _kind)(_action)(with_config(_handler, _kind, _action))

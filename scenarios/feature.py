@@ -46,7 +46,9 @@ class PrivacyMode:
     for a mode that protects nothing, listed in ``fedpriv.disclosure.UNFILTERED_MODES``);
     ``plan(cfg, examples_per_client)`` its figures before training
     (:func:`fedpriv.accounting.planning.privacy_plan`); ``summary_key`` the summary.json
-    block that reports it; ``threat_model`` who is trusted for what, one sentence per party.
+    block that reports it; ``threat_model`` who is trusted for what, one sentence per party;
+    ``owned_keys`` the run-config keys its clients own when the mode distrusts the server
+    (:func:`fedpriv.ownership.owned_keys`: the ClientApp refuses a message that changes one).
     The catalog refuses a mode without a disclosure policy (fail closed).
     """
 
@@ -56,11 +58,13 @@ class PrivacyMode:
     plan: Callable[..., dict] | None = None
     summary_key: str = "privacy"
     threat_model: Mapping[str, str] = field(default_factory=dict)
+    owned_keys: tuple[str, ...] = ()
 
 
 def check_mode(mode: PrivacyMode) -> PrivacyMode:
     """``mode`` if its declaration is complete; ValueError (one line) otherwise."""
     from fedpriv.disclosure import UNFILTERED_MODES, policy
+    from fedpriv.ownership import owned_keys
 
     if mode.disclosure is MISSING or (
         mode.disclosure is None and mode.name not in UNFILTERED_MODES
@@ -79,6 +83,11 @@ def check_mode(mode: PrivacyMode) -> PrivacyMode:
         raise ValueError(
             f"privacy mode {mode.name!r}: declared disclosure differs from the policy the "
             "ClientApp enforces (fedpriv.disclosure)"
+        )
+    if tuple(mode.owned_keys) != owned_keys(mode.name):
+        raise ValueError(
+            f"privacy mode {mode.name!r}: declared client-owned keys differ from the keys the "
+            "ClientApp enforces (fedpriv.ownership)"
         )
     if mode.plan is None or not mode.threat_model:
         raise ValueError(f"privacy mode {mode.name!r} needs a planning function and a threat model")

@@ -2,9 +2,11 @@
 
 Each feature declares its modes with :func:`declare` (``Feature.privacy_modes``), which
 takes what its clients may send from :func:`fedpriv.disclosure.policy` (the policy the
-ClientApp enforces), its figures from :func:`fedpriv.accounting.planning.privacy_plan` and
-its threat model from :data:`THREAT_MODELS` below — one sentence per party, who is trusted
-for what. :class:`scenarios.feature.Catalog` refuses a mode whose declaration is incomplete.
+ClientApp enforces), the keys its clients own from :func:`fedpriv.ownership.owned_keys`
+(the ClientApp refuses a message that changes one), its figures from
+:func:`fedpriv.accounting.planning.privacy_plan` and its threat model from
+:data:`THREAT_MODELS` below — one sentence per party, who is trusted for what.
+:class:`scenarios.feature.Catalog` refuses a mode whose declaration is incomplete.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def _plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dic
 def declare(name: str, wrapper: WrapperBuilder, *, summary_key: str = "privacy") -> PrivacyMode:
     """The :class:`PrivacyMode` of ``name`` with its policy, plan and threat model."""
     from fedpriv.disclosure import policy
+    from fedpriv.ownership import owned_keys
 
     return PrivacyMode(
         name=name,
@@ -60,4 +63,5 @@ def declare(name: str, wrapper: WrapperBuilder, *, summary_key: str = "privacy")
         plan=_plan,
         summary_key=summary_key,
         threat_model=THREAT_MODELS.get(name, {}),
+        owned_keys=owned_keys(name),
     )

@@ -12,7 +12,9 @@ worker resolves nothing and imports no server code.
   then :func:`wire_config` per config record. Without a base (library use, tests) the whole
   config is sent, as before.
 - client: :func:`client_config` (a digest that does not match raises: the two sides would
-  train different things).
+  train different things). In a mode that distrusts the server the ClientApp first refuses a
+  message changing a privacy key the client owns, then puts the node's own values on top
+  (:mod:`fedpriv.ownership`, ``scenarios.client_app.resolved``).
 """
 
 from __future__ import annotations
