@@ -167,3 +167,48 @@ def test_fedpriv_audit_imports_without_jax():
         "assert 'jax' not in sys.modules and 'jax_privacy' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- fedpriv audit --mechanism global-dp -----------------------------------------------------
+
+
+def _cli(argv):
+    import argparse
+
+    from scenarios import audit_cli
+    from scenarios.features import CATALOG
+
+    parser = argparse.ArgumentParser()
+    audit_cli.add_arguments(parser)
+    return audit_cli.audit_command(parser.parse_args(argv), CATALOG)
+
+
+def test_cli_global_dp_mechanism_audit_passes_and_a_planted_bug_fails(capsys):
+    import json
+
+    from scenarios import audit_cli
+
+    assert audit_cli.PLANTED_BUGS == tuple(sorted(planted.PLANTED))
+    base = ["--mechanism", "global-dp", "--z", "12.6", "--run-config", "num-server-rounds=10"]
+    assert _cli(base) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["accountant_epsilon"] == pytest.approx(2.0, abs=0.01)
+    assert out["white-box"]["best"] >= 1.0 and not out["audit_failed"]
+    assert _cli([*base, "--planted", "sigma-2m"]) == 1
+    assert json.loads(capsys.readouterr().out)["planted"] == "sigma-2m"
+    assert _cli(["--mechanism", "zonal-hdp", "--planted", "sigma-2m"]) == 2
+    assert "--planted" in capsys.readouterr().err
+
+
+def test_run_audit_reports_the_fdp_bound_beside_the_eps_dp_bound():
+    from fedpriv.audit.audit import audit_scores
+
+    rng = np.random.default_rng(8)
+    included = rng.random(2000) < 0.5
+    scores = np.where(included, 1.5, 0.0) + rng.normal(size=2000)
+    out = audit_scores(scores, included, probability=0.5, delta=1e-5, confidence=0.95)
+    assert out["epsilon_lower_bound"] > 0.5
+    assert out["epsilon_lower_bound_fdp"] > out["epsilon_lower_bound"]
+    assert out["one_run_fdp"]["method"].startswith("Mahloujifar")
+    off = audit_scores(scores, included, probability=0.5, delta=1e-5, confidence=0.95, fdp=False)
+    assert "epsilon_lower_bound_fdp" not in off
