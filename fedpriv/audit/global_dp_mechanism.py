@@ -57,6 +57,8 @@ __all__ = [
     "audit",
     "soundness",
     "accountant_epsilon",
+    "correct_round",
+    "noise_rng",
 ]
 
 # A hook a planted bug may replace: (mechanism, clipped deltas sum, m, rng) -> noised mean.
@@ -214,7 +216,7 @@ def audit(
             "N": cfg.population,
             "delta": cfg.delta,
             "clipping_norm": cfg.clipping_norm,
-        },  # fmt: skip
+        },
         "canaries": {"count": cfg.num_canaries, "dim": cfg.dim, "norm": cfg.canary_norm},
         "adjacency": "replace-one client (canary update +A*c_j or -A*c_j)",
         "accountant_epsilon": accountant_epsilon(cfg),
