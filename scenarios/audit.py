@@ -234,6 +234,9 @@ def audit_outcome(
     return {
         "epsilon_lower_bound": lower,
         "confidence": result["confidence"],
+        "epsilon_lower_bound_fdp": result["threat_models"][result["threat_model"]].get(
+            "epsilon_lower_bound_fdp"
+        ),
         "epsilon_estimate": result["epsilon_estimate"],
         **bounds,
         "audit_failed": bool(failed),
@@ -253,6 +256,9 @@ def audit_outcome(
         "methods": {
             "lower_bound": "Steinke, Nasr & Jagielski, NeurIPS 2023 (one run; Cor. 5.4, App. D; "
             "Bonferroni over the guess counts tried)",
+            "lower_bound_fdp": "Mahloujifar et al. 2024, one-run f-DP via jax-privacy: rejects "
+            "the Gaussian trade-off curve through (epsilon, delta); its own confidence; not "
+            "used for audit_failed",
             "estimate": "Andrew et al., ICLR 2024 (one-shot; cosine of the model delta with "
             "inserted vs held-out canaries, pooled-variance Gaussian fit)",
         },
@@ -304,7 +310,7 @@ def example_audit(cfg: Mapping[str, Any], strategy, data: Any, predict: Any) -> 
     delta = float(cfg["dp-sgd-delta"])
     result = audit_scores(
         scores, canaries.included, probability=canaries.probability, delta=delta,
-        confidence=float(cfg["audit-confidence"]),
+        confidence=float(cfg["audit-confidence"]), fdp=False,  # Poisson: not a Gaussian curve
     )  # fmt: skip
     epsilons = _dpsgd_epsilons(strategy)
     upper = max(epsilons) if epsilons else None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -46,7 +47,8 @@ from scenarios.schema import ConfigError
 AUDIT_NAME = "audit.json"
 DEFAULT_CANARIES = 100
 DPSGD_Z = 1.1  # the DP-SGD MNIST tutorial value (Abadi et al.), the dp-sgd default
-MECHANISMS = ("zonal-ldp", "zonal-hdp", "zonal-cdp", "ifca-laplace")
+MECHANISMS = ("zonal-ldp", "zonal-hdp", "zonal-cdp", "ifca-laplace", "global-dp")
+PLANTED_BUGS = ("no-clipping", "noise-halved", "public-seed", "sigma-2m")  # fedpriv.audit.planted
 GRID_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("none", {"privacy": "none"}),
     ("global-dp", {"privacy": "global-dp"}),
@@ -67,7 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--mechanism",
         choices=MECHANISMS,
         help="mechanism-level audit without training (zonal placements, GP Laplace); "
-        "one JSON object per --z value",
+        "one JSON object per --z value (global-dp: FixedClippingGaussian with 50000 canaries, "
+        "m = N = 100, num-server-rounds rounds; exit 1 if the bound exceeds the accountant)",
+    )
+    parser.add_argument(
+        "--planted",
+        choices=PLANTED_BUGS,
+        help="with --mechanism global-dp: audit a version with this known error",
     )
 
 
@@ -98,10 +106,26 @@ def run_one(
     return 0, json.loads(audit_path.read_text())
 
 
+def global_dp_audit(z: float, rounds: int, planted_bug: str | None = None) -> dict[str, Any]:
+    """:mod:`fedpriv.audit.global_dp_mechanism` at z and T (optionally a planted bug)."""
+    from fedpriv.audit import global_dp_mechanism as gdm
+    from fedpriv.audit import planted
+
+    cfg = gdm.MUST_SHOW.with_(noise_multiplier=z, rounds=rounds)
+    simulate = planted.PLANTED[planted_bug] if planted_bug else gdm.simulate_releases
+    out = gdm.audit(cfg, simulate=simulate, view=planted.VIEWS.get(planted_bug or ""))
+    claimed = out["accountant_epsilon"]
+    failed = any(out[v]["best"] > claimed for v in ("white-box", "final-model"))
+    out["accountant_epsilon"] = claimed if math.isfinite(claimed) else "inf"
+    return {"row": "global-dp", "z": z, "planted": planted_bug, **out, "audit_failed": failed}
+
+
 def mechanism_audit(name: str, z: float, rounds: int) -> dict[str, Any]:
     """One mechanism-level audit (:mod:`fedpriv.audit.mechanism_audits`); z is ν for Laplace."""
     from fedpriv.audit import mechanism_audits as ma
 
+    if name == "global-dp":
+        return global_dp_audit(z, rounds)
     if name == "ifca-laplace":
         return {"row": name, "z": z, **ma.audit_laplace_sanitizer(noise_multiplier=z)}
     placement = name.split("-")[1]
@@ -117,10 +141,7 @@ def audit_command(args: argparse.Namespace, catalog: Catalog) -> int:
         print(f"fedpriv: {err}", file=sys.stderr)
         return 2
     if args.mechanism:
-        rounds = int(parse_overrides(args.run_config).get("num-server-rounds", 5))
-        for z in args.z:
-            print(json.dumps(mechanism_audit(args.mechanism, z, rounds)))
-        return 0
+        return _mechanisms(args)
     if args.grid or args.report_only:
         return _grid(args, catalog)
     rc, audit = run_one(_overrides(args.run_config), args.federation, catalog)
@@ -135,6 +156,27 @@ def audit_command(args: argparse.Namespace, catalog: Catalog) -> int:
         )
         return 1
     return 0
+
+
+def _mechanisms(args: argparse.Namespace) -> int:
+    """``--mechanism``: one JSON line per z; 1 if a global-DP audit fails, 2 for a bad flag."""
+    if args.planted and args.mechanism != "global-dp":
+        print(
+            f"fedpriv: --planted = {args.planted!r} is not allowed with --mechanism "
+            f"{args.mechanism}; expected --mechanism global-dp",
+            file=sys.stderr,
+        )
+        return 2
+    rounds = int(parse_overrides(args.run_config).get("num-server-rounds", 5))
+    failed = False
+    for z in args.z:
+        if args.mechanism == "global-dp":
+            out = global_dp_audit(z, rounds, args.planted)
+            failed = failed or out["audit_failed"]
+        else:
+            out = mechanism_audit(args.mechanism, z, rounds)
+        print(json.dumps(out))
+    return 1 if failed else 0
 
 
 def _noise_per_round(cell_dir: Path) -> dict[str, Any]:

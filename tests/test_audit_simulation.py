@@ -50,6 +50,8 @@ def test_fedpriv_audit_grid_global_dp_none_metric_dp_and_dpsgd(tmp_path):
     assert glob["epsilon_upper_bound"] <= glob["epsilon_upper_bound_run"]
     assert glob["confidence"] == 0.95 and glob["threat_model"] == "final"
     assert glob["canaries"]["count"] == 60 and glob["rounds"] == 2
+    assert isinstance(glob["epsilon_lower_bound_fdp"], float)  # issue 22: f-DP beside eps-DP
+    assert "lower_bound_fdp" in glob["methods"] and "LB f-DP (95 %)" in text
 
     none = json.loads((runs / "none-z0" / "audit.json").read_text())
     assert none["epsilon_lower_bound"] >= 1.0

@@ -66,8 +66,14 @@ def audit_scores(
     probability: float,
     delta: float,
     confidence: float,
+    fdp: bool = True,
 ) -> dict[str, Any]:
-    """Lower bound (inclusion probability 1/2 only) and estimate from per-canary scores."""
+    """Lower bound (inclusion probability 1/2 only) and estimate from per-canary scores.
+
+    With ``fdp`` (and jax-privacy installed) also the one-run f-DP bound
+    (:func:`fedpriv.audit.one_run_fdp.fdp_one_run_audit`) under ``epsilon_lower_bound_fdp``:
+    its own confidence, a Gaussian-curve claim, never the headline.
+    """
     scores = np.asarray(scores, dtype=np.float64)
     included = np.asarray(included, dtype=bool)
     out: dict[str, Any] = {}
@@ -75,6 +81,8 @@ def audit_scores(
         res = one_run_audit(scores, included, delta=delta, confidence=confidence)
         out["epsilon_lower_bound"] = res.epsilon_lower_bound
         out["one_run"] = res.as_dict()
+        if fdp:
+            out.update(_fdp_block(scores, included, delta, confidence))
     else:
         out["epsilon_lower_bound"] = None
         out["one_run"] = {"skipped": "Steinke et al.'s bound needs inclusion probability 0.5"}
@@ -87,6 +95,16 @@ def audit_scores(
         out["epsilon_estimate"] = None
         out["one_shot"] = {"skipped": "fewer than 2 inserted or 2 held-out canaries"}
     return out
+
+
+def _fdp_block(scores, included, delta: float, confidence: float) -> dict[str, Any]:
+    try:
+        from fedpriv.audit.one_run_fdp import fdp_one_run_audit
+
+        res = fdp_one_run_audit(scores, included, delta=delta, confidence=confidence)
+    except ImportError as exc:
+        return {"epsilon_lower_bound_fdp": None, "one_run_fdp": {"skipped": str(exc)}}
+    return {"epsilon_lower_bound_fdp": res["epsilon_lower_bound"], "one_run_fdp": res}
 
 
 def _audit_one(canaries: CanarySet, stats: np.ndarray, delta: float, confidence: float) -> dict:
