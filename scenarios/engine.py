@@ -49,6 +49,7 @@ from clients.keras_client import (
     predict_proba,
     train_local,
 )
+from fedpriv import seeds
 from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
 from fedpriv.participation import Participation
@@ -305,7 +306,7 @@ def train_run(
     """
     hooks = hooks or RunHooks()
     t0 = time.time()
-    rng = np.random.default_rng(int(cfg["seed"]))
+    rng = seeds.privacy_rng(int(cfg["seed"]), reproducible=seeds.reproducible(cfg))  # sampling
     checkpoint = None
     if resumable:
         from scenarios.resume import checkpoint_hook, load_resumable, restore
@@ -318,7 +319,11 @@ def train_run(
     recorder = build_strategy(strategy_cfg or cfg, grid, rng, catalog, weights)
     if checkpoint is not None:
         restore(recorder, checkpoint)
-    runlog = RunLog(cfg["output-dir"], keep_rounds=first_round - 1 if first_round > 1 else None)
+    runlog = RunLog(
+        cfg["output-dir"],
+        keep_rounds=first_round - 1 if first_round > 1 else None,
+        labels=seeds.noise_labels(cfg),
+    )
     if first_round > 1 and not previous_rounds:
         previous_rounds = read_rounds(cfg["output-dir"])
     for record in previous_rounds if checkpoint is not None else ():
