@@ -106,6 +106,7 @@ SCENARIOS = (
             "num-server-rounds": 50,
             "strategy": "fedavg",
             "privacy": "none",
+            "reproducible-noise": True,  # a paper reproduction: seeded noise, labelled
             **GP_FINAL_EVALUATION,
         },
     ),
@@ -132,6 +133,7 @@ SCENARIOS = (
             "num-server-rounds": 30,
             "strategy": "fedavg",
             "privacy": "none",
+            "reproducible-noise": True,  # a paper reproduction: seeded noise, labelled
             **GP_FINAL_EVALUATION,
         },
     ),
