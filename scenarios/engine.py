@@ -137,6 +137,13 @@ def build_strategy(
     )
 
 
+def sampling_rng(cfg: Mapping[str, Any]) -> np.random.Generator:
+    """The client-sampling Generator of a run: OS entropy, or ``default_rng(seed)`` when the
+    run sets ``reproducible-noise``. A party that knows the schedule voids amplification by
+    sampling, so it is secret by default (:func:`fedpriv.seeds.privacy_rng`)."""
+    return seeds.privacy_rng(int(cfg["seed"]), reproducible=seeds.reproducible(cfg))
+
+
 def summarise(cfg: Mapping[str, Any], rounds: list[dict], final: dict, extra: dict) -> dict:
     """summary.json content: final server metrics, last-5 stats, config, seed."""
     accs = [
@@ -306,7 +313,7 @@ def train_run(
     """
     hooks = hooks or RunHooks()
     t0 = time.time()
-    rng = seeds.privacy_rng(int(cfg["seed"]), reproducible=seeds.reproducible(cfg))  # sampling
+    rng = sampling_rng(cfg)
     checkpoint = None
     if resumable:
         from scenarios.resume import checkpoint_hook, load_resumable, restore
