@@ -18,6 +18,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 REPRODUCIBLE = {"reproducible-noise": True}
+LOG_TAIL = 8000  # characters of a run's output kept (the resume line must survive Ray's noise)
 
 
 def with_reproducible(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -47,7 +48,7 @@ def run_fedpriv(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
     summary, rounds = run_outputs(output_dir)
-    return proc.returncode, summary, rounds, (proc.stdout + proc.stderr)[-4000:]
+    return proc.returncode, summary, rounds, (proc.stdout + proc.stderr)[-LOG_TAIL:]
 
 
 def run_outputs(output_dir: str | Path) -> tuple[Any, list[dict[str, Any]]]:
