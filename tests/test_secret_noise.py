@@ -260,3 +260,13 @@ def test_opted_in_runs_reproduce_bit_for_bit_and_are_labelled(sim_runs):
     assert sa[seeds.NOISE_LABEL_KEY] == sb[seeds.NOISE_LABEL_KEY] == label
     assert all(r[seeds.NOISE_LABEL_KEY] == label for r in ra)
     assert GENERATOR_MARK in (a / CHECKPOINT).read_bytes()  # seeded: checkpointed as before
+
+
+def test_reproducible_noise_is_one_checked_run_key():
+    from scenarios.schema import ConfigError
+
+    assert _cfg()["reproducible-noise"] is False  # the default run is secret
+    with pytest.raises(ConfigError, match="reproducible-noise = 'yes' is not allowed"):
+        resolve_run_config({"reproducible-noise": "yes"})
+    for paper in ("hdp-paper", "gp-fig2", "synthetic-mri", "hdp-digits", "cia"):  # labelled
+        assert resolve_run_config({"scenario": paper})["reproducible-noise"] is True
