@@ -49,8 +49,7 @@ from fedpriv.dpsgd import (  # noqa: E402
     poisson_schedule,
 )
 from fedpriv.models import CLASSIFIERS, build_model, make_optimizer  # noqa: E402
-
-REPRODUCIBLE_KEY = "reproducible-noise"
+from fedpriv.seeds import REPRODUCIBLE_KEY  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,7 @@ from fedpriv.ifca import (  # noqa: E402
     unpack_hypotheses,
 )
 from fedpriv.mechanisms import sanitize_laplace  # noqa: E402
+from fedpriv.seeds import privacy_rng, reproducible  # noqa: E402
 
 TRAIN_STREAM, NOISE_STREAM = 0, 1
 STATE_DIR_KEY = "client-state-dir"  # message config: where clients keep their own state files
@@ -204,7 +205,9 @@ def ifca_train(
     """One IFCA participation of ``partition``; returns the reply content (see module doc).
 
     ``state`` is the node's ``context.state`` (the ledger lives there); ``None`` runs
-    without a persistent ledger, refused when a ``leakage-budget`` is set.
+    without a persistent ledger, refused when a ``leakage-budget`` is set. The Laplace noise
+    is the client's own OS entropy unless the run sets ``reproducible-noise`` (then seeded
+    per (seed, round, partition), ``call_seed``).
     """
     nu = float(cfg["ifca-noise-multiplier"])
     budget = float(cfg["leakage-budget"])
@@ -228,7 +231,7 @@ def ifca_train(
     j = choose_hypothesis(hypothesis_losses(model, hypotheses, client.x_train, client.y_train))
     settings = TrainSettings.from_config(cfg, seed=call_seed(cfg, partition, TRAIN_STREAM))
     local, _ = train_local(model, hypotheses[j], client.x_train, client.y_train, settings)
-    rng = np.random.default_rng(call_seed(cfg, partition, NOISE_STREAM))
+    rng = privacy_rng(call_seed(cfg, partition, NOISE_STREAM), reproducible=reproducible(cfg))
     released, _info = sanitize_laplace(local, hypotheses[j], nu, rng)
     ledger["spent"] += cost
     ledger["participations"] += 1

@@ -5,10 +5,11 @@ completed round (written to a temporary file, fsynced, renamed: a kill leaves th
 checkpoint or the new one, never half of one). It holds
 
 - ``round``: the last completed round ``k``, and ``arrays``: the global weights after it;
-- ``states``: the server-side state of every object of the strategy chain (the round
-  recorder's sampling Generator, a DP wrapper's noise Generator and accountant, FedAvgM's
-  momentum, FedOpt/FedYogi's moments, IFCA hypotheses, zonal super-node assignments —
-  whatever the objects hold), captured generically by :func:`capture_state`;
+- ``states``: the server-side state of every object of the strategy chain (a DP wrapper's
+  accountant, FedAvgM's momentum, FedOpt/FedYogi's moments, IFCA hypotheses, zonal
+  super-node assignments and election Generator — whatever the objects hold), captured
+  generically by :func:`capture_state`; the sampling and noise Generators only when the
+  run sets ``reproducible-noise`` (see below);
 - ``fingerprint``: the config it belongs to.
 
 Next to it, ``run-config.json`` (written when a run starts) names the config of the
@@ -19,12 +20,22 @@ What is *not* here: client-held state (IFCA leakage ledgers) stays with the clie
 persist it themselves in a client-side state file per partition (:func:`read_client_state`,
 :func:`write_client_state`: one entry per round, so a round re-run after a kill reads the
 state *before* it and is charged once), and Keras client training is seeded per
-(seed, round, partition), so it needs no state. Same seed -> the resumed ``rounds.jsonl``
-equals an uninterrupted run's.
+(seed, round, partition), so it needs no state. Same seed and ``reproducible-noise`` ->
+the resumed ``rounds.jsonl`` equals an uninterrupted run's.
 
 An object of the chain names attributes that belong to the process, not to the run (node ids
 of the current federation: a restarted simulation numbers its nodes anew) in a class
 attribute ``CHECKPOINT_SKIP``; they are neither captured nor restored.
+
+How a checkpoint reader cannot regenerate future noise: by default the round recorder's
+sampling Generator and a DP wrapper's noise Generator are
+:class:`fedpriv.seeds.SecretGenerator` (seeded from OS entropy, nothing of the config
+determines them), and :func:`capture_state` leaves every such Generator out. A resumed run
+keeps the fresh OS-entropy Generators its new strategy chain was built with, so neither the
+checkpoint nor the config determines any draw after it. With ``reproducible-noise = true``
+those Generators are plain seeded ones and are checkpointed like any state: the resumed
+``rounds.jsonl`` then equals an uninterrupted run's (and anyone with the checkpoint or the
+seed can rebuild the noise: the run is labelled so).
 
 Pickle is used because the state is arbitrary Python (Generators, accountants); a
 checkpoint is only ever read by the code that wrote it, from the user's own directory.
@@ -39,6 +50,8 @@ import pickle
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Optional
+
+from fedpriv.seeds import SecretGenerator
 
 CHECKPOINT = "checkpoint.pkl"
 MANIFEST = "run-config.json"
@@ -72,14 +85,16 @@ def capture_state(objects: Iterable[Any]) -> list[dict[str, Any]]:
 
     Captured together and pickled in one go, so an object shared by two wrappers (one
     Generator) is restored as one shared object. Attributes named in the object's
-    ``CHECKPOINT_SKIP`` (process-local: node ids) are left out.
+    ``CHECKPOINT_SKIP`` (process-local: node ids) are left out, and so is every secret
+    Generator (:class:`fedpriv.seeds.SecretGenerator`: its state would let the reader
+    regenerate the noise and sampling after the checkpoint).
     """
     states = []
     for obj in objects:
         state = {}
         skip = LINK_ATTRIBUTES | frozenset(getattr(obj, "CHECKPOINT_SKIP", ()))
         for name, value in vars(obj).items():
-            if name in skip or callable(value):
+            if name in skip or callable(value) or isinstance(value, SecretGenerator):
                 continue
             try:
                 pickle.dumps(value)

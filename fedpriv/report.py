@@ -55,6 +55,7 @@ from fedpriv.reporting import (
     markdown_table,
 )
 from fedpriv.runlog import from_json_number
+from fedpriv.seeds import NOISE_LABEL_KEY
 
 
 def _ordered(items: Iterable[str], order: Sequence[str]) -> list[str]:
@@ -161,13 +162,24 @@ def privacy_table(groups: Groups, strategies: Sequence[str], modes: Sequence[str
                     row.append("inf")
                 else:
                     row.append(fmt_value(float(np.mean(values))))
+                if key == "epsilon":
+                    row.append(noise_randomness(runs))
             row.append(str(len(runs)))
             rows.append(row)
     if not rows:
         return None
     header = ["Strategy", "Privacy", "ε bounds (adjacency; sampling)", "z", "σ (mean over rounds)"]
-    header += ["d (mean over rounds)", "ε (upper bound)", "ε (RDP bound)", "δ", "seeds"]
+    header += ["d (mean over rounds)", "ε (upper bound)", "noise randomness", "ε (RDP bound)"]
+    header += ["δ", "seeds"]
     return markdown_table(header, rows)
+
+
+def noise_randomness(runs: Sequence[RunResult]) -> str:
+    """The runs' ``noise-randomness`` labels (``fedpriv.seeds.noise_label``): "os-entropy",
+    or "seeded: valid only while the seed is secret from every party"; "—" for runs written
+    before the label existed."""
+    labels = sorted({str(r.summary.get(NOISE_LABEL_KEY, DASH)) for r in runs})
+    return " / ".join(labels) if labels else DASH
 
 
 def dpsgd_client_table(groups: Groups, strategies: Sequence[str]) -> str | None:
@@ -285,7 +297,9 @@ def build_report(output_dir: str | Path, *, last_k: int = 5) -> tuple[str, list[
             "wrappers: on the aggregate; DP-SGD: z·C on the summed clipped gradients); "
             "d: metric-privacy distance; ε at δ: an upper bound, under the adjacency and "
             "sampling in its column (global DP: min(PLD, RDP); DP-SGD: the largest client's "
-            "bound). Metric privacy is a heuristic (noise scaled by a data-dependent d): no ε.",
+            "bound). Metric privacy is a heuristic (noise scaled by a data-dependent d): no ε. "
+            "Noise randomness: os-entropy (secret), or seeded (reproducible-noise; the ε is "
+            "valid only while the seed is secret from every party).",
             "",
             table,
             "",

@@ -48,9 +48,19 @@ def from_json_number(value: Any) -> float | None:
 class RunLog:
     """Writer for one run's output directory."""
 
-    def __init__(self, output_dir: str | Path, *, keep_rounds: int | None = None) -> None:
+    def __init__(
+        self,
+        output_dir: str | Path,
+        *,
+        keep_rounds: int | None = None,
+        labels: Mapping[str, Any] | None = None,
+    ) -> None:
         """Start ``rounds.jsonl`` afresh, or (``keep_rounds = k``, a resumed run) keep the
-        records of rounds 0..k and drop any later line (a round in flight when killed)."""
+        records of rounds 0..k and drop any later line (a round in flight when killed).
+
+        ``labels`` (e.g. ``fedpriv.seeds.noise_labels``) go into every round line and the
+        summary."""
+        self.labels = dict(labels or {})
         self.dir = Path(output_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rounds_path = self.dir / "rounds.jsonl"
@@ -70,13 +80,14 @@ class RunLog:
     def append_round(self, record: Mapping[str, Any]) -> None:
         """Append one JSON line and flush it to disk."""
         with self.rounds_path.open("a") as fh:
-            fh.write(json.dumps(to_jsonable(record), sort_keys=True) + "\n")
+            fh.write(json.dumps(to_jsonable({**record, **self.labels}), sort_keys=True) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         """Write ``summary.json`` atomically."""
         tmp = self.summary_path.with_suffix(".json.tmp")
+        summary = {**summary, **self.labels}
         tmp.write_text(json.dumps(to_jsonable(summary), indent=2, sort_keys=True))
         tmp.replace(self.summary_path)
 

@@ -5,39 +5,50 @@ A run has one integer ``seed``. Each consumer draws from its own stream,
 consumer never shifts another's numbers. The table below is the only place a tag is chosen;
 ``tests/test_seeds.py`` checks that no two streams have the same tags.
 
+Secret by default (issue 20): a stream that draws privacy noise or the client-sampling
+schedule is reproducible from ``seed`` only when the run sets ``reproducible-noise = true``
+(tests, paper reproductions; labelled, see :func:`noise_label`). Otherwise it comes from OS
+entropy (:func:`privacy_rng`), so a party that knows the run config (every client does)
+cannot rebuild the noise and subtract it. Column "secret" of the table: yes = OS entropy
+unless the run opts in; no = always seeded (data, splits, elections: not privacy noise).
+
 Streams keyed by ``[seed, tag, ...]``:
 
-=====================  ==========  =============================================================
-name                   tags        consumer
-=====================  ==========  =============================================================
-partition              1           image partitioners (``fedpriv.data.partition``)
-digits-rotation        2           which digits clients are rotated (``fedpriv.data.digits``)
-server-split           3           server val/test pool (``derive_seed``)
-val-test-split         4           validation / test halves (``derive_seed``)
-zonal                  5, k        zonal elections (k=0), failures (1), zone noise (2, round,
-                                   zone), server noise (3, round) (``strategies.zonal``)
-cia-shadow             6           the CIA attacker's shadow set (``derive_seed``)
-client-split           7, i        client i's train/test split (``derive_seed``)
-alzheimer-split        8           Alzheimer train/test split (``derive_seed``)
-synthetic-mri          11          procedural MRI images
-gp-data                21          GP synthetic users
-gp-held                22          GP synthetic held-out data
-ifca-init              41          GP N(0, 1) initial hypotheses
-ifca-server            42          IFCA k-means / server draws
-ifca-init-model        43, j       Keras initialisation of hypothesis j
-dp-noise               51, 1, 1    global / metric DP noise (``scenarios.dp``)
-attack                 61, r, p    a malicious client's random direction, round r, partition p
-                                   (``clients.adversary``, distance-gaming)
-audit-canary-direction 71, 1, j    canary j's unit direction (``fedpriv.audit.canaries``)
-audit-canary-inclusion 71, 2       which canaries are inserted (``fedpriv.audit.canaries``)
-audit-example-canaries 71, 3       DP-SGD canary examples (``fedpriv.audit.example_canaries``)
-audit-lira             71, 4       LiRA reference subsets (``fedpriv.audit.lira``)
-audit-mechanism        71, 5, k    mechanism-level audit noise (``fedpriv.audit.mechanism_audits``)
-=====================  ==========  =============================================================
+======================  ==========  ======  ===================================================
+name                    tags        secret  consumer
+======================  ==========  ======  ===================================================
+partition               1           no      image partitioners (``fedpriv.data.partition``)
+digits-rotation         2           no      which digits clients are rotated
+server-split            3           no      server val/test pool (``derive_seed``)
+val-test-split          4           no      validation / test halves (``derive_seed``)
+zonal-election          5, 0        no      zonal super-node elections (``strategies.zonal``)
+zonal-failure           5, 1        no      simulated super-node failures
+zonal-zone-noise        5, 2, r, z  yes     HDP super-node noise, round r, zone z
+zonal-server-noise      5, 3, r     yes     CDP server noise, round r
+cia-shadow              6           no      the CIA attacker's shadow set (``derive_seed``)
+client-split            7, i        no      client i's train/test split (``derive_seed``)
+alzheimer-split         8           no      Alzheimer train/test split (``derive_seed``)
+synthetic-mri           11          no      procedural MRI images
+gp-data                 21          no      GP synthetic users
+gp-held                 22          no      GP synthetic held-out data
+ifca-init               41          no      GP N(0, 1) initial hypotheses
+ifca-server             42          no      IFCA users per round (no amplification claimed)
+ifca-init-model         43, j       no      Keras initialisation of hypothesis j
+dp-noise                51, 1, 1    yes     global / metric DP noise (``scenarios.dp``)
+attack                  61, r, p    no      a malicious client's random direction
+audit-canary-direction  71, 1, j    no      canary j's unit direction (the auditor's secret)
+audit-canary-inclusion  71, 2       no      which canaries are inserted
+audit-example-canaries  71, 3       no      DP-SGD canary examples
+audit-lira              71, 4       no      LiRA reference subsets
+audit-mechanism         71, 5, k    no      mechanism-level audit noise (an offline test)
+======================  ==========  ======  ===================================================
+
+The client-sampling schedule (``scenarios.engine``, ``default_rng(seed)``) is secret too.
 
 Per-call client streams are keyed by ``[seed, round, partition]`` (Keras training seed,
-``client_seed``) and ``[client_seed, 5, 4]`` (zonal LDP noise); IFCA clients use
-``[seed, round, partition, stream, 4]``.
+``client_seed``; not secret) and ``[client_seed, 5, 4]`` (zonal LDP noise; secret); IFCA
+clients use ``[seed, round, partition, stream, 4]`` (the Laplace noise stream is secret).
+DP-SGD's batches and noise are secret the same way (``fedpriv.dpsgd.call_randomness``).
 
 numpy's ``SeedSequence`` ignores trailing zero words (``[s, 5]`` and ``[s, 5, 0]`` are the
 same stream), so "distinct" means distinct after dropping trailing zeros; the test checks that.
@@ -58,6 +69,9 @@ client calls a tag of their own would change every training run's numbers.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -114,3 +128,49 @@ def client_seed(seed: int, server_round: int, partition: int) -> int:
     """The per-(seed, round, partition) seed of one client call: reproducible and distinct."""
     state = np.random.SeedSequence([int(seed), int(server_round), int(partition)])
     return int(state.generate_state(1)[0] % (2**31 - 1))
+
+
+# --- secret randomness (issue 20) -----------------------------------------------------------
+
+REPRODUCIBLE_KEY = "reproducible-noise"
+NOISE_LABEL_KEY = "noise-randomness"
+SEEDED_LABEL = "seeded: valid only while the seed is secret from every party"
+SECRET_LABEL = "os-entropy"
+
+
+class SecretGenerator(np.random.Generator):
+    """A Generator seeded from OS entropy (``SeedSequence()``): nothing of the run config
+    determines it. Checkpoints leave it out (``fedpriv.checkpoint.capture_state``), so no
+    reader of a checkpoint can regenerate the draws after it."""
+
+
+def reproducible(cfg: Mapping[str, Any]) -> bool:
+    """Whether the run opted in to seeded privacy randomness (``reproducible-noise``)."""
+    return bool(cfg.get(REPRODUCIBLE_KEY, False))
+
+
+def noise_label(cfg: Mapping[str, Any]) -> str:
+    """The label every round record and summary carries: where the noise came from."""
+    return SEEDED_LABEL if reproducible(cfg) else SECRET_LABEL
+
+
+def noise_labels(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """``{"noise-randomness": label}``: what a run's round lines and summary carry."""
+    return {NOISE_LABEL_KEY: noise_label(cfg)}
+
+
+def privacy_rng(entropy: int | Sequence[int], *, reproducible: bool) -> np.random.Generator:
+    """The Generator of privacy noise or sampling: ``default_rng(entropy)`` when the run is
+    ``reproducible``, else a :class:`SecretGenerator` from OS entropy (``entropy`` unused).
+
+    Caveat: PCG64 is not a cryptographically secure generator; its state can in principle be
+    recovered from enough raw outputs (the noise is only ever released added to data).
+    """
+    if reproducible:
+        return np.random.default_rng(entropy)
+    return SecretGenerator(np.random.PCG64(np.random.SeedSequence()))
+
+
+def privacy_stream(seed: int, name: str, *extra: int, reproducible: bool) -> np.random.Generator:
+    """Stream ``name`` (:func:`stream`) when ``reproducible``, else OS entropy."""
+    return privacy_rng([int(seed), *tags(name, *extra)], reproducible=reproducible)

@@ -101,7 +101,8 @@ def train_zonal(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict
 
     Sends ``θ + clip(Δ) (+ noise)``; metrics add ``zonal-update-norm`` (before clipping),
     ``zonal-clipped`` (1/0), ``zonal-noise-std`` (z·C in an LDP zone, else 0) and
-    ``zonal-noise-norm``. The noise Generator is seeded per (seed, round, partition).
+    ``zonal-noise-norm``. The noise Generator is the client's OS entropy, or seeded per
+    (seed, round, partition) when the run sets ``reproducible-noise``.
     """
     out = train_standard(msg, cfg, partition)
     reference = msg.content["arrays"].to_numpy_ndarrays()
@@ -112,7 +113,9 @@ def train_zonal(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict
     clipping_norm = float(cfg["zonal-clipping-norm"])
     level = cfg.get("zonal-level", "none")
     if level == "ldp":
-        rng = np.random.default_rng([call_seed(cfg, partition), *seeds.ZONAL_LDP_TAGS])
+        rng = seeds.privacy_rng(
+            [call_seed(cfg, partition), *seeds.ZONAL_LDP_TAGS], reproducible=seeds.reproducible(cfg)
+        )
         sent, info = ldp_client_update(
             update,
             noise_multiplier=float(cfg["zonal-noise-multiplier"]),

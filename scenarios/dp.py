@@ -70,7 +70,9 @@ def conditional_accounting(cfg: Mapping[str, Any]) -> bool:
 def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
     """The DP wrapper of ``cfg["privacy"]`` around the Message-API ``strategy``.
 
-    ``rng`` (the run's sampling Generator) is deliberately not used for the noise.
+    ``rng`` (the run's sampling Generator) is deliberately not used for the noise. The noise
+    Generator is OS entropy unless the run sets ``reproducible-noise`` (then the seeded
+    ``dp-noise`` stream, :func:`fedpriv.seeds.privacy_stream`).
     Metric DP gets no accountant: it is a heuristic and reports no ε.
     """
     del rng
@@ -80,7 +82,9 @@ def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator)
         noise_multiplier=float(cfg["noise-multiplier"]),
         clipping_norm=float(cfg["clipping-norm"]),
         num_sampled_clients=noise_clients(cfg),
-        rng=seeds.stream(int(cfg["seed"]), "dp-noise"),
+        rng=seeds.privacy_stream(
+            int(cfg["seed"]), "dp-noise", reproducible=seeds.reproducible(cfg)
+        ),
         accept_failures=bool(cfg["accept-failures"]),
         weighting=str(cfg["dp-weighting"]),
     )

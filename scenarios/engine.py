@@ -49,6 +49,7 @@ from clients.keras_client import (
     predict_proba,
     train_local,
 )
+from fedpriv import seeds
 from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
 from fedpriv.participation import Participation
@@ -134,6 +135,13 @@ def build_strategy(
         sampling=str(cfg["client-sampling"]),
         evaluate_sampled_only=bool(cfg.get("evaluate-sampled-only", False)),
     )
+
+
+def sampling_rng(cfg: Mapping[str, Any]) -> np.random.Generator:
+    """The client-sampling Generator of a run: OS entropy, or ``default_rng(seed)`` when the
+    run sets ``reproducible-noise``. A party that knows the schedule voids amplification by
+    sampling, so it is secret by default (:func:`fedpriv.seeds.privacy_rng`)."""
+    return seeds.privacy_rng(int(cfg["seed"]), reproducible=seeds.reproducible(cfg))
 
 
 def summarise(cfg: Mapping[str, Any], rounds: list[dict], final: dict, extra: dict) -> dict:
@@ -334,7 +342,7 @@ def train_run(
     """
     hooks = hooks or RunHooks()
     t0 = time.time()
-    rng = np.random.default_rng(int(cfg["seed"]))
+    rng = sampling_rng(cfg)
     checkpoint = None
     if resumable:
         from scenarios.resume import checkpoint_hook, load_resumable, restore
@@ -347,7 +355,11 @@ def train_run(
     recorder = build_strategy(strategy_cfg or cfg, grid, rng, catalog, weights)
     if checkpoint is not None:
         restore(recorder, checkpoint)
-    runlog = RunLog(cfg["output-dir"], keep_rounds=first_round - 1 if first_round > 1 else None)
+    runlog = RunLog(
+        cfg["output-dir"],
+        keep_rounds=first_round - 1 if first_round > 1 else None,
+        labels=seeds.noise_labels(cfg),
+    )
     if first_round > 1 and not previous_rounds:
         previous_rounds = read_rounds(cfg["output-dir"])
     for record in previous_rounds if checkpoint is not None else ():

@@ -106,6 +106,7 @@ SCENARIOS = (
             "num-server-rounds": 50,
             "strategy": "fedavg",
             "privacy": "none",
+            "reproducible-noise": True,  # a paper reproduction: seeded noise, labelled
             **GP_FINAL_EVALUATION,
         },
     ),
@@ -132,6 +133,7 @@ SCENARIOS = (
             "num-server-rounds": 30,
             "strategy": "fedavg",
             "privacy": "none",
+            "reproducible-noise": True,  # a paper reproduction: seeded noise, labelled
             **GP_FINAL_EVALUATION,
         },
     ),
@@ -308,7 +310,11 @@ def run_one(
     t0 = time.time()
     checkpoint = load_resumable(cfg)
     done = int(checkpoint["round"]) if checkpoint is not None else 0
-    runlog = RunLog(cfg["output-dir"], keep_rounds=done if checkpoint is not None else None)
+    runlog = RunLog(
+        cfg["output-dir"],
+        keep_rounds=done if checkpoint is not None else None,
+        labels=seeds.noise_labels(cfg),
+    )
     data = federated_data(cfg)
     n_clients, n_val = int(cfg["num-clients"]), int(cfg["validation-clients"])
     rounds: list[dict[str, Any]] = read_rounds(cfg["output-dir"]) if done else []
@@ -330,6 +336,8 @@ def run_one(
         noise_multiplier=float(cfg["ifca-noise-multiplier"]),
         leakage_budget=float(cfg["leakage-budget"]),
         patience=int(cfg["patience"]),
+        # users per round: seeded even without reproducible-noise (not privacy noise: the
+        # Laplace noise is the clients' own, and no amplification by sampling is claimed)
         rng=seeds.stream(int(cfg["seed"]), "ifca-server"),
         on_round_end=on_round_end,
     )
@@ -374,7 +382,7 @@ def run_ifca(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     if not sweep:
         run_one(pgrid, cfg)
         return
-    runlog = RunLog(cfg["output-dir"])
+    runlog = RunLog(cfg["output-dir"], labels=seeds.noise_labels(cfg))
     cells = [multirun.Cell(f"sweep-{i:02d}", sub) for i, (_, sub) in enumerate(sweep)]
 
     def run_cell(cell: multirun.Cell) -> dict[str, Any]:

@@ -47,6 +47,14 @@ KEYS = (
     key("strategy", "fedavg", choice(STRATEGIES), _one_of(STRATEGIES)),
     key("privacy", "none", text, "a privacy mode (see `fedpriv keys`)"),
     key("seed", 0, integer(0, 2**31 - 1), "an integer in [0, 2^31-1]"),
+    key(
+        "reproducible-noise",
+        False,
+        boolean,
+        "true | false",
+        "derive DP noise and client sampling from seed (tests, papers; labelled); "
+        "default false: OS entropy",
+    ),
     key("num-server-rounds", 5, integer(1, 10_000), "an integer in [1, 10000]"),
     key("num-clients", 4, integer(1, 100_000), "an integer >= 1 (= num-supernodes)"),
     key("clients-per-round", 0, integer(0), "an integer >= 0 (0 = all clients)"),
@@ -101,6 +109,8 @@ MP_TRAINING = {
     "distance-on": "raw",
     "dp-weighting": "examples",
     "unaccounted-metrics": True,
+    # a paper reproduction: seeded, labelled noise (valid only while the seed is secret)
+    "reproducible-noise": True,
 }
 
 SCENARIOS = (

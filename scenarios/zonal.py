@@ -7,17 +7,18 @@
   zone adds ``N(0, (z·C)²)`` to it before sending
   (:func:`scenarios.client_tasks.train_zonal`).
 - Scenario ``hdp-digits`` (kind ``zonal-compare``, HDP §VII-A on embedded data): digits over
-  100 Dirichlet(0.5) non-IID clients, 10 zones, 20 clients sampled per round, FedAvg,
-  a one-hidden-layer MLP (HDP's EMNIST model is "a shallow 1 hidden layer DNN"), SGD with
+  100 Dirichlet(0.5) non-IID clients, 10 zones, 20 clients sampled per round, FedAvg, a
+  one-hidden-layer MLP (HDP's EMNIST model is "a shallow 1 hidden layer DNN"), SGD with
   learning rate 0.02, 5 local epochs, server learning rate 1 (HDP §VI). HDP trains 200
   rounds with k = 100; digits has 1,437 training images in all, so 30 rounds with k = 20
   here. The batch size (8) is not given by HDP. One simulation runs every placement of
-  ``zonal-compare-placements`` (default none, ldp, hdp, cdp — same seed, same client
-  samples, same z and C) one after the other, each in ``output-dir/<placement>/``, and
-  writes ``report.md`` (accuracy per round, HDP Fig. 2; ε at the aggregator, HDP Table
-  III), ``comparison.png``, ``summary.json`` and all round records (``rounds.jsonl``, each
-  tagged with its run) in ``output-dir``. ``zonal-sweep-zones = "1,2,5,10"`` repeats the
-  placements for each number of zones and adds ``sweep.png`` (accuracy vs ε, HDP Fig. 3).
+  ``zonal-compare-placements`` (default none, ldp, hdp, cdp — same seed, same client samples
+  with ``reproducible-noise``, same z and C) one after the other, each in
+  ``output-dir/<placement>/``, and writes ``report.md`` (accuracy per round, HDP Fig. 2; ε
+  at the aggregator, HDP Table III), ``comparison.png``, ``summary.json`` and all round
+  records (``rounds.jsonl``, each tagged with its run) in ``output-dir``.
+  ``zonal-sweep-zones = "1,2,5,10"`` repeats the placements for each number of zones and
+  adds ``sweep.png`` (accuracy vs ε, HDP Fig. 3).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 from flwr.serverapp import Grid
 
+from fedpriv import seeds
 from fedpriv.runlog import RunLog, read_rounds
 from fedpriv.zonal import (
     NOISE_PLACEMENTS,
@@ -51,6 +53,8 @@ KIND = "zonal-compare"
 MEAN_STRATEGIES = ("fedavg", "fedprox", "fedavgm", "fedopt", "fedyogi")
 
 HDP_DIGITS = {
+    # a paper reproduction: seeded, labelled noise (valid only while the seed is secret)
+    "reproducible-noise": True,
     "dataset": "digits",
     "model": "digits-mlp",
     "partition": "dirichlet",
@@ -191,8 +195,9 @@ def epsilon_for(cfg: Mapping[str, Any], plan: ZonalPlan, round_: int, *, text: b
 def build_zonal_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
     """Privacy mode ``zonal``: zonal aggregation around the stock ``strategy``.
 
-    ``rng`` (the run's sampling Generator) is not used: the zonal Generators are seeded
-    from ``seed`` on their own streams, so every placement sees the same client samples.
+    ``rng`` (the run's sampling Generator) is not used: the elections are seeded from
+    ``seed`` on their own streams; the zone and server noise are OS entropy unless the run
+    sets ``reproducible-noise`` (:class:`strategies.zonal.ZonalAggregation`).
     """
     del rng
     plan = plan_from_config(cfg)
@@ -200,6 +205,7 @@ def build_zonal_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generat
         strategy,
         plan=plan,
         seed=int(cfg["seed"]),
+        reproducible_noise=seeds.reproducible(cfg),
         failure_rate=float(cfg["supernode-failure-rate"]),
         placement=cfg["noise-placement"],
         distributed_eval=cfg["zonal-distributed-eval"],
@@ -291,7 +297,7 @@ def run_zonal_compare(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None
     from scenarios.zonal_report import write_compare_outputs
 
     t0 = time.time()
-    top = RunLog(cfg["output-dir"])
+    top = RunLog(cfg["output-dir"], labels=seeds.noise_labels(cfg))
     data = federated_data(cfg)
     pgrid = PartitionGrid(grid, discover_partitions(grid, int(cfg["num-clients"])))
     variants = compare_variants(cfg)

@@ -72,8 +72,11 @@ class ZonalAggregation(Strategy):
     plan : ZonalPlan
         Zones, levels, weights, z, C and q (:class:`fedpriv.zonal.ZonalPlan`).
     seed : int
-        Seeds the election, failure, super-node and server Generators (each its own
-        stream, so client sampling does not depend on the placement).
+        Seeds the election and failure Generators (each its own stream, so client sampling
+        does not depend on the placement), and the noise ones when ``reproducible_noise``.
+    reproducible_noise : bool
+        The run's ``reproducible-noise``: super-node and server noise from ``seed``'s
+        streams (labelled runs) instead of OS entropy (the default).
     failure_rate : float
         Probability that an elected super-node fails in a round, in [0, 1).
     placement : str
@@ -84,6 +87,13 @@ class ZonalAggregation(Strategy):
     epsilon_fn : callable, optional
         ``fn(round) -> dict``: the ε block of the round (see
         :func:`fedpriv.zonal.epsilon_at_aggregator`).
+
+    Randomness: the super-node (HDP) and server (CDP) noise come from OS entropy, a fresh
+    Generator per (round, zone), unless ``reproducible_noise`` (the run's
+    ``reproducible-noise``: then the seeded ``zonal-*-noise`` streams of ``seed``). The
+    elections and simulated failures stay seeded from ``seed``: they are not privacy noise
+    (who aggregates a zone, not what is released), and seeded they let every placement of a
+    comparison see the same super-nodes.
 
     A checkpoint (``fedpriv.checkpoint``) holds the elections (super-nodes, log, Generator),
     the failure Generator and the last round's unreachable partitions; the node-id map is
@@ -98,6 +108,7 @@ class ZonalAggregation(Strategy):
         *,
         plan: ZonalPlan,
         seed: int,
+        reproducible_noise: bool = False,
         failure_rate: float = 0.0,
         placement: str = "",
         distributed_eval: str = "all",
@@ -113,6 +124,7 @@ class ZonalAggregation(Strategy):
         self.strategy = strategy
         self.plan = plan
         self.seed = int(seed)
+        self.reproducible_noise = bool(reproducible_noise)
         self.failure_rate = float(failure_rate)
         self.placement = placement or ("mixed" if len(set(plan.levels)) > 1 else plan.levels[0])
         self.distributed_eval = distributed_eval
@@ -221,13 +233,17 @@ class ZonalAggregation(Strategy):
                 np.asarray(a, dtype=np.float64) - np.asarray(g, dtype=np.float64)
                 for a, g in zip(new, self._global)
             ]
-        seed = self.seed
+        seed, rep = self.seed, self.reproducible_noise
         result = aggregate_round(
             self.plan,
             updates,
             template=self._global,
-            zone_rng=lambda z: seeds.stream(seed, "zonal-zone-noise", server_round, z),
-            server_rng=seeds.stream(seed, "zonal-server-noise", server_round),
+            zone_rng=lambda z: seeds.privacy_stream(
+                seed, "zonal-zone-noise", server_round, z, reproducible=rep
+            ),
+            server_rng=seeds.privacy_stream(
+                seed, "zonal-server-noise", server_round, reproducible=rep
+            ),
             supernodes=self.election.current(),
         )
         new_global = apply_update(self._global, result.delta)

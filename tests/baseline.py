@@ -46,6 +46,11 @@ Intended differences:
   losses, F1...); sampling, σ of global DP and every ε are the old engine's. The FedAvg
   records are unchanged (the FedAvg release is the same computation as before).
 
+- issue 20 (secret randomness): every baseline run opts in to ``reproducible-noise = true``
+  (``tests.simulate`` adds it to every run; the paper scenarios set it), so the seeded noise
+  and sampling streams are the old ones and no record changed. The round lines' new
+  ``noise-randomness`` label is a string: not compared (only numbers are).
+
 - redesign stage 2: ``fedpriv grid`` runs its cells in one simulation; the DP-SGD cell's
   accuracies are compared only where they do not depend on worker history (``worker_noise``;
   measured: rounds 1-2 equal, round 3 server accuracy 0.750 vs 0.744).

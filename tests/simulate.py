@@ -1,4 +1,9 @@
-"""Run ``fedpriv run`` (a real Flower 1.42 simulation, scenarios.simulation_runner) in tests."""
+"""Run ``fedpriv run`` (a real Flower 1.42 simulation, scenarios.simulation_runner) in tests.
+
+Every run here opts in to seeded noise and sampling (``reproducible-noise = true``,
+:data:`REPRODUCIBLE`): the tests compare runs with each other and with recorded baselines.
+A test of the default (secret, OS-entropy) randomness passes ``reproducible-noise = False``.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+REPRODUCIBLE = {"reproducible-noise": True}
+LOG_TAIL = 8000  # characters of a run's output kept (the resume line must survive Ray's noise)
+
+
+def with_reproducible(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` with ``reproducible-noise = true`` unless they set it themselves."""
+    return {**REPRODUCIBLE, **overrides}
 
 
 def to_override(key: str, value: Any) -> str:
@@ -27,7 +39,8 @@ def run_fedpriv(
     overrides: dict[str, Any], output_dir: Path, timeout: int = 600, extra_args: tuple = ()
 ):
     """Run one simulation; return (returncode, summary or None, rounds, stderr tail)."""
-    items = [to_override(k, v) for k, v in {**overrides, "output-dir": str(output_dir)}.items()]
+    overrides = {**with_reproducible(overrides), "output-dir": str(output_dir)}
+    items = [to_override(k, v) for k, v in overrides.items()]
     cmd = [sys.executable, "-m", "scenarios.cli", "run", "--run-config", " ".join(items)]
     cmd += list(extra_args)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
@@ -35,7 +48,7 @@ def run_fedpriv(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
     summary, rounds = run_outputs(output_dir)
-    return proc.returncode, summary, rounds, (proc.stdout + proc.stderr)[-4000:]
+    return proc.returncode, summary, rounds, (proc.stdout + proc.stderr)[-LOG_TAIL:]
 
 
 def run_outputs(output_dir: str | Path) -> tuple[Any, list[dict[str, Any]]]:
@@ -61,9 +74,8 @@ def kill_after_round(
 
     from fedpriv.checkpoint import load_checkpoint
 
-    items = " ".join(
-        to_override(k, v) for k, v in {**overrides, "output-dir": str(output_dir)}.items()
-    )
+    overrides = {**with_reproducible(overrides), "output-dir": str(output_dir)}
+    items = " ".join(to_override(k, v) for k, v in overrides.items())
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     proc = subprocess.Popen(
         [sys.executable, "-m", "scenarios.cli", "run", "--run-config", items],
@@ -100,7 +112,9 @@ def run_fedpriv_cells(
     cells = [
         multirun.Cell(
             label,
-            CATALOG.resolve_run_config(launch.app_config({**o, "output-dir": str(out)})),
+            CATALOG.resolve_run_config(
+                launch.app_config({**with_reproducible(o), "output-dir": str(out)})
+            ),
         )
         for label, (o, out) in runs.items()
     ]

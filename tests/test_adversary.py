@@ -52,6 +52,7 @@ def _cfg(privacy: str, attack: str, factor: float, **extra) -> dict:
             "attack": attack,
             "attack-factor": factor,
             "malicious-clients": "0" if attack != "none" else "",
+            "reproducible-noise": True,  # rounds are compared with each other: seeded noise
             **extra,
         }
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMON = "num-server-rounds=2 local-epochs=1 audit-canaries=60"
+COMMON = "num-server-rounds=2 local-epochs=1 audit-canaries=60 reproducible-noise=true"
 
 
 def fedpriv_audit(run_config: str, out: Path, *extra: str) -> tuple[int, str, str]:

@@ -141,7 +141,9 @@ def _fedpriv(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def real_grid(tmp_path_factory):
     out = tmp_path_factory.mktemp("grid")
-    extra = ("--run-config", f"num-server-rounds={ROUNDS} dp-sgd-noise-multiplier={Z}", "--report")
+    # seeded noise (reproducible-noise): the grid is compared with its recorded baseline
+    run_config = f"num-server-rounds={ROUNDS} dp-sgd-noise-multiplier={Z} reproducible-noise=true"
+    extra = ("--run-config", run_config, "--report")
     first = _fedpriv(*_grid_argv(out, extra=extra))
     second = _fedpriv(*_grid_argv(out, extra=extra))
     return out, first, second

@@ -43,7 +43,8 @@ def _fake_run(root: Path, strategy: str, privacy: str, seed: int, rng: np.random
     final = {k: float(rng.uniform(0.5, 1.0)) for k in
              ("accuracy", "f1_macro", "precision_macro", "roc_auc_micro")}  # fmt: skip
     summary = {"scenario": "fake", "seed": seed, "final": final,
-               "config": {"strategy": strategy, "privacy": privacy, "seed": seed}}  # fmt: skip
+               "config": {"strategy": strategy, "privacy": privacy, "seed": seed},
+               "noise-randomness": "os-entropy" if seed else "seeded: test"}  # fmt: skip
     eps = float(rng.uniform(1, 5))
     if privacy == "global-dp":  # the typed figures the DP summary block writes
         summary[PrivacyFigures.KEY] = PrivacyFigures(
@@ -152,12 +153,14 @@ def test_privacy_table(fake_grid):
     assert gdp[0] == "replace-one client; fixed size without replacement"
     gdp, mdp_bound, mdp = gdp[1:], mdp[0], mdp[1:]
     assert gdp[0] == "0.01" and gdp[1] == f"{g['sigma'].mean():.3g}" and gdp[2] == "—"
-    assert gdp[3] == f"{g['eps']:.3g}" and gdp[4] == f"{g['eps'] + 1:.3g}" and gdp[5] == "1e-05"
+    assert gdp[3] == f"{g['eps']:.3g}" and gdp[5] == f"{g['eps'] + 1:.3g}" and gdp[6] == "1e-05"
+    assert gdp[4] == "seeded: test"  # the noise randomness next to ε (one seed: seed 0)
     m = [truth[("fedavg", "metric-dp", k)] for k in SEEDS]
     assert mdp[1] == f"{np.mean([r['sigma'].mean() for r in m]):.3g}"
     assert mdp[2] == f"{np.mean([r['distance'].mean() for r in m]):.3g}"
     assert mdp[3] == "—" and "99" not in mdp[3]  # metric DP: a heuristic, no ε
     assert mdp_bound == "heuristic, no ε"
+    assert mdp[4] == "os-entropy / seeded: test"  # both seeds' labels
     assert mdp[-1] == "2"
 
 

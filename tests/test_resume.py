@@ -6,6 +6,9 @@ from a checkpoint must give bit-identical rounds to the chain that never stopped
 and noise Generators, accountant, FedAvgM momentum, FedOpt/FedYogi moments). The simulation
 test (in tests/test_run_simulation.py, whose multi-run simulation holds the uninterrupted
 reference run) kills a real ``fedpriv run`` after round 3 of 6 and runs the same command again.
+
+Every config here opts in to ``reproducible-noise``: only then are the sampling and noise
+Generators seeded and checkpointed (a secret run's are not: tests/test_secret_noise.py).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ def _cfg(strategy: str, privacy: str) -> dict:
             "noise-multiplier": 0.3,
             "clipping-norm": 1.0,
             "seed": 3,
+            "reproducible-noise": True,
             **({"supernode-failure-rate": 0.4, "num-zones": 2} if privacy == "zonal" else {}),
         }  # fmt: skip
     )

@@ -44,7 +44,7 @@ def main(grid: Grid, context: Context) -> None:
     fedavg = FedAvg(fraction_train=1.0, fraction_evaluate=fraction_evaluate, min_available_nodes=m)
 
     z, c = float(cfg["noise-multiplier"]), float(cfg["clipping-norm"])
-    rng = np.random.default_rng(int(cfg["seed"]))
+    rng = np.random.default_rng()  # secret noise (OS entropy): never from the public seed
     # The one line: FedAvg -> FedAvg with metric DP (clipping, d, sigma = z*C/(m*d), noise).
     strategy = MetricDP(fedavg, noise_multiplier=z, clipping_norm=c, num_sampled_clients=m,
                         distance_on="clipped", rng=rng)  # fmt: skip
