@@ -18,7 +18,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 REPRODUCIBLE = {"reproducible-noise": True}
-LOG_TAIL = 8000  # characters of a run's output kept (the resume line must survive Ray's noise)
 
 
 def with_reproducible(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -38,7 +37,10 @@ def to_override(key: str, value: Any) -> str:
 def run_fedpriv(
     overrides: dict[str, Any], output_dir: Path, timeout: int = 600, extra_args: tuple = ()
 ):
-    """Run one simulation; return (returncode, summary or None, rounds, stderr tail)."""
+    """Run one simulation; return (returncode, summary or None, rounds, its whole output).
+
+    The whole output, not a tail: checks such as the resume line must not depend on how
+    much Ray, TensorFlow or Python print after it."""
     overrides = {**with_reproducible(overrides), "output-dir": str(output_dir)}
     items = [to_override(k, v) for k, v in overrides.items()]
     cmd = [sys.executable, "-m", "scenarios.cli", "run", "--run-config", " ".join(items)]
@@ -48,7 +50,7 @@ def run_fedpriv(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
     summary, rounds = run_outputs(output_dir)
-    return proc.returncode, summary, rounds, (proc.stdout + proc.stderr)[-LOG_TAIL:]
+    return proc.returncode, summary, rounds, proc.stdout + proc.stderr
 
 
 def run_outputs(output_dir: str | Path) -> tuple[Any, list[dict[str, Any]]]:
@@ -104,7 +106,7 @@ def run_fedpriv_cells(
     ``runs`` maps a label to (overrides, output dir); every config must resolve to the same
     ``num-clients``. Each cell runs with its kind's runner exactly as a single run would
     (same rounds.jsonl for the same seed), but N cells pay one Ray/TensorFlow start-up.
-    Returns label -> (0 or 1 for the cell's status, summary or None, rounds, log tail).
+    Returns label -> (0 or 1 for the cell's status, summary or None, rounds, the whole log).
     """
     from scenarios import launch, multirun
     from scenarios.features import CATALOG
@@ -121,7 +123,7 @@ def run_fedpriv_cells(
     top = {"scenario": cells[0].cfg["scenario"], "num-clients": cells[0].cfg["num-clients"]}
     plan_dir = Path(plan_dir)
     multirun.launch_plan(plan_dir, cells, top, "local-simulation", CATALOG)
-    log = (plan_dir / multirun.LOG_NAME).read_text()[-4000:]
+    log = (plan_dir / multirun.LOG_NAME).read_text()
     manifest = plan_dir / multirun.MANIFEST
     status = (
         {c["label"]: c["status"] for c in json.loads(manifest.read_text())["cells"]}
