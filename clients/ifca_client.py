@@ -65,7 +65,11 @@ from clients.keras_client import (  # noqa: E402
     train_local,
 )
 from fedpriv.accounting import LeakageLedger, laplace_leakage  # noqa: E402
-from fedpriv.checkpoint import read_client_state, write_client_state  # noqa: E402
+from fedpriv.checkpoint import (  # noqa: E402
+    STATE_DIR_KEY,
+    read_client_state,
+    write_client_state,
+)
 from fedpriv.disclosure import sends_unaccounted  # noqa: E402
 from fedpriv.ifca import (  # noqa: E402
     HYPOTHESES_KEY,
@@ -80,7 +84,6 @@ from fedpriv.mechanisms import sanitize_laplace  # noqa: E402
 from fedpriv.seeds import privacy_rng, reproducible  # noqa: E402
 
 TRAIN_STREAM, NOISE_STREAM = 0, 1
-STATE_DIR_KEY = "client-state-dir"  # message config: where clients keep their own state files
 EMPTY_LEDGER = {"spent": 0.0, "participations": 0, "declined": 0}
 
 

@@ -168,6 +168,10 @@ def config_differences(recorded: Mapping[str, Any], cfg: Mapping[str, Any]) -> l
 # --- client-held state (stays on the client side) ------------------------------------------------
 
 
+STATE_DIR_KEY = "client-state-dir"  # message config: where clients keep their own state files
+CLIENT_STATE_DIR = "client-state"  # under output-dir (IFCA ledgers, DP-SGD participations)
+
+
 def read_client_state(path: str | Path, before_round: int) -> Optional[dict[str, Any]]:
     """The client's state as it was after its last call in a round ``< before_round``
     (None: no such call). A round that a kill interrupted and that runs again reads the

@@ -15,14 +15,18 @@ Algorithm 1 lines 5-7, also served on its own message type, see :data:`MESSAGE_H
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from logging import WARNING
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.common import log
 
 from clients import ifca_client
 from clients.keras_client import TrainSettings, federated_data, model_for, train_local
 from fedpriv import seeds
+from fedpriv.checkpoint import STATE_DIR_KEY, read_client_state, write_client_state
 from fedpriv.ifca import ACTION as IFCA_ACTION
 from fedpriv.mechanisms import clip_update, flat_norm
 from fedpriv.zonal import ldp_client_update
@@ -54,18 +58,40 @@ def train_standard(msg: Message, cfg: dict[str, Any], partition: int) -> RecordD
     return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})
 
 
-def dpsgd_participations(state: RecordDict | None) -> int:
-    """The client's own count of its DP-SGD rounds, this one included (``context.state``).
+def dpsgd_participations(
+    state: RecordDict | None, cfg: Mapping[str, Any] | None = None, partition: int = 0
+) -> int:
+    """The client's own count of its DP-SGD rounds, this one included.
 
-    Never read from the server's message (issue 20: the server must not set the ε the
-    client reports); without a state (a direct call) the call counts as the first round.
+    Kept in ``context.state`` and, when the message names a ``client-state-dir`` (the
+    standard run does: ``<output-dir>/client-state``), in the client's own file
+    ``dp-sgd-<partition>.json`` (:func:`fedpriv.checkpoint.write_client_state`, one entry per
+    round), so a client restarted by a resumed run keeps counting from its rounds before the
+    kill. The count is the larger of the two plus one: a message can point the file
+    elsewhere but cannot lower what this process counted. Never read from the server's
+    message (issue 20: the server must not set the ε the client reports); without a state (a
+    direct call) the call counts as the first round.
     """
     if state is None:
         return 1
     record = state.get(DPSGD_STATE_KEY) if DPSGD_STATE_KEY in state else None
-    count = int(record["participations"]) + 1 if record is not None else 1
+    in_process = int(record["participations"]) if record is not None else 0
+    path = _dpsgd_state_file(cfg or {}, partition)
+    server_round = int((cfg or {}).get("server-round", 0))
+    kept = read_client_state(path, server_round) if path is not None else None
+    count = max(in_process, int(kept["participations"]) if kept else 0) + 1
     state[DPSGD_STATE_KEY] = MetricRecord({"participations": count})
+    if path is not None:
+        try:
+            write_client_state(path, server_round, {"participations": count})
+        except OSError as err:
+            log(WARNING, "DP-SGD client %d: %s not written (%s)", partition, path, err)
     return count
+
+
+def _dpsgd_state_file(cfg: Mapping[str, Any], partition: int) -> Path | None:
+    folder = str(cfg.get(STATE_DIR_KEY, ""))
+    return Path(folder) / f"{DPSGD_TASK}-{int(partition)}.json" if folder else None
 
 
 def train_dpsgd(
@@ -88,7 +114,7 @@ def train_dpsgd(
         y_train,
         settings,
         DpSgdSettings.from_config(cfg),
-        participations=dpsgd_participations(state),
+        participations=dpsgd_participations(state, cfg, partition),
     )
     metrics["num-examples"] = len(client.x_train)
     return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})

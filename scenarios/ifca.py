@@ -59,6 +59,7 @@ from flwr.app import ConfigRecord
 from flwr.serverapp import Grid
 
 from fedpriv import seeds
+from fedpriv.checkpoint import CLIENT_STATE_DIR
 from fedpriv.data import FederatedData
 from fedpriv.disclosure import GP_FINAL_EVALUATION, sends_unaccounted
 from fedpriv.ifca import METRICS_KEY, gaussian_hypotheses
@@ -78,7 +79,6 @@ if TYPE_CHECKING:
 # imported inside the functions that run, so that the feature list imports in the base install.
 
 KIND = "ifca"
-CLIENT_STATE_DIR = "client-state"  # under output-dir: the clients' own ledger files
 SWEEP_FORBIDDEN = ("scenario", "num-clients", "output-dir", "ifca-sweep")
 TABLE_NUS = (0, 0.001, 0.01, 0.1, 1, 3, 5, 10, 15)
 
