@@ -28,6 +28,8 @@ zonal-server-noise      5, 3, r     yes     CDP server noise, round r
 cia-shadow              6           no      the CIA attacker's shadow set (``derive_seed``)
 client-split            7, i        no      client i's train/test split (``derive_seed``)
 alzheimer-split         8           no      Alzheimer train/test split (``derive_seed``)
+emnist-writers          9           no      which EMNIST writers are the clients
+test-deal               10          no      CIFAR test images dealt to the clients
 synthetic-mri           11          no      procedural MRI images
 gp-data                 21          no      GP synthetic users
 gp-held                 22          no      GP synthetic held-out data
@@ -87,6 +89,8 @@ STREAMS: dict[str, tuple[int, ...]] = {
     "cia-shadow": (6,),
     "client-split": (7,),
     "alzheimer-split": (8,),
+    "emnist-writers": (9,),
+    "test-deal": (10,),
     "synthetic-mri": (11,),
     "gp-data": (21,),
     "gp-held": (22,),

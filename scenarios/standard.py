@@ -18,7 +18,7 @@ from typing import Any
 
 from flwr.serverapp import Grid
 
-from fedpriv.data import DATASETS
+from fedpriv.data import DATASETS, PATH_DATASETS
 from fedpriv.names import MODELS, STRATEGIES
 from scenarios import launch
 from scenarios.feature import Catalog, Feature, Scenario
@@ -35,6 +35,7 @@ PARTITIONS = (
     "cia",
     "gp-clusters",
     "bootstrap",
+    "writer",
 )
 
 
@@ -148,11 +149,19 @@ SCENARIOS = (
 )
 
 
+PATH_HINTS = {
+    "alzheimer": "a local Alzheimer MRI folder or parquet",
+    "cifar10": "a local cifar-10-batches-py folder (or its parent)",
+    "cifar100": "a local cifar-100-python folder (or its parent)",
+    "emnist": "a local LEAF FEMNIST data folder or TFF fed_emnist h5 files",
+}
+
+
 def check_core(cfg: Mapping[str, Any], catalog: Catalog) -> None:
-    """Cross-key checks of every run: a data path for Alzheimer, m <= N."""
+    """Cross-key checks of every run: a data path for the datasets read from disk, m <= N."""
     del catalog
-    if cfg["dataset"] == "alzheimer" and not cfg["data-path"]:
-        raise ConfigError("data-path", cfg["data-path"], "a local Alzheimer MRI folder or parquet")
+    if cfg["dataset"] in PATH_DATASETS and not cfg["data-path"]:
+        raise ConfigError("data-path", cfg["data-path"], PATH_HINTS[cfg["dataset"]])
     if cfg["clients-per-round"] > cfg["num-clients"]:
         raise ConfigError(
             "clients-per-round", cfg["clients-per-round"], f"<= num-clients ({cfg['num-clients']})"

@@ -15,6 +15,11 @@ Datasets:
 - ``alzheimer`` — the real Alzheimer MRI data from ``data_path`` (image folder or Hugging Face
   parquet); same partitions, exact MP class counts when the data has the full training totals.
 - ``gp-synthetic`` — GP §4.1 linear regression with k = 2 clusters; partition ``gp-clusters``.
+- ``cifar10`` / ``cifar100`` — HDP's CIFAR (Table II) from the python pickle batches at
+  ``data_path`` (:mod:`fedpriv.data.cifar`); partitions ``iid`` (HDP's, 500 clients),
+  ``dirichlet``.
+- ``emnist`` — HDP's EMNIST by writer from LEAF json shards or TFF's h5 files at ``data_path``
+  (:mod:`fedpriv.data.emnist`); partition ``writer`` (HDP: 3,383 writers, digits only).
 
 Everything is deterministic in ``seed`` (explicit ``numpy.random.Generator`` objects; no global
 RNG). Nothing is cached here: the caller caches per process.
@@ -34,7 +39,14 @@ from fedpriv.data.partition import (
     MP_TABLES,
     split_by_class_counts,
 )
-from fedpriv.data.types import DATA_FORMATS, DATASETS, ClientData, DataError, FederatedData
+from fedpriv.data.types import (
+    DATA_FORMATS,
+    DATASETS,
+    PATH_DATASETS,
+    ClientData,
+    DataError,
+    FederatedData,
+)
 
 
 def _check_common(dataset: str, num_clients: Any, seed: Any, data_format: str, alpha: Any) -> None:
@@ -105,6 +117,23 @@ def _load(dataset, partition, num_clients, seed, data_path, data_format, dirichl
             seed=seed,
             dirichlet_alpha=dirichlet_alpha,
         )
+    if dataset in ("cifar10", "cifar100"):
+        from fedpriv.data.cifar import load_cifar_federated
+
+        return load_cifar_federated(
+            dataset,
+            data_path=data_path,
+            partition=partition,
+            num_clients=num_clients,
+            seed=seed,
+            dirichlet_alpha=dirichlet_alpha,
+        )
+    if dataset == "emnist":
+        from fedpriv.data.emnist import load_emnist_federated
+
+        return load_emnist_federated(
+            data_path=data_path, partition=partition, num_clients=num_clients, seed=seed
+        )
     from fedpriv.data.gp_synthetic import load_gp_synthetic_federated
 
     return load_gp_synthetic_federated(partition=partition, num_clients=num_clients, seed=seed)
@@ -112,6 +141,7 @@ def _load(dataset, partition, num_clients, seed, data_path, data_format, dirichl
 
 __all__ = [
     "DATASETS",
+    "PATH_DATASETS",
     "ClientData",
     "DataError",
     "FederatedData",

@@ -7,7 +7,16 @@ from typing import Any
 
 import numpy as np
 
-DATASETS = ("digits", "synthetic-mri", "alzheimer", "gp-synthetic")
+DATASETS = (
+    "digits",
+    "synthetic-mri",
+    "alzheimer",
+    "gp-synthetic",
+    "cifar10",
+    "cifar100",
+    "emnist",
+)
+PATH_DATASETS = ("alzheimer", "cifar10", "cifar100", "emnist")  # read from data-path only
 DATA_FORMATS = ("auto", "imagefolder", "parquet")
 
 
