@@ -38,19 +38,22 @@ def _cifar_rows(offset: int, n: int) -> np.ndarray:
     return hwc.transpose(0, 3, 1, 2).reshape(n, 3072)
 
 
-def _pickle(path: Path, obj: dict) -> None:
-    with open(path, "wb") as f:
-        pickle.dump(obj, f)
+def _pickle(path: Path, obj: object, legacy: bool = False) -> None:
+    """``obj`` pickled; ``legacy``: protocol 2 with numpy 1's module names, as in the
+    archive (written by Python 2 and numpy 1: ``numpy.core.multiarray._reconstruct``)."""
+    data = pickle.dumps(obj, protocol=2 if legacy else pickle.DEFAULT_PROTOCOL)
+    path.write_bytes(data.replace(b"numpy._core.", b"numpy.core.") if legacy else data)
 
 
-def write_cifar10(root: Path, per_batch: int = 40) -> Path:
+def write_cifar10(root: Path, per_batch: int = 40, legacy: bool = False) -> Path:
     """``root/cifar-10-batches-py`` with 5 training batches and a test batch (label = k mod 10)."""
     folder = root / "cifar-10-batches-py"
     folder.mkdir(parents=True)
     for b, name in enumerate((*CIFAR10_TRAIN, "test_batch")):
         k = np.arange(b * per_batch, (b + 1) * per_batch)
         batch = {b"batch_label": name.encode(), b"labels": (k % 10).tolist()}
-        _pickle(folder / name, {**batch, b"data": _cifar_rows(b * per_batch, per_batch)})
+        rows = {**batch, b"data": _cifar_rows(b * per_batch, per_batch)}
+        _pickle(folder / name, rows, legacy)
     _pickle(folder / "batches.meta", {b"label_names": [b"c%d" % i for i in range(10)]})
     return root
 
@@ -120,8 +123,8 @@ def _cifar_k(x: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("where", ["parent", "folder"])
 def test_cifar10_pixels_labels_and_iid_split(tmp_path, where):
-    root = write_cifar10(tmp_path)
-    path = root if where == "parent" else root / "cifar-10-batches-py"
+    root = write_cifar10(tmp_path, legacy=where == "folder")
+    path = root if where == "parent" else root / CIFAR10
     fd = load_federated("cifar10", partition="iid", num_clients=4, seed=1, data_path=str(path))
     assert (fd.num_clients, fd.num_classes, fd.input_shape) == (4, 10, (32, 32, 3))
     x_train = np.concatenate([c.x_train for c in fd.clients])
@@ -180,6 +183,15 @@ def test_cifar_dirichlet_deals_test_images_like_training_labels(tmp_path):
     assert sum(len(c.y_test) for c in fd.clients) == 100
 
 
+class _Evil:
+    """A pickle that would run a shell command when loaded by ``pickle.load``."""
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("echo pwned",))
+
+
 @pytest.mark.parametrize(
     "make,fragment",
     [
@@ -189,8 +201,12 @@ def test_cifar_dirichlet_deals_test_images_like_training_labels(tmp_path):
             lambda p: (write_cifar10(p) / CIFAR10 / "data_batch_3").write_bytes(b"x"),
             "data_batch_3 is not readable",
         ),
+        (
+            lambda p: _pickle(write_cifar10(p) / CIFAR10 / "data_batch_2", _Evil()),
+            "data_batch_2 is not readable (UnpicklingError: global posix.system",
+        ),
     ],
-    ids=["empty", "no-test-batch", "corrupt-batch"],
+    ids=["empty", "no-test-batch", "corrupt-batch", "code-in-pickle"],
 )
 def test_cifar_missing_or_broken_files_are_named(tmp_path, make, fragment):
     make(tmp_path)

@@ -13,6 +13,8 @@ row-major), and ``b"labels"`` (CIFAR-10) or ``b"fine_labels"`` (CIFAR-100). Imag
 (N, 32, 32, 3) in [0, 1]: ``x[n, i, j, c] = data[n, 1024·c + 32·i + j] / 255``.
 
 ``data_path`` is that folder or its parent (which holds the folder by its standard name).
+The pickles are read by an unpickler that resolves only numpy's array and dtype constructors
+(:class:`ArrayUnpickler`), so a tampered batch file cannot run code.
 
 Splits (HDP §VII: "only the EMNIST dataset is modified to exhibit the non-i.i.d property", so
 CIFAR is IID; n = 500 clients, 100 training images each):
@@ -91,11 +93,26 @@ def cifar_root(data_path: str, dataset: str) -> Path:
     )
 
 
+NUMPY_MODULES = ("numpy", "numpy.core.multiarray", "numpy._core.multiarray")
+NUMPY_MODULES += ("numpy.core.numeric", "numpy._core.numeric")
+NUMPY_NAMES = ("_reconstruct", "ndarray", "dtype", "_frombuffer", "scalar")
+PLAIN_GLOBALS = (("_codecs", "encode"),)  # bytes in a protocol-2 pickle written by Python 3
+
+
+class ArrayUnpickler(pickle.Unpickler):
+    """An unpickler for dicts of lists and numpy arrays: any other global is refused."""
+
+    def find_class(self, module: str, name: str) -> object:
+        if (module in NUMPY_MODULES and name in NUMPY_NAMES) or (module, name) in PLAIN_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a CIFAR batch")
+
+
 def read_batch(path: Path, label_key: bytes, data_path: str) -> tuple[np.ndarray, np.ndarray]:
     """One pickle batch as float32 (N, 32, 32, 3) in [0, 1] and int64 labels (see module)."""
     try:
         with open(path, "rb") as f:
-            batch = pickle.load(f, encoding="bytes")
+            batch = ArrayUnpickler(f, encoding="bytes").load()
         data = np.asarray(batch[b"data"], dtype=np.uint8)
         labels = np.asarray(batch[label_key], dtype=np.int64)
     except (OSError, pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as err:
