@@ -10,6 +10,9 @@ Scenarios at the papers' own settings, runnable on a 2-core machine since traini
   FedAvg, SGD 0.02, 5 local epochs, server learning rate 1, 200 rounds; none / LDP / HDP / CDP
   at the same z and C in one simulation (HDP Fig. 2 / Table III). Digits (100 Dirichlet(0.5)
   clients, 1,437 training images) stands in for EMNIST, so k = 100 is every client (q = 1).
+  HDP's own datasets are read from ``data-path`` (issue 21): ``dataset = cifar10 | cifar100``
+  with ``partition = iid num-clients = 500``, or ``dataset = emnist partition = writer
+  num-clients = 3383`` (:mod:`fedpriv.data.cifar`, :mod:`fedpriv.data.emnist`).
   Server test accuracy only (no per-client evaluation messages).
 - ``gp-fig2`` (kind ``ifca``): GP extended Fig. 2 on GP's synthetic data — RMSE against the
   noise multiplier ν ∈ {0, 1, 2, 3, 5} and the number of hypotheses k ∈ {1, 2, 3, 5, 7},
