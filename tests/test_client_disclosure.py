@@ -109,7 +109,9 @@ def test_ifca_training_users_send_only_the_sanitized_vector():
     from scenarios.ifca import initial_hypotheses
     from strategies.ifca import hypotheses_record
 
-    cfg = resolve_run_config({"scenario": "gp-synthetic", "unaccounted-metrics": False})
+    cfg = resolve_run_config(  # the client (empty run config) keeps secret noise
+        {"scenario": "gp-synthetic", "unaccounted-metrics": False, "reproducible-noise": False}
+    )
     hyps = hypotheses_record(initial_hypotheses(cfg, federated_data(cfg)))
     base = {**cfg, "client-task": "ifca", "ifca-ledger-tag": "", "server-round": 1}
 
