@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -96,7 +97,10 @@ def monitored_run(cmd: list[str], rounds_file: Path | None = None) -> dict:
 
 
 def fedpriv_run(values: dict, out: Path, *, watch_rounds: bool = False) -> dict:
-    """One ``fedpriv run`` with ``values`` (wall, peak RSS, round stamps, summary)."""
+    """One ``fedpriv run`` with ``values`` (wall, peak RSS, round stamps, summary), into an
+    emptied ``out``: a finished run left there by an earlier bench would be resumed (nothing to
+    do) and time nothing."""
+    shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "scenarios.cli", "run", "--run-config"]
     cmd.append(_overrides({**values, "output-dir": str(out)}))
     res = monitored_run(cmd, out / "rounds.jsonl" if watch_rounds else None)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,7 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def run_simulation(overrides: str, out: Path) -> tuple[float, dict]:
-    """Wall time of one ``fedpriv run`` and its summary."""
+    """Wall time of one ``fedpriv run`` and its summary (into an emptied ``out``: a finished
+    run left there would be resumed and time nothing)."""
+    shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
     cmd = [
         sys.executable,
