@@ -19,7 +19,7 @@ export PYTHONUNBUFFERED := 1
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "uv==$(UV_VERSION)"
-	$(BIN)/uv pip install --python $(BIN)/python -q -c constraints.txt -e ".[simulation,dev]"
+	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -c constraints.txt -e ".[simulation,dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -50,7 +50,7 @@ WRAPPER_TESTS := tests/test_dp_wrappers.py tests/test_mechanisms.py tests/test_d
 $(BASE_STAMP): pyproject.toml constraints.txt
 	test -x $(BASE_VENV)/bin/python || $(PYTHON) -m venv $(BASE_VENV)
 	$(BASE_VENV)/bin/python -m pip install -q "uv==$(UV_VERSION)"
-	$(BASE_VENV)/bin/uv pip install --python $(BASE_VENV)/bin/python -q -c constraints.txt -e ".[test]"
+	$(BASE_VENV)/bin/uv pip install --python $(BASE_VENV)/bin/python -q --compile-bytecode -c constraints.txt -e ".[test]"
 	touch $(BASE_STAMP)
 
 test-base-install: $(BASE_STAMP)
