@@ -47,8 +47,10 @@ from scenarios.schema import ConfigError
 AUDIT_NAME = "audit.json"
 DEFAULT_CANARIES = 100
 DPSGD_Z = 1.1  # the DP-SGD MNIST tutorial value (Abadi et al.), the dp-sgd default
-MECHANISMS = ("zonal-ldp", "zonal-hdp", "zonal-cdp", "ifca-laplace", "global-dp")
-PLANTED_BUGS = ("no-clipping", "noise-halved", "public-seed", "sigma-2m")  # fedpriv.audit.planted
+MECHANISMS = ("zonal-ldp", "zonal-hdp", "zonal-cdp", "ifca-laplace", "global-dp", "dp-sgd")
+# fedpriv.audit.planted: PLANTED (global-dp) and DPSGD_PLANTED (dp-sgd)
+PLANTED_BUGS = ("fixed-batches", "no-clipping", "noise-halved", "public-seed", "sigma-2m")
+PLANTED_FOR = {"fixed-batches": "dp-sgd"}  # every other bug: global-dp
 GRID_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("none", {"privacy": "none"}),
     ("global-dp", {"privacy": "global-dp"}),
@@ -70,12 +72,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=MECHANISMS,
         help="mechanism-level audit without training (zonal placements, GP Laplace); "
         "one JSON object per --z value (global-dp: FixedClippingGaussian with 50000 canaries, "
-        "m = N = 100, num-server-rounds rounds; exit 1 if the bound exceeds the accountant)",
+        "m = N = 100, num-server-rounds rounds; dp-sgd: Poisson DP-SGD at --z, q = 0.001, "
+        "one epoch, 50000 Dirac canaries; exit 1 if the bound exceeds the accountant)",
     )
     parser.add_argument(
         "--planted",
         choices=PLANTED_BUGS,
-        help="with --mechanism global-dp: audit a version with this known error",
+        help="with --mechanism global-dp (fixed-batches: dp-sgd): audit a version with "
+        "this known error",
     )
 
 
@@ -120,12 +124,24 @@ def global_dp_audit(z: float, rounds: int, planted_bug: str | None = None) -> di
     return {"row": "global-dp", "z": z, "planted": planted_bug, **out, "audit_failed": failed}
 
 
+def dpsgd_audit(z: float, planted_bug: str | None = None) -> dict[str, Any]:
+    """:mod:`fedpriv.audit.dpsgd_mechanism` at z: Poisson batches, or the planted bug's."""
+    from fedpriv.audit import dpsgd_mechanism as dm
+    from fedpriv.audit import planted
+
+    schedule = planted.DPSGD_PLANTED[planted_bug] if planted_bug else "poisson"
+    out = dm.audit(dm.FIXED_BATCHES.with_(noise_multiplier=z), schedule=schedule)
+    return {"row": "dp-sgd", "z": z, "planted": planted_bug, **out}
+
+
 def mechanism_audit(name: str, z: float, rounds: int) -> dict[str, Any]:
     """One mechanism-level audit (:mod:`fedpriv.audit.mechanism_audits`); z is ν for Laplace."""
     from fedpriv.audit import mechanism_audits as ma
 
     if name == "global-dp":
         return global_dp_audit(z, rounds)
+    if name == "dp-sgd":
+        return dpsgd_audit(z)
     if name == "ifca-laplace":
         return {"row": name, "z": z, **ma.audit_laplace_sanitizer(noise_multiplier=z)}
     placement = name.split("-")[1]
@@ -159,19 +175,25 @@ def audit_command(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def _mechanisms(args: argparse.Namespace) -> int:
-    """``--mechanism``: one JSON line per z; 1 if a global-DP audit fails, 2 for a bad flag."""
-    if args.planted and args.mechanism != "global-dp":
+    """``--mechanism``: one JSON line per z; 1 if a global-DP or DP-SGD audit fails, 2 for a
+    bad flag."""
+    wanted = PLANTED_FOR.get(args.planted, "global-dp")
+    if args.planted and args.mechanism != wanted:
         print(
             f"fedpriv: --planted = {args.planted!r} is not allowed with --mechanism "
-            f"{args.mechanism}; expected --mechanism global-dp",
+            f"{args.mechanism}; expected --mechanism {wanted}",
             file=sys.stderr,
         )
         return 2
     rounds = int(parse_overrides(args.run_config).get("num-server-rounds", 5))
     failed = False
     for z in args.z:
-        if args.mechanism == "global-dp":
-            out = global_dp_audit(z, rounds, args.planted)
+        if args.mechanism in ("global-dp", "dp-sgd"):
+            out = (
+                global_dp_audit(z, rounds, args.planted)
+                if args.mechanism == "global-dp"
+                else dpsgd_audit(z, args.planted)
+            )
             failed = failed or out["audit_failed"]
         else:
             out = mechanism_audit(args.mechanism, z, rounds)
