@@ -149,6 +149,7 @@ def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict
             num_sampled_clients=m,
             real_reports_per_round=canary.real_reports,
             delta=delta,
+            fixed_denominator=canary.denominator == "fixed m",
         )
         out["epsilon_upper_bound"] = None if bound is None else _num(bound["epsilon"])
         out["upper_bound"] = bound
@@ -159,8 +160,9 @@ def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict
     if mode == "metric-dp":
         clip = float(cfg["clipping-norm"])
         sigmas = [r.get("dp-sigma") for r in dp_history if r.get("dp-noised")]
+        fixed = canary.denominator == "fixed m"
         mus = [
-            2 * clip / ((n + 1) * s)
+            (clip / (m * s)) if fixed else 2 * clip / ((n + 1) * s)
             for n, s in zip(canary.real_reports, sigmas)
             if s is not None and s > 0
         ]
@@ -246,8 +248,10 @@ def audit_outcome(
         "noise_multiplier": float(cfg.get("noise-multiplier", 0.0)),
         "adjacency": "add/remove one canary client that takes part in every round (client level)",
         "threat_model": result["threat_model"],
+        "threat_model_name": result["threat_model_name"],
         "rounds": result["rounds"],
         "canaries": result["canaries"],
+        "canary_denominator": canary.denominator,
         "canary_rounds": {
             "inserted_per_round": canary.last_round.get("audit-canaries-inserted"),
             "real_reports_per_round": canary.real_reports,
