@@ -269,6 +269,21 @@ def test_grid_report_answers_metric_vs_global(tmp_path):
     assert (tmp_path / "audit.md").exists() and (tmp_path / "audit_epsilon_vs_z.png").exists()
 
 
+def test_grid_report_states_the_guarantee_each_mechanism_audit_tests(tmp_path):
+    """issue 22: audit.md says which guarantee the zonal / Laplace audits test."""
+    from fedpriv.audit.mechanism_audits import GUARANTEES, audit_zonal_mechanism
+    from fedpriv.audit.report import audit_grid_report
+
+    cells = [{"row": "none", "z": 0.0, "epsilon_estimate": 1.0, "epsilon_lower_bound": 0.5,
+              "canaries": {"count": 10}, "membership": {}}]  # fmt: skip
+    hdp = audit_zonal_mechanism(placement="hdp", noise_multiplier=1.0, num_canaries=20,
+                                rounds=1, dim=500)  # fmt: skip
+    assert hdp["guarantee_tested"] == GUARANTEES["hdp"]
+    mechanisms = [{"row": "zonal-hdp", "z": 1.0, **hdp}]
+    text = audit_grid_report(cells, tmp_path, settings={}, mechanisms=mechanisms)
+    assert f"- zonal-hdp: {GUARANTEES['hdp']}" in text
+
+
 def test_audit_grid_runs_the_incomplete_cells_in_one_plan_and_resumes(tmp_path, monkeypatch):
     from scenarios import audit_cli, multirun
     from scenarios.features import CATALOG

@@ -23,9 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMON = "num-server-rounds=2 local-epochs=1 audit-canaries=60 reproducible-noise=true"
 
 
-def fedpriv_audit(run_config: str, out: Path, *extra: str) -> tuple[int, str, str]:
+def fedpriv_audit(
+    run_config: str, out: Path, *extra: str, common: str = COMMON
+) -> tuple[int, str, str]:
     cmd = [sys.executable, "-m", "scenarios.cli", "audit", *extra, "--run-config",
-           f"{COMMON} output-dir='{out}' {run_config}"]  # fmt: skip
+           f"{common} output-dir='{out}' {run_config}"]  # fmt: skip
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
@@ -92,9 +94,9 @@ def test_fedpriv_audit_fixed_sampling_canaries_certify_a_bound_and_the_model_tra
     certifies a nonzero bound under both named threat models, below the canary accountant."""
     out = tmp_path / "fixed"
     rc, text, log = fedpriv_audit(
-        "privacy='global-dp' noise-multiplier=0.05 audit-canaries=300 audit-canary-norm=0.5 "
-        "num-server-rounds=3",
+        "privacy='global-dp' noise-multiplier=0.05 audit-canaries=300 audit-canary-norm=0.5",
         out,
+        common="num-server-rounds=3 local-epochs=1 reproducible-noise=true",
     )
     assert rc == 0, log
     got = json.loads(text)

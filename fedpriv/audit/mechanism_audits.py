@@ -39,9 +39,22 @@ from fedpriv.audit.audit import audit_scores
 from fedpriv.audit.canaries import CanarySet
 from fedpriv.audit.gaussian_pair import gaussian_mechanism_epsilon
 
-__all__ = ["audit_zonal_mechanism", "audit_laplace_sanitizer", "ZONAL_PLACEMENTS"]
+__all__ = [
+    "audit_zonal_mechanism", "audit_laplace_sanitizer", "ZONAL_PLACEMENTS", "GUARANTEES",
+]  # fmt: skip
 
 ZONAL_PLACEMENTS = ("ldp", "hdp", "cdp")
+# The guarantee each audit tests (HDP §IV-C; GP Thm 3.1), as written in audit.md.
+GUARANTEES = {
+    "ldp": "local DP: epsilon one level (mu = sqrt(T)/z, add/remove one client) against the "
+    "super-node and the aggregator; epsilon aggregator (z*sqrt(k)) against the aggregator",
+    "hdp": "epsilon one level against the aggregator (the super-node's noise) and epsilon "
+    "aggregator (z*sqrt(s)); none against the client's own super-node (trusted)",
+    "cdp": "epsilon one level = epsilon aggregator against the aggregator (server noise); none "
+    "against the super-node (trusted)",
+    "laplace": "GP's d-privacy leakage n/nu per participation (not an (epsilon, delta)): "
+    "no bound to exceed; the figure is the empirical epsilon",
+}
 
 
 def _scores(canaries: CanarySet, view: np.ndarray, subset: np.ndarray, **kw) -> dict[str, Any]:
@@ -114,6 +127,7 @@ def audit_zonal_mechanism(
             "norm": clipping_norm,
         },  # fmt: skip
         "adjacency": "add/remove one client (a canary) of the zonal round, fixed q*W_i",
+        "guarantee_tested": GUARANTEES[placement],
         "aggregator": _scores(canaries, aggregator, everyone, **kw),
         "supernode": _scores(canaries, supernode, in_zone0, **kw),
         "epsilon_level": _eps(mu_level, delta),
@@ -172,6 +186,7 @@ def audit_laplace_sanitizer(
             "norm": norm,
         },  # fmt: skip
         "adjacency": "add/remove one canary client (its sanitized reply)",
+        "guarantee_tested": GUARANTEES["laplace"],
         "aggregator": _scores(canaries, view, np.ones(num_canaries, dtype=bool), **kw),
         "gp_leakage_claimed": rounds * dim / noise_multiplier,
         "gp_leakage_note": "GP's d-privacy leakage n/nu per participation (not an (eps, delta) "

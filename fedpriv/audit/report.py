@@ -173,6 +173,15 @@ def mechanism_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return markdown_table(header, body, digits=3)
 
 
+def guarantee_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per mechanism: the guarantee its audit tests (``guarantee_tested``)."""
+    seen: dict[str, str] = {}
+    for r in rows:
+        if r.get("guarantee_tested"):
+            seen.setdefault(str(r["row"]), str(r["guarantee_tested"]))
+    return [f"- {row}: {text}" for row, text in seen.items()]
+
+
 def audit_grid_report(
     cells: Sequence[Mapping[str, Any]],
     out: str | Path,
@@ -239,6 +248,10 @@ def audit_grid_report(
             "0's super-node, which sees its zone's updates before any HDP/CDP noise.",
             "",
             mechanism_table(mechanisms),
+            "",
+            "Guarantee tested (the figure a lower bound must not exceed, per view):",
+            "",
+            *guarantee_lines(mechanisms),
             "",
         ]
     text = "\n".join(lines)
