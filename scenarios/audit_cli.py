@@ -53,6 +53,7 @@ MECHANISMS = (
 # fedpriv.audit.planted: PLANTED (global-dp) and DPSGD_PLANTED (dp-sgd)
 PLANTED_BUGS = ("fixed-batches", "no-clipping", "noise-halved", "public-seed", "sigma-2m")
 PLANTED_FOR = {"fixed-batches": "dp-sgd"}  # every other bug: global-dp
+ZONAL_BUDGET = {"num_canaries": 2000, "block": 2}  # orthogonal canaries (issue 22)
 GRID_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("none", {"privacy": "none"}),
     ("global-dp", {"privacy": "global-dp"}),
@@ -157,7 +158,9 @@ def mechanism_audit(name: str, z: float, rounds: int) -> dict[str, Any]:
     if name == "ifca-laplace":
         return {"row": name, "z": z, **ma.audit_laplace_sanitizer(noise_multiplier=z)}
     placement = name.split("-")[1]
-    out = ma.audit_zonal_mechanism(placement=placement, noise_multiplier=z, rounds=rounds)
+    out = ma.audit_zonal_mechanism(
+        placement=placement, noise_multiplier=z, rounds=rounds, **ZONAL_BUDGET
+    )
     return {"row": name, "z": z, **out}
 
 

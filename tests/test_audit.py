@@ -252,6 +252,25 @@ def test_zonal_and_laplace_mechanism_audits():
     assert lap["gp_leakage_claimed"] == 1000.0
 
 
+def test_zonal_audit_with_orthogonal_canaries_has_more_power_and_stays_sound():
+    """issue 22: 2000 canaries on disjoint blocks (fedpriv audit's zonal budget) raise the CDP
+    aggregator's bound at z = 3 above the 200 dense canaries', still below its accountant."""
+    from fedpriv.audit.mechanism_audits import BlockCanaries, audit_zonal_mechanism
+
+    canaries = BlockCanaries(50, 2, 0)
+    dirs = np.stack([canaries.direction(j) for j in range(50)])
+    np.testing.assert_allclose(dirs @ dirs.T, np.eye(50), atol=1e-12)
+    np.testing.assert_allclose(canaries.cosines(dirs[7] * 3.0)[7], 1.0)
+    dense = audit_zonal_mechanism(placement="cdp", noise_multiplier=3.0, rounds=5)
+    blocks = audit_zonal_mechanism(
+        placement="cdp", noise_multiplier=3.0, rounds=5, num_canaries=2000, block=2
+    )
+    assert blocks["canaries"]["dim"] == 4000
+    low, high = dense["aggregator"], blocks["aggregator"]
+    assert high["epsilon_lower_bound"] > max(1.0, low["epsilon_lower_bound"])
+    assert high["epsilon_lower_bound"] <= blocks["epsilon_aggregator_accountant"]
+
+
 def test_grid_report_answers_metric_vs_global(tmp_path):
     from fedpriv.audit.report import audit_grid_report
 

@@ -205,8 +205,9 @@ def audit_grid_report(
         f"{canaries.get('num_params')}; rounds {first.get('rounds')}; δ = {first.get('delta')}",
         f"- adjacency: {first.get('adjacency')}",
         "- Accountant ε (canary): the Gaussian accounting of that adjacency (global DP only; "
-        "sensitivity 2C/(n+1) of the weighted mean each round, GDP composition) — the number "
-        "the lower bound must never exceed. Accountant ε (run): the run's headline ε for its "
+        "sensitivity C/m of the sum over the fixed m each round — 2C/(n+1) where the mean "
+        "divides by all replies — GDP composition) — the number the lower bound must never "
+        "exceed. Accountant ε (run): the run's headline ε for its "
         "real clients. Comparison ε (realised σ): the canary accounting evaluated with the σ "
         "metric DP actually used (for comparison only; metric DP has no (ε, δ) guarantee).",
         "- DP-SGD cell: Accountant ε = the largest example-level ε the clients' DP-SGD "
