@@ -208,7 +208,8 @@ class DPWrapperCore:
                 )  # fmt: skip
             )
             return True
-        if num_ok != self.mechanism.num_sampled_clients:
+        # a fixed denominator keeps the sensitivity C/m whatever the number of replies
+        if num_ok != self.mechanism.num_sampled_clients and not self.fixed_denominator:
             _log.log(WARNING, "%s: %d %s but num_sampled_clients = %d (sigma is calibrated to "
                      "m; fewer %s weaken the guarantee)", self.step_name, num_ok,
                      self.reply_name, self.mechanism.num_sampled_clients,
