@@ -6,14 +6,18 @@ With ``audit-canaries`` = K > 0 the standard run builds a
 ``audit-canary-probability``) and puts :class:`strategies.canaries.CanaryInsertion` between
 update validation and the privacy wrapper: included canaries reply in every round with the
 global model plus their direction, *before* the privacy wrapper clips, measures (metric DP's d)
-and noises. Canaries never train. After the last round :func:`audit_outcome` scores the
+and noises. Global and metric DP around a uniform mean then divide the clipped sum by the
+fixed m (``canary_denominator`` = ``"fixed m"``: a canary has a real client's sensitivity,
+σ unchanged); elsewhere the mean divides by all replies (``"all replies"``). Canaries never
+train. After the last round :func:`audit_outcome` scores the
 canaries on the global models (θ_0 … θ_T), and the run writes ``audit.json`` and an ``audit``
 block in summary.json:
 
 - ``epsilon_lower_bound`` (Steinke et al. 2023, at ``audit-confidence``; inclusion
   probability 0.5 only) and ``epsilon_estimate`` (Andrew et al. 2024), for
-  ``audit-threat-model`` (``final``: the last model only; ``every-round``: every round's
-  model), and both threat models under ``threat_models``;
+  ``audit-threat-model`` (``final``: the last model only, named ``final-model``;
+  ``every-round``: every round's model, named ``white-box``), and both threat models under
+  ``threat_models``;
 - ``epsilon_upper_bound``: the accountant's ε for the audited adjacency (one canary client
   added or removed, in every round; :func:`fedpriv.audit.audit.canary_upper_bound`) — global
   DP around a mean aggregator only, ``null`` for every other case; ``epsilon_upper_bound_run``:
@@ -149,6 +153,7 @@ def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict
             num_sampled_clients=m,
             real_reports_per_round=canary.real_reports,
             delta=delta,
+            fixed_denominator=canary.denominator == "fixed m",
         )
         out["epsilon_upper_bound"] = None if bound is None else _num(bound["epsilon"])
         out["upper_bound"] = bound
@@ -159,8 +164,9 @@ def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict
     if mode == "metric-dp":
         clip = float(cfg["clipping-norm"])
         sigmas = [r.get("dp-sigma") for r in dp_history if r.get("dp-noised")]
+        fixed = canary.denominator == "fixed m"
         mus = [
-            2 * clip / ((n + 1) * s)
+            (clip / (m * s)) if fixed else 2 * clip / ((n + 1) * s)
             for n, s in zip(canary.real_reports, sigmas)
             if s is not None and s > 0
         ]
@@ -246,8 +252,10 @@ def audit_outcome(
         "noise_multiplier": float(cfg.get("noise-multiplier", 0.0)),
         "adjacency": "add/remove one canary client that takes part in every round (client level)",
         "threat_model": result["threat_model"],
+        "threat_model_name": result["threat_model_name"],
         "rounds": result["rounds"],
         "canaries": result["canaries"],
+        "canary_denominator": canary.denominator,
         "canary_rounds": {
             "inserted_per_round": canary.last_round.get("audit-canaries-inserted"),
             "real_reports_per_round": canary.real_reports,

@@ -47,8 +47,13 @@ from scenarios.schema import ConfigError
 AUDIT_NAME = "audit.json"
 DEFAULT_CANARIES = 100
 DPSGD_Z = 1.1  # the DP-SGD MNIST tutorial value (Abadi et al.), the dp-sgd default
-MECHANISMS = ("zonal-ldp", "zonal-hdp", "zonal-cdp", "ifca-laplace", "global-dp")
-PLANTED_BUGS = ("no-clipping", "noise-halved", "public-seed", "sigma-2m")  # fedpriv.audit.planted
+MECHANISMS = (
+    "zonal-ldp", "zonal-hdp", "zonal-cdp", "ifca-laplace", "global-dp", "dp-sgd", "metric-dp",
+)  # fmt: skip
+# fedpriv.audit.planted: PLANTED (global-dp) and DPSGD_PLANTED (dp-sgd)
+PLANTED_BUGS = ("fixed-batches", "no-clipping", "noise-halved", "public-seed", "sigma-2m")
+PLANTED_FOR = {"fixed-batches": "dp-sgd"}  # every other bug: global-dp
+ZONAL_BUDGET = {"num_canaries": 2000, "block": 2}  # orthogonal canaries (issue 22)
 GRID_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("none", {"privacy": "none"}),
     ("global-dp", {"privacy": "global-dp"}),
@@ -70,12 +75,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=MECHANISMS,
         help="mechanism-level audit without training (zonal placements, GP Laplace); "
         "one JSON object per --z value (global-dp: FixedClippingGaussian with 50000 canaries, "
-        "m = N = 100, num-server-rounds rounds; exit 1 if the bound exceeds the accountant)",
+        "m = N = 100, num-server-rounds rounds; dp-sgd: Poisson DP-SGD at --z, q = 0.001, "
+        "one epoch, 50000 Dirac canaries; metric-dp: MP's settings (C = 5, m = 4, raw d; "
+        "num-server-rounds, default 20; distance-on from --run-config); exit 1 if the bound "
+        "exceeds the accountant)",
     )
     parser.add_argument(
         "--planted",
         choices=PLANTED_BUGS,
-        help="with --mechanism global-dp: audit a version with this known error",
+        help="with --mechanism global-dp (fixed-batches: dp-sgd): audit a version with "
+        "this known error",
     )
 
 
@@ -120,16 +129,38 @@ def global_dp_audit(z: float, rounds: int, planted_bug: str | None = None) -> di
     return {"row": "global-dp", "z": z, "planted": planted_bug, **out, "audit_failed": failed}
 
 
+def dpsgd_audit(z: float, planted_bug: str | None = None) -> dict[str, Any]:
+    """:mod:`fedpriv.audit.dpsgd_mechanism` at z: Poisson batches, or the planted bug's."""
+    from fedpriv.audit import dpsgd_mechanism as dm
+    from fedpriv.audit import planted
+
+    schedule = planted.DPSGD_PLANTED[planted_bug] if planted_bug else "poisson"
+    out = dm.audit(dm.FIXED_BATCHES.with_(noise_multiplier=z), schedule=schedule)
+    return {"row": "dp-sgd", "z": z, "planted": planted_bug, **out}
+
+
+def metric_dp_audit(z: float, rounds: int, distance_on: str) -> dict[str, Any]:
+    """:mod:`fedpriv.audit.metric_dp_mechanism` at MP's settings with z and T (no ε claimed)."""
+    from fedpriv.audit import metric_dp_mechanism as mm
+
+    cfg = mm.MP_SETTINGS.with_(noise_multiplier=z, rounds=rounds)
+    return {"row": "metric-dp", "z": z, **mm.audit(cfg, distance_on=distance_on)}
+
+
 def mechanism_audit(name: str, z: float, rounds: int) -> dict[str, Any]:
     """One mechanism-level audit (:mod:`fedpriv.audit.mechanism_audits`); z is ν for Laplace."""
     from fedpriv.audit import mechanism_audits as ma
 
     if name == "global-dp":
         return global_dp_audit(z, rounds)
+    if name == "dp-sgd":
+        return dpsgd_audit(z)
     if name == "ifca-laplace":
         return {"row": name, "z": z, **ma.audit_laplace_sanitizer(noise_multiplier=z)}
     placement = name.split("-")[1]
-    out = ma.audit_zonal_mechanism(placement=placement, noise_multiplier=z, rounds=rounds)
+    out = ma.audit_zonal_mechanism(
+        placement=placement, noise_multiplier=z, rounds=rounds, **ZONAL_BUDGET
+    )
     return {"row": name, "z": z, **out}
 
 
@@ -159,24 +190,40 @@ def audit_command(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 def _mechanisms(args: argparse.Namespace) -> int:
-    """``--mechanism``: one JSON line per z; 1 if a global-DP audit fails, 2 for a bad flag."""
-    if args.planted and args.mechanism != "global-dp":
-        print(
-            f"fedpriv: --planted = {args.planted!r} is not allowed with --mechanism "
-            f"{args.mechanism}; expected --mechanism global-dp",
-            file=sys.stderr,
-        )
+    """``--mechanism``: one JSON line per z; 1 if a global-DP or DP-SGD audit fails, 2 for a
+    bad flag."""
+    wanted = PLANTED_FOR.get(args.planted, "global-dp")
+    values = parse_overrides(args.run_config)
+    distance_on = str(values.get("distance-on", "raw"))
+    if args.planted and args.mechanism != wanted:
+        error = f"--planted = {args.planted!r} is not allowed with --mechanism {args.mechanism}"
+        error += f"; expected --mechanism {wanted}"
+    elif distance_on not in ("raw", "clipped"):
+        error = str(ConfigError("distance-on", distance_on, "raw | clipped"))
+    else:
+        error = ""
+    if error:
+        print(f"fedpriv: {error}", file=sys.stderr)
         return 2
-    rounds = int(parse_overrides(args.run_config).get("num-server-rounds", 5))
+    rounds = int(values.get("num-server-rounds", 20 if args.mechanism == "metric-dp" else 5))
     failed = False
     for z in args.z:
-        if args.mechanism == "global-dp":
-            out = global_dp_audit(z, rounds, args.planted)
-            failed = failed or out["audit_failed"]
-        else:
-            out = mechanism_audit(args.mechanism, z, rounds)
+        out = _one_mechanism(args.mechanism, z, rounds, args.planted, distance_on)
+        failed = failed or bool(out.get("audit_failed"))
         print(json.dumps(out))
     return 1 if failed else 0
+
+
+def _one_mechanism(
+    name: str, z: float, rounds: int, planted_bug: str | None, distance_on: str
+) -> dict[str, Any]:
+    if name == "metric-dp":
+        return metric_dp_audit(z, rounds, distance_on)
+    if name == "dp-sgd":
+        return dpsgd_audit(z, planted_bug)
+    if name == "global-dp":
+        return global_dp_audit(z, rounds, planted_bug)
+    return mechanism_audit(name, z, rounds)
 
 
 def _noise_per_round(cell_dir: Path) -> dict[str, Any]:

@@ -11,6 +11,13 @@ includes the canaries) and noises the canaries with everything else. The wrapper
 global model of every round (θ_0 … θ_T) for the audit and reports the number of inserted
 canaries and of real replies per round.
 
+Denominator. Where the privacy wrapper can (:meth:`strategies.dp_wrappers.
+ServerSideFixedClippingDP.use_fixed_denominator`: a uniform mean, global or metric DP), the
+wrapper divides the clipped sum by the fixed m whatever the number of replies, so a canary
+has a real client's sensitivity C/m with σ unchanged (``denominator`` = ``"fixed m"``);
+otherwise (no privacy wrapper, example weights, a median) the aggregate divides by all
+replies and the canaries are diluted (``"all replies"``).
+
 Canary replies carry ``src_node_id`` = :data:`CANARY_NODE_ID` (no real node has it), so a
 wrapper's per-node report never confuses a canary with a client.
 """
@@ -65,6 +72,8 @@ class CanaryInsertion(StrategyWrapper):
             raise ValueError(f"canaries = {canaries!r} is not allowed; expected a CanarySet")
         self.strategy = strategy
         self.canaries = canaries
+        fix = getattr(strategy, "use_fixed_denominator", None)
+        self.denominator = "fixed m" if fix is not None and fix() else "all replies"
         self.models: list[list[np.ndarray]] = []
         self.real_reports: list[int] = []
         self.current_arrays: ArrayRecord = ArrayRecord()

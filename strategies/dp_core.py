@@ -126,6 +126,9 @@ class DPWrapperCore:
         self.accountant = accountant
         self.weighting = weighting
         self.poisson = bool(poisson)
+        # the clipped sum is divided by m whatever the number of replies (Poisson sampling;
+        # audit canaries: strategies.canaries.CanaryInsertion turns it on)
+        self.fixed_denominator = self.poisson
         self.last_round: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
         self.budget, self.budget_stopped = self._budget(max_epsilon), None
@@ -162,7 +165,8 @@ class DPWrapperCore:
         if self.budget is None or self.budget_stopped or self.accountant is None:
             return self.budget_stopped
         stdv, _ = self.mechanism.noise_stdv([], [])  # σ = z·C/m
-        n = self.mechanism.num_sampled_clients if self.poisson else self.accountant.sampled
+        m = self.mechanism.num_sampled_clients
+        n = m if self.fixed_denominator else self.accountant.sampled
         event = self.mechanism.round_event(stdv, num_reports=n, **self.accountant.sampling_spec())
         self.budget_stopped = self.budget.check(self.accountant, event, server_round)
         return self.budget_stopped
@@ -174,7 +178,7 @@ class DPWrapperCore:
         ``max_epsilon``; the round is then recorded as skipped and nothing is released."""
         if self.budget is None or self.accountant is None:
             return False
-        n = self.mechanism.num_sampled_clients if self.poisson else num_reports
+        n = self.mechanism.num_sampled_clients if self.fixed_denominator else num_reports
         event = self.mechanism.round_event(
             stdv, num_reports=n, weights=weights, **self.accountant.sampling_spec()
         )
@@ -204,7 +208,8 @@ class DPWrapperCore:
                 )  # fmt: skip
             )
             return True
-        if num_ok != self.mechanism.num_sampled_clients:
+        # a fixed denominator keeps the sensitivity C/m whatever the number of replies
+        if num_ok != self.mechanism.num_sampled_clients and not self.fixed_denominator:
             _log.log(WARNING, "%s: %d %s but num_sampled_clients = %d (sigma is calibrated to "
                      "m; fewer %s weaken the guarantee)", self.step_name, num_ok,
                      self.reply_name, self.mechanism.num_sampled_clients,
@@ -248,8 +253,8 @@ class DPWrapperCore:
         self, stdv: float, ids: list[int], weights: Optional[list[float]]
     ) -> dict[str, Any]:
         """Compose the round's ``DpEvent``; the round's multiplier and ε so far."""
-        # Poisson: fixed denominator m, so the multiplier on the sum is z whatever n is
-        n = self.mechanism.num_sampled_clients if self.poisson else len(ids)
+        # fixed denominator m (Poisson, canaries): the multiplier on the sum is z whatever n is
+        n = self.mechanism.num_sampled_clients if self.fixed_denominator else len(ids)
         z_round = self.mechanism.round_noise_multiplier(stdv, n, weights)
         out: dict[str, Any] = {"round_noise_multiplier": z_round}
         if self.accountant is None or isinstance(self.mechanism, MetricScaledGaussian):

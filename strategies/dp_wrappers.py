@@ -174,7 +174,7 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
         key = self._weight_key()
         contents = [m.content for m in clipped]
         mean = aggregate_arrayrecords(contents, key)
-        if self.poisson:
+        if self.fixed_denominator:
             mean = self._fixed_denominator(mean, len(clipped))
         noisy = self.mechanism.add_noise(mean.to_numpy_ndarrays(), stdv, self.rng)
         self.noised_mean = named_record(mean.keys(), noisy)
@@ -195,6 +195,20 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
             arrays = named_record(arrays.keys(), noisy)
             log(INFO, "aggregate_train: DP noise with stdev %.6g added", stdv)
         return arrays, metrics
+
+    def use_fixed_denominator(self) -> bool:
+        """Divide the clipped sum by m whatever the number of replies; False (nothing
+        changed) unless the aggregate is a uniform mean.
+
+        For audit canaries (:class:`strategies.canaries.CanaryInsertion`): K canary replies
+        beside m clients give ``w_g + (Σ_real clip Δ_i + Σ_canary clip Δ_j)/m + N(0, σ²)``,
+        σ = z·C/m unchanged, so each canary has a real client's sensitivity C/m (not
+        C/(m + K)) and the real clients' ε is the run's own.
+        """
+        if self.weighting != "uniform" or not self.noise_first:
+            return False
+        self.fixed_denominator = True
+        return True
 
     def _fixed_denominator(self, arrays: ArrayRecord, num_reports: int) -> ArrayRecord:
         """``w_g + (n/m)·(mean − w_g)`` = ``w_g + Σ Δ_i / m`` for a uniform mean of n."""

@@ -252,6 +252,25 @@ def test_zonal_and_laplace_mechanism_audits():
     assert lap["gp_leakage_claimed"] == 1000.0
 
 
+def test_zonal_audit_with_orthogonal_canaries_has_more_power_and_stays_sound():
+    """issue 22: 2000 canaries on disjoint blocks (fedpriv audit's zonal budget) raise the CDP
+    aggregator's bound at z = 3 above the 200 dense canaries', still below its accountant."""
+    from fedpriv.audit.mechanism_audits import BlockCanaries, audit_zonal_mechanism
+
+    canaries = BlockCanaries(50, 2, 0)
+    dirs = np.stack([canaries.direction(j) for j in range(50)])
+    np.testing.assert_allclose(dirs @ dirs.T, np.eye(50), atol=1e-12)
+    np.testing.assert_allclose(canaries.cosines(dirs[7] * 3.0)[7], 1.0)
+    dense = audit_zonal_mechanism(placement="cdp", noise_multiplier=3.0, rounds=5)
+    blocks = audit_zonal_mechanism(
+        placement="cdp", noise_multiplier=3.0, rounds=5, num_canaries=2000, block=2
+    )
+    assert blocks["canaries"]["dim"] == 4000
+    low, high = dense["aggregator"], blocks["aggregator"]
+    assert high["epsilon_lower_bound"] > max(1.0, low["epsilon_lower_bound"])
+    assert high["epsilon_lower_bound"] <= blocks["epsilon_aggregator_accountant"]
+
+
 def test_grid_report_answers_metric_vs_global(tmp_path):
     from fedpriv.audit.report import audit_grid_report
 
@@ -267,6 +286,21 @@ def test_grid_report_answers_metric_vs_global(tmp_path):
     text = audit_grid_report(cells, tmp_path, settings={"num-server-rounds": 2})
     assert "z = 1: metric-dp raw leaks **more** than global DP — estimate 0.9 vs 0.5" in text
     assert (tmp_path / "audit.md").exists() and (tmp_path / "audit_epsilon_vs_z.png").exists()
+
+
+def test_grid_report_states_the_guarantee_each_mechanism_audit_tests(tmp_path):
+    """issue 22: audit.md says which guarantee the zonal / Laplace audits test."""
+    from fedpriv.audit.mechanism_audits import GUARANTEES, audit_zonal_mechanism
+    from fedpriv.audit.report import audit_grid_report
+
+    cells = [{"row": "none", "z": 0.0, "epsilon_estimate": 1.0, "epsilon_lower_bound": 0.5,
+              "canaries": {"count": 10}, "membership": {}}]  # fmt: skip
+    hdp = audit_zonal_mechanism(placement="hdp", noise_multiplier=1.0, num_canaries=20,
+                                rounds=1, dim=500)  # fmt: skip
+    assert hdp["guarantee_tested"] == GUARANTEES["hdp"]
+    mechanisms = [{"row": "zonal-hdp", "z": 1.0, **hdp}]
+    text = audit_grid_report(cells, tmp_path, settings={}, mechanisms=mechanisms)
+    assert f"- zonal-hdp: {GUARANTEES['hdp']}" in text
 
 
 def test_audit_grid_runs_the_incomplete_cells_in_one_plan_and_resumes(tmp_path, monkeypatch):

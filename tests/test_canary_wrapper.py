@@ -131,3 +131,50 @@ def test_audit_fails_when_the_mechanism_adds_less_noise_than_the_accountant_assu
     # the same run with the noise the config claims passes
     cfg_honest = {**cfg, "noise-multiplier": 0.0}
     assert audit_outcome(cfg_honest, wrapper, None, None)["audit_failed"] is False
+
+
+def test_canaries_have_a_real_clients_sensitivity_under_fixed_sampling():
+    """Issue 22: beside m clients the global-DP wrapper divides the clipped sum by m (not by
+    m + K replies), σ = z·C/m unchanged, and charges the real clients the run's own z; the
+    canary accountant is μ = √T/z. Without a privacy wrapper the canaries stay diluted."""
+    from fedpriv.audit.audit import canary_upper_bound
+    from fedpriv.audit.gaussian_pair import gaussian_mechanism_epsilon
+
+    reference = model(0)
+    clients = [[g + u for g, u in zip(reference, model(s, 2.0))] for s in (1, 2, 3, 4)]
+    canaries = CanarySet(8, 3.0, 0.5, 3, tuple(SHAPES))
+    dp = ServerSideFixedClippingDP(
+        FedAvg(), noise_multiplier=0.0, clipping_norm=1.0, num_sampled_clients=4,
+        rng=np.random.default_rng(0),
+    )  # fmt: skip
+    wrapper = wrapped(dp, canaries, reference)
+    assert wrapper.denominator == "fixed m" and dp.fixed_denominator
+    arrays, _ = wrapper.aggregate_train(1, replies(clients))
+    members = clients + [canaries.model(int(j), reference) for j in canaries.inserted]
+    deltas = [flatten(m) - flatten(reference) for m in members]
+    clipped = [d * min(1.0, 1.0 / np.linalg.norm(d)) for d in deltas]
+    expected = flatten(reference) + np.sum(clipped, axis=0) / 4
+    assert flatten(arrays.to_numpy_ndarrays()) == pytest.approx(expected, abs=1e-5)
+    assert len(members) > 4 and dp.round_metrics()["dp-num-reports"] == len(members)
+
+    diluted = wrapped(FedAvg(), canaries, reference)
+    assert diluted.denominator == "all replies"
+
+    bound = canary_upper_bound(
+        noise_multiplier=2.0, num_sampled_clients=4, real_reports_per_round=[4] * 9,
+        delta=1e-5, fixed_denominator=True,
+    )  # fmt: skip
+    assert bound["mu"] == pytest.approx(1.5)
+    assert bound["epsilon"] == pytest.approx(gaussian_mechanism_epsilon(1.5, 1e-5))
+
+
+def test_fixed_denominator_charges_the_real_clients_z():
+    reference = model(0)
+    clients = [[g + u for g, u in zip(reference, model(s, 2.0))] for s in (1, 2)]
+    canaries = CanarySet(20, 3.0, 0.5, 3, tuple(SHAPES))
+    dp = ServerSideFixedClippingDP(
+        FedAvg(), noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=2,
+        rng=np.random.default_rng(0),
+    )  # fmt: skip
+    wrapped(dp, canaries, reference).aggregate_train(1, replies(clients))
+    assert dp.round_metrics()["dp-round-noise-multiplier"] == pytest.approx(1.0)

@@ -16,6 +16,11 @@ setting of the others). Per round that is the Gaussian mechanism with ``μ_t = 2
 composition, exact for Gaussians) and ε(δ) follows (:func:`gaussian_mechanism_epsilon`).
 The canary takes part in every round, so no sampling amplification applies. With all real
 clients sampled (m = n_t) this is below the run's headline replace-one ε (μ = 2√T/z).
+
+With a fixed denominator (``fixed_denominator``: the aggregate is ``Σ clip(Δ)/m`` whatever
+the number of replies, :meth:`strategies.dp_wrappers.ServerSideFixedClippingDP.
+use_fixed_denominator`) adding the canary moves the aggregate by at most C/m: ``μ_t = 1/z``,
+``μ = √T/z`` — a real client's add/remove sensitivity.
 """
 
 from __future__ import annotations
@@ -32,12 +37,17 @@ from fedpriv.audit.one_run import one_run_audit
 from fedpriv.audit.one_shot import THREAT_MODELS, one_shot_estimate
 
 __all__ = [
+    "THREAT_MODEL_NAMES",
     "canary_statistics",
     "audit_scores",
     "audit_models",
     "canary_upper_bound",
     "THREAT_MODELS",
 ]
+
+
+# issue 22's names: the auditor sees every round's release, or the final model only
+THREAT_MODEL_NAMES = {"every-round": "white-box", "final": "final-model"}
 
 
 def canary_statistics(
@@ -127,9 +137,12 @@ def audit_models(
         tm: _audit_one(canaries, canary_statistics(canaries, models, tm), delta, confidence)
         for tm in THREAT_MODELS
     }
+    for tm, block in by_model.items():
+        block["name"] = THREAT_MODEL_NAMES[tm]
     head = by_model[threat_model]
     return {
         "threat_model": threat_model,
+        "threat_model_name": THREAT_MODEL_NAMES[threat_model],
         "epsilon_lower_bound": head["epsilon_lower_bound"],
         "confidence": confidence,
         "epsilon_estimate": head["epsilon_estimate"],
@@ -153,12 +166,16 @@ def canary_upper_bound(
     num_sampled_clients: int,
     real_reports_per_round: Sequence[int],
     delta: float,
+    fixed_denominator: bool = False,
 ) -> Optional[dict[str, Any]]:
     """The accountant's ε for one canary client (module docstring); None without noise."""
     if noise_multiplier <= 0 or not real_reports_per_round:
         return None
     m, z = int(num_sampled_clients), float(noise_multiplier)
-    mus = [2.0 * m / ((int(n) + 1) * z) for n in real_reports_per_round]
+    if fixed_denominator:
+        mus = [1.0 / z for _ in real_reports_per_round]
+    else:
+        mus = [2.0 * m / ((int(n) + 1) * z) for n in real_reports_per_round]
     mu = math.sqrt(sum(x * x for x in mus))
     return {
         "epsilon": gaussian_mechanism_epsilon(mu, delta),
@@ -166,6 +183,7 @@ def canary_upper_bound(
         "mu": mu,
         "rounds": len(mus),
         "adjacency": "add/remove one canary client (present in every round)",
-        "method": "Gaussian mechanism per round, sensitivity 2C/(n+1) of the weighted mean, "
-        "GDP composition (exact), no sampling amplification",
+        "method": "Gaussian mechanism per round, sensitivity "
+        + ("C/m (fixed denominator)" if fixed_denominator else "2C/(n+1) of the weighted mean")
+        + ", GDP composition (exact), no sampling amplification",
     }

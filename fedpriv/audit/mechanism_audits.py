@@ -39,9 +39,55 @@ from fedpriv.audit.audit import audit_scores
 from fedpriv.audit.canaries import CanarySet
 from fedpriv.audit.gaussian_pair import gaussian_mechanism_epsilon
 
-__all__ = ["audit_zonal_mechanism", "audit_laplace_sanitizer", "ZONAL_PLACEMENTS"]
+__all__ = [
+    "BlockCanaries",
+    "audit_zonal_mechanism",
+    "audit_laplace_sanitizer",
+    "ZONAL_PLACEMENTS",
+    "GUARANTEES",
+]
 
 ZONAL_PLACEMENTS = ("ldp", "hdp", "cdp")
+# The guarantee each audit tests (HDP §IV-C; GP Thm 3.1), as written in audit.md.
+GUARANTEES = {
+    "ldp": "local DP: epsilon one level (mu = sqrt(T)/z, add/remove one client) against the "
+    "super-node and the aggregator; epsilon aggregator (z*sqrt(k)) against the aggregator",
+    "hdp": "epsilon one level against the aggregator (the super-node's noise) and epsilon "
+    "aggregator (z*sqrt(s)); none against the client's own super-node (trusted)",
+    "cdp": "epsilon one level = epsilon aggregator against the aggregator (server noise); none "
+    "against the super-node (trusted)",
+    "laplace": "GP's d-privacy leakage n/nu per participation (not an (epsilon, delta)): "
+    "no bound to exceed; the figure is the empirical epsilon",
+}
+
+
+class BlockCanaries:
+    """Canaries on disjoint blocks of ``block`` coordinates (exactly orthogonal; issue 22).
+
+    The interface of :class:`fedpriv.audit.canaries.CanarySet` that the zonal audit uses:
+    ``direction(j)`` is a random-sign unit vector on coordinates ``[j·b, (j+1)·b)``,
+    ``included`` the same seeded Bernoulli(1/2) bits, ``cosines`` the score. ``dim = K·b``.
+    """
+
+    def __init__(self, count: int, block: int, seed: int) -> None:
+        self.count, self.block, self.dim = int(count), int(block), int(count) * int(block)
+        self.included = CanarySet(count, 1.0, 0.5, seed, ((1,),)).included
+        rng = seeds.stream(int(seed), "audit-mechanism", 5)
+        self.signs = rng.choice([-1.0, 1.0], size=(self.count, self.block)) / math.sqrt(block)
+
+    @property
+    def inserted(self) -> np.ndarray:
+        return np.flatnonzero(self.included)
+
+    def direction(self, j: int) -> np.ndarray:
+        out = np.zeros(self.dim)
+        out[j * self.block : (j + 1) * self.block] = self.signs[j]
+        return out
+
+    def cosines(self, delta: np.ndarray) -> np.ndarray:
+        delta = np.asarray(delta, dtype=np.float64).reshape(self.count, self.block)
+        norm = float(np.linalg.norm(delta))
+        return np.sum(delta * self.signs, axis=1) / norm if norm > 0 else np.zeros(self.count)
 
 
 def _scores(canaries: CanarySet, view: np.ndarray, subset: np.ndarray, **kw) -> dict[str, Any]:
@@ -61,13 +107,21 @@ def audit_zonal_mechanism(
     delta: float = 1e-5,
     confidence: float = 0.95,
     seed: int = 0,
+    block: int = 0,
 ) -> dict[str, Any]:
-    """Lower bound and estimate at the aggregator and at zone 0's super-node (module doc)."""
+    """Lower bound and estimate at the aggregator and at zone 0's super-node (module doc).
+
+    ``block`` > 0: :class:`BlockCanaries` (orthogonal, ``dim = num_canaries·block``) instead
+    of random dense directions in ``dim`` coordinates.
+    """
     from fedpriv.zonal import ZonalPlan, aggregate_round, ldp_client_update, zone_average
 
     if placement not in ZONAL_PLACEMENTS:
         raise ValueError(f"placement = {placement!r} is not allowed; expected ldp | hdp | cdp")
-    canaries = CanarySet(num_canaries, clipping_norm, 0.5, seed, ((dim,),))
+    canaries: Any = CanarySet(num_canaries, clipping_norm, 0.5, seed, ((dim,),))
+    if block > 0:
+        canaries = BlockCanaries(num_canaries, block, seed)
+        dim = canaries.dim
     plan = ZonalPlan.build(
         num_clients=num_canaries, num_zones=num_zones, clients_per_round=0,
         noise_multiplier=noise_multiplier, clipping_norm=clipping_norm, placement=placement,
@@ -112,8 +166,10 @@ def audit_zonal_mechanism(
             "inserted": int(canaries.included.sum()),
             "dim": dim,
             "norm": clipping_norm,
+            "layout": f"disjoint blocks of {block}" if block > 0 else "random dense",
         },  # fmt: skip
         "adjacency": "add/remove one client (a canary) of the zonal round, fixed q*W_i",
+        "guarantee_tested": GUARANTEES[placement],
         "aggregator": _scores(canaries, aggregator, everyone, **kw),
         "supernode": _scores(canaries, supernode, in_zone0, **kw),
         "epsilon_level": _eps(mu_level, delta),
@@ -172,6 +228,7 @@ def audit_laplace_sanitizer(
             "norm": norm,
         },  # fmt: skip
         "adjacency": "add/remove one canary client (its sanitized reply)",
+        "guarantee_tested": GUARANTEES["laplace"],
         "aggregator": _scores(canaries, view, np.ones(num_canaries, dtype=bool), **kw),
         "gp_leakage_claimed": rounds * dim / noise_multiplier,
         "gp_leakage_note": "GP's d-privacy leakage n/nu per participation (not an (eps, delta) "

@@ -13,12 +13,12 @@ with the default budget :data:`fedpriv.audit.global_dp_mechanism.MUST_SHOW`.
 - ``public-seed``: the noise generator is seeded with the run's public seed; the auditor
   regenerates the noise (:func:`public_seed_noise`) and subtracts it from what it sees.
 
-Not planted: DP-SGD fixed-size (shuffled) batches accounted as Poisson — an example-level
-mechanism inside client training, not this server round. A numpy probe of it (20 000 Dirac
-gradient canaries, white-box per-step releases, likelihood-ratio scores over each epoch's
-steps; z = 0.4–0.6, q = 1/100 or 1/50, 1–2 epochs) gave one-run bounds of 1.1–2.4 against
-Poisson PLD ε of 5.8–12.2: where the two accountings differ is beyond what a one-run audit
-with this budget reaches, so no test could flag it.
+DP-SGD's planted bug is in :data:`DPSGD_PLANTED` (a client-side, example-level mechanism,
+audited by :mod:`fedpriv.audit.dpsgd_mechanism`): ``fixed-batches`` — batches from a public
+partition by example index accounted as Poisson at q = B/n. A secretly shuffled variant
+audited on the final update could not be flagged (one-run bounds 1.1–2.4 against Poisson ε
+5.8–12.2 at z = 0.4–0.6); with the public partition and the white-box per-step view the
+accountant covers, each canary is an unamplified Gaussian and the audit flags it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 from fedpriv.audit.global_dp_mechanism import GlobalDPAudit, correct_round, simulate_releases
 from fedpriv.dp import FixedClippingGaussian
 
-__all__ = ["PLANTED", "public_seed_noise", "VIEWS"]
+__all__ = ["PLANTED", "DPSGD_PLANTED", "public_seed_noise", "VIEWS"]
 
 
 def _noise_halved(mech: FixedClippingGaussian, total: np.ndarray, m: int, rng) -> np.ndarray:
@@ -76,3 +76,5 @@ PLANTED: dict[str, Callable[..., np.ndarray]] = {
 }
 # What the auditor subtracts from its view, per variant (None: nothing).
 VIEWS = {"public-seed": public_seed_noise}
+# DP-SGD's planted bugs: the batch schedule its client runs (fedpriv.audit.dpsgd_mechanism).
+DPSGD_PLANTED = {"fixed-batches": "fixed-batches"}

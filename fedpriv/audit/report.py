@@ -173,6 +173,15 @@ def mechanism_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return markdown_table(header, body, digits=3)
 
 
+def guarantee_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per mechanism: the guarantee its audit tests (``guarantee_tested``)."""
+    seen: dict[str, str] = {}
+    for r in rows:
+        if r.get("guarantee_tested"):
+            seen.setdefault(str(r["row"]), str(r["guarantee_tested"]))
+    return [f"- {row}: {text}" for row, text in seen.items()]
+
+
 def audit_grid_report(
     cells: Sequence[Mapping[str, Any]],
     out: str | Path,
@@ -196,8 +205,9 @@ def audit_grid_report(
         f"{canaries.get('num_params')}; rounds {first.get('rounds')}; δ = {first.get('delta')}",
         f"- adjacency: {first.get('adjacency')}",
         "- Accountant ε (canary): the Gaussian accounting of that adjacency (global DP only; "
-        "sensitivity 2C/(n+1) of the weighted mean each round, GDP composition) — the number "
-        "the lower bound must never exceed. Accountant ε (run): the run's headline ε for its "
+        "sensitivity C/m of the sum over the fixed m each round — 2C/(n+1) where the mean "
+        "divides by all replies — GDP composition) — the number the lower bound must never "
+        "exceed. Accountant ε (run): the run's headline ε for its "
         "real clients. Comparison ε (realised σ): the canary accounting evaluated with the σ "
         "metric DP actually used (for comparison only; metric DP has no (ε, δ) guarantee).",
         "- DP-SGD cell: Accountant ε = the largest example-level ε the clients' DP-SGD "
@@ -239,6 +249,10 @@ def audit_grid_report(
             "0's super-node, which sees its zone's updates before any HDP/CDP noise.",
             "",
             mechanism_table(mechanisms),
+            "",
+            "Guarantee tested (the figure a lower bound must not exceed, per view):",
+            "",
+            *guarantee_lines(mechanisms),
             "",
         ]
     text = "\n".join(lines)
