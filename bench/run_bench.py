@@ -109,7 +109,8 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated subset: math,cross-device,step,scale,grid,many,load,audit",
+        help="comma-separated subset: math,cross-device,step,scale,grid,many,load,audit "
+        "(written to runs/bench/results-only.md; the full run writes bench/results.md)",
     )
     args = parser.parse_args()
     tmp = ROOT / "runs" / "bench"
@@ -138,8 +139,11 @@ def main() -> int:
         f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.1f}.\n\n" + "\n".join(lines) + "\n"
     )
-    (ROOT / "bench" / "results.md").write_text(text)
+    # a partial run (--only) must not replace the record of the full one
+    target = ROOT / "bench" / "results.md" if not args.only else tmp / "results-only.md"
+    target.write_text(text)
     print(text)
+    print(f"written to {target}")
     return 0
 
 
