@@ -172,6 +172,10 @@ class PartitionGrid:
         """Partition id of the node a reply is about (see :meth:`node_of`)."""
         return self.node_to_partition[self.node_of(message)]
 
+    def partitions_of(self, message: Message) -> list[int]:
+        """The client partitions a reply speaks for: here its node's one partition."""
+        return [self.partition_of(message)]
+
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: Optional[float] = None
     ) -> list[Message]:
@@ -180,3 +184,85 @@ class PartitionGrid:
         replies = list(self._grid.send_and_receive(messages, timeout=timeout))
         self._sent = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
         return sorted(replies, key=lambda m: self.node_to_partition.get(self.node_of(m), -1))
+
+
+ZONE_CLIENTS_KEY = "zonal-clients"  # a zone message's client ids (scenarios.zone_node)
+
+
+class ZoneGrid(PartitionGrid):
+    """The clients as the strategy chain sees them, the zone SuperNodes as messages go (issue 21).
+
+    With ``zonal-runtime = zone-nodes`` the federation has one SuperNode per zone (its
+    ``partition-id`` is the zone id). Sampling and the stock strategy still address the
+    ``num_clients`` clients: their "node ids" here are the partition ids themselves, never
+    sent to. The zonal wrapper turns them into one message per zone node (:meth:`zone_node`);
+    :meth:`send_and_receive` sends those to the real grid and remembers which clients each
+    message covered (its ``zonal-clients``), so a zone reply is recorded for its clients.
+    """
+
+    def __init__(self, grid: Grid, node_to_zone: dict[int, int], num_clients: int) -> None:
+        super().__init__(grid, {p: p for p in range(int(num_clients))})
+        self.node_to_zone = dict(node_to_zone)
+        self.zone_to_node = {z: n for n, z in self.node_to_zone.items()}
+        self._covers: dict[str, list[int]] = {}
+
+    def zone_node(self, zone: int) -> int:
+        """The SuperNode of ``zone``."""
+        return self.zone_to_node[int(zone)]
+
+    def refresh(self, timeout: float = 60.0) -> list[int]:
+        """Map zone SuperNodes that (re)joined since the start; returns the zones re-mapped."""
+        new_nodes = sorted(set(self._grid.get_node_ids()) - set(self.node_to_zone))
+        if not new_nodes:
+            return []
+        mapping, _ = query_partitions(self._grid, new_nodes, timeout)
+        for node, zone in mapping.items():
+            if zone in self.zone_to_node:
+                self.node_to_zone[node] = zone
+                self.zone_to_node[zone] = node
+        return sorted(z for n, z in mapping.items() if self.zone_to_node.get(z) == n)
+
+    def zone_of(self, message: Message) -> int:
+        """The zone a reply is about (its sender, or where the instruction went)."""
+        node = message.metadata.src_node_id
+        if node not in self.node_to_zone:
+            node = self._sent.get(message.metadata.reply_to_message_id, node)
+        return self.node_to_zone[node]
+
+    def partition_of(self, message: Message) -> int:
+        """Not defined for a zone reply (it speaks for several clients): :meth:`partitions_of`."""
+        raise TypeError("a zone reply covers several clients: use partitions_of")
+
+    def partitions_of(self, message: Message) -> list[int]:
+        """The clients of the message a reply answers (its ``zonal-clients``)."""
+        return list(self._covers.get(message.metadata.reply_to_message_id, []))
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: Optional[float] = None
+    ) -> list[Message]:
+        """Send the zone messages; return the replies sorted by zone."""
+        messages = list(messages)
+        replies = list(self._grid.send_and_receive(messages, timeout=timeout))
+        self._sent = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
+        self._covers = {
+            m.metadata.message_id: [int(p) for p in m.content["config"].get(ZONE_CLIENTS_KEY, [])]
+            for m in messages
+            if "config" in m.content
+        }
+        return sorted(replies, key=lambda m: self.node_to_zone.get(self._node(m), -1))
+
+    def _node(self, message: Message) -> int:
+        node = message.metadata.src_node_id
+        return self._sent.get(message.metadata.reply_to_message_id, node)
+
+
+def federation_grid(grid: Grid, cfg: Any) -> PartitionGrid:
+    """The run's partition-aware grid: a :class:`ZoneGrid` over the zone SuperNodes when the
+    run has zone nodes (``zonal-runtime = zone-nodes``), else a :class:`PartitionGrid` over
+    one SuperNode per client."""
+    from scenarios.keys_zonal import federation_size, zone_nodes
+
+    mapping = discover_partitions(grid, federation_size(cfg))
+    if zone_nodes(cfg):
+        return ZoneGrid(grid, mapping, int(cfg["num-clients"]))
+    return PartitionGrid(grid, mapping)

@@ -141,10 +141,13 @@ def runner_command(
 
 
 def simulation_command(cfg: dict[str, Any], overrides: Sequence[str], federation: str) -> list[str]:
-    """The simulation of ``cfg`` on ``federation``: ``num-clients`` SuperNodes, in-process
+    """The simulation of ``cfg`` on ``federation``: ``num-clients`` SuperNodes (one per zone
+    with zone nodes, :func:`scenarios.keys_zonal.federation_size`), in-process
     and offline (``scenarios.simulation_runner``; ``flower-simulation`` up to Flower 1.41)."""
     backend = federation_settings(federation).get("backend", {})
-    return runner_command(APP_DIR, int(cfg["num-clients"]), backend, " ".join(overrides))
+    from scenarios.keys_zonal import federation_size
+
+    return runner_command(APP_DIR, federation_size(cfg), backend, " ".join(overrides))
 
 
 def add_run_config_option(parser: argparse.ArgumentParser, help_text: str) -> None:

@@ -42,12 +42,20 @@ from fedpriv.zonal import (
 )
 from scenarios import multirun
 from scenarios.feature import Catalog, Feature, Scenario
-from scenarios.federation import PartitionGrid, discover_partitions
-from scenarios.keys_zonal import KEYS, clients_per_round, parse_placements, parse_zone_counts
+from scenarios.federation import PartitionGrid, federation_grid
+from scenarios.keys_zonal import (
+    KEYS,
+    clients_per_round,
+    parse_placements,
+    parse_zone_counts,
+    plan_from_config,
+    zone_nodes,
+)
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
 from scenarios.task_names import ZONAL_TASK
 from strategies.zonal import ZonalAggregation
+from strategies.zonal_nodes import ZoneNodeAggregation
 
 KIND = "zonal-compare"
 MEAN_STRATEGIES = ("fedavg", "fedprox", "fedavgm", "fedopt", "fedyogi")
@@ -153,30 +161,6 @@ def check_zonal(cfg: Mapping[str, Any], catalog: Catalog) -> None:
         )
 
 
-def plan_from_config(cfg: Mapping[str, Any]) -> ZonalPlan:
-    """The :class:`ZonalPlan` of a resolved config (train sizes only for samples weighting)."""
-    counts = None
-    if cfg["zone-weighting"] == "samples":
-        from clients.partitions import federated_data
-
-        counts = [len(c.x_train) for c in federated_data(cfg).clients]
-    return ZonalPlan.build(
-        num_clients=int(cfg["num-clients"]),
-        num_zones=int(cfg["num-zones"]),
-        clients_per_round=int(cfg["clients-per-round"]),
-        noise_multiplier=float(cfg["zonal-noise-multiplier"]),
-        clipping_norm=float(cfg["zonal-clipping-norm"]),
-        placement=cfg["noise-placement"],
-        assignment=cfg["zone-assignment"],
-        zone_map=cfg["zone-map"] or None,
-        hdp_fraction=float(cfg["hdp-fraction"]),
-        ldp_fraction=float(cfg["ldp-fraction"]),
-        weighting=cfg["zone-weighting"],
-        num_examples=counts,
-        example_cap=int(cfg["zonal-example-cap"]),
-    )
-
-
 def epsilon_for(cfg: Mapping[str, Any], plan: ZonalPlan, round_: int, *, text: bool = False):
     """The ε block after ``round_`` rounds of this config."""
     return epsilon_at_aggregator(
@@ -201,7 +185,8 @@ def build_zonal_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generat
     """
     del rng
     plan = plan_from_config(cfg)
-    return ZonalAggregation(
+    wrapper = ZoneNodeAggregation if zone_nodes(cfg) else ZonalAggregation
+    return wrapper(
         strategy,
         plan=plan,
         seed=int(cfg["seed"]),
@@ -299,7 +284,7 @@ def run_zonal_compare(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None
     t0 = time.time()
     top = RunLog(cfg["output-dir"], labels=seeds.noise_labels(cfg))
     data = federated_data(cfg)
-    pgrid = PartitionGrid(grid, discover_partitions(grid, int(cfg["num-clients"])))
+    pgrid = federation_grid(grid, cfg)
     variants = compare_variants(cfg)
     cells = [multirun.Cell(v["_label"], v) for v in variants]
 
