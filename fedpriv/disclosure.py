@@ -53,13 +53,8 @@ REPLY_KEYS: dict[str, dict[str, frozenset[str]]] = {
         "train": PUBLIC | {"dp-sgd-epsilon"},
         "evaluate": PUBLIC,
     },
-    # a zone node's reply: counts and weights the server knows from its own plan, σ_i (public)
-    "zonal": {
-        "train": PUBLIC
-        | {"zonal-noise-std", "zonal-clients", "zonal-weight-sum", "zonal-ldp-weight-sq"}
-        | {"zonal-zone-sigma"},
-        "evaluate": PUBLIC,
-    },
+    # zonal-zone-sigma: a zone node's σ_i = z·C/(q·W_i), public
+    "zonal": {"train": PUBLIC | {"zonal-noise-std", "zonal-zone-sigma"}, "evaluate": PUBLIC},
     "ifca": {"train": frozenset(), "evaluate": frozenset()},
 }
 

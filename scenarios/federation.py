@@ -13,7 +13,8 @@ answers with its ``partition-id`` (from ``node_config``). :class:`PartitionGrid`
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -200,11 +201,18 @@ class ZoneGrid(PartitionGrid):
     message covered (its ``zonal-clients``), so a zone reply is recorded for its clients.
     """
 
-    def __init__(self, grid: Grid, node_to_zone: dict[int, int], num_clients: int) -> None:
+    def __init__(
+        self,
+        grid: Grid,
+        node_to_zone: dict[int, int],
+        num_clients: int,
+        reply_log: Optional[Callable[[Message, Message], None]] = None,
+    ) -> None:
         super().__init__(grid, {p: p for p in range(int(num_clients))})
         self.node_to_zone = dict(node_to_zone)
         self.zone_to_node = {z: n for n, z in self.node_to_zone.items()}
         self._covers: dict[str, list[int]] = {}
+        self.reply_log = reply_log  # (instruction, reply) of every reply the ServerApp gets
 
     def zone_node(self, zone: int) -> int:
         """The SuperNode of ``zone``."""
@@ -244,6 +252,10 @@ class ZoneGrid(PartitionGrid):
         messages = list(messages)
         replies = list(self._grid.send_and_receive(messages, timeout=timeout))
         self._sent = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
+        if self.reply_log is not None:
+            by_id = {m.metadata.message_id: m for m in messages}
+            for reply in replies:
+                self.reply_log(by_id.get(reply.metadata.reply_to_message_id), reply)
         self._covers = {
             m.metadata.message_id: [int(p) for p in m.content["config"].get(ZONE_CLIENTS_KEY, [])]
             for m in messages
@@ -266,3 +278,47 @@ def federation_grid(grid: Grid, cfg: Any) -> PartitionGrid:
     if zone_nodes(cfg):
         return ZoneGrid(grid, mapping, int(cfg["num-clients"]))
     return PartitionGrid(grid, mapping)
+
+
+def save_replies(folder: str | Path) -> Callable[[Optional[Message], Message], None]:
+    """A :class:`ZoneGrid` reply log that writes every reply the ServerApp receives to
+    ``folder/NNNNNN-<type>-node<id>.npz``: its arrays (``reply-<key>``), the instruction's
+    arrays (``sent-<key>``) and a JSON header (``meta``: message type, sender, the
+    instruction's config, the reply's metrics, error). Key ``zonal-save-replies``: an
+    audit trail of what left the zone nodes (issue 21, must-show 1)."""
+    import json
+
+    root = Path(folder)
+    count = [0]
+
+    def arrays(message: Optional[Message], prefix: str) -> dict[str, np.ndarray]:
+        if message is None or message.has_error():
+            return {}
+        return {
+            f"{prefix}-{k}": np.asarray(a.numpy())
+            for record in message.content.array_records.values()
+            for k, a in record.items()
+        }
+
+    def log(sent: Optional[Message], reply: Message) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        config = {} if sent is None else dict(sent.content.get("config", {}))
+        meta = {
+            "type": reply.metadata.message_type,
+            "src": int(reply.metadata.src_node_id),
+            "config": {k: v for k, v in config.items() if not isinstance(v, bytes)},
+            "metrics": {}
+            if reply.has_error()
+            else {k: v for r in reply.content.metric_records.values() for k, v in r.items()},
+            "error": reply.error.reason if reply.has_error() else "",
+        }
+        name = f"{count[0]:06d}-{reply.metadata.message_type}-node{reply.metadata.src_node_id}"
+        count[0] += 1
+        np.savez(
+            root / f"{name}.npz",
+            meta=json.dumps(meta),
+            **arrays(sent, "sent"),
+            **arrays(reply, "reply"),
+        )
+
+    return log

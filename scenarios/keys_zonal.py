@@ -37,6 +37,9 @@ Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
   ServerApp never holds one client's update under ldp / hdp. ``in-server`` (the earlier
   runtime, kept for comparison): one SuperNode per client, the zone arithmetic runs in the
   ServerApp on behalf of the super-node (ε of HDP holds against no one inside the ServerApp).
+- ``zonal-save-replies`` — with zone nodes: write every reply the ServerApp receives (and
+  the instruction it answers) to ``output-dir/zone-replies/`` (an audit trail of what left
+  the zone nodes; :func:`scenarios.federation.save_replies`).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedpriv.zonal import NOISE_PLACEMENTS, WEIGHTINGS, ZONE_ASSIGNMENTS, ZonalPlan
-from scenarios.schema import choice, integer, key, real, text
+from scenarios.schema import boolean, choice, integer, key, real, text
 
 
 def clients_per_round(cfg: Mapping[str, Any]) -> int:
@@ -218,5 +221,12 @@ KEYS = (
         choice(ZONAL_RUNTIMES),
         " | ".join(ZONAL_RUNTIMES),
         "one SuperNode per zone (zone-nodes) or per client (in-server: zones in the ServerApp)",
+    ),
+    key(
+        "zonal-save-replies",
+        False,
+        boolean,
+        "true | false",
+        "write every reply the ServerApp receives to output-dir/zone-replies (zone nodes)",
     ),
 )

@@ -42,7 +42,7 @@ from fedpriv.zonal import (
 )
 from scenarios import multirun
 from scenarios.feature import Catalog, Feature, Scenario
-from scenarios.federation import PartitionGrid, federation_grid
+from scenarios.federation import PartitionGrid, federation_grid, save_replies
 from scenarios.keys_zonal import (
     KEYS,
     clients_per_round,
@@ -53,7 +53,7 @@ from scenarios.keys_zonal import (
 )
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
-from scenarios.task_names import ZONAL_TASK
+from scenarios.task_names import ZONAL_TASK, ZONE_NODE_TASK
 from strategies.zonal import ZonalAggregation
 from strategies.zonal_nodes import ZoneNodeAggregation
 
@@ -170,6 +170,7 @@ def epsilon_for(cfg: Mapping[str, Any], plan: ZonalPlan, round_: int, *, text: b
         clients_per_round=clients_per_round(cfg),
         delta=float(cfg["zonal-delta"]),
         with_text=text,
+        runtime=str(cfg.get("zonal-runtime", "zone-nodes")),
     )
 
 
@@ -185,6 +186,10 @@ def build_zonal_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generat
     """
     del rng
     plan = plan_from_config(cfg)
+    extra: dict[str, Any] = {}
+    if zone_nodes(cfg):
+        folder = Path(cfg["output-dir"]) / "zone-replies"
+        extra["reply_log"] = save_replies(folder) if cfg["zonal-save-replies"] else None
     wrapper = ZoneNodeAggregation if zone_nodes(cfg) else ZonalAggregation
     return wrapper(
         strategy,
@@ -195,6 +200,7 @@ def build_zonal_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generat
         placement=cfg["noise-placement"],
         distributed_eval=cfg["zonal-distributed-eval"],
         epsilon_fn=lambda r: epsilon_for(cfg, plan, r),
+        **extra,
     )
 
 
@@ -312,7 +318,7 @@ FEATURE = Feature(
     privacy_modes=(declare("zonal", build_zonal_wrapper, summary_key="zonal"),),
     scenarios=SCENARIOS,
     runners={KIND: run_zonal_compare},
-    client_tasks=(ZONAL_TASK,),
+    client_tasks=(ZONAL_TASK, ZONE_NODE_TASK),
     summary=zonal_summary,
     checks=(check_zonal,),
 )

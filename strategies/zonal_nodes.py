@@ -27,7 +27,7 @@ nodes too: one ``evaluate`` message per zone, its clients' example-weighted mean
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Optional
 
 import numpy as np
@@ -53,10 +53,18 @@ ZONE_CLIENTS_KEY = "zonal-clients"
 class ZoneNodeAggregation(ZonalAggregation):
     """HDP with the zones as SuperNodes: the ServerApp receives zone aggregates only."""
 
-    CHECKPOINT_SKIP = ("_node_to_partition", "_grid")
+    CHECKPOINT_SKIP = ("_node_to_partition", "_grid", "reply_log")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        reply_log: Optional[Callable[[Optional[Message], Message], None]] = None,
+        **kwargs: Any,
+    ) -> None:
+        """As :class:`ZonalAggregation`; ``reply_log(instruction, reply)``, when given, is
+        installed on the ZoneGrid and sees every reply the ServerApp receives."""
         super().__init__(*args, **kwargs)
+        self.reply_log = reply_log
         self._grid: Any = None
         self._zone_clients: dict[int, list[int]] = {}
 
@@ -82,6 +90,8 @@ class ZoneNodeAggregation(ZonalAggregation):
         if not hasattr(grid, "zone_node"):
             raise ValueError("ZoneNodeAggregation needs a ZoneGrid (one SuperNode per zone)")
         self._grid = grid
+        if self.reply_log is not None:
+            grid.reply_log = self.reply_log
         self._keys = list(arrays.keys())
         self._global = [np.asarray(a) for a in arrays.to_numpy_ndarrays()]
         events = self.election.step(server_round, unreachable=self._unreachable)

@@ -49,11 +49,9 @@ class ZoneRelease:
     clipped: int  # how many of its clients' updates were clipped
 
     def metrics(self) -> dict[str, Any]:
-        """The reply's numbers (no per-client value)."""
+        """The reply's numbers (no per-client value; the server knows the counts and weights
+        from its own plan)."""
         return {
-            "zonal-clients": len(self.clients),
-            "zonal-weight-sum": float(self.weight_sum),
-            "zonal-ldp-weight-sq": float(self.ldp_weight_sq),
             "zonal-zone-sigma": float(self.sigma),
             "zonal-zone-noise-norm": float(self.noise_norm),
             "zonal-clipped-count": int(self.clipped),
