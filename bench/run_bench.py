@@ -8,7 +8,9 @@ Rows:
 3. the MP CNN step time of fedpriv's trainer vs plain Keras on the same backend, once on
    TensorFlow and once on JAX, each in its own process (``bench/bench_step.py``);
 4. scale: one round with 100 total clients at several clients-per-round, and 10,000
-   virtual clients with 100 per round (seconds per round, peak memory).
+   virtual clients with 100 per round (seconds per round, peak memory);
+5. ``hdp-paper`` with zone SuperNodes vs a plain loop doing the same client trainings
+   (``bench/bench_zonal.py``; ``--hdp-rounds`` shortens it).
 
 Writes ``bench/results.md`` and prints it. ``--quick`` shrinks every size.
 """
@@ -108,12 +110,15 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated subset: math,cross-device,step,scale,grid,many,load",
+        help="comma-separated subset: math,cross-device,step,scale,grid,many,load,hdp-paper",
+    )
+    parser.add_argument(
+        "--hdp-rounds", type=int, default=200, help="rounds per placement of the hdp-paper row"
     )
     args = parser.parse_args()
     tmp = ROOT / "runs" / "bench"
     tmp.mkdir(parents=True, exist_ok=True)
-    from bench import bench_load, bench_speed, bench_step
+    from bench import bench_load, bench_speed, bench_step, bench_zonal
 
     benches = {
         "math": lambda: math_rows(args.quick),
@@ -123,6 +128,7 @@ def main() -> int:
         "grid": lambda: bench_speed.grid_row(tmp, args.quick),
         "many": lambda: bench_speed.many_clients_row(tmp, args.quick),
         "load": lambda: bench_load.load_row(args.quick),
+        "hdp-paper": lambda: bench_zonal.hdp_paper_row(tmp, args.quick, args.hdp_rounds),
     }
     chosen = [x for x in args.only.split(",") if x] or list(benches)
     lines = ["| benchmark | fedpriv | reference | ratio |", "|---|---|---|---|"]

@@ -188,6 +188,7 @@ class PartitionGrid:
 
 
 ZONE_CLIENTS_KEY = "zonal-clients"  # a zone message's client ids (scenarios.zone_node)
+ZONE_PULL_INTERVAL_S = 0.005  # reply polling of the simulation grid with zone nodes
 
 
 class ZoneGrid(PartitionGrid):
@@ -276,6 +277,11 @@ def federation_grid(grid: Grid, cfg: Any) -> PartitionGrid:
 
     mapping = discover_partitions(grid, federation_size(cfg))
     if zone_nodes(cfg):
+        inner = getattr(grid, "_grid", grid)
+        if _all_nodes_start_together(grid) and hasattr(inner, "pull_interval"):
+            # the simulation grid polls for replies every 0.1 s; a zone round is ~10 replies
+            # of ~0.2 s of training, so the default poll adds up to half a round (issue 21)
+            inner.pull_interval = ZONE_PULL_INTERVAL_S
         return ZoneGrid(grid, mapping, int(cfg["num-clients"]))
     return PartitionGrid(grid, mapping)
 

@@ -78,13 +78,14 @@ def train_zone(msg: Message, cfg: dict[str, Any], zone: int) -> RecordDict:
     data = federated_data(cfg)
     model = model_for(cfg, data)
     record = msg.content["arrays"]
-    glob = [np.asarray(a, np.float64) for a in record.to_numpy_ndarrays()]
+    received = record.to_numpy_ndarrays()  # trained from as received (float32: one trace)
+    glob = [np.asarray(a, np.float64) for a in received]
     rep, z, c = seeds.reproducible(cfg), plan.noise_multiplier, plan.clipping_norm
     terms, rows, clipped = [], [], 0
     for p in clients:
         client = data.clients[p]
         settings = TrainSettings.from_config(cfg, seed=_client_seed(cfg, p))
-        new, metrics = train_local(model, glob, client.x_train, client.y_train, settings)
+        new, metrics = train_local(model, received, client.x_train, client.y_train, settings)
         update = [np.asarray(a, np.float64) - g for a, g in zip(new, glob)]
         entropy = [_client_seed(cfg, p), *seeds.ZONAL_LDP_TAGS]
         term, was = client_contribution(
