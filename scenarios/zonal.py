@@ -3,9 +3,24 @@
 - ``privacy = "zonal"`` plugs :class:`strategies.zonal.ZonalAggregation` around the stock
   strategy of the standard run (privacy mode ``zonal``), e.g.
   ``fedpriv run -c "privacy='zonal' noise-placement='hdp' num-zones=2"``.
-- Client task ``zonal``: the client trains as usual, clips its update to C, and in an LDP
-  zone adds ``N(0, (z·C)²)`` to it before sending
-  (:func:`scenarios.client_tasks.train_zonal`).
+- Runtime (``zonal-runtime``, issue 21). ``zone-nodes`` (default): one Flower SuperNode per
+  zone (:class:`scenarios.federation.ZoneGrid`, :class:`strategies.zonal_nodes.ZoneNodeAggregation`,
+  client task ``zone-node`` in :mod:`scenarios.zone_node`): the server sends each zone node one
+  message (global arrays, its sampled client ids, level, super-node); the node trains them,
+  clips, adds the LDP noise in each client's step or the HDP noise to the zone sum, and
+  replies with its zone aggregate only. ``in-server``: one SuperNode per client (client task
+  ``zonal``: train, clip, LDP noise, :func:`scenarios.client_tasks.train_zonal`) and the zone
+  arithmetic in the ServerApp (:class:`strategies.zonal.ZonalAggregation`).
+- Who is trusted for what, per placement, with zone nodes: ``none`` — nobody clips or noises
+  (the baseline). ``ldp`` — each client's update is noised in its own training step inside the
+  zone node that hosts it; the ServerApp sees zone sums of noised updates (ε holds against
+  it). ``hdp`` — the zone node is trusted with its clients' clipped updates and noises their
+  sum before it leaves; the ServerApp sees noised zone aggregates (ε holds against it, not
+  against the zone node). ``cdp`` — the server is trusted: zone nodes send clipped un-noised
+  zone sums and the server adds the noise once (ε only against observers of the model). With
+  ``in-server`` the zone arithmetic runs in the ServerApp: HDP's ε holds against no one there.
+  A failed super-node takes its zone's message out of the round (HDP §V); re-election is
+  recorded and the run goes on.
 - Scenario ``hdp-digits`` (kind ``zonal-compare``, HDP §VII-A on embedded data): digits over
   100 Dirichlet(0.5) non-IID clients, 10 zones, 20 clients sampled per round, FedAvg, a
   one-hidden-layer MLP (HDP's EMNIST model is "a shallow 1 hidden layer DNN"), SGD with
