@@ -221,6 +221,8 @@ class ZoneGrid(PartitionGrid):
 
     def refresh(self, timeout: float = 60.0) -> list[int]:
         """Map zone SuperNodes that (re)joined since the start; returns the zones re-mapped."""
+        if self._grid is None:
+            return []
         new_nodes = sorted(set(self._grid.get_node_ids()) - set(self.node_to_zone))
         if not new_nodes:
             return []
