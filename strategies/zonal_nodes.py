@@ -116,7 +116,7 @@ class ZoneNodeAggregation(ZonalAggregation):
                     self._config_key: self._zone_config(base, zone, clients),
                 }
             )
-            out.append(self._zone_message(zone, content, messages[0].metadata.message_type))
+            out.append(self._zone_message(zone, content, MessageType.TRAIN))
         self._sent = sorted(p for c in self._zone_clients.values() for p in c)
         self.current = {
             "placement": self.placement,
