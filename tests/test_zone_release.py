@@ -116,3 +116,14 @@ def test_the_federation_has_one_supernode_per_zone():
     assert federation_size({**base, "zonal-sweep-zones": "1,2,20"}) == 20
     assert federation_size({**base, "zonal-runtime": "in-server"}) == 100
     assert federation_size({**base, "privacy": "none"}) == 100
+
+
+def test_a_multi_run_plan_refuses_zone_node_cells():
+    """One simulation has one number of SuperNodes: a plan's zonal cell runs in-server."""
+    from scenarios.multirun import Cell, check_one_node_per_client
+    from scenarios.schema import ConfigError
+
+    zonal = {"privacy": "zonal", "zonal-runtime": "zone-nodes"}
+    with pytest.raises(ConfigError, match="zonal-runtime = 'zone-nodes' is not allowed"):
+        check_one_node_per_client([Cell("a", {"privacy": "none"}), Cell("b", zonal)])
+    check_one_node_per_client([Cell("c", {**zonal, "zonal-runtime": "in-server"})])
