@@ -1,5 +1,9 @@
 """Zonal super-node aggregation as a Message-API strategy wrapper (SPEC §3.5, HDP Alg. 1).
 
+This is the ``zonal-runtime = in-server`` runtime (one SuperNode per client, the zone
+arithmetic in the ServerApp), kept for comparison; the default runtime, one SuperNode per
+zone, is :class:`strategies.zonal_nodes.ZoneNodeAggregation` (issue 21).
+
 :class:`ZonalAggregation` wraps a stock strategy (FedAvg, FedProx, FedAvgM, FedOpt, FedYogi).
 Each round it
 
