@@ -199,3 +199,24 @@ def test_the_server_adds_noise_only_under_cdp(views, placement, std):
         assert np.max(np.abs(server)) < 1e-5  # float32 rounding of the new global only
     else:
         assert np.std(server) == pytest.approx(std, rel=0.1)
+
+
+def test_a_zone_sweep_runs_on_the_largest_zone_count(tmp_path):
+    """``zonal-sweep-zones``: one simulation of max(s) zone nodes; a variant with fewer zones
+    messages only its own zones' nodes, and every sampled client is trained by one of them."""
+    overrides = {
+        "scenario": "hdp-digits", "num-clients": 8, "clients-per-round": 4, "num-zones": 2,
+        "zonal-sweep-zones": "1,3", "num-server-rounds": 2, "local-epochs": 1,
+        "zonal-compare-placements": "hdp", "seed": 1,
+    }  # fmt: skip
+    rc, _, _, log = run_fedpriv(overrides, tmp_path / "sweep", timeout=600)
+    assert rc == 0, log[-3000:]
+    for zones in (1, 3):
+        records = [
+            json.loads(line)
+            for line in (tmp_path / "sweep" / f"s{zones}-hdp" / "rounds.jsonl").open()
+        ]
+        for record in records[1:]:
+            assert record["zonal"]["zone_messages"] == zones
+            assert sorted(record["zonal"]["zones"]) == [str(z) for z in range(zones)]
+            assert record["replied"] == record["sampled"]
