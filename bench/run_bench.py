@@ -10,6 +10,8 @@ Rows:
 4. scale: one round with 100 total clients at several clients-per-round, and 10,000
    virtual clients with 100 per round (seconds per round, peak memory);
 5. audit: ``fedpriv audit`` vs ``fedpriv run`` of the default config (``bench/bench_audit.py``).
+6. ``hdp-paper`` with zone SuperNodes vs a plain loop doing the same client trainings
+   (``bench/bench_zonal.py``; ``--hdp-rounds`` shortens it).
 
 Writes ``bench/results.md`` and prints it. ``--quick`` shrinks every size.
 """
@@ -109,13 +111,17 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated subset: math,cross-device,step,scale,grid,many,load,audit "
-        "(written to runs/bench/results-only.md; the full run writes bench/results.md)",
+        help="comma-separated subset: math,cross-device,step,scale,grid,many,load,audit,"
+        "hdp-paper (written to runs/bench/results-only.md; the full run writes "
+        "bench/results.md)",
+    )
+    parser.add_argument(
+        "--hdp-rounds", type=int, default=200, help="rounds per placement of the hdp-paper row"
     )
     args = parser.parse_args()
     tmp = ROOT / "runs" / "bench"
     tmp.mkdir(parents=True, exist_ok=True)
-    from bench import bench_audit, bench_load, bench_speed, bench_step
+    from bench import bench_audit, bench_load, bench_speed, bench_step, bench_zonal
 
     benches = {
         "math": lambda: math_rows(args.quick),
@@ -126,6 +132,7 @@ def main() -> int:
         "many": lambda: bench_speed.many_clients_row(tmp, args.quick),
         "load": lambda: bench_load.load_row(args.quick),
         "audit": lambda: bench_audit.audit_row(tmp, args.quick),
+        "hdp-paper": lambda: bench_zonal.hdp_paper_row(tmp, args.quick, args.hdp_rounds),
     }
     chosen = [x for x in args.only.split(",") if x] or list(benches)
     lines = ["| benchmark | fedpriv | reference | ratio |", "|---|---|---|---|"]

@@ -53,7 +53,8 @@ REPLY_KEYS: dict[str, dict[str, frozenset[str]]] = {
         "train": PUBLIC | {"dp-sgd-epsilon"},
         "evaluate": PUBLIC,
     },
-    "zonal": {"train": PUBLIC | {"zonal-noise-std"}, "evaluate": PUBLIC},
+    # zonal-zone-sigma: a zone node's σ_i = z·C/(q·W_i), public
+    "zonal": {"train": PUBLIC | {"zonal-noise-std", "zonal-zone-sigma"}, "evaluate": PUBLIC},
     "ifca": {"train": frozenset(), "evaluate": frozenset()},
 }
 
@@ -78,6 +79,7 @@ UNACCOUNTED: dict[str, list[str]] = {
         "zonal-update-norm: the update norm before clipping",
         "zonal-clipped: whether the update was clipped",
         "zonal-noise-norm: the norm of the drawn noise",
+        "zonal-zone-noise-norm, zonal-clipped-count: a zone node's noise norm and clip count",
         "distributed evaluation metrics on each client's test split",
     ],
     "ifca": [

@@ -18,6 +18,9 @@ Which keys (:data:`OWNED_KEYS`):
   ``dp-sgd-participations`` is refused (:data:`CLIENT_COUNTED`);
 * ``zonal`` (LDP): the mode, the placement keys that decide the client's zone level, z and C
   of its noise N(0, (z·C)²) (HDP Algorithm 1 line 14 at the client), δ;
+* ``zone-node`` (issue 21, ``zonal-runtime = zone-nodes``): a zone SuperNode of an LDP or
+  HDP zone owns the zonal keys and the runtime; its level comes from its own plan by its zone
+  id (its ``partition-id``), so a message cannot turn its noise off;
 * ``ifca``: ν of GP Algorithm 2 (ε = n/(ν‖δ‖)), the leakage budget (GP Thm 3.1), and the
   keys that make a user a held-out validation user (``num-clients``, ``validation-clients``);
 * every mode: the opt-ins ``unaccounted-metrics`` and ``reproducible-noise``.
@@ -80,6 +83,21 @@ OWNED_KEYS: dict[str, tuple[str, ...]] = {
         "zonal-delta",
         *OPT_INS,
     ),
+    "zone-node": (
+        "privacy",
+        "noise-placement",
+        "ldp-fraction",
+        "hdp-fraction",
+        "num-zones",
+        "zone-assignment",
+        "zone-map",
+        "num-clients",
+        "zonal-noise-multiplier",
+        "zonal-clipping-norm",
+        "zonal-delta",
+        "zonal-runtime",
+        *OPT_INS,
+    ),
     "ifca": (
         "ifca-noise-multiplier",
         "leakage-budget",
@@ -91,7 +109,8 @@ OWNED_KEYS: dict[str, tuple[str, ...]] = {
 
 # values the client counts itself: no message may carry them
 CLIENT_COUNTED = ("dp-sgd-participations",)
-TASKS = {"dp-sgd": "dp-sgd", "zonal": "zonal", "ifca": "ifca"}  # mode -> its client task
+# mode -> its client task
+TASKS = {"dp-sgd": "dp-sgd", "zonal": "zonal", "zone-node": "zone-node", "ifca": "ifca"}
 ALL_OWNED = frozenset(k for keys in OWNED_KEYS.values() for k in keys)
 
 
@@ -146,6 +165,27 @@ def zonal_level(own: Mapping[str, Any], partition: int) -> str | None:
         return None
 
 
+def zone_node_level(own: Mapping[str, Any], zone: int) -> str | None:
+    """The level of zone ``zone`` from a zone node's own config (None: not decided by it)."""
+    placement = own.get("noise-placement")
+    if placement in ("none", "ldp", "hdp", "cdp"):
+        return str(placement)
+    if placement != "mixed" or not _set(own, "num-zones"):
+        return None
+    from fedpriv.zonal import zone_levels
+
+    try:
+        levels = zone_levels(
+            int(own["num-zones"]),
+            "mixed",
+            hdp_fraction=float(own.get("hdp-fraction", 0.0)),
+            ldp_fraction=float(own.get("ldp-fraction", 0.0)),
+        )
+        return levels[int(zone)]
+    except (ValueError, IndexError):
+        return None
+
+
 def client_mode(own: Mapping[str, Any], partition: int, message_task: str = "") -> str | None:
     """The client's server-distrusting mode from its OWN config (None: it trusts the server).
 
@@ -155,6 +195,9 @@ def client_mode(own: Mapping[str, Any], partition: int, message_task: str = "") 
     privacy = own.get("privacy")
     if privacy == "dp-sgd":
         return "dp-sgd"
+    zone_node = message_task == TASKS["zone-node"] or own.get("zonal-runtime") == "zone-nodes"
+    if privacy == "zonal" and zone_node:
+        return "zone-node" if zone_node_level(own, partition) in ("ldp", "hdp") else None
     if privacy == "zonal" and zonal_level(own, partition) == "ldp":
         return "zonal"
     nu = own.get("ifca-noise-multiplier", AUTO)
@@ -173,6 +216,8 @@ def expected_values(mode: str, own: Mapping[str, Any], partition: int) -> dict[s
     out["client-task"] = TASKS[mode]
     if mode == "zonal":
         out["zonal-level"] = zonal_level(own, partition)
+    if mode == "zone-node":
+        out["zonal-level"] = zone_node_level(own, partition)
     if mode == "ifca" and all(_set(own, k) for k in ("num-clients", "validation-clients")):
         first_validation = int(own["num-clients"]) - int(own["validation-clients"])
         out["ifca-eval-split"] = "all" if partition >= first_validation else "test"

@@ -51,7 +51,9 @@ from scenarios.client_tasks import (  # noqa: E402
     call_seed,
 )
 from scenarios.federation import QUERY_KEY  # noqa: E402
+from scenarios.task_names import ZONE_NODE_TASK  # noqa: E402
 from scenarios.wire_config import DIGEST_KEY, client_config  # noqa: E402
+from scenarios.zone_node import evaluate_zone  # noqa: E402
 
 __all__ = ["app", "call_seed", "partition_id", "disclose", "resolved", "with_config"]
 
@@ -120,9 +122,12 @@ def evaluate(msg: Message, context: Context) -> Message:
     if isinstance(cfg, Message):
         return cfg
     partition = partition_id(context)
+    allowed = allowed_metric_keys(cfg, "evaluate")
+    if cfg.get("client-task") == ZONE_NODE_TASK:  # a zone SuperNode evaluates its clients
+        content = disclose(cfg, "evaluate", evaluate_zone(msg, cfg, partition, allowed))
+        return Message(content=content, reply_to=msg)
     data = federated_data(cfg)
     client = data.clients[partition]
-    allowed = allowed_metric_keys(cfg, "evaluate")
     metrics = {"num-examples": len(client.x_test)}
     if allowed is None or "accuracy" in allowed:
         weights = msg.content["arrays"].to_numpy_ndarrays()

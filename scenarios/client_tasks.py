@@ -8,8 +8,9 @@ code, so that a worker never imports the server app, the CLI, reports or plottin
 
 Tasks: ``standard`` (Keras training, FedProx term), ``dp-sgd`` (Poisson-batched DP-SGD,
 ``clients.dpsgd_client``; it also gets the node's ``context.state``, see
-:data:`STATEFUL_TASKS`), ``zonal`` (clip Δ, LDP noise in an LDP zone), ``ifca`` (GP
-Algorithm 1 lines 5-7, also served on its own message type, see :data:`MESSAGE_HANDLERS`).
+:data:`STATEFUL_TASKS`), ``zonal`` (clip Δ, LDP noise in an LDP zone), ``zone-node``
+(a zone SuperNode: :mod:`scenarios.zone_node`), ``ifca`` (GP Algorithm 1 lines 5-7, also
+served on its own message type, see :data:`MESSAGE_HANDLERS`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from scenarios.task_names import (  # noqa: F401  (re-exported: the names tasks 
     EPSILON_KEY,
     IFCA_TASK,
     ZONAL_TASK,
+    ZONE_NODE_TASK,
 )
+from scenarios.zone_node import train_zone
 
 Task = Callable[[Message, dict[str, Any], int], RecordDict]
 
@@ -182,6 +185,7 @@ TASKS: Mapping[str, Task] = {
     "standard": train_standard,
     DPSGD_TASK: train_dpsgd,
     ZONAL_TASK: train_zonal,
+    ZONE_NODE_TASK: train_zone,
     IFCA_TASK: ifca_client.train_task,
 }
 

@@ -13,7 +13,8 @@ answers with its ``partition-id`` (from ``node_config``). :class:`PartitionGrid`
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -172,6 +173,10 @@ class PartitionGrid:
         """Partition id of the node a reply is about (see :meth:`node_of`)."""
         return self.node_to_partition[self.node_of(message)]
 
+    def partitions_of(self, message: Message) -> list[int]:
+        """The client partitions a reply speaks for: here its node's one partition."""
+        return [self.partition_of(message)]
+
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: Optional[float] = None
     ) -> list[Message]:
@@ -180,3 +185,148 @@ class PartitionGrid:
         replies = list(self._grid.send_and_receive(messages, timeout=timeout))
         self._sent = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
         return sorted(replies, key=lambda m: self.node_to_partition.get(self.node_of(m), -1))
+
+
+ZONE_CLIENTS_KEY = "zonal-clients"  # a zone message's client ids (scenarios.zone_node)
+ZONE_PULL_INTERVAL_S = 0.005  # reply polling of the simulation grid with zone nodes
+
+
+class ZoneGrid(PartitionGrid):
+    """The clients as the strategy chain sees them, the zone SuperNodes as messages go (issue 21).
+
+    With ``zonal-runtime = zone-nodes`` the federation has one SuperNode per zone (its
+    ``partition-id`` is the zone id). Sampling and the stock strategy still address the
+    ``num_clients`` clients: their "node ids" here are the partition ids themselves, never
+    sent to. The zonal wrapper turns them into one message per zone node (:meth:`zone_node`);
+    :meth:`send_and_receive` sends those to the real grid and remembers which clients each
+    message covered (its ``zonal-clients``), so a zone reply is recorded for its clients.
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        node_to_zone: dict[int, int],
+        num_clients: int,
+        reply_log: Optional[Callable[[Message, Message], None]] = None,
+    ) -> None:
+        super().__init__(grid, {p: p for p in range(int(num_clients))})
+        self.node_to_zone = dict(node_to_zone)
+        self.zone_to_node = {z: n for n, z in self.node_to_zone.items()}
+        self._covers: dict[str, list[int]] = {}
+        self.reply_log = reply_log  # (instruction, reply) of every reply the ServerApp gets
+
+    def zone_node(self, zone: int) -> int:
+        """The SuperNode of ``zone``."""
+        return self.zone_to_node[int(zone)]
+
+    def refresh(self, timeout: float = 60.0) -> list[int]:
+        """Map zone SuperNodes that (re)joined since the start; returns the zones re-mapped."""
+        if self._grid is None:
+            return []
+        new_nodes = sorted(set(self._grid.get_node_ids()) - set(self.node_to_zone))
+        if not new_nodes:
+            return []
+        mapping, _ = query_partitions(self._grid, new_nodes, timeout)
+        for node, zone in mapping.items():
+            if zone in self.zone_to_node:
+                self.node_to_zone[node] = zone
+                self.zone_to_node[zone] = node
+        return sorted(z for n, z in mapping.items() if self.zone_to_node.get(z) == n)
+
+    def zone_of(self, message: Message) -> int:
+        """The zone a reply is about (its sender, or where the instruction went)."""
+        node = message.metadata.src_node_id
+        if node not in self.node_to_zone:
+            node = self._sent.get(message.metadata.reply_to_message_id, node)
+        return self.node_to_zone[node]
+
+    def partition_of(self, message: Message) -> int:
+        """Not defined for a zone reply (it speaks for several clients): :meth:`partitions_of`."""
+        raise TypeError("a zone reply covers several clients: use partitions_of")
+
+    def partitions_of(self, message: Message) -> list[int]:
+        """The clients of the message a reply answers (its ``zonal-clients``)."""
+        return list(self._covers.get(message.metadata.reply_to_message_id, []))
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: Optional[float] = None
+    ) -> list[Message]:
+        """Send the zone messages; return the replies sorted by zone."""
+        messages = list(messages)
+        replies = list(self._grid.send_and_receive(messages, timeout=timeout))
+        self._sent = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
+        if self.reply_log is not None:
+            by_id = {m.metadata.message_id: m for m in messages}
+            for reply in replies:
+                self.reply_log(by_id.get(reply.metadata.reply_to_message_id), reply)
+        self._covers = {
+            m.metadata.message_id: [int(p) for p in m.content["config"].get(ZONE_CLIENTS_KEY, [])]
+            for m in messages
+            if "config" in m.content
+        }
+        return sorted(replies, key=lambda m: self.node_to_zone.get(self._node(m), -1))
+
+    def _node(self, message: Message) -> int:
+        node = message.metadata.src_node_id
+        return self._sent.get(message.metadata.reply_to_message_id, node)
+
+
+def federation_grid(grid: Grid, cfg: Any) -> PartitionGrid:
+    """The run's partition-aware grid: a :class:`ZoneGrid` over the zone SuperNodes when the
+    run has zone nodes (``zonal-runtime = zone-nodes``), else a :class:`PartitionGrid` over
+    one SuperNode per client."""
+    from scenarios.keys_zonal import federation_size, zone_nodes
+
+    mapping = discover_partitions(grid, federation_size(cfg))
+    if zone_nodes(cfg):
+        inner = getattr(grid, "_grid", grid)
+        if _all_nodes_start_together(grid) and hasattr(inner, "pull_interval"):
+            # the simulation grid polls for replies every 0.1 s; a zone round is ~10 replies
+            # of ~0.2 s of training, so the default poll adds up to half a round (issue 21)
+            inner.pull_interval = ZONE_PULL_INTERVAL_S
+        return ZoneGrid(grid, mapping, int(cfg["num-clients"]))
+    return PartitionGrid(grid, mapping)
+
+
+def save_replies(folder: str | Path) -> Callable[[Optional[Message], Message], None]:
+    """A :class:`ZoneGrid` reply log that writes every reply the ServerApp receives to
+    ``folder/NNNNNN-<type>-node<id>.npz``: its arrays (``reply-<key>``), the instruction's
+    arrays (``sent-<key>``) and a JSON header (``meta``: message type, sender, the
+    instruction's config, the reply's metrics, error). Key ``zonal-save-replies``: an
+    audit trail of what left the zone nodes (issue 21, must-show 1)."""
+    import json
+
+    root = Path(folder)
+    count = [0]
+
+    def arrays(message: Optional[Message], prefix: str) -> dict[str, np.ndarray]:
+        if message is None or message.has_error():
+            return {}
+        return {
+            f"{prefix}-{k}": np.asarray(a.numpy())
+            for record in message.content.array_records.values()
+            for k, a in record.items()
+        }
+
+    def log(sent: Optional[Message], reply: Message) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        config = {} if sent is None else dict(sent.content.get("config", {}))
+        meta = {
+            "type": reply.metadata.message_type,
+            "src": int(reply.metadata.src_node_id),
+            "config": {k: v for k, v in config.items() if not isinstance(v, bytes)},
+            "metrics": {}
+            if reply.has_error()
+            else {k: v for r in reply.content.metric_records.values() for k, v in r.items()},
+            "error": reply.error.reason if reply.has_error() else "",
+        }
+        name = f"{count[0]:06d}-{reply.metadata.message_type}-node{reply.metadata.src_node_id}"
+        count[0] += 1
+        np.savez(
+            root / f"{name}.npz",
+            meta=json.dumps(meta),
+            **arrays(sent, "sent"),
+            **arrays(reply, "reply"),
+        )
+
+    return log

@@ -31,6 +31,15 @@ Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
   the placements run one after the other in one simulation, comma-separated.
 - ``zonal-sweep-zones`` — for ``zonal-compare``: comma-separated numbers of zones
   (HDP Fig. 3); '' = only ``num-zones``.
+- ``zonal-runtime`` — ``zone-nodes`` (default, issue 21): the federation has one Flower
+  SuperNode per zone, holding its clients' partitions; the zone node trains its sampled
+  clients, clips, adds the LDP / HDP noise and replies with its zone aggregate only, so the
+  ServerApp never holds one client's update under ldp / hdp. ``in-server`` (the earlier
+  runtime, kept for comparison): one SuperNode per client, the zone arithmetic runs in the
+  ServerApp on behalf of the super-node (ε of HDP holds against no one inside the ServerApp).
+- ``zonal-save-replies`` — with zone nodes: write every reply the ServerApp receives (and
+  the instruction it answers) to ``output-dir/zone-replies/`` (an audit trail of what left
+  the zone nodes; :func:`scenarios.federation.save_replies`).
 """
 
 from __future__ import annotations
@@ -38,8 +47,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fedpriv.zonal import NOISE_PLACEMENTS, WEIGHTINGS, ZONE_ASSIGNMENTS
-from scenarios.schema import choice, integer, key, real, text
+from fedpriv.zonal import NOISE_PLACEMENTS, WEIGHTINGS, ZONE_ASSIGNMENTS, ZonalPlan
+from scenarios.schema import boolean, choice, integer, key, real, text
 
 
 def clients_per_round(cfg: Mapping[str, Any]) -> int:
@@ -62,6 +71,48 @@ def parse_zone_counts(text: str, num_clients: int) -> list[int]:
     if any(not 1 <= c <= num_clients for c in counts):
         raise ValueError(text)
     return counts
+
+
+def plan_from_config(cfg: Mapping[str, Any]) -> ZonalPlan:
+    """The :class:`ZonalPlan` of a resolved config (train sizes only for samples weighting)."""
+    counts = None
+    if cfg["zone-weighting"] == "samples":
+        from clients.partitions import federated_data
+
+        counts = [len(c.x_train) for c in federated_data(cfg).clients]
+    return ZonalPlan.build(
+        num_clients=int(cfg["num-clients"]),
+        num_zones=int(cfg["num-zones"]),
+        clients_per_round=int(cfg["clients-per-round"]),
+        noise_multiplier=float(cfg["zonal-noise-multiplier"]),
+        clipping_norm=float(cfg["zonal-clipping-norm"]),
+        placement=cfg["noise-placement"],
+        assignment=cfg["zone-assignment"],
+        zone_map=cfg["zone-map"] or None,
+        hdp_fraction=float(cfg["hdp-fraction"]),
+        ldp_fraction=float(cfg["ldp-fraction"]),
+        weighting=cfg["zone-weighting"],
+        num_examples=counts,
+        example_cap=int(cfg["zonal-example-cap"]),
+    )
+
+
+ZONE_NODES, IN_SERVER = "zone-nodes", "in-server"
+ZONAL_RUNTIMES = (ZONE_NODES, IN_SERVER)
+
+
+def zone_nodes(cfg: Mapping[str, Any]) -> bool:
+    """True when the run's zones are SuperNodes of their own (``zonal-runtime = zone-nodes``)."""
+    return cfg.get("privacy") == "zonal" and cfg.get("zonal-runtime", ZONE_NODES) == ZONE_NODES
+
+
+def federation_size(cfg: Mapping[str, Any]) -> int:
+    """How many SuperNodes the run needs: one per zone (the largest zone count of a sweep)
+    with zone nodes, else one per client (``num-clients``)."""
+    if not zone_nodes(cfg):
+        return int(cfg["num-clients"])
+    sweep = parse_zone_counts(cfg.get("zonal-sweep-zones", ""), int(cfg["num-clients"]))
+    return max([int(cfg["num-zones"]), *sweep])
 
 
 KEYS = (
@@ -163,5 +214,19 @@ KEYS = (
         text,
         "'' or comma-separated zone counts, e.g. '1,2,5,10'",
         "numbers of zones of a zonal-compare sweep (HDP Fig. 3)",
+    ),
+    key(
+        "zonal-runtime",
+        ZONE_NODES,
+        choice(ZONAL_RUNTIMES),
+        " | ".join(ZONAL_RUNTIMES),
+        "one SuperNode per zone (zone-nodes) or per client (in-server: zones in the ServerApp)",
+    ),
+    key(
+        "zonal-save-replies",
+        False,
+        boolean,
+        "true | false",
+        "write every reply the ServerApp receives to output-dir/zone-replies (zone nodes)",
     ),
 )

@@ -123,9 +123,26 @@ def summary_complete(cell: Cell) -> bool:
     return (Path(cell.cfg["output-dir"]) / "summary.json").is_file()
 
 
+def check_one_node_per_client(cells: Sequence[Cell]) -> None:
+    """A plan's cells share one simulation of ``num-clients`` SuperNodes, so a zonal cell must
+    run with one SuperNode per client (``zonal-runtime = in-server``); zone nodes need a
+    federation of ``num-zones`` SuperNodes of their own (a single ``fedpriv run``)."""
+    from scenarios.keys_zonal import zone_nodes
+
+    for cell in cells:
+        if zone_nodes(cell.cfg):
+            raise ConfigError(
+                "zonal-runtime",
+                cell.cfg.get("zonal-runtime"),
+                f"'in-server' for cell {cell.label} of a multi-run plan (zone nodes need a "
+                "simulation of num-zones SuperNodes: run it with fedpriv run)",
+            )
+
+
 def run_plan(grid: Any, cfg: Mapping[str, Any], catalog: Catalog) -> None:
     """ServerApp side of ``run-plan``: every cell of the plan with its kind's runner."""
     cells = read_plan(cfg["run-plan"], catalog)
+    check_one_node_per_client(cells)
     sizes = {int(c.cfg["num-clients"]) for c in cells}
     if sizes != {int(cfg["num-clients"])}:
         raise ConfigError("run-plan", cfg["run-plan"], "cells with num-clients of the simulation")
@@ -157,6 +174,7 @@ def launch_plan(
     ``top`` are the overrides of the simulation's own config (scenario, num-clients, ...);
     the output goes to ``output_dir/run.log`` (progress lines are also printed).
     """
+    check_one_node_per_client(cells)
     path = write_plan(Path(output_dir) / PLAN_NAME, cells)
     overrides = {**top, "run-plan": str(path), "output-dir": str(output_dir)}
     cfg = catalog.resolve_run_config(launch.app_config(overrides))

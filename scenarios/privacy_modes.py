@@ -37,10 +37,15 @@ THREAT_MODELS: dict[str, dict[str, str]] = {
         "(epsilon, delta)-DP per client.",
     },
     "zonal": {
-        "zone aggregator": "the super-node runs inside the ServerApp and sees HDP clients' "
-        "clipped un-noised updates: no guarantee against it while zones run in the ServerApp.",
-        "server": "sees zone aggregates noised by the zone (HDP) or by the clients (LDP).",
-        "LDP clients": "noise their own updates: nobody else is trusted with them.",
+        "zone aggregator": "with zonal-runtime = zone-nodes (default) each zone is its own "
+        "SuperNode that hosts its clients' training (it stands for their devices) and adds "
+        "the HDP noise inside: trusted with its clients' data and updates in every placement. "
+        "With zonal-runtime = in-server the zone arithmetic runs in the ServerApp.",
+        "server": "zone-nodes: receives one aggregate per zone (noised in the clients' step "
+        "under ldp, by the zone node under hdp), never one client's update; under cdp it "
+        "receives clipped un-noised zone sums and adds the noise (trusted).",
+        "LDP clients": "noise their own updates in their training step: only the zone node "
+        "hosting them sees them un-noised.",
     },
 }
 

@@ -87,8 +87,11 @@ class RoundRecorder(StrategyWrapper):
     ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
         """Delegate and keep the aggregated train metrics and wrapper reports."""
         replies = list(replies)
-        self.current["replied"] = [self.grid.partition_of(m) for m in replies if not m.has_error()]
-        self.current["failed"] = [self.grid.partition_of(m) for m in replies if m.has_error()]
+        ok = [m for m in replies if not m.has_error()]
+        self.current["replied"] = [p for m in ok for p in self.grid.partitions_of(m)]
+        self.current["failed"] = [
+            p for m in replies if m.has_error() for p in self.grid.partitions_of(m)
+        ]
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
         self.current["aggregated"] = arrays is not None
         self.current["train"] = dict(metrics) if metrics is not None else {}

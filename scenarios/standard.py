@@ -22,7 +22,7 @@ from fedpriv.data import DATASETS, PATH_DATASETS
 from fedpriv.names import MODELS, STRATEGIES
 from scenarios import launch
 from scenarios.feature import Catalog, Feature, Scenario
-from scenarios.federation import PartitionGrid, discover_partitions
+from scenarios.federation import federation_grid
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError, boolean, choice, integer, key, real, text
 
@@ -179,7 +179,7 @@ def run_standard(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     from scenarios.engine import RunHooks, train_run
 
     data = federated_data(cfg)
-    pgrid = PartitionGrid(grid, discover_partitions(grid, int(cfg["num-clients"])))
+    pgrid = federation_grid(grid, cfg)
     hooks = RunHooks(summary_extra=None, after_run=audit_hook)
     train_run(pgrid, cfg, data, catalog, hooks=hooks, resumable=True)
 

@@ -9,4 +9,5 @@ DPSGD_TASK = "dp-sgd"
 DPSGD_STATE_KEY = "dp-sgd-ledger"  # the client's own participation count (context.state)
 EPSILON_KEY = "dp-sgd-epsilon"
 ZONAL_TASK = "zonal"
+ZONE_NODE_TASK = "zone-node"  # a zone SuperNode (zonal-runtime = zone-nodes)
 IFCA_TASK = "ifca"

@@ -3,9 +3,24 @@
 - ``privacy = "zonal"`` plugs :class:`strategies.zonal.ZonalAggregation` around the stock
   strategy of the standard run (privacy mode ``zonal``), e.g.
   ``fedpriv run -c "privacy='zonal' noise-placement='hdp' num-zones=2"``.
-- Client task ``zonal``: the client trains as usual, clips its update to C, and in an LDP
-  zone adds ``N(0, (z·C)²)`` to it before sending
-  (:func:`scenarios.client_tasks.train_zonal`).
+- Runtime (``zonal-runtime``, issue 21). ``zone-nodes`` (default): one Flower SuperNode per
+  zone (:class:`scenarios.federation.ZoneGrid`, :class:`strategies.zonal_nodes.ZoneNodeAggregation`,
+  client task ``zone-node`` in :mod:`scenarios.zone_node`): the server sends each zone node one
+  message (global arrays, its sampled client ids, level, super-node); the node trains them,
+  clips, adds the LDP noise in each client's step or the HDP noise to the zone sum, and
+  replies with its zone aggregate only. ``in-server``: one SuperNode per client (client task
+  ``zonal``: train, clip, LDP noise, :func:`scenarios.client_tasks.train_zonal`) and the zone
+  arithmetic in the ServerApp (:class:`strategies.zonal.ZonalAggregation`).
+- Who is trusted for what, per placement, with zone nodes: ``none`` — nobody clips or noises
+  (the baseline). ``ldp`` — each client's update is noised in its own training step inside the
+  zone node that hosts it; the ServerApp sees zone sums of noised updates (ε holds against
+  it). ``hdp`` — the zone node is trusted with its clients' clipped updates and noises their
+  sum before it leaves; the ServerApp sees noised zone aggregates (ε holds against it, not
+  against the zone node). ``cdp`` — the server is trusted: zone nodes send clipped un-noised
+  zone sums and the server adds the noise once (ε only against observers of the model). With
+  ``in-server`` the zone arithmetic runs in the ServerApp: HDP's ε holds against no one there.
+  A failed super-node takes its zone's message out of the round (HDP §V); re-election is
+  recorded and the run goes on.
 - Scenario ``hdp-digits`` (kind ``zonal-compare``, HDP §VII-A on embedded data): digits over
   100 Dirichlet(0.5) non-IID clients, 10 zones, 20 clients sampled per round, FedAvg, a
   one-hidden-layer MLP (HDP's EMNIST model is "a shallow 1 hidden layer DNN"), SGD with
@@ -42,12 +57,20 @@ from fedpriv.zonal import (
 )
 from scenarios import multirun
 from scenarios.feature import Catalog, Feature, Scenario
-from scenarios.federation import PartitionGrid, discover_partitions
-from scenarios.keys_zonal import KEYS, clients_per_round, parse_placements, parse_zone_counts
+from scenarios.federation import PartitionGrid, federation_grid, save_replies
+from scenarios.keys_zonal import (
+    KEYS,
+    clients_per_round,
+    parse_placements,
+    parse_zone_counts,
+    plan_from_config,
+    zone_nodes,
+)
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
-from scenarios.task_names import ZONAL_TASK
+from scenarios.task_names import ZONAL_TASK, ZONE_NODE_TASK
 from strategies.zonal import ZonalAggregation
+from strategies.zonal_nodes import ZoneNodeAggregation
 
 KIND = "zonal-compare"
 MEAN_STRATEGIES = ("fedavg", "fedprox", "fedavgm", "fedopt", "fedyogi")
@@ -153,30 +176,6 @@ def check_zonal(cfg: Mapping[str, Any], catalog: Catalog) -> None:
         )
 
 
-def plan_from_config(cfg: Mapping[str, Any]) -> ZonalPlan:
-    """The :class:`ZonalPlan` of a resolved config (train sizes only for samples weighting)."""
-    counts = None
-    if cfg["zone-weighting"] == "samples":
-        from clients.partitions import federated_data
-
-        counts = [len(c.x_train) for c in federated_data(cfg).clients]
-    return ZonalPlan.build(
-        num_clients=int(cfg["num-clients"]),
-        num_zones=int(cfg["num-zones"]),
-        clients_per_round=int(cfg["clients-per-round"]),
-        noise_multiplier=float(cfg["zonal-noise-multiplier"]),
-        clipping_norm=float(cfg["zonal-clipping-norm"]),
-        placement=cfg["noise-placement"],
-        assignment=cfg["zone-assignment"],
-        zone_map=cfg["zone-map"] or None,
-        hdp_fraction=float(cfg["hdp-fraction"]),
-        ldp_fraction=float(cfg["ldp-fraction"]),
-        weighting=cfg["zone-weighting"],
-        num_examples=counts,
-        example_cap=int(cfg["zonal-example-cap"]),
-    )
-
-
 def epsilon_for(cfg: Mapping[str, Any], plan: ZonalPlan, round_: int, *, text: bool = False):
     """The ε block after ``round_`` rounds of this config."""
     return epsilon_at_aggregator(
@@ -186,6 +185,7 @@ def epsilon_for(cfg: Mapping[str, Any], plan: ZonalPlan, round_: int, *, text: b
         clients_per_round=clients_per_round(cfg),
         delta=float(cfg["zonal-delta"]),
         with_text=text,
+        runtime=str(cfg.get("zonal-runtime", "zone-nodes")),
     )
 
 
@@ -201,7 +201,12 @@ def build_zonal_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generat
     """
     del rng
     plan = plan_from_config(cfg)
-    return ZonalAggregation(
+    extra: dict[str, Any] = {}
+    if zone_nodes(cfg):
+        folder = Path(cfg["output-dir"]) / "zone-replies"
+        extra["reply_log"] = save_replies(folder) if cfg["zonal-save-replies"] else None
+    wrapper = ZoneNodeAggregation if zone_nodes(cfg) else ZonalAggregation
+    return wrapper(
         strategy,
         plan=plan,
         seed=int(cfg["seed"]),
@@ -210,6 +215,7 @@ def build_zonal_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generat
         placement=cfg["noise-placement"],
         distributed_eval=cfg["zonal-distributed-eval"],
         epsilon_fn=lambda r: epsilon_for(cfg, plan, r),
+        **extra,
     )
 
 
@@ -299,7 +305,7 @@ def run_zonal_compare(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None
     t0 = time.time()
     top = RunLog(cfg["output-dir"], labels=seeds.noise_labels(cfg))
     data = federated_data(cfg)
-    pgrid = PartitionGrid(grid, discover_partitions(grid, int(cfg["num-clients"])))
+    pgrid = federation_grid(grid, cfg)
     variants = compare_variants(cfg)
     cells = [multirun.Cell(v["_label"], v) for v in variants]
 
@@ -327,7 +333,7 @@ FEATURE = Feature(
     privacy_modes=(declare("zonal", build_zonal_wrapper, summary_key="zonal"),),
     scenarios=SCENARIOS,
     runners={KIND: run_zonal_compare},
-    client_tasks=(ZONAL_TASK,),
+    client_tasks=(ZONAL_TASK, ZONE_NODE_TASK),
     summary=zonal_summary,
     checks=(check_zonal,),
 )

@@ -1,5 +1,9 @@
 """Zonal super-node aggregation as a Message-API strategy wrapper (SPEC §3.5, HDP Alg. 1).
 
+This is the ``zonal-runtime = in-server`` runtime (one SuperNode per client, the zone
+arithmetic in the ServerApp), kept for comparison; the default runtime, one SuperNode per
+zone, is :class:`strategies.zonal_nodes.ZoneNodeAggregation` (issue 21).
+
 :class:`ZonalAggregation` wraps a stock strategy (FedAvg, FedProx, FedAvgM, FedOpt, FedYogi).
 Each round it
 
@@ -246,6 +250,12 @@ class ZonalAggregation(Strategy):
             ),
             supernodes=self.election.current(),
         )
+        return self._release(server_round, result, valid, sorted(replied))
+
+    def _release(
+        self, server_round: int, result, valid: list[Message], replied: list[int]
+    ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
+        """Hand ``θ + Δ`` to the stock strategy (one synthetic reply); record the round."""
         new_global = apply_update(self._global, result.delta)
         target = named_record(self._keys, new_global)
         synthetic = Message(
@@ -260,7 +270,7 @@ class ZonalAggregation(Strategy):
         aggr = getattr(self.strategy, "train_metrics_aggr_fn", None)
         if callable(aggr):
             metrics = aggr([m.content for m in valid], self._weight_key)
-        self.current.update(self._round_report(server_round, result, sorted(replied)))
+        self.current.update(self._round_report(server_round, result, replied))
         return arrays, metrics
 
     def _round_report(self, server_round: int, result, replied: list[int]) -> dict[str, Any]:

@@ -51,6 +51,13 @@ Intended differences:
   and sampling streams are the old ones and no record changed. The round lines' new
   ``noise-randomness`` label is a string: not compared (only numbers are).
 
+- issue 21 (zones as SuperNodes, ``zonal-runtime = zone-nodes``, the new default):
+  ``zonal-failures`` was re-recorded from the zone-node runtime: a failed super-node now takes
+  its zone's message out of the round (HDP §V; before, only that one client was offline), so
+  ``replied`` and the accuracies moved, one round with both zones down is not aggregated, and
+  the per-client ``zonal-update-norm`` / ``zonal-clipped`` / ``zonal-noise-norm`` train
+  metrics are gone (a zone node reports its zone aggregate only). ``zonal-compare`` matched
+  the zone-node runtime unchanged (same noise streams, figures within the bands).
 - redesign stage 2: ``fedpriv grid`` runs its cells in one simulation; the DP-SGD cell's
   accuracies are compared only where they do not depend on worker history (``worker_noise``;
   measured: rounds 1-2 equal, round 3 server accuracy 0.750 vs 0.744).

@@ -277,7 +277,9 @@ def test_cli_bad_target_is_one_line(run_config, target, words):
 
 
 def test_zonal_epsilon_says_against_whom():
-    labels = {}
+    """Issue 21: with zone nodes (the default runtime) LDP and HDP ε hold against the
+    ServerApp; the in-server runtime keeps saying that HDP's holds against no one in it."""
+    labels, old = {}, {}
     for placement in ("ldp", "hdp", "cdp", "none"):
         plan = ZonalPlan.build(
             num_clients=20, num_zones=4, clients_per_round=8, noise_multiplier=1.0,
@@ -287,8 +289,14 @@ def test_zonal_epsilon_says_against_whom():
             plan, round_=1, total_rounds=1, clients_per_round=8, delta=DELTA
         )
         labels[placement] = out["epsilon-against"]
-    assert "none against the zone aggregator" in labels["hdp"]["hdp"]
-    assert "ServerApp" in labels["hdp"]["hdp"]
-    assert labels["ldp"]["ldp"].startswith("everyone")
+        old[placement] = epsilon_at_aggregator(
+            plan, round_=1, total_rounds=1, clients_per_round=8, delta=DELTA, runtime="in-server"
+        )["epsilon-against"]
+    assert labels["hdp"]["hdp"].startswith("the ServerApp")
+    assert "none against the zone node" in labels["hdp"]["hdp"]
+    assert labels["ldp"]["ldp"].startswith("everyone outside the client's own training step")
+    assert "the ServerApp" in labels["ldp"]["ldp"]
+    assert "none against the zone aggregator, which runs in the ServerApp" in old["hdp"]["hdp"]
+    assert old["ldp"]["ldp"].startswith("everyone")
     assert "none against the server" in labels["cdp"]["cdp"]
     assert list(labels["none"]) == ["none"]

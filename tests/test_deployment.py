@@ -157,3 +157,41 @@ def test_superlink_and_supernodes_run_and_survive_a_killed_supernode(federation,
     assert rounds[3]["dp-noised-rounds"] == 3
     assert rounds[1]["sampled"] == [0, 1, 2, 3]
     assert summary["final"]["accuracy"] > 0.5
+
+
+def test_zone_supernodes_survive_a_killed_zone_node(federation, tmp_path):
+    """Issue 21, must-show 3: the same SuperNodes serve as s = 4 zone nodes (partition-id =
+    zone) of an HDP run over 8 clients (2 per zone, blocks). Zone 1's SuperNode is SIGKILLed
+    after round 1 and not restarted: from the round it misses on, that zone's message gets
+    Flower's node-unavailable error; the round records the zone as missing and its clients as
+    failed, the other zones' aggregates are still applied, the zone's super-node is re-elected
+    next round (``no-reply``), and the run completes."""
+    out = tmp_path / "zones"
+    federation.submit(
+        "privacy='zonal' noise-placement='hdp' num-clients=8 num-zones=4 clients-per-round=8 "
+        "model='digits-mlp' num-server-rounds=4 local-epochs=1 accept-failures=true "
+        f"zonal-distributed-eval='none' output-dir='{out}'"
+    )
+    _wait_for(lambda: len(_rounds(out)) >= 2, 600, federation, "round 1")
+    federation.kill_node(1)
+    try:
+        _wait_for(lambda: (out / "summary.json").exists(), 900, federation, "summary.json")
+    finally:
+        federation.start_node(1)  # back for any later test of the module
+    rounds = {r["round"]: r for r in _rounds(out)}
+    assert sorted(rounds) == [0, 1, 2, 3, 4]
+    first = rounds[1]["zonal"]
+    assert first["runtime"] == "zone-nodes" and first["zone_messages"] == 4
+    assert first["missing_zones"] == [] and rounds[1]["replied"] == list(range(8))
+    missed = [r for r in (2, 3, 4) if rounds[r]["zonal"]["missing_zones"]]
+    assert missed and missed[0] <= 3, [rounds[r]["zonal"]["missing_zones"] for r in (2, 3, 4)]
+    assert missed == list(range(missed[0], 5))  # the killed node never answers again
+    for r in missed:
+        record = rounds[r]
+        assert record["zonal"]["missing_zones"] == [1]
+        assert record["failed"] == [2, 3] and record["replied"] == [0, 1, 4, 5, 6, 7]
+        assert record["aggregated"]  # the three live zones' aggregates were applied
+        assert record["zonal"]["unreachable"]  # zone 1's super-node did not answer
+    reelected = rounds[missed[0] + 1]["zonal"]["elections"]
+    assert [(e["zone"], e["reason"]) for e in reelected] == [(1, "no-reply")]
+    assert json.loads((out / "summary.json").read_text())["zonal"]["reelections"] >= 1

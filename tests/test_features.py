@@ -89,6 +89,10 @@ def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
         check=True, env={"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)},
     ).stdout  # fmt: skip
     loaded = json.loads(out.strip().splitlines()[-1])
+    # issue 21: the zone-node task (scenarios.zone_node) derives the zone's plan from the
+    # zonal keys (scenarios.keys_zonal: declarations and plan_from_config, over
+    # scenarios.schema's key checks) - client-side code, no server app, CLI or report
     assert loaded == ["scenarios", "scenarios.client_app", "scenarios.client_tasks",
-                      "scenarios.federation", "scenarios.task_names",
-                      "scenarios.wire_config"]  # fmt: skip
+                      "scenarios.federation", "scenarios.keys_zonal", "scenarios.schema",
+                      "scenarios.task_names", "scenarios.wire_config",
+                      "scenarios.zone_node"]  # fmt: skip

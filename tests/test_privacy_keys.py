@@ -38,6 +38,13 @@ WEAKER = {
         "num-clients": 2, "zonal-noise-multiplier": 0.0, "zonal-clipping-norm": 100.0,
         "zonal-delta": 0.5, **OPT_INS, "client-task": "standard", "zonal-level": "hdp",
     },
+    "zone-node": {  # issue 21: a zone SuperNode of an LDP (or HDP) zone
+        "privacy": "none", "noise-placement": "hdp", "ldp-fraction": 0.5, "hdp-fraction": 0.5,
+        "num-zones": 1, "zone-assignment": "round-robin", "zone-map": "0:0,1:0",
+        "num-clients": 2, "zonal-noise-multiplier": 0.0, "zonal-clipping-norm": 100.0,
+        "zonal-delta": 0.5, "zonal-runtime": "in-server", **OPT_INS, "client-task": "zonal",
+        "zonal-level": "hdp",
+    },
     "ifca": {
         "ifca-noise-multiplier": 0.0, "leakage-budget": 0.0, "num-clients": 121,
         "validation-clients": 0, **OPT_INS, "client-task": "standard", "ifca-eval-split": "all",
@@ -45,10 +52,13 @@ WEAKER = {
 }  # fmt: skip
 ZONAL = {"scenario": "hdp-digits", "noise-placement": "ldp", "num-clients": 4, "num-zones": 2,
          "clients-per-round": 4}  # fmt: skip
+# the per-client zonal runtime: one SuperNode per client (zone nodes: mode "zone-node")
+IN_SERVER = {"zonal-runtime": "in-server"}
 SECRET = {"reproducible-noise": False}  # the paper scenarios opt in; these clients do not
 OWN = {
     "dp-sgd": {**FAST, **SECRET, "privacy": "dp-sgd", "batch-size": 16},
-    "zonal": {**ZONAL, **SECRET, "local-epochs": 1},
+    "zonal": {**ZONAL, **IN_SERVER, **SECRET, "local-epochs": 1},
+    "zone-node": {**ZONAL, **SECRET, "local-epochs": 1},
     "ifca": {
         "scenario": "gp-synthetic",
         **SECRET,
@@ -113,7 +123,9 @@ def test_the_declared_owned_keys_are_the_ones_refused_here():
         assert CATALOG.modes[name].owned_keys == ()
 
 
-@pytest.mark.parametrize(("mode", "key"), [(m, k) for m in ("dp-sgd", "zonal") for k in WEAKER[m]])
+@pytest.mark.parametrize(
+    ("mode", "key"), [(m, k) for m in ("dp-sgd", "zonal", "zone-node") for k in WEAKER[m]]
+)
 @pytest.mark.parametrize("kind", [MessageType.TRAIN, MessageType.EVALUATE])
 def test_dp_sgd_and_zonal_ldp_clients_refuse_a_changed_key(own, weights, mode, key, kind):
     cfg = own[mode]
@@ -173,6 +185,18 @@ def test_equal_values_are_accepted(own, weights, hypotheses):
     assert set(reply.content["metrics"].keys()) == {"num-examples", "zonal-noise-std"}
     z, c = float(zcfg["zonal-noise-multiplier"]), float(zcfg["zonal-clipping-norm"])
     assert z * c > 0 and reply.content["metrics"]["zonal-noise-std"] == pytest.approx(z * c)
+    ncfg = own["zone-node"]  # a zone node: its clients' zone aggregate, counts, sigma
+    nsent = {"client-task": "zone-node", "privacy": "zonal", "zonal-clients": [0, 1]}
+    nmsg = message(ncfg, MessageType.TRAIN, nsent, {"arrays": ArrayRecord(weights["zone-node"])})
+    reply = app(nmsg, context(ncfg))
+    assert not reply.has_error(), reply.error
+    assert set(reply.content["metrics"].keys()) == {
+        "num-examples", "zonal-noise-std", "zonal-zone-sigma"
+    }  # fmt: skip
+    stray = {**nsent, "zonal-clients": [2]}  # zone 1's client: not this node's
+    nmsg = message(ncfg, MessageType.TRAIN, stray, {"arrays": ArrayRecord(weights["zone-node"])})
+    with pytest.raises(ValueError, match="not members of this zone"):  # Flower: an error reply
+        app(nmsg, context(ncfg))
     icfg = own["ifca"]
     isent = {"client-task": "ifca", "ifca-ledger-tag": "", "ifca-noise-multiplier": 5.0}
     reply = app(message(icfg, "train.ifca", isent, {HYPOTHESES_KEY: hypotheses}), context(icfg))
@@ -231,3 +255,7 @@ def test_a_mixed_zonal_client_owns_its_keys_only_in_an_ldp_zone():
            "num-clients": 4, "num-zones": 2, "zone-assignment": "blocks"}  # fmt: skip
     assert [client_mode(own, p) for p in range(4)] == ["zonal", "zonal", None, None]
     assert client_mode({**own, "num-zones": "auto"}, 0) is None  # delegated to the server
+    # zone nodes (issue 21): the node's partition-id is its zone; LDP and HDP zones own
+    nodes = {**own, "hdp-fraction": 0.5, "ldp-fraction": 0.0, "zonal-runtime": "zone-nodes"}
+    assert [client_mode(nodes, z) for z in range(2)] == ["zone-node", None]
+    assert client_mode(own, 0, message_task="zone-node") == "zone-node"

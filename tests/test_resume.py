@@ -30,7 +30,7 @@ from fedpriv.checkpoint import (
 from fedpriv.runlog import RunLog, read_rounds
 from scenarios.engine import RoundState, build_strategy, run_config_as_record
 from scenarios.features import CATALOG
-from scenarios.federation import PartitionGrid
+from scenarios.federation import PartitionGrid, ZoneGrid
 from scenarios.preflight import run_state
 from scenarios.recorder import wrapper_chain
 from scenarios.registry import resolve_run_config
@@ -42,18 +42,24 @@ NUM = 6
 NODES = {200 + p: p for p in range(NUM)}
 
 
+ZONE_NODES = {100 + z: z for z in range(2)}  # privacy "zonal-nodes": 2 zone SuperNodes
+
+
 def _cfg(strategy: str, privacy: str) -> dict:
+    zonal = privacy.startswith("zonal")
+    runtime = {"zonal-runtime": "zone-nodes" if privacy == "zonal-nodes" else "in-server"}
     return resolve_run_config(
         {
             "strategy": strategy,
-            "privacy": privacy,
+            "privacy": "zonal" if zonal else privacy,
+            **(runtime if zonal else {}),
             "num-clients": NUM,
             "clients-per-round": 3,
             "noise-multiplier": 0.3,
             "clipping-norm": 1.0,
             "seed": 3,
             "reproducible-noise": True,
-            **({"supernode-failure-rate": 0.4, "num-zones": 2} if privacy == "zonal" else {}),
+            **({"supernode-failure-rate": 0.4, "num-zones": 2} if zonal else {}),
         }  # fmt: skip
     )
 
@@ -63,20 +69,21 @@ def _round(recorder, pgrid, cfg, server_round: int, arrays: list[np.ndarray]) ->
     config = run_config_as_record({**cfg, "server-round": server_round})
     replies = []
     for msg in recorder.configure_train(server_round, ArrayRecord(arrays), config, pgrid):
-        partition = NODES[msg.metadata.dst_node_id]
+        partition = msg.metadata.dst_node_id % 100  # a client's partition, or a zone node's zone
         rng = np.random.default_rng([server_round, partition])
         local = [(a + rng.normal(0, 0.5, a.shape)).astype(np.float32) for a in arrays]
         content = RecordDict(
             {"arrays": ArrayRecord(local), "metrics": MetricRecord({"num-examples": 10})}
         )
         replies.append(Message(content=content, reply_to=msg))
-    replies.sort(key=lambda m: NODES[m.metadata.src_node_id])
+    replies.sort(key=lambda m: m.metadata.src_node_id)
     out, _ = recorder.aggregate_train(server_round, replies)
     return arrays if out is None else out.to_numpy_ndarrays()
 
 
 def _chain(cfg):
-    pgrid = PartitionGrid(None, NODES)
+    zone_nodes = cfg["privacy"] == "zonal" and cfg["zonal-runtime"] == "zone-nodes"
+    pgrid = ZoneGrid(None, ZONE_NODES, NUM) if zone_nodes else PartitionGrid(None, NODES)
     return build_strategy(cfg, pgrid, np.random.default_rng(int(cfg["seed"])), CATALOG), pgrid
 
 
@@ -88,6 +95,7 @@ def _chain(cfg):
         ("fedopt", "none"),
         ("fedyogi", "none"),
         ("fedavgm", "zonal"),  # elections (super-nodes, log, Generator), failure Generator
+        ("fedavg", "zonal-nodes"),  # the same with zone SuperNodes (issue 21)
     ],
 )
 def test_restored_chain_continues_bit_identically(strategy, privacy, tmp_path):
@@ -112,10 +120,11 @@ def test_restored_chain_continues_bit_identically(strategy, privacy, tmp_path):
         assert resumed.current["sampled"] == sampled
         for a, b in zip(arrays, expected):
             np.testing.assert_array_equal(a, b)
-    if privacy == "zonal":  # the super-nodes and the election log went on, not restarted
+    if privacy.startswith("zonal"):  # the super-nodes and the election log went on
         zonal = [w for w in wrapper_chain(resumed) if hasattr(w, "election")][0]
         assert [e.round for e in zonal.election.log][0] == 1
         assert "_node_to_partition" not in capture_state([zonal])[0]  # this simulation's ids
+        assert "_grid" not in capture_state([zonal])[0]
     if privacy == "global-dp":  # metric DP has no accountant (no (epsilon, delta) claim)
         dp = [w for w in wrapper_chain(resumed) if hasattr(w, "accountant")][0]
         assert len(dp.accountant.noise_multipliers) == 4  # rounds 1, 2 restored + 3, 4

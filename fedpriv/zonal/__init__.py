@@ -71,6 +71,7 @@ from fedpriv.zonal.aggregation import (
 )
 from fedpriv.zonal.elections import ElectionEvent, SuperNodeElection, draw_failures
 from fedpriv.zonal.plan import ZonalPlan, client_sigma, server_sigma, zone_sigma
+from fedpriv.zonal.release import ZoneRelease, client_contribution, server_step, zone_release
 from fedpriv.zonal.zones import (
     NOISE_PLACEMENTS,
     WEIGHTINGS,
@@ -115,6 +116,10 @@ __all__ = [
     "apply_update",
     "aggregator_noise_multiplier",
     "nominal_aggregator_noise_multiplier",
+    "ZoneRelease",
+    "client_contribution",
+    "zone_release",
+    "server_step",
     "ElectionEvent",
     "SuperNodeElection",
     "draw_failures",

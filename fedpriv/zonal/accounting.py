@@ -34,9 +34,10 @@ EPSILON_ASSUMPTIONS = (
     "LDP zones (worst: one sampled client in a zone); CDP zones: inf (the server adds noise)."
 )
 
-# Whom each placement's ε protects against, while the zone aggregators (super-nodes) run inside
-# the ServerApp: they see HDP clients' clipped un-noised updates. Next to every zonal ε.
-EPSILON_AGAINST = {
+# Whom each placement's ε protects against with ``zonal-runtime = in-server``: the zone
+# aggregators (super-nodes) run inside the ServerApp and see HDP clients' clipped un-noised
+# updates. Next to every zonal ε of such a run.
+EPSILON_AGAINST_IN_SERVER = {
     "ldp": "everyone, the zone aggregator and the server included: each client noises its own "
     "update before it leaves the client",
     "hdp": "the server beyond the zone aggregator and observers of the global model; none "
@@ -45,14 +46,30 @@ EPSILON_AGAINST = {
     "cdp": "observers of the global model only; none against the server, which adds the noise "
     "and sees the clients' clipped un-noised updates",
 }
+# With ``zonal-runtime = zone-nodes`` (issue 21) each zone is a SuperNode of its own that hosts
+# its clients' training and adds the HDP noise inside: the ServerApp receives zone aggregates.
+EPSILON_AGAINST = {
+    "ldp": "everyone outside the client's own training step: the zone node's aggregate, the "
+    "ServerApp and observers of the global model (each client noises its own update inside "
+    "the zone node that hosts it)",
+    "hdp": "the ServerApp and observers of the global model: the zone node adds the noise "
+    "before its aggregate leaves it; none against the zone node, which hosts its clients "
+    "and sees their clipped un-noised updates",
+    "cdp": "observers of the global model only; none against the server, which adds the noise "
+    "and sees the zones' clipped un-noised sums",
+}
 NO_NOISE_AGAINST = "nobody: no noise is added"
+RUNTIME_AGAINST = {"zone-nodes": EPSILON_AGAINST, "in-server": EPSILON_AGAINST_IN_SERVER}
 
 
-def epsilon_against(levels: Sequence[str]) -> dict[str, str]:
-    """Level -> whom its ε protects against (:data:`EPSILON_AGAINST`) for the noised levels
-    of a plan; ``{"none": NO_NOISE_AGAINST}`` when no level adds noise."""
+def epsilon_against(levels: Sequence[str], runtime: str = "zone-nodes") -> dict[str, str]:
+    """Level -> whom its ε protects against for the noised levels of a plan run with
+    ``runtime`` (``zone-nodes``: :data:`EPSILON_AGAINST`; ``in-server``:
+    :data:`EPSILON_AGAINST_IN_SERVER`); ``{"none": NO_NOISE_AGAINST}`` when no level adds
+    noise."""
+    table = RUNTIME_AGAINST[runtime]
     present = sorted({lv for lv in levels if lv != "none"})
-    return {lv: EPSILON_AGAINST[lv] for lv in present} or {"none": NO_NOISE_AGAINST}
+    return {lv: table[lv] for lv in present} or {"none": NO_NOISE_AGAINST}
 
 
 def _finite_or_inf(x: float) -> float:
@@ -86,6 +103,7 @@ def epsilon_at_aggregator(
     clients_per_round: int,
     delta: float,
     with_text: bool = False,
+    runtime: str = "zone-nodes",
 ) -> dict[str, Any]:
     """ε after ``round_`` rounds, per placement, as seen at the aggregator (see module doc).
 
@@ -93,9 +111,9 @@ def epsilon_at_aggregator(
     "epsilon-against", "level", "aggregator_accountant", "aggregator_heuristic",
     "heuristic_per_level", "vs_curious_aggregator"}``; each ε entry is
     ``{"pld": ε, "rdp": ε}``. A plan without noise (placement none or z = 0) gives ``inf``
-    everywhere. ``epsilon-against``: whom each
-    noised level's ε protects against (:func:`epsilon_against`). ``with_text`` adds the
-    ``assumptions`` and the accountant's ``accountant_note``.
+    everywhere. ``epsilon-against``: whom each noised level's ε protects against
+    (:func:`epsilon_against` of ``runtime``). ``with_text`` adds the ``assumptions`` and the
+    accountant's ``accountant_note``.
     """
     from fedpriv.accounting import amplified_epsilon, hdp_config_epsilon
 
@@ -116,7 +134,7 @@ def epsilon_at_aggregator(
         "delta": delta,
         "noise_multiplier": z,
         "aggregator_noise_multiplier": z_agg,
-        "epsilon-against": epsilon_against(plan.levels if z else ()),
+        "epsilon-against": epsilon_against(plan.levels if z else (), runtime),
     }
     if not present or z == 0.0:
         out.update(

@@ -1,0 +1,48 @@
+"""``hdp-paper`` with zone SuperNodes vs a plain loop doing the same trainings (issue 21).
+
+``fedpriv run scenario=hdp-paper`` trains, per placement (none, ldp, hdp, cdp) and round, the
+k = 100 sampled clients of s = 10 zones: ``4 × rounds × 100`` client trainings (80,000 at the
+scenario's 200 rounds). With ``zonal-runtime = zone-nodes`` each round is 10 Flower messages
+(one per zone node, each training its 10 clients with the worker's compiled trainer) instead
+of 100. The reference is :mod:`bench.tf_floor` on the same shards in one process, FedAvg over
+all 100 clients for ``4 × rounds`` rounds, server test set only (hdp-paper evaluates no client):
+the same number of trainings of the same sizes, without Flower, zones, clipping or noise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.bench_speed import fedpriv_run, tf_floor
+
+PLACEMENTS = 4
+
+
+def hdp_paper_row(tmp: Path, quick: bool, rounds: int = 200) -> list[str]:
+    """One row: wall time of hdp-paper (``rounds`` rounds per placement) vs the floor."""
+    from scenarios.registry import resolve_run_config
+
+    rounds = 3 if quick else int(rounds)
+    values = {"scenario": "hdp-paper", "num-server-rounds": rounds}
+    cfg = resolve_run_config(values)
+    clients = int(cfg["clients-per-round"])
+    floor_cfg = {
+        **cfg,
+        "num-server-rounds": PLACEMENTS * rounds,
+        "floor-client-eval": False,
+    }
+    floor = tf_floor(floor_cfg)
+    run = fedpriv_run(values, tmp / "hdp-paper")
+    runs = run["summary"]["runs"]
+    strategy = sum(float(r.get("wall_seconds", 0.0)) for r in runs)
+    per_round = strategy / (PLACEMENTS * rounds)
+    trainings = PLACEMENTS * rounds * clients
+    return [
+        f"| hdp-paper: `fedpriv run` {PLACEMENTS} placements x {rounds} rounds x {clients} "
+        f"clients = {trainings:,} trainings, {cfg['num-zones']} zone SuperNodes "
+        f"(start-up included) vs plain-Keras compiled loop (TensorFlow) doing the same "
+        f"trainings in one process | {run['wall']:.1f} s ({per_round:.3f} s per round, "
+        f"strategy {strategy:.1f} s) | {floor['wall']:.1f} s "
+        f"(training {floor['train_seconds']:.1f} s) | "
+        f"**{run['wall'] / floor['wall']:.2f}x** wall (goal: hdp-paper <= 300 s) |"
+    ]
