@@ -132,7 +132,7 @@ def null_floor(num_nodes: int, rounds: int, out: Path) -> dict:
     backend = federation_settings("local-simulation")["backend"]
     result = out / "null.json"
     out.mkdir(parents=True, exist_ok=True)
-    run_config = f"num-server-rounds={rounds} output='{result}'"
+    run_config = f"num-server-rounds={rounds} num-nodes={num_nodes} output='{result}'"
     cmd = runner_command(ROOT / "bench" / "nullapp", num_nodes, backend, run_config)
     res = monitored_run(cmd)
     res.update(json.loads(result.read_text()))

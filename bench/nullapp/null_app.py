@@ -41,8 +41,9 @@ def main(grid: Grid, context: Context) -> None:
     rounds = int(context.run_config["num-server-rounds"])
     arrays = ArrayRecord([np.zeros(int(context.run_config["num-params"]), np.float32)])
     config = ConfigRecord({"server-round": 0, "seed": 0, "local-epochs": 5, "batch-size": 8})
+    wanted = max(1, int(context.run_config.get("num-nodes", 0)))
     nodes = list(grid.get_node_ids())
-    while not nodes:
+    while len(nodes) < wanted:  # every SuperNode registered, or the floor times fewer
         time.sleep(0.1)
         nodes = list(grid.get_node_ids())
     t0, messages = time.perf_counter(), 0
