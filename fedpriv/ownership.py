@@ -55,6 +55,20 @@ __all__ = [
 
 AUTO = "auto"
 OPT_INS = ("unaccounted-metrics", "reproducible-noise")
+# the keys that decide a zonal client's zone, level, z, C and δ (owned by clients and zone nodes)
+ZONE_DECIDING = (
+    "privacy",
+    "noise-placement",
+    "ldp-fraction",
+    "hdp-fraction",
+    "num-zones",
+    "zone-assignment",
+    "zone-map",
+    "num-clients",
+    "zonal-noise-multiplier",
+    "zonal-clipping-norm",
+    "zonal-delta",
+)
 SECURE_DEFAULTS: dict[str, Any] = {"reproducible-noise": False}  # own value when unset
 REFUSED_CODE = 20  # the error code of a refused message (issue 20); Flower's own are 0-8
 
@@ -69,35 +83,8 @@ OWNED_KEYS: dict[str, tuple[str, ...]] = {
         "local-epochs",
         *OPT_INS,
     ),
-    "zonal": (
-        "privacy",
-        "noise-placement",
-        "ldp-fraction",
-        "hdp-fraction",
-        "num-zones",
-        "zone-assignment",
-        "zone-map",
-        "num-clients",
-        "zonal-noise-multiplier",
-        "zonal-clipping-norm",
-        "zonal-delta",
-        *OPT_INS,
-    ),
-    "zone-node": (
-        "privacy",
-        "noise-placement",
-        "ldp-fraction",
-        "hdp-fraction",
-        "num-zones",
-        "zone-assignment",
-        "zone-map",
-        "num-clients",
-        "zonal-noise-multiplier",
-        "zonal-clipping-norm",
-        "zonal-delta",
-        "zonal-runtime",
-        *OPT_INS,
-    ),
+    "zonal": (*ZONE_DECIDING, *OPT_INS),
+    "zone-node": (*ZONE_DECIDING, "zonal-runtime", *OPT_INS),
     "ifca": (
         "ifca-noise-multiplier",
         "leakage-budget",

@@ -98,6 +98,24 @@ def query_partitions(
     return mapping, failed
 
 
+def remap_joined(
+    grid: Optional[Grid], node_to_key: dict[int, int], key_to_node: dict[int, int], timeout: float
+) -> list[int]:
+    """Ask the SuperNodes that joined since the start which partition (or zone) they hold;
+    the newest node of a known key takes it over. Returns the keys re-mapped."""
+    if grid is None:
+        return []
+    new_nodes = sorted(set(grid.get_node_ids()) - set(node_to_key))
+    if not new_nodes:
+        return []
+    mapping, _ = query_partitions(grid, new_nodes, timeout)
+    for node, key in mapping.items():
+        if key in key_to_node:
+            node_to_key[node] = key
+            key_to_node[key] = node
+    return sorted(k for n, k in mapping.items() if key_to_node.get(k) == n)
+
+
 CLIENT_SAMPLING = ("fixed", "poisson")
 
 
@@ -139,17 +157,7 @@ class PartitionGrid:
         """Map SuperNodes that joined since the start (a restarted node rejoins with a new
         node id) to their partitions; the newest node of a partition takes it over.
         Returns the partitions that were re-mapped (none in the simulation engine)."""
-        if self._grid is None:
-            return []
-        new_nodes = sorted(set(self._grid.get_node_ids()) - set(self.node_to_partition))
-        if not new_nodes:
-            return []
-        mapping, _ = query_partitions(self._grid, new_nodes, timeout)
-        for node, partition in mapping.items():
-            if partition in self.partition_to_node:
-                self.node_to_partition[node] = partition
-                self.partition_to_node[partition] = node
-        return sorted(p for n, p in mapping.items() if self.partition_to_node.get(p) == n)
+        return remap_joined(self._grid, self.node_to_partition, self.partition_to_node, timeout)
 
     def offer(self, partitions: Optional[Sequence[int]]) -> None:
         """Offer only these partitions to the next ``get_node_ids`` (None = all)."""
@@ -221,17 +229,7 @@ class ZoneGrid(PartitionGrid):
 
     def refresh(self, timeout: float = 60.0) -> list[int]:
         """Map zone SuperNodes that (re)joined since the start; returns the zones re-mapped."""
-        if self._grid is None:
-            return []
-        new_nodes = sorted(set(self._grid.get_node_ids()) - set(self.node_to_zone))
-        if not new_nodes:
-            return []
-        mapping, _ = query_partitions(self._grid, new_nodes, timeout)
-        for node, zone in mapping.items():
-            if zone in self.zone_to_node:
-                self.node_to_zone[node] = zone
-                self.zone_to_node[zone] = node
-        return sorted(z for n, z in mapping.items() if self.zone_to_node.get(z) == n)
+        return remap_joined(self._grid, self.node_to_zone, self.zone_to_node, timeout)
 
     def zone_of(self, message: Message) -> int:
         """The zone a reply is about (its sender, or where the instruction went)."""
