@@ -40,7 +40,8 @@ THREAT_MODELS: dict[str, dict[str, str]] = {
         "zone aggregator": "with zonal-runtime = zone-nodes (default) each zone is its own "
         "SuperNode that hosts its clients' training (it stands for their devices) and adds "
         "the HDP noise inside: trusted with its clients' data and updates in every placement. "
-        "With zonal-runtime = in-server the zone arithmetic runs in the ServerApp.",
+        "With zonal-runtime = in-server the zone arithmetic and the HDP noise run in the "
+        "ServerApp: no guarantee against the ServerApp there.",
         "server": "zone-nodes: receives one aggregate per zone (noised in the clients' step "
         "under ldp, by the zone node under hdp), never one client's update; under cdp it "
         "receives clipped un-noised zone sums and adds the noise (trusted).",

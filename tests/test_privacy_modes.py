@@ -46,9 +46,12 @@ def test_every_declared_mode_is_complete_and_modes_are_unique():
         _with(declare("global-dp", _identity))
 
 
-def test_zonal_threat_model_says_the_aggregator_is_not_bounded():
+def test_zonal_threat_model_says_whom_each_runtime_trusts():
     text = CATALOG.modes["zonal"].threat_model["zone aggregator"]
-    assert "no guarantee" in text and "ServerApp" in text
+    zone_nodes, in_server = text.split("With zonal-runtime = in-server")
+    assert "trusted with its clients' data" in zone_nodes and "no guarantee" not in zone_nodes
+    assert "no guarantee against the ServerApp" in in_server
+    assert "never one client's update" in CATALOG.modes["zonal"].threat_model["server"]
 
 
 def test_unknown_modes_fail_closed_in_disclosure_and_planning():
