@@ -21,6 +21,8 @@ import numpy as np
 from flwr.common import ConfigRecord, Message, MessageType, RecordDict
 from flwr.server import Grid
 
+from fedpriv.zonal.release import ZONE_CLIENTS_KEY
+
 QUERY_KEY = "fedpriv-query"
 
 
@@ -195,7 +197,6 @@ class PartitionGrid:
         return sorted(replies, key=lambda m: self.node_to_partition.get(self.node_of(m), -1))
 
 
-ZONE_CLIENTS_KEY = "zonal-clients"  # a zone message's client ids (scenarios.zone_node)
 ZONE_PULL_INTERVAL_S = 0.005  # reply polling of the simulation grid with zone nodes
 
 

@@ -33,10 +33,8 @@ from clients.keras_client import (
     train_local,
 )
 from fedpriv import seeds
-from fedpriv.zonal.release import client_contribution, zone_release
+from fedpriv.zonal.release import ZONE_CLIENTS_KEY, client_contribution, zone_release
 from scenarios.keys_zonal import plan_from_config
-
-CLIENTS_KEY = "zonal-clients"  # the zone's sampled client ids, in the message's config
 
 
 def _client_seed(cfg: Mapping[str, Any], partition: int) -> int:
@@ -45,7 +43,7 @@ def _client_seed(cfg: Mapping[str, Any], partition: int) -> int:
 
 def zone_clients(cfg: Mapping[str, Any], zone: int, members: Sequence[int]) -> list[int]:
     """The message's client ids, each checked to be one of this zone's own members."""
-    listed = cfg.get(CLIENTS_KEY)
+    listed = cfg.get(ZONE_CLIENTS_KEY)
     clients = list(members) if listed is None else [int(p) for p in listed]
     stray = sorted(set(clients) - set(members))
     if stray:

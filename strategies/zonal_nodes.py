@@ -43,11 +43,10 @@ from flwr.server import Grid
 
 from fedpriv import seeds
 from fedpriv.zonal import draw_failures
-from fedpriv.zonal.release import ZoneRelease, server_step
+from fedpriv.zonal.release import ZONE_CLIENTS_KEY, ZoneRelease, server_step
 from strategies.zonal import ZonalAggregation
 
 ZONE_NODE_TASK = "zone-node"
-ZONE_CLIENTS_KEY = "zonal-clients"
 
 
 class ZoneNodeAggregation(ZonalAggregation):

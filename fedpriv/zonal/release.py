@@ -35,6 +35,8 @@ from fedpriv.zonal.aggregation import (
 )
 from fedpriv.zonal.plan import ZonalPlan
 
+ZONE_CLIENTS_KEY = "zonal-clients"  # a zone message's sampled client ids (server -> zone node)
+
 
 @dataclass
 class ZoneRelease:
