@@ -36,20 +36,11 @@ from fedpriv.names import STRATEGIES
 from scenarios import launch as cli
 from scenarios import multirun
 from scenarios.feature import Catalog, Command, Feature
-from scenarios.schema import ConfigError, key, text
+from scenarios.keys_grid import KEYS
+from scenarios.schema import ConfigError
 
 RESERVED = ("scenario", "strategy", "privacy", "seed", "output-dir")
 LOG_NAME = multirun.LOG_NAME
-
-KEYS = (
-    key(
-        "run-plan",
-        "",
-        text,
-        "'' or the path of a plan file written by fedpriv grid / fedpriv attack cia",
-        "run every cell of the plan in this one simulation (scenarios.multirun)",
-    ),
-)
 
 
 def cell_overrides(scenario: str, cell: Cell, extra: dict[str, Any]) -> dict[str, Any]:

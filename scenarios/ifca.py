@@ -67,7 +67,12 @@ from fedpriv.runlog import RunLog, read_rounds
 from scenarios import multirun
 from scenarios.feature import Catalog, Feature, Scenario
 from scenarios.federation import PartitionGrid, discover_partitions
-from scenarios.keys_ifca import KEYS
+from scenarios.keys_ifca import (  # noqa: F401  (parse_sweep: re-exported)
+    KEYS,
+    SWEEP_FORBIDDEN,
+    parse_sweep,
+    sweep_overrides,
+)
 from scenarios.schema import ConfigError
 from scenarios.task_names import IFCA_TASK
 from scenarios.wire_config import wire_config
@@ -79,7 +84,6 @@ if TYPE_CHECKING:
 # imported inside the functions that run, so that the feature list imports in the base install.
 
 KIND = "ifca"
-SWEEP_FORBIDDEN = ("scenario", "num-clients", "output-dir", "ifca-sweep")
 TABLE_NUS = (0, 0.001, 0.01, 0.1, 1, 3, 5, 10, 15)
 
 SCENARIOS = (
@@ -143,62 +147,19 @@ SCENARIOS = (
 # --- config checks and sweeps -------------------------------------------------------------
 
 
-def _sweep_value(text: str) -> Any:
-    """A sweep value: bool (true/false), int, float, or a (possibly quoted) string."""
-    text = text.strip()
-    if text in ("true", "false"):
-        return text == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text.strip("'\"")
-
-
-def parse_sweep(text: str) -> list[dict[str, Any]]:
-    """``"a=1,b=x;a=2"`` -> ``[{"a": 1, "b": "x"}, {"a": 2}]`` (raises ValueError)."""
-    runs = []
-    for entry in (e.strip() for e in str(text).split(";")):
-        if not entry:
-            continue
-        overrides = {}
-        for item in (i.strip() for i in entry.split(",")):
-            key, sep, value = item.partition("=")
-            if not sep or not key.strip() or not value.strip():
-                raise ValueError(f"{item!r} is not key=value")
-            overrides[key.strip()] = _sweep_value(value.strip())
-        runs.append(overrides)
-    if not runs and str(text).strip():
-        raise ValueError("no runs")
-    return runs
-
-
 def sweep_configs(
     cfg: Mapping[str, Any], catalog: Catalog
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """``[(overrides, resolved sub-config)]`` of ``ifca-sweep`` ([] when it is '')."""
-    if not cfg["ifca-sweep"]:
-        return []
     allowed = "'key=value,...;key=value,...' with known keys other than " + ", ".join(
         SWEEP_FORBIDDEN
     )
     try:
-        runs = parse_sweep(cfg["ifca-sweep"])
+        runs = parse_sweep(cfg["ifca-sweep"]) if cfg["ifca-sweep"] else []
+        bases = sweep_overrides(cfg)
     except ValueError as err:
         raise ConfigError("ifca-sweep", cfg["ifca-sweep"], allowed) from err
-    out = []
-    for i, overrides in enumerate(runs):
-        if any(key in SWEEP_FORBIDDEN for key in overrides):
-            raise ConfigError("ifca-sweep", cfg["ifca-sweep"], allowed)
-        base = {
-            **cfg,
-            **overrides,
-            "ifca-sweep": "",
-            "output-dir": f"{cfg['output-dir']}/sweep-{i:02d}",
-        }
-        out.append((overrides, catalog.resolve_run_config(base)))
-    return out
+    return [(o, catalog.resolve_run_config(b)) for o, b in zip(runs, bases)]
 
 
 def check_ifca(cfg: Mapping[str, Any], catalog: Catalog) -> None:

@@ -17,6 +17,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from scenarios.schema import KeySpec, integer, real, text
 
 KEYS = (
@@ -70,3 +73,61 @@ KEYS = (
         "several IFCA runs in one simulation",
     ),
 )
+
+
+def _sweep_value(text: str) -> Any:
+    """A sweep value: bool (true/false), int, float, or a (possibly quoted) string."""
+    text = text.strip()
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip("'\"")
+
+
+def parse_sweep(text: str) -> list[dict[str, Any]]:
+    """``"a=1,b=x;a=2"`` -> ``[{"a": 1, "b": "x"}, {"a": 2}]`` (raises ValueError)."""
+    runs = []
+    for entry in (e.strip() for e in str(text).split(";")):
+        if not entry:
+            continue
+        overrides = {}
+        for item in (i.strip() for i in entry.split(",")):
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip() or not value.strip():
+                raise ValueError(f"{item!r} is not key=value")
+            overrides[key.strip()] = _sweep_value(value.strip())
+        runs.append(overrides)
+    if not runs and str(text).strip():
+        raise ValueError("no runs")
+    return runs
+
+
+SWEEP_FORBIDDEN = ("scenario", "num-clients", "output-dir", "ifca-sweep")
+
+
+def sweep_overrides(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The unresolved config of each run of ``ifca-sweep`` ([] when it is ''): ``cfg`` with
+    the run's overrides, ``ifca-sweep = ''`` and ``output-dir/sweep-NN``; raises ValueError
+    for a malformed sweep or a forbidden key (:data:`SWEEP_FORBIDDEN`).
+
+    The ServerApp resolves each (``scenarios.ifca.sweep_configs``); a node builds the same
+    runs from its own config (``scenarios.node_spec``)."""
+    if not cfg["ifca-sweep"]:
+        return []
+    out = []
+    for i, overrides in enumerate(parse_sweep(cfg["ifca-sweep"])):
+        if any(key in SWEEP_FORBIDDEN for key in overrides):
+            raise ValueError(f"{sorted(overrides)}: a key out of {SWEEP_FORBIDDEN}")
+        out.append(
+            {
+                **cfg,
+                **overrides,
+                "ifca-sweep": "",
+                "output-dir": f"{cfg['output-dir']}/sweep-{i:02d}",
+            }
+        )
+    return out

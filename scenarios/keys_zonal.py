@@ -45,6 +45,7 @@ Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from fedpriv.zonal import NOISE_PLACEMENTS, WEIGHTINGS, ZONE_ASSIGNMENTS, ZonalPlan
@@ -95,6 +96,31 @@ def plan_from_config(cfg: Mapping[str, Any]) -> ZonalPlan:
         num_examples=counts,
         example_cap=int(cfg["zonal-example-cap"]),
     )
+
+
+def _variant_label(placement: str, zones: int, sweep: bool) -> str:
+    return f"s{zones}-{placement}" if sweep else placement
+
+
+def compare_variants(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One config per (number of zones, placement) of a ``zonal-compare`` run."""
+    placements = parse_placements(cfg["zonal-compare-placements"])
+    sweep = parse_zone_counts(cfg["zonal-sweep-zones"], int(cfg["num-clients"]))
+    zone_counts = sweep or [int(cfg["num-zones"])]
+    out = []
+    for zones in zone_counts:
+        for placement in placements:
+            label = _variant_label(placement, zones, bool(sweep))
+            out.append(
+                {
+                    **cfg,
+                    "noise-placement": placement,
+                    "num-zones": zones,
+                    "output-dir": str(Path(cfg["output-dir"]) / label),
+                    "_label": label,
+                }
+            )
+    return out
 
 
 ZONE_NODES, IN_SERVER = "zone-nodes", "in-server"

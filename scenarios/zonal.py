@@ -61,6 +61,7 @@ from scenarios.federation import PartitionGrid, federation_grid, save_replies
 from scenarios.keys_zonal import (
     KEYS,
     clients_per_round,
+    compare_variants,
     parse_placements,
     parse_zone_counts,
     plan_from_config,
@@ -236,31 +237,6 @@ def zonal_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
     if done:
         block["epsilon"] = epsilon_for(cfg, plan, len(done), text=True)
     return {"zonal": block}
-
-
-def _variant_label(placement: str, zones: int, sweep: bool) -> str:
-    return f"s{zones}-{placement}" if sweep else placement
-
-
-def compare_variants(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One config per (number of zones, placement) of a ``zonal-compare`` run."""
-    placements = parse_placements(cfg["zonal-compare-placements"])
-    sweep = parse_zone_counts(cfg["zonal-sweep-zones"], int(cfg["num-clients"]))
-    zone_counts = sweep or [int(cfg["num-zones"])]
-    out = []
-    for zones in zone_counts:
-        for placement in placements:
-            label = _variant_label(placement, zones, bool(sweep))
-            out.append(
-                {
-                    **cfg,
-                    "noise-placement": placement,
-                    "num-zones": zones,
-                    "output-dir": str(Path(cfg["output-dir"]) / label),
-                    "_label": label,
-                }
-            )
-    return out
 
 
 def _tagged(cfg: Mapping[str, Any], label: str, record: dict) -> dict:
