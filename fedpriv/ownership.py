@@ -43,14 +43,16 @@ from typing import Any
 
 __all__ = [
     "CLIENT_COUNTED",
+    "MESSAGE_KEYS",
+    "NODE_SECURE_DEFAULTS",
     "OWNED_KEYS",
+    "PRIVACY_KEYS",
     "REFUSED_CODE",
-    "apply_owned",
     "client_mode",
-    "expected_values",
-    "own_settings",
     "owned_keys",
-    "refusal",
+    "privacy_keys",
+    "reason",
+    "same",
 ]
 
 AUTO = "auto"
@@ -69,7 +71,9 @@ ZONE_DECIDING = (
     "zonal-clipping-norm",
     "zonal-delta",
 )
-SECURE_DEFAULTS: dict[str, Any] = {"reproducible-noise": False}  # own value when unset
+# a node resolves these opt-ins itself: "auto" (or unset) is the secure value, never the
+# scenario's; the server does not send them unless the run config sets them (wire_config)
+NODE_SECURE_DEFAULTS: dict[str, Any] = {"reproducible-noise": False, "unaccounted-metrics": False}
 REFUSED_CODE = 20  # the error code of a refused message (issue 20); Flower's own are 0-8
 
 # server-distrusting mode -> the run-config keys that decide a client's privacy
@@ -94,6 +98,47 @@ OWNED_KEYS: dict[str, tuple[str, ...]] = {
     ),
 }
 
+# THE allow-list (issue 26), one place. What decides a release in any mode: a message whose
+# value differs from the node's own spec is refused, whatever the node's mode.
+PRIVACY_KEYS: tuple[str, ...] = (
+    *ZONE_DECIDING,
+    "zonal-runtime",
+    "clients-per-round",  # q of a zone node's sigma_i = z*C/(q*W_i)
+    "zone-weighting",
+    "zonal-example-cap",
+    "noise-multiplier",
+    "clipping-norm",
+    "dp-delta",
+    "dp-sgd-noise-multiplier",
+    "l2-norm-clip",
+    "dp-sgd-delta",
+    "microbatches",
+    "ifca-noise-multiplier",
+    "leakage-budget",
+    "validation-clients",
+    *OPT_INS,
+)
+# mode -> keys that decide its release on top of PRIVACY_KEYS (DP-SGD: q = B/n, steps E/q)
+MODE_PRIVACY_KEYS: dict[str, tuple[str, ...]] = {"dp-sgd": ("batch-size", "local-epochs")}
+SEEDED_KEYS = ("seed",)  # decide the noise only when the node's own reproducible-noise is true
+# what a message may carry that the node does not decide itself (any value): the round, a
+# zone node's sampled client ids, the elected super-node, the zone id, IFCA's sweep label.
+# Keys in no list are training keys (learning rate, optimizer, ...): a message may vary them.
+MESSAGE_KEYS: tuple[str, ...] = (
+    "server-round",
+    "zonal-clients",
+    "zonal-supernode",
+    "zonal-zone",
+    "ifca-ledger-tag",
+)
+# derived from the node's spec (scenarios.node_spec): a message may only repeat the value
+DERIVED_KEYS: tuple[str, ...] = (
+    "client-task",
+    "zonal-level",
+    "client-state-dir",
+    "ifca-eval-split",
+)
+
 # values the client counts itself: no message may carry them
 CLIENT_COUNTED = ("dp-sgd-participations",)
 # mode -> its client task
@@ -106,22 +151,14 @@ def owned_keys(mode: str) -> tuple[str, ...]:
     return OWNED_KEYS.get(mode, ())
 
 
-def own_settings(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> dict:
-    """The node's own config: ``run_config`` with the privacy keys of ``node_config`` on top."""
-    return {**run_config, **{k: v for k, v in node_config.items() if k in ALL_OWNED}}
+def privacy_keys(mode: str | None, reproducible: bool) -> tuple[str, ...]:
+    """The keys whose message value must equal the node's own (``mode``: its mode or None)."""
+    extra = MODE_PRIVACY_KEYS.get(mode or "", ())
+    return (*PRIVACY_KEYS, *extra, *(SEEDED_KEYS if reproducible else ()))
 
 
 def _set(own: Mapping[str, Any], key: str) -> bool:
     return key in own and own[key] != AUTO
-
-
-def _own_value(own: Mapping[str, Any], key: str) -> tuple[bool, Any]:
-    """(owned?, value): a set key, or a secure default; unset/``auto`` keys are delegated."""
-    if _set(own, key):
-        return True, own[key]
-    if key in SECURE_DEFAULTS and key not in own:
-        return True, SECURE_DEFAULTS[key]
-    return False, None
 
 
 def zonal_level(own: Mapping[str, Any], partition: int) -> str | None:
@@ -193,24 +230,6 @@ def client_mode(own: Mapping[str, Any], partition: int, message_task: str = "") 
     return None
 
 
-def expected_values(mode: str, own: Mapping[str, Any], partition: int) -> dict[str, Any]:
-    """The owned values of a ``mode`` client: its set keys, secure defaults and derived keys."""
-    out = {}
-    for key in OWNED_KEYS[mode]:
-        owned, value = _own_value(own, key)
-        if owned:
-            out[key] = value
-    out["client-task"] = TASKS[mode]
-    if mode == "zonal":
-        out["zonal-level"] = zonal_level(own, partition)
-    if mode == "zone-node":
-        out["zonal-level"] = zone_node_level(own, partition)
-    if mode == "ifca" and all(_set(own, k) for k in ("num-clients", "validation-clients")):
-        first_validation = int(own["num-clients"]) - int(own["validation-clients"])
-        out["ifca-eval-split"] = "all" if partition >= first_validation else "test"
-    return out
-
-
 def same(a: Any, b: Any) -> bool:
     """Equal config values: numbers by value (1 == 1.0), bools and strings exactly."""
     if isinstance(a, bool) or isinstance(b, bool):
@@ -220,55 +239,10 @@ def same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def refusal(
-    own: Mapping[str, Any],
-    received: Mapping[str, Any],
-    partition: int,
-    *,
-    kind: str,
-    message_task: str = "",
-) -> str | None:
-    """Why the client refuses a message (one line naming the key), or None to accept it.
-
-    ``received``: what the message's config carries (the keys sent, or the whole config of
-    a digest-less message); ``kind``: ``train`` | ``evaluate``; ``message_task``: the task a
-    custom message type names (IFCA). A plain ``train`` without ``client-task`` asks for the
-    standard task, refused in a mode with a task of its own (an IFCA client: any plain message).
-    """
-    mode = client_mode(own, partition, message_task or str(received.get("client-task", "")))
-    if mode is None:
-        return None
-    sent = dict(received)
-    if not message_task and (kind == "train" or mode == "ifca"):  # IFCA has its own types
-        sent.setdefault("client-task", "standard")
-    for key in CLIENT_COUNTED:
-        if key in sent:
-            return _reason(mode, key, sent[key], "counted by the client itself")
-    for key, value in expected_values(mode, own, partition).items():
-        if key in sent and not same(sent[key], value):
-            return _reason(mode, key, sent[key], f"the client's own value is {value!r}")
-    return None
-
-
-def _reason(mode: str, key: str, value: Any, why: str) -> str:
+def reason(mode: str | None, key: str, value: Any, why: str) -> str:
+    """The one-line refusal of a message: the node's mode, the key, the value, why."""
+    who = f"the {mode} node" if mode else "the node"
     return (
-        f"refused: the {mode} client owns its privacy settings: key={key} value={value!r} "
-        f"({why}); nothing was sent"
+        f"refused: {who} owns its privacy settings: key={key} value={value!r} ({why}); "
+        "nothing was sent"
     )
-
-
-def apply_owned(
-    cfg: Mapping[str, Any], own: Mapping[str, Any], partition: int, message_task: str = ""
-) -> dict[str, Any]:
-    """``cfg`` with the client's owned values on top (after :func:`refusal` accepted it).
-
-    The keys the client sets, its mode's client task and a zonal client's own ``zonal-level``
-    (a message that leaves them out must not fall back to the standard task or an un-noised
-    zone); secure defaults are the tasks' own, ``ifca-eval-split`` defaults to ``test``.
-    """
-    mode = client_mode(own, partition, message_task or str(cfg.get("client-task", "")))
-    if mode is None:
-        return dict(cfg)
-    derived = expected_values(mode, own, partition)
-    forced = {k: derived[k] for k in ("client-task", "zonal-level") if k in derived}
-    return {**cfg, **{k: own[k] for k in OWNED_KEYS[mode] if _set(own, k)}, **forced}

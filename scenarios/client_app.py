@@ -16,10 +16,11 @@ Every reply passes :func:`disclose` (issue 11): in a privacy mode, its MetricRec
 only what that mode's accounting covers (:mod:`fedpriv.disclosure`) unless the run opted
 in with ``unaccounted-metrics = true``; an evaluation that may not be sent is not run.
 
-Clients own their privacy settings (issue 20, :mod:`fedpriv.ownership`): in a mode that
-distrusts the server (DP-SGD, a zonal LDP client, IFCA) the privacy keys come from the node's
-own config (``run_config`` overlaid with ``node_config``), and a message that would change one
-gets an error reply naming the key (:func:`resolved`) — no arrays, no metrics, no training.
+Each node owns its privacy settings (issues 20, 26): it resolves its own spec from its
+``run_config`` overlaid with ``node_config`` (:mod:`scenarios.node_spec`: ``"auto"`` is the
+node's secure default, never the server's choice), and a message whose privacy keys differ
+from that spec (:mod:`fedpriv.ownership` ``PRIVACY_KEYS``, the allow-list) gets an error reply
+naming the key (:func:`resolved`) — no arrays, no metrics, no training — in every mode.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from clients.adversary import is_malicious, tamper_reply  # noqa: E402
 from clients.keras_client import evaluate_local, federated_data, model_for  # noqa: E402
 from fedpriv.disclosure import allowed_metric_keys, filter_metrics  # noqa: E402
-from fedpriv.ownership import REFUSED_CODE, apply_owned, own_settings, refusal  # noqa: E402
+from fedpriv.ownership import REFUSED_CODE  # noqa: E402
 from scenarios.client_tasks import (  # noqa: E402
     MESSAGE_HANDLERS,
     STATEFUL_TASKS,
@@ -51,6 +52,8 @@ from scenarios.client_tasks import (  # noqa: E402
     call_seed,
 )
 from scenarios.federation import QUERY_KEY  # noqa: E402
+from scenarios.node_spec import node_spec  # noqa: E402
+from scenarios.schema import ConfigError  # noqa: E402
 from scenarios.task_names import ZONE_NODE_TASK  # noqa: E402
 from scenarios.wire_config import DIGEST_KEY, client_config  # noqa: E402
 from scenarios.zone_node import evaluate_zone  # noqa: E402
@@ -78,19 +81,23 @@ def disclose(cfg: dict, kind: str, content: RecordDict) -> RecordDict:
 
 
 def resolved(msg: Message, context: Context, kind: str, task: str = "") -> dict | Message:
-    """The message's full config with this node's owned privacy values on top, or the error
-    reply that refuses the message (a key the client owns sent with another value).
+    """The config this node runs the message with (its own spec's privacy values, the
+    message's round, task inputs and training keys), or the error reply that refuses it.
 
     ``kind``: ``train`` | ``evaluate``; ``task``: the task a custom message type names (IFCA).
+    A bad value in the node's own config refuses every message with its one-line error.
     """
     record = msg.content["config"]
-    own = own_settings(context.run_config, context.node_config)
-    partition = partition_id(context)
-    received = {k: v for k, v in record.items() if k != DIGEST_KEY}
-    reason = refusal(own, received, partition, kind=kind, message_task=task)
-    if reason is not None:
+    client_config(record, context.run_config)  # the digest check (raises on a mismatch)
+    try:
+        spec = node_spec(context.run_id, context.run_config, context.node_config)
+    except ConfigError as err:
+        return Message(Error(code=REFUSED_CODE, reason=str(err)), reply_to=msg)
+    sent = {k: v for k, v in record.items() if k != DIGEST_KEY}
+    cfg, reason = spec.accept(sent, kind, task)
+    if cfg is None:
         return Message(Error(code=REFUSED_CODE, reason=reason), reply_to=msg)
-    return apply_owned(client_config(record, context.run_config), own, partition, task)
+    return cfg
 
 
 @app.query()

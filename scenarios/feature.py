@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from scenarios.schema import AUTO, ConfigError, KeySpec, choice, resolve
+from scenarios.schema import AUTO, ConfigError, KeySpec, choice, default_output_dir, resolve
 
 RunConfig = dict[str, Any]
 MISSING = object()  # a PrivacyMode field left undeclared
@@ -191,9 +191,7 @@ class Catalog:
         scenario = self.scenario("digits" if name == AUTO else name)
         cfg = resolve(self.keys, {**run_config, "scenario": scenario.name}, scenario.defaults)
         if not cfg["output-dir"]:
-            cfg["output-dir"] = (
-                f"runs/{cfg['scenario']}-{cfg['strategy']}-{cfg['privacy']}-s{cfg['seed']}"
-            )
+            cfg["output-dir"] = default_output_dir(cfg)
         for check in self.checks:
             check(cfg, self)
         return cfg

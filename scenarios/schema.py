@@ -122,6 +122,12 @@ def resolve(
     return {name: keys[name].coerce(value) for name, value in resolved.items()}
 
 
+def default_output_dir(cfg: Mapping[str, Any]) -> str:
+    """``runs/<scenario>-<strategy>-<privacy>-s<seed>``: the output directory of a resolved
+    config that leaves ``output-dir`` empty (server and node derive it the same way)."""
+    return f"runs/{cfg['scenario']}-{cfg['strategy']}-{cfg['privacy']}-s{cfg['seed']}"
+
+
 def toml_lines(keys: Iterable[KeySpec]) -> list[str]:
     """``name = default`` lines of ``[tool.flwr.app.config]`` for ``keys``."""
 

@@ -9,12 +9,14 @@ against its own ``context.run_config`` (once per digest) and merges the keys int
 worker resolves nothing and imports no server code.
 
 - server: :func:`set_base` once per run with ``context.run_config`` (``ServerApp`` main),
-  then :func:`wire_config` per config record. Without a base (library use, tests) the whole
-  config is sent, as before.
+  then :func:`wire_config` per config record. An opt-in the run config leaves at ``"auto"``
+  (``reproducible-noise``, ``unaccounted-metrics``: a scenario's paper setting) is not sent:
+  each node resolves it itself, to false (issue 26, :mod:`scenarios.node_spec`). Without a
+  base (library use, tests) the whole config is sent, as before.
 - client: :func:`client_config` (a digest that does not match raises: the two sides would
-  train different things). In a mode that distrusts the server the ClientApp first refuses a
-  message changing a privacy key the client owns, then puts the node's own values on top
-  (:mod:`fedpriv.ownership`, ``scenarios.client_app.resolved``).
+  train different things). The ClientApp refuses a message whose privacy keys differ from
+  the node's own spec and runs with the spec's values (:mod:`scenarios.node_spec`,
+  ``scenarios.client_app.resolved``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
+
+from fedpriv.ownership import AUTO, NODE_SECURE_DEFAULTS
 
 DIGEST_KEY = "config-digest"
 _BASE: dict[str, Any] = {}
@@ -51,7 +55,12 @@ def wire_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The keys of ``cfg`` whose values differ from the base, plus the base's digest."""
     if not _BASE or any(k not in cfg for k in _BASE):
         return dict(cfg)
-    delta = {k: v for k, v in cfg.items() if k not in _BASE or not _same(_BASE[k], v)}
+    delta = {
+        k: v
+        for k, v in cfg.items()
+        if (k not in _BASE or not _same(_BASE[k], v))
+        and not (k in NODE_SECURE_DEFAULTS and _BASE.get(k) == AUTO)
+    }
     delta[DIGEST_KEY] = _BASE_DIGEST[0]
     return delta
 

@@ -241,10 +241,16 @@ def test_a_digestless_full_config_with_a_weakened_key_is_refused(own, weights):
     assert_refused(app(msg, ctx), "dp-sgd-noise-multiplier", ctx)
 
 
-def test_modes_that_trust_the_server_keep_taking_its_values(own, weights):
+def test_modes_that_trust_the_server_take_its_training_keys_not_its_privacy_keys(own, weights):
+    """Issue 26: the allow-list holds in every mode. A global-DP client trusts the server with
+    its noise, but a message that turns its mode or its opt-ins (privacy-relevant keys) is
+    refused like any other; a training key (the learning rate of a sweep) is the server's."""
     cfg = resolve_run_config({**FAST, "privacy": "global-dp"})
-    sent = {"privacy": "none", "unaccounted-metrics": True}
     arrays = {"arrays": ArrayRecord(weights["dp-sgd"])}
+    for key, value in {"privacy": "none", "unaccounted-metrics": True}.items():
+        ctx = context(cfg)
+        assert_refused(app(message(cfg, MessageType.TRAIN, {key: value}, arrays), ctx), key, ctx)
+    sent = {"learning-rate": 0.5, "client-task": "standard"}
     reply = app(message(cfg, MessageType.TRAIN, sent, arrays), context(cfg))
     assert not reply.has_error(), reply.error
     assert "train-loss" in reply.content["metrics"]
