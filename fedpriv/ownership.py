@@ -25,15 +25,16 @@ Which keys (:data:`OWNED_KEYS`):
   keys that make a user a held-out validation user (``num-clients``, ``validation-clients``);
 * every mode: the opt-ins ``unaccounted-metrics`` and ``reproducible-noise``.
 
-Derived keys (:func:`expected_values`): the client task (a DP-SGD client trains with DP-SGD,
-whatever ``client-task`` says), a zonal client's ``zonal-level`` (its own plan) and IFCA's
-``ifca-eval-split`` (``all`` only for a validation user).
-
-A key the client leaves at ``"auto"`` (or does not set) is delegated: it takes the value the
-server resolves from the run's scenario, as before. ``reproducible-noise`` not set means
-``false``. To own a key, a client sets it. The client's mode is its own ``privacy`` (or an
-own ν > 0, or an IFCA message); the modes that trust the server (``none``, ``global-dp``,
-``metric-dp``, zonal HDP/CDP zones) keep taking the server's values.
+Issue 26: every node, in every mode, resolves its own spec (``scenarios.node_spec``):
+``"auto"`` is resolved ON THE NODE — the scenario's z, C, δ, zones and placement, and the
+node's secure defaults for the opt-ins (:data:`NODE_SECURE_DEFAULTS`: false) and its state
+folder — never delegated to the server. The allow-list is declared here, once:
+:data:`PRIVACY_KEYS` (+ :data:`MODE_PRIVACY_KEYS`, ``seed`` for a node that opted in to
+seeded noise) and :data:`DERIVED_KEYS` (client task, zone level, state folder, IFCA's
+evaluation split) must equal the node's own values; :data:`MESSAGE_KEYS` (round, a zone's
+sampled clients, super-node, zone id, IFCA ledger tag) and every other training key may
+come from the message; :data:`CLIENT_COUNTED` never. :data:`OWNED_KEYS` (what each
+server-distrusting mode declares, ``PrivacyMode.owned_keys``) is a subset of that list.
 """
 
 from __future__ import annotations

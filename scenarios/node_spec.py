@@ -248,21 +248,23 @@ class NodeSpec:
 
     def difference(
         self, cfg: Mapping[str, Any], sent: Mapping[str, Any], kind: str, task: str
-    ) -> str | None:
-        """Why variant ``cfg`` does not match what the message sent (None: it does)."""
+    ) -> tuple[int, str] | None:
+        """Why variant ``cfg`` does not match what the message sent (None: it does), with
+        how many keys matched before the first that does not (the closest variant's reason
+        is the one reported)."""
         mode = node_mode(cfg, self.partition, task or str(sent.get("client-task", "")))
         for key in CLIENT_COUNTED:
             if key in sent:
-                return reason(mode, key, sent[key], "counted by the node itself")
+                return 0, reason(mode, key, sent[key], "counted by the node itself")
         keys = privacy_keys(mode, bool(cfg["reproducible-noise"]))
         # a key the message leaves out keeps the node's own value (the shared run_config's)
         asked = {**{k: self.base[k] for k in keys}, **sent}
         if not task and (kind == "train" or mode == "ifca"):  # IFCA has its own types
             asked.setdefault("client-task", "standard")
         wanted = {k: cfg[k] for k in keys} | self.derived(cfg, mode)
-        for key, value in wanted.items():
+        for rank, (key, value) in enumerate(wanted.items()):
             if key in asked and asked[key] != AUTO and not same(asked[key], value):
-                return reason(mode, key, asked[key], f"the node's own value is {value!r}")
+                return rank, reason(mode, key, asked[key], f"the node's own value is {value!r}")
         return None
 
     def accept(
@@ -274,13 +276,13 @@ class NodeSpec:
         whole config; keys it leaves out are the shared run_config's, which the node resolved
         itself); ``kind``: ``train`` | ``evaluate``; ``task``: a custom message type's task.
         """
-        first = ""
+        closest = (-1, "")
         for cfg in self.variants:
             why = self.difference(cfg, sent, kind, task)
             if why is None:
                 return self._run_config(cfg, sent, task), ""
-            first = first or why
-        return None, first
+            closest = max(closest, why, key=lambda pair: pair[0])
+        return None, closest[1]
 
     def _run_config(self, cfg: Mapping[str, Any], sent: Mapping[str, Any], task: str):
         mode = node_mode(cfg, self.partition, task or str(sent.get("client-task", "")))
