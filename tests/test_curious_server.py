@@ -32,6 +32,7 @@ from scenarios.client_app import app
 from scenarios.features import CATALOG
 from scenarios.keys_zonal import plan_from_config
 from scenarios.node_spec import catalog_snapshot, load_snapshot, node_spec, resolve_node
+from scenarios.schema import ConfigError
 
 AUTO_RUN_CONFIG = {key: "auto" for key in CATALOG.keys}  # pyproject.toml: every key "auto"
 ZONE = 0
@@ -52,8 +53,7 @@ ZONE_SET = {
     "reproducible-noise": False,
     "unaccounted-metrics": False,
 }
-DPSGD_AUTO = {**AUTO_RUN_CONFIG}  # + node config privacy='dp-sgd' (README SuperNode)
-DPSGD_NODE = {"privacy": "dp-sgd"}
+DPSGD_AUTO = {**AUTO_RUN_CONFIG, "privacy": "dp-sgd"}  # the run's; the node sets nothing
 DPSGD_SET_NODE = {
     "privacy": "dp-sgd",
     "dp-sgd-noise-multiplier": 1.3,
@@ -120,7 +120,8 @@ def assert_refused(reply: Message, key: str, ctx: Context) -> None:
 
 def zone_extra(run_config: dict, node: dict) -> dict:
     """The zone-node strategy's keys (strategies.zonal_nodes), from the node's own plan."""
-    level = plan_from_config(node_spec(7, run_config, node).base).levels[ZONE]
+    spec = node_spec(7, run_config, {**node, "partition-id": ZONE})
+    level = plan_from_config(spec.base).levels[ZONE]
     return {
         "client-task": "zone-node",
         "zonal-zone": ZONE,
@@ -138,7 +139,7 @@ def zone_weights():
 
 @pytest.fixture(scope="module")
 def dpsgd_weights():
-    cfg = CATALOG.resolve_run_config({**DPSGD_AUTO, **DPSGD_NODE})
+    cfg = CATALOG.resolve_run_config(DPSGD_AUTO)
     return initial_weights(cfg, federated_data(cfg))
 
 
@@ -152,7 +153,10 @@ def test_a_zone_node_refuses_each_weakened_key(zone_weights, who, key):
     ctx = context(run_config, ZONE, node)
     extra = zone_extra(run_config, ctx.node_config)
     msg = server_message(run_config, extra, zone_weights, {key: ZONE_ATTACKS[key]})
-    assert_refused(app(msg, ctx), key, ctx)
+    # hdp-digits' own comparison declares a 'none' variant: that placement is refused only
+    # because the message keeps the HDP level (the variant's level is the node's: 'none')
+    named = "zonal-level" if (who, key) == ("auto", "noise-placement") else key
+    assert_refused(app(msg, ctx), named, ctx)
 
 
 def _zone_delta(reply: Message, weights: list) -> np.ndarray:
@@ -185,7 +189,10 @@ def test_a_zone_node_releases_at_its_own_sigma_with_secret_noise(zone_weights, w
     assert np.std(diff) / np.sqrt(2) == pytest.approx(sigma, rel=0.05)
 
 
-DPSGD_NODES = {"auto": (DPSGD_AUTO, DPSGD_NODE), "set": (DPSGD_AUTO, DPSGD_SET_NODE)}
+DPSGD_SET = {**DPSGD_AUTO, **{k: v for k, v in DPSGD_SET_NODE.items() if k in CATALOG.keys}}
+# the set node's run config is the run's (its values, so the server sends them too) and its
+# node config sets every key again, with its own state folder
+DPSGD_NODES = {"auto": (DPSGD_AUTO, {}), "set": (DPSGD_SET, DPSGD_SET_NODE)}
 
 
 @pytest.fixture()
@@ -272,7 +279,10 @@ def test_the_node_resolves_like_the_server_but_for_its_secure_defaults():
     )
     assert any(s.defaults.get("reproducible-noise") for s in CATALOG.scenarios.values())
     for name in CATALOG.scenarios:
-        server = CATALOG.resolve_run_config({**AUTO_RUN_CONFIG, "scenario": name})
+        try:
+            server = CATALOG.resolve_run_config({**AUTO_RUN_CONFIG, "scenario": name})
+        except ConfigError:  # a scenario that needs a data-path
+            continue
         node = resolve_node({**AUTO_RUN_CONFIG, "scenario": name})
         assert {k: v for k, v in node.items() if k not in NODE_SECURE_DEFAULTS} == {
             k: v for k, v in server.items() if k not in NODE_SECURE_DEFAULTS
