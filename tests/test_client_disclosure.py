@@ -25,10 +25,12 @@ NEVER_UNDER_DP = {"train-loss", "loss", "accuracy", "zonal-update-norm", "zonal-
                   "zonal-noise-norm", "hypothesis"}  # fmt: skip
 
 
-def context(partition: int = 0) -> Context:
+def context(partition: int = 0, run_config: dict | None = None) -> Context:
+    """A node of the run: its ``run_config`` is the run's (issue 26: the node resolves its
+    own privacy settings from it; a message cannot set them)."""
     return Context(
         run_id=1, node_id=1, node_config={"partition-id": partition}, state=RecordDict(),
-        run_config={},
+        run_config=dict(run_config or {}),
     )  # fmt: skip
 
 
@@ -38,7 +40,7 @@ def send(cfg: dict, message_type: str, arrays=None, extra: dict | None = None) -
     content = {"config": config}
     if arrays is not None:
         content["arrays"] = ArrayRecord(arrays)
-    reply = app(Message(RecordDict(content), 1, message_type), context())
+    reply = app(Message(RecordDict(content), 1, message_type), context(run_config=cfg))
     assert not reply.has_error(), reply.error
     return reply.content
 
@@ -93,7 +95,12 @@ def test_dp_sgd_clients_send_no_unnoised_loss(digits):
 
 def test_zonal_ldp_clients_send_no_norms():
     cfg = resolve_run_config(
-        {"scenario": "hdp-digits", "noise-placement": "ldp", "local-epochs": 1}
+        {
+            "scenario": "hdp-digits",
+            "noise-placement": "ldp",
+            "local-epochs": 1,
+            "zonal-runtime": "in-server",
+        }  # one SuperNode per client  # fmt: skip
     )
     weights = initial_weights(cfg, federated_data(cfg))
     extra = {"client-task": "zonal", "zonal-level": "ldp"}
@@ -109,7 +116,7 @@ def test_ifca_training_users_send_only_the_sanitized_vector():
     from scenarios.ifca import initial_hypotheses
     from strategies.ifca import hypotheses_record
 
-    cfg = resolve_run_config(  # the client (empty run config) keeps secret noise
+    cfg = resolve_run_config(  # the client keeps secret noise
         {"scenario": "gp-synthetic", "unaccounted-metrics": False, "reproducible-noise": False}
     )
     hyps = hypotheses_record(initial_hypotheses(cfg, federated_data(cfg)))
@@ -117,17 +124,18 @@ def test_ifca_training_users_send_only_the_sanitized_vector():
 
     def ifca(kind: str, extra: dict) -> RecordDict:
         content = RecordDict({HYPOTHESES_KEY: hyps, CONFIG_KEY: ConfigRecord({**base, **extra})})
-        reply = app(Message(content, 1, f"{kind}.ifca"), context())
+        reply = app(Message(content, 1, f"{kind}.ifca"), context(run_config=cfg))
         assert not reply.has_error(), reply.error
         return reply.content
 
     train = ifca(MessageType.TRAIN, {})
     assert set(train.keys()) == {REPLY_KEY} and not train.metric_records
     assert ifca(MessageType.EVALUATE, {"ifca-eval-split": "test"}).keys() == set()  # declined
-    # the GP scenario's final evaluation is an explicit, listed opt-in
+    # the GP scenario's final evaluation is an explicit, listed opt-in: the node's own
     opted = {**base, "unaccounted-metrics": True, "ifca-eval-split": "test"}
+    node = context(run_config={**cfg, "unaccounted-metrics": True})
     reply = app(Message(RecordDict({HYPOTHESES_KEY: hyps, CONFIG_KEY: ConfigRecord(opted)}), 1,
-                        "evaluate.ifca"), context())  # fmt: skip
+                        "evaluate.ifca"), node)  # fmt: skip
     assert "hypothesis" in metric_keys(reply.content)
     default = resolve_run_config({"scenario": "gp-synthetic"})
     assert default["unaccounted-metrics"] is True
