@@ -257,8 +257,10 @@ class NodeSpec:
             if key in sent:
                 return 0, reason(mode, key, sent[key], "counted by the node itself")
         keys = privacy_keys(mode, bool(cfg["reproducible-noise"]))
-        # a key the message leaves out keeps the node's own value (the shared run_config's)
-        asked = {**{k: self.base[k] for k in keys}, **sent}
+        # a key the message leaves out keeps the node's own value (the shared run_config's);
+        # an opt-in left out is the node's to decide (the server sends none it left at auto)
+        kept = {k: self.base[k] for k in keys if k not in NODE_SECURE_DEFAULTS}
+        asked = {**kept, **sent}
         if not task and (kind == "train" or mode == "ifca"):  # IFCA has its own types
             asked.setdefault("client-task", "standard")
         wanted = {k: cfg[k] for k in keys} | self.derived(cfg, mode)
