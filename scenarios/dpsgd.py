@@ -25,7 +25,6 @@ is the stock strategy's, on DP-SGD-trained models.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -33,7 +32,6 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy import Strategy
 
-from fedpriv.checkpoint import CLIENT_STATE_DIR, STATE_DIR_KEY
 from fedpriv.disclosure import unaccounted_channels
 from fedpriv.dpsgd import ACCOUNTANT_TEXT, ADJACENCY_TEXT, SAMPLING_TEXT
 from fedpriv.records import PrivacyFigures
@@ -59,19 +57,17 @@ def _reply_metrics(reply: Message) -> dict[str, Any]:
 class DpSgdClients(StrategyWrapper):
     """Ask the sampled clients for DP-SGD training and keep their ε (per node)."""
 
-    def __init__(self, strategy: Strategy, state_dir: Optional[str] = None) -> None:
+    def __init__(self, strategy: Strategy) -> None:
         self.strategy = strategy
-        self.state_dir = state_dir  # where the clients keep their participation counts
         self.participations: dict[int, int] = {}
         self.epsilon: dict[int, float] = {}
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Delegate with ``client-task = dp-sgd`` (and the clients' state folder); mirror
-        each client's participation count."""
-        extra = {STATE_DIR_KEY: self.state_dir} if self.state_dir else {}
-        config = ConfigRecord({**dict(config), "client-task": TASK, **extra})
+        """Delegate with ``client-task = dp-sgd``; mirror each client's participation count
+        (the clients count their own, in their own state directories: issue 26)."""
+        config = ConfigRecord({**dict(config), "client-task": TASK})
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         for msg in messages:
             node = msg.metadata.dst_node_id
@@ -157,12 +153,6 @@ def dpsgd_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
     }
 
 
-def _state_dir(cfg: Mapping[str, Any]) -> str:
-    """``<output-dir>/client-state``: the clients' own participation files (they survive a
-    resumed run's restart, :func:`scenarios.client_tasks.dpsgd_participations`)."""
-    return str(Path(cfg["output-dir"]) / CLIENT_STATE_DIR)
-
-
 def check_microbatches(cfg: Mapping[str, Any], catalog: Catalog) -> None:
     """``microbatches`` must be 0: DP-SGD clips each example (the option went with
     tensorflow-privacy; clipping means of several examples would double the sensitivity)."""
@@ -177,9 +167,7 @@ FEATURE = Feature(
     name="dp-sgd",
     description="Client-side DP-SGD (Poisson batches), example-level epsilon per client.",
     keys=KEYS,
-    privacy_modes=(
-        declare(TASK, lambda strategy, cfg, rng: DpSgdClients(strategy, _state_dir(cfg))),
-    ),
+    privacy_modes=(declare(TASK, lambda strategy, cfg, rng: DpSgdClients(strategy)),),
     client_tasks=(TASK,),
     summary=dpsgd_summary,
     checks=(check_microbatches,),
