@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
 
 from clients.keras_client import federated_data, initial_weights
 from fedpriv import dpsgd
@@ -249,3 +257,93 @@ def test_dp_sgd_counts_every_release_across_restarts_and_replays(dp, tmp_path):
     assert eps == pytest.approx([expected_epsilon(cfg, n, k) for k in counts])
     assert ReleaseCounter(tmp_path / "own", "dp-sgd", 2).load().releases == distinct
     assert not (tmp_path / "fresh").exists()
+
+
+# --- the server: charge and checkpoint before the release ------------------------------------
+
+
+class Killed(BaseException):
+    """The process dies (nothing in the engine catches it)."""
+
+
+class AnsweringGrid:
+    """The federation of a test: every sampled client answers a train message with a seeded
+    local step from the arrays it received, an evaluate message with its metrics; every
+    global model the server sends out is recorded (``released``). ``kill_at``: the round whose
+    evaluate messages (the new global model) leave the server just before the process dies."""
+
+    def __init__(self, nodes: list[int], kill_at: int | None = None) -> None:
+        self.nodes, self.kill_at = nodes, kill_at
+        self.released: list[bytes] = []
+
+    def get_node_ids(self):
+        return list(self.nodes)
+
+    def send_and_receive(self, messages, timeout=None):
+        messages = list(messages)
+        replies = []
+        for msg in messages:
+            if "arrays" in msg.content:
+                arrays = msg.content["arrays"].to_numpy_ndarrays()
+                self.released.append(b"".join(a.tobytes() for a in arrays))
+            server_round = int(msg.content["config"]["server-round"])
+            if msg.metadata.message_type == MessageType.EVALUATE:
+                if server_round == self.kill_at:
+                    raise Killed(f"killed after configure_evaluate of round {server_round}")
+                metrics = {"num-examples": 10, "accuracy": 0.5, "loss": 1.0}
+                content = RecordDict({"metrics": MetricRecord(metrics)})
+            else:
+                rng = np.random.default_rng([server_round, msg.metadata.dst_node_id])
+                local = [(a + rng.normal(0, 0.5, a.shape)).astype(a.dtype) for a in arrays]
+                content = RecordDict(
+                    {"arrays": ArrayRecord(local), "metrics": MetricRecord({"num-examples": 10})}
+                )
+            replies.append(Message(content=content, reply_to=msg))
+        return replies
+
+
+def test_a_kill_between_configure_evaluate_and_the_checkpoint_never_releases_uncharged(tmp_path):
+    """Must-show 4: a global-DP run under ``max-epsilon`` killed after round 3's new model left
+    the server (``configure_evaluate``) and before its round was recorded resumes without a
+    second, fresh round 3: the reported ε equals an independent accountant over every distinct
+    model that left the server, and never exceeds the budget."""
+    from fedpriv.accounting.rounds import GaussianRoundsAccountant
+    from scenarios.engine import train_run
+    from scenarios.features import CATALOG
+    from scenarios.federation import PartitionGrid
+
+    base = {
+        "privacy": "global-dp", "num-clients": 6, "clients-per-round": 3, "local-epochs": 1,
+        "noise-multiplier": 1.0, "clipping-norm": 1.0, "num-server-rounds": 6, "seed": 3,
+        "output-dir": str(tmp_path / "run"), **SECRET,
+    }  # fmt: skip
+    probe = resolve_run_config(base)
+
+    def independent(releases: int) -> float:
+        acc = GaussianRoundsAccountant(
+            sampled=3, population=6, delta=float(probe["dp-delta"]),
+            sampling=str(probe["client-sampling"]),
+        )  # fmt: skip
+        for _ in range(releases):
+            acc.step(float(probe["noise-multiplier"]))
+        return float(acc.report().epsilon) if releases else 0.0
+
+    budget = (independent(3) + independent(4)) / 2  # 3 rounds fit, a 4th does not
+    cfg = resolve_run_config({**base, "max-epsilon": budget})
+    data = federated_data(cfg)
+    nodes = {100 + p: p for p in range(6)}
+    killed = AnsweringGrid(list(nodes), kill_at=3)
+    with pytest.raises(Killed):
+        train_run(PartitionGrid(killed, nodes), cfg, data, CATALOG, resumable=True)
+    resumed = AnsweringGrid(list(nodes))
+    outcome = train_run(PartitionGrid(resumed, nodes), cfg, data, CATALOG, resumable=True)
+    initial = killed.released[0]
+    left = {r for r in killed.released + resumed.released if r != initial}
+    assert len(left) == 3  # rounds 1-3, round 3 once (its resend is the same model)
+    reported = [r for r in outcome.rounds if r.get("round", 0) > 0]
+    assert [r["round"] for r in reported] == [1, 2, 3]
+    eps = float(reported[-1]["dp-epsilon"])
+    assert reported[-1]["dp-noised-rounds"] == len(left)
+    assert eps == pytest.approx(independent(len(left)), rel=1e-9)
+    assert eps <= budget
+    assert "max-epsilon" in outcome.summary.get("stopped", "")
