@@ -5,12 +5,14 @@ released, in a state directory it owns (never one named by a message), and decid
 whether a request may produce a new release:
 
 * **Where.** :func:`state_dir`: the node's own ``client-state-dir`` (its ``node_config``,
-  else its ``run_config``); when unset, ``$FEDPRIV_STATE_ROOT`` (default
-  ``<tempdir>/fedpriv-state-<uid>``) ``/run-<run_id>``: one directory per run, keyed by the
-  run id the node's runtime gives it. One file per party and identity in it,
-  ``<party>-<identity>.json`` (identity: the node's own ``partition-id``, a zone node's zone
-  id). A ledger kept in a named ``client-state-dir`` composes every release of the node's data
-  through that directory, across runs and restarts; the per-run default lives for one run.
+  else its ``run_config``); else ``<output-dir>/client-state`` when its ``run_config`` names
+  an ``output-dir`` (a simulation started with one: a resumed run finds the ledgers again);
+  else ``$FEDPRIV_STATE_ROOT`` (default ``<tempdir>/fedpriv-state-<uid>``) ``/run-<run_id>``:
+  one directory per run, keyed by the run id the node's runtime gives it. One file per
+  party and identity in it, ``<party>-<identity>.json`` (identity: the node's own
+  ``partition-id``, a zone node's zone id). A ledger kept in a named directory composes
+  every release of the node's data through it, across runs and restarts; the per-run
+  default lives for one run (a restarted run, a new run id, starts a new one).
 * **What.** The ledger holds the node's total ``releases`` (monotonic), the ``spent`` cost
   (for budgets in the party's own unit: GP leakage, one per DP-SGD participation, ...),
   ``declined`` requests, and per *sequence* the last released round, its request digest and
@@ -57,6 +59,7 @@ __all__ = [
 
 STATE_DIR_KEY = "client-state-dir"  # a node's own config: where it keeps its ledgers
 STATE_ROOT_ENV = "FEDPRIV_STATE_ROOT"  # the default root of per-run state directories
+CLIENT_STATE_DIR = "client-state"  # under a run config's own output-dir
 Rewind = Literal["refuse", "charge"]
 _REL_TOL = 1e-9  # float sums of costs against a budget
 
@@ -71,11 +74,15 @@ def default_root() -> Path:
 
 def state_dir(node_config: Mapping[str, Any], run_config: Mapping[str, Any], run_id: int) -> Path:
     """The node's own state directory: ``client-state-dir`` of its ``node_config``, else of its
-    ``run_config``, else ``default_root()/run-<run_id>`` (never a message's value)."""
+    ``run_config``, else ``<output-dir>/client-state`` of its ``run_config``, else
+    ``default_root()/run-<run_id>`` (never a message's value)."""
     for source in (node_config, run_config):
         value = str(source.get(STATE_DIR_KEY, "") or "")
         if value and value != "auto":
             return Path(value)
+    output = str(run_config.get("output-dir", "") or "")
+    if output and output != "auto":
+        return Path(output) / CLIENT_STATE_DIR
     return default_root() / f"run-{int(run_id)}"
 
 
