@@ -18,7 +18,8 @@ SuperNodes; client ledgers keyed by the run's index in ``context.state``), each 
 
 Resume (issue 12): every run checkpoints after each round (``checkpoint.pkl``: hypotheses,
 server Generator, mirror ledger, early stopping, best hypotheses; ``scenarios.resume``) and
-its clients keep their own ledgers in ``output-dir/client-state/`` (``clients.ifca_client``);
+its clients keep their own ledgers in their own state directories (``clients.ifca_client``,
+:mod:`fedpriv.releases`: ``output-dir/client-state/`` when the run config names the output dir);
 the same command continues a killed run, and a sweep skips its complete runs.
 
 Outputs of one run: ``rounds.jsonl`` (per round: sampled users, participants, declines,

@@ -12,6 +12,9 @@ sample of one client. The expected counts are counted here independently, from t
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 from flwr.app import (
@@ -347,3 +350,55 @@ def test_a_kill_between_configure_evaluate_and_the_checkpoint_never_releases_unc
     assert eps == pytest.approx(independent(len(left)), rel=1e-9)
     assert eps <= budget
     assert "max-epsilon" in outcome.summary.get("stopped", "")
+
+
+# --- the ledger itself ---------------------------------------------------------------------
+
+
+def test_the_state_dir_is_the_nodes_own():
+    from fedpriv.releases import STATE_ROOT_ENV, state_dir
+
+    assert state_dir({STATE_DIR_KEY: "/n"}, {STATE_DIR_KEY: "/r", "output-dir": "/o"}, 4) == (
+        Path("/n")
+    )
+    assert state_dir({}, {STATE_DIR_KEY: "/r", "output-dir": "/o"}, 4) == Path("/r")
+    assert state_dir({}, {"output-dir": "/o"}, 4) == Path("/o/client-state")
+    root = Path(os.environ[STATE_ROOT_ENV])  # tests/conftest.py: one root per test
+    assert state_dir({}, {"output-dir": "auto"}, 4) == root / "run-4"
+    assert state_dir({STATE_DIR_KEY: "auto"}, {}, 5) == root / "run-5"
+
+
+def test_a_release_is_charged_before_it_is_computed(tmp_path):
+    """A crash while the release is computed keeps the charge; the next request of that round
+    is not the cached repeat (there is none): refused (zone) or charged again (DP-SGD, IFCA)."""
+    from clients.releases import ReleaseRefused, guarded_release
+
+    counter = ReleaseCounter(tmp_path, "zone-node", 1)
+
+    def crash(ticket):
+        assert counter.load().releases == ticket.releases == 1  # on disk before the work
+        raise RuntimeError("killed while training")
+
+    with pytest.raises(RuntimeError):
+        guarded_release(counter, "s", 1, "d", crash)
+    assert counter.load().releases == 1
+    with pytest.raises(ReleaseRefused, match="already released"):
+        guarded_release(counter, "s", 1, "d", lambda t: RecordDict())
+    charged = ReleaseCounter(tmp_path, "dp-sgd", 1)
+    with pytest.raises(RuntimeError):
+        guarded_release(charged, "s", 1, "d", crash, rewind="charge")
+    guarded_release(charged, "s", 1, "d", lambda t: RecordDict(), rewind="charge")
+    assert charged.load().releases == 2
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporary file
+
+
+def test_the_counter_is_monotonic_and_per_sequence(tmp_path):
+    counter = ReleaseCounter(tmp_path, "zone-node", 0)
+    kinds = [counter.begin("a", r, f"d{r}", max_releases=2).kind for r in (1, 2, 3)] + [
+        counter.begin("b", 1, "d1", max_releases=2).kind
+    ]
+    assert kinds == ["fresh", "fresh", "refused", "fresh"]
+    ledger = counter.load()
+    assert ledger.releases == 3 and ledger.sequences["a"]["count"] == 2
+    with pytest.raises(ValueError, match="rewind = 'sometimes' is not allowed"):
+        counter.begin("a", 4, "d4", rewind="sometimes")
