@@ -5,8 +5,9 @@ Declared here (``FEATURE``):
 - client task ``dp-sgd`` (:func:`scenarios.client_tasks.train_dpsgd`): the client trains with
   Poisson-sampled DP-SGD (``clients.dpsgd_client``, ``fedpriv.dpsgd``) and puts its
   example-level ε in the train MetricRecord (``dp-sgd-epsilon``). The client computes ε from
-  its own config and its own count of the rounds it trained in (``context.state``): the
-  server sends no participation count and cannot set the ε a client reports.
+  its own config and its own count of the rounds it trained in (its own release ledger,
+  :mod:`fedpriv.releases`): the server sends no participation count and cannot set the ε a
+  client reports.
 - privacy mode ``dp-sgd``: :class:`DpSgdClients`, a thin Message-API wrapper around the
   stock strategy. It sets ``client-task = "dp-sgd"`` in the train config, mirrors how many
   rounds it asked each client to train (for the summary, not sent), and keeps each client's

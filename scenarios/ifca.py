@@ -13,7 +13,8 @@ Scenarios (kind ``ifca``):
 
 Run layout: the last ``validation-clients`` partition ids are the held-out validation users,
 the others train. ``ifca-sweep`` runs several configurations in ONE simulation (same
-SuperNodes; client ledgers keyed by the run's index in ``context.state``), each in
+SuperNodes; each client keeps ONE ledger across the sweep's runs, :mod:`fedpriv.releases`:
+the cells release the same data, so their leakage adds up), each in
 ``output-dir/sweep-NN/``, plus a summary and ``ifca_table.md`` in ``output-dir``.
 
 Resume (issue 12): every run checkpoints after each round (``checkpoint.pkl``: hypotheses,
