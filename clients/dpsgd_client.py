@@ -21,8 +21,8 @@ true``: then both derive from the call's public seed (tests, paper reproductions
 then valid only while that seed is secret from every party).
 
 ε: computed here from the client's own config (C does not enter; z, B, δ, local epochs) and
-its own count of the rounds it trained in (``participations``, kept in ``context.state`` by
-the ClientApp task, never read from the server's message).
+its own count of the rounds it trained in (``participations``, from its own release ledger,
+:mod:`fedpriv.releases`, kept by the ClientApp task; never read from the server's message).
 """
 
 from __future__ import annotations

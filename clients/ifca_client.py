@@ -4,30 +4,30 @@ Training (message type ``train.ifca``), for user c:
 
 1. receive all k hypotheses (one ArrayRecord, keys ``"<j>/<layer>"``, see
    :mod:`fedpriv.ifca`) and the run config;
-2. check the client's OWN leakage ledger (kept in ``context.state``): one participation
+2. check the client's OWN leakage ledger (its own file, see below): one participation
    costs ``n/ν`` (GP §3.2), known before any work; if ``spent + n/ν > leakage-budget`` the
-   client declines: the reply content is an EMPTY RecordDict (no parameters);
+   client declines: the reply content is an EMPTY RecordDict (no parameters); otherwise it
+   charges ``n/ν`` to the ledger now, before it trains;
 3. ``j̄ = argmin_j F_c(θ_j; Z_c)`` on the local training split (the model's loss: MSE for
    the linear model, cross-entropy for classifiers);
 4. train θ_j̄ locally (``clients.keras_client.train_local``: E epochs, batch B, step s);
 5. ``θ̂ = θ_local + ρ``, ρ ~ Laplace_ε in R^n, ``ε = n/(ν‖δ‖)``, ``δ = θ_local − θ_j̄``
    (``fedpriv.mechanisms.sanitize_laplace``); ν = 0 releases θ_local (plain IFCA);
-6. charge ``n/ν`` to the ledger and reply with exactly one record: ``theta-hat``, the full
+6. reply with exactly one record: ``theta-hat``, the full
    sanitized parameter vector (as the model's layer list). No sample count, no cluster
    index, no δ, no metrics (GP-extended §4, rules 1–4).
 
-Why ``context.state``: a simulated client is a stateless function call in whatever worker
-process is free; Flower keeps ``context.state`` per node and run and hands it back on every
-call, so it is where a client's ledger survives between rounds. The server keeps a
-mirror (the cost is data-independent) for reports; the client's copy is authoritative.
-
-Resume (issue 12): ``context.state`` dies with the simulation, so when the server names a
-``client-state-dir`` in the message config (the IFCA runner does: ``<output-dir>/client-state``)
-the client also keeps its ledger in its own file there, ``<ledger key>-<partition>.json``
-(:func:`fedpriv.checkpoint.write_client_state`: one entry per round), and reads it from that
-file — the entry of its last call before this round, so a round re-run after a kill is
-charged once. The file is written and read by the client only; the ledger is never sent to
-the server. (In a deployment the path is on the SuperNode's own disk.)
+The ledger is the client's own (issue 26, :mod:`clients.releases`): the file
+``ifca-<partition>.json`` in the node's own state directory (``client-state-dir`` of its node
+or run config, else one per run; never a path, tag or round from the message). Every release
+is charged there BEFORE the client trains, persisted atomically, so a restarted client (a new
+``Context``, the same state directory) keeps its spent leakage; a rewound ``server-round``, a
+new ``ifca-ledger-tag`` or a sweep's next cell is a new release and is charged; only an
+identical repeat of its last request gets the cached reply (the same vector, no fresh noise,
+no charge). The budget is the client's own ``leakage-budget``. A copy of the ledger is kept in
+``context.state`` (record ``ifca-ledger``) for in-process readers; the file is
+authoritative. The server keeps a mirror (the cost is data-independent) for reports; the
+ledger is never sent to the server.
 
 Evaluation (``evaluate.ifca``; validation users every round, training users once at the
 end for the report): the user picks its best hypothesis and replies with metrics
@@ -43,8 +43,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import math  # noqa: E402
 from collections.abc import Mapping, Sequence  # noqa: E402
-from logging import WARNING  # noqa: E402
-from pathlib import Path  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -55,7 +53,6 @@ from flwr.app import (  # noqa: E402
     MetricRecord,
     RecordDict,
 )
-from flwr.common import log  # noqa: E402
 
 from clients.keras_client import (  # noqa: E402
     TrainSettings,
@@ -64,12 +61,13 @@ from clients.keras_client import (  # noqa: E402
     predict_proba,
     train_local,
 )
-from fedpriv.accounting import LeakageLedger, laplace_leakage  # noqa: E402
-from fedpriv.checkpoint import (  # noqa: E402
-    STATE_DIR_KEY,
-    read_client_state,
-    write_client_state,
+from clients.releases import (  # noqa: E402
+    guarded_release,
+    node_counter,
+    request_digest,
+    sequence_of,
 )
+from fedpriv.accounting import laplace_leakage  # noqa: E402
 from fedpriv.disclosure import sends_unaccounted  # noqa: E402
 from fedpriv.ifca import (  # noqa: E402
     HYPOTHESES_KEY,
@@ -81,6 +79,7 @@ from fedpriv.ifca import (  # noqa: E402
     unpack_hypotheses,
 )
 from fedpriv.mechanisms import sanitize_laplace  # noqa: E402
+from fedpriv.releases import ReleaseCounter  # noqa: E402
 from fedpriv.seeds import privacy_rng, reproducible  # noqa: E402
 
 TRAIN_STREAM, NOISE_STREAM = 0, 1
@@ -89,15 +88,12 @@ EMPTY_LEDGER = {"spent": 0.0, "participations": 0, "declined": 0}
 
 # --- records ------------------------------------------------------------------------------
 
-
-def ledger_key(cfg: Mapping[str, Any]) -> str:
-    """The state record of this run's ledger (a sweep runs several ledgers side by side)."""
-    tag = str(cfg.get("ifca-ledger-tag", ""))
-    return f"{LEDGER_KEY}-{tag}" if tag else LEDGER_KEY
+IFCA_PARTY = "ifca"  # the ledger file ``ifca-<partition>.json`` (clients.releases)
 
 
-def read_ledger(state: Optional[RecordDict], key: str) -> dict[str, float]:
-    """The client's ledger ``{"spent", "participations", "declined"}`` from its state."""
+def read_ledger(state: Optional[RecordDict], key: str = LEDGER_KEY) -> dict[str, float]:
+    """The copy of the client's ledger ``{"spent", "participations", "declined"}`` in its
+    ``context.state`` (empty when none was written)."""
     if state is None or key not in state.metric_records:
         return dict(EMPTY_LEDGER)
     record = state.metric_records[key]
@@ -108,51 +104,27 @@ def read_ledger(state: Optional[RecordDict], key: str) -> dict[str, float]:
     }
 
 
-def write_ledger(state: Optional[RecordDict], key: str, ledger: Mapping[str, float]) -> None:
-    """Store the ledger back into the client's state (no-op without a state)."""
+def own_ledger(counter: ReleaseCounter) -> dict[str, float]:
+    """The client's ledger as its own file holds it."""
+    ledger = counter.load()
+    return {
+        "spent": float(ledger.spent),
+        "participations": int(ledger.releases),
+        "declined": int(ledger.declined),
+    }
+
+
+def mirror_ledger(state: Optional[RecordDict], counter: ReleaseCounter) -> None:
+    """Copy the file's ledger into ``context.state`` (no-op without a state)."""
     if state is not None:
-        state[key] = MetricRecord(
+        ledger = own_ledger(counter)
+        state[LEDGER_KEY] = MetricRecord(
             {
                 "spent": float(ledger["spent"]),
                 "participations": int(ledger["participations"]),
                 "declined": int(ledger["declined"]),
             }
         )
-
-
-def ledger_file(cfg: Mapping[str, Any], partition: int) -> Optional[Path]:
-    """This client's own ledger file (``client-state-dir`` of the message config), or None."""
-    folder = str(cfg.get(STATE_DIR_KEY, ""))
-    return Path(folder) / f"{ledger_key(cfg)}-{int(partition)}.json" if folder else None
-
-
-def load_ledger(
-    state: Optional[RecordDict], cfg: Mapping[str, Any], partition: int
-) -> dict[str, float]:
-    """The ledger before this call: from the client's file when it holds an entry of an
-    earlier round (it survives a restart), else from ``context.state``."""
-    path = ledger_file(cfg, partition)
-    kept = read_client_state(path, int(cfg.get("server-round", 0))) if path else None
-    return {**EMPTY_LEDGER, **kept} if kept else read_ledger(state, ledger_key(cfg))
-
-
-def store_ledger(
-    state: Optional[RecordDict], cfg: Mapping[str, Any], partition: int, ledger: Mapping
-) -> None:
-    """Write the ledger to ``context.state`` and, when it keeps one, the client's file.
-
-    A file the client cannot write (a deployment SuperNode without the server's path) does
-    not fail the round: the ledger stays in ``context.state`` for this run, and a warning
-    says that it will not survive a restart.
-    """
-    write_ledger(state, ledger_key(cfg), ledger)
-    path = ledger_file(cfg, partition)
-    if path is None:
-        return
-    try:
-        write_client_state(path, int(cfg.get("server-round", 0)), ledger)
-    except OSError as err:
-        log(WARNING, "IFCA client %d: ledger file %s not written (%s)", partition, path, err)
 
 
 # --- local losses -------------------------------------------------------------------------
@@ -203,31 +175,44 @@ def call_seed(cfg: Mapping[str, Any], partition: int, stream: int) -> int:
 
 
 def ifca_train(
-    msg: Message, cfg: Mapping[str, Any], partition: int, state: Optional[RecordDict]
+    msg: Message, cfg: Mapping[str, Any], partition: int, context: Optional[Context] = None
 ) -> RecordDict:
     """One IFCA participation of ``partition``; returns the reply content (see module doc).
 
-    ``state`` is the node's ``context.state`` (the ledger lives there); ``None`` runs
-    without a persistent ledger, refused when a ``leakage-budget`` is set. The Laplace noise
-    is the client's own OS entropy unless the run sets ``reproducible-noise`` (then seeded
-    per (seed, round, partition), ``call_seed``).
+    ``context``: the node's Flower context (its state directory, run id and ``context.state``);
+    None (a direct call) keeps the ledger in the default per-run directory of run 0. The
+    Laplace noise is the client's own OS entropy unless the run sets ``reproducible-noise``
+    (then seeded per (seed, round, partition), ``call_seed``).
     """
+    if context is None:
+        context = Context(0, 0, {"partition-id": partition}, RecordDict(), {})
     nu = float(cfg["ifca-noise-multiplier"])
     budget = float(cfg["leakage-budget"])
-    if state is None and budget > 0:
-        raise ValueError(
-            "leakage-budget > 0 needs the client's context.state for its ledger; "
-            "send message type 'train.ifca' (scenarios.ifca), not a stateless task"
-        )
     hypotheses = unpack_hypotheses(msg.content[HYPOTHESES_KEY])
-    cost = laplace_leakage(num_params(hypotheses[0]), nu) if nu > 0 else 0.0
-    ledger = load_ledger(state, cfg, partition)
-    if budget > 0:
-        check = LeakageLedger(budget=budget, spent={partition: ledger["spent"]})
-        if not check.can_participate(partition, cost):
-            ledger["declined"] += 1
-            store_ledger(state, cfg, partition, ledger)
-            return RecordDict()  # decline: no parameters, nothing else
+    dim = num_params(hypotheses[0])
+    cost = laplace_leakage(dim, nu) if nu > 0 else 0.0
+    counter = node_counter(context, IFCA_PARTY)
+    server_round = int(cfg.get("server-round", 0))
+    try:
+        return guarded_release(
+            counter,
+            sequence_of(int(context.run_id), {"nu": nu, "dim": dim}),
+            server_round,
+            request_digest(msg, server_round),
+            lambda _ticket: _release(hypotheses, cfg, partition, nu),
+            cost=cost,
+            budget=budget if budget > 0 else None,
+            rewind="charge",
+            on_declined=lambda _ticket: RecordDict(),  # decline: no parameters, nothing else
+        )
+    finally:
+        mirror_ledger(context.state, counter)
+
+
+def _release(
+    hypotheses: Sequence[Sequence[np.ndarray]], cfg: Mapping[str, Any], partition: int, nu: float
+) -> RecordDict:
+    """Lines 5-7 of one charged participation: pick j̄, train θ_j̄, sanitize, reply θ̂."""
     data = federated_data(cfg)
     client = data.clients[partition]
     model = model_for(cfg, data)
@@ -236,9 +221,6 @@ def ifca_train(
     local, _ = train_local(model, hypotheses[j], client.x_train, client.y_train, settings)
     rng = privacy_rng(call_seed(cfg, partition, NOISE_STREAM), reproducible=reproducible(cfg))
     released, _info = sanitize_laplace(local, hypotheses[j], nu, rng)
-    ledger["spent"] += cost
-    ledger["participations"] += 1
-    store_ledger(state, cfg, partition, ledger)
     return RecordDict({REPLY_KEY: ArrayRecord([np.asarray(a) for a in released])})
 
 
@@ -285,7 +267,7 @@ def train_handler(msg: Message, cfg: Mapping[str, Any], context: Context) -> Mes
     ``cfg`` is the message's full config: the ClientApp merges the keys the server sent into
     this node's ``context.run_config`` (``scenarios.client_app``, as for every message).
     """
-    return Message(content=ifca_train(msg, cfg, _partition(context), context.state), reply_to=msg)
+    return Message(content=ifca_train(msg, cfg, _partition(context), context), reply_to=msg)
 
 
 def evaluate_handler(msg: Message, cfg: Mapping[str, Any], context: Context) -> Message:
@@ -293,10 +275,9 @@ def evaluate_handler(msg: Message, cfg: Mapping[str, Any], context: Context) -> 
     return Message(content=ifca_evaluate(msg, cfg, _partition(context)), reply_to=msg)
 
 
-def train_task(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict:
-    """Client task ``ifca`` (a plain ``train`` message with ``client-task = ifca``).
-
-    The stateless task signature has no ``context``, so there is no persistent ledger:
-    it refuses to run with a ``leakage-budget``. The IFCA runner uses ``train.ifca``.
-    """
-    return ifca_train(msg, cfg, partition, None)
+def train_task(
+    msg: Message, cfg: dict[str, Any], partition: int, context: Optional[Context] = None
+) -> RecordDict:
+    """Client task ``ifca`` (a plain ``train`` message with ``client-task = ifca``): the same
+    participation, with the node's own ledger (the ClientApp passes its ``Context``)."""
+    return ifca_train(msg, cfg, partition, context)

@@ -16,11 +16,11 @@ Next to it, ``run-config.json`` (written when a run starts) names the config of 
 directory; :func:`recorded_config` and :func:`config_differences` let the launcher decide
 (``scenarios.preflight.run_state``): new, resume, finished, or refused.
 
-What is *not* here: client-held state (IFCA leakage ledgers) stays with the clients, which
-persist it themselves in a client-side state file per partition (:func:`read_client_state`,
-:func:`write_client_state`: one entry per round, so a round re-run after a kill reads the
-state *before* it and is charged once), and Keras client training is seeded per
-(seed, round, partition), so it needs no state. Same seed and ``reproducible-noise`` ->
+What is *not* here: node-held state (IFCA leakage ledgers, DP-SGD participations, zone nodes'
+releases) stays with the nodes, which keep their own release ledgers in their own state
+directories (:mod:`fedpriv.releases`, issue 26: every release is charged there before it
+leaves the node, a round re-run after a kill included), and Keras client training is seeded
+per (seed, round, partition), so it needs no state. Same seed and ``reproducible-noise`` ->
 the resumed ``rounds.jsonl`` equals an uninterrupted run's.
 
 An object of the chain names attributes that belong to the process, not to the run (node ids
@@ -163,35 +163,3 @@ def config_differences(recorded: Mapping[str, Any], cfg: Mapping[str, Any]) -> l
     wanted = fingerprint_config(cfg)
     keys = sorted(k for k in set(wanted) | set(recorded) if wanted.get(k) != recorded.get(k))
     return [f"{k} {recorded.get(k)!r} -> {wanted.get(k)!r}" for k in keys]
-
-
-# --- client-held state (stays on the client side) ------------------------------------------------
-
-
-STATE_DIR_KEY = "client-state-dir"  # message config: where clients keep their own state files
-CLIENT_STATE_DIR = "client-state"  # under output-dir (IFCA ledgers, DP-SGD participations)
-
-
-def read_client_state(path: str | Path, before_round: int) -> Optional[dict[str, Any]]:
-    """The client's state as it was after its last call in a round ``< before_round``
-    (None: no such call). A round that a kill interrupted and that runs again reads the
-    state from before it, so nothing is charged twice."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    entries = json.loads(path.read_text())["rounds"]
-    earlier = [e for e in entries if int(e["round"]) < int(before_round)]
-    return dict(earlier[-1]["state"]) if earlier else None
-
-
-def write_client_state(path: str | Path, server_round: int, state: Mapping[str, Any]) -> None:
-    """Record the client's ``state`` after its call in ``server_round`` (atomically; entries
-    of this or later rounds, left by a killed run, are replaced)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    entries = json.loads(path.read_text())["rounds"] if path.exists() else []
-    entries = [e for e in entries if int(e["round"]) < int(server_round)]
-    entries.append({"round": int(server_round), "state": dict(state)})
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"rounds": entries}))
-    tmp.replace(path)

@@ -67,7 +67,8 @@ __all__ = [
 #   sanitized parameter vector θ̂ as the model's layer list (GP-extended §4: no sample count,
 #   no cluster index, no δ, no metrics). A decline is an EMPTY RecordDict (no parameters).
 # Client -> server, evaluation (validation users, final report only): METRICS_KEY.
-# Client state: LEDGER_KEY(+tag) in ``context.state`` (the client's own leakage ledger).
+# Client state: the client's own ledger file (fedpriv.releases), copied to LEDGER_KEY in
+# ``context.state``.
 
 ACTION = "ifca"
 HYPOTHESES_KEY = "hypotheses"

@@ -42,6 +42,7 @@ from flwr.clientapp import ClientApp  # noqa: E402
 
 from clients.adversary import is_malicious, tamper_reply  # noqa: E402
 from clients.keras_client import evaluate_local, federated_data, model_for  # noqa: E402
+from clients.releases import ReleaseRefused  # noqa: E402
 from fedpriv.disclosure import allowed_metric_keys, filter_metrics  # noqa: E402
 from fedpriv.ownership import REFUSED_CODE  # noqa: E402
 from scenarios.client_tasks import (  # noqa: E402
@@ -115,8 +116,11 @@ def train(msg: Message, context: Context) -> Message:
         return cfg
     name = str(cfg.get("client-task", "standard"))
     partition = partition_id(context)
-    state = (context.state,) if name in STATEFUL_TASKS else ()
-    content = disclose(cfg, "train", TASKS[name](msg, cfg, partition, *state))
+    node = (context,) if name in STATEFUL_TASKS else ()
+    try:
+        content = disclose(cfg, "train", TASKS[name](msg, cfg, partition, *node))
+    except ReleaseRefused as err:  # issue 26: the node's own release counter says no
+        return Message(Error(code=REFUSED_CODE, reason=str(err)), reply_to=msg)
     if is_malicious(cfg, partition) and "arrays" in msg.content:  # issue 12: adversaries
         content = tamper_reply(content, msg.content["arrays"].to_numpy_ndarrays(), cfg, partition)
     return Message(content=content, reply_to=msg)

@@ -7,7 +7,7 @@ code, so that a worker never imports the server app, the CLI, reports or plottin
 (``tests/test_features.py`` checks both lists agree and what a worker imports).
 
 Tasks: ``standard`` (Keras training, FedProx term), ``dp-sgd`` (Poisson-batched DP-SGD,
-``clients.dpsgd_client``; it also gets the node's ``context.state``, see
+``clients.dpsgd_client``; it also gets the node's ``Context``, see
 :data:`STATEFUL_TASKS`), ``zonal`` (clip Δ, LDP noise in an LDP zone), ``zone-node``
 (a zone SuperNode: :mod:`scenarios.zone_node`), ``ifca`` (GP Algorithm 1 lines 5-7, also
 served on its own message type, see :data:`MESSAGE_HANDLERS`).
@@ -16,20 +16,18 @@ served on its own message type, see :data:`MESSAGE_HANDLERS`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from logging import WARNING
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
-from flwr.common import log
 
 from clients import ifca_client
 from clients.keras_client import TrainSettings, federated_data, model_for, train_local
+from clients.releases import guarded_release, node_counter, request_digest, sequence_of
 from fedpriv import seeds
-from fedpriv.checkpoint import STATE_DIR_KEY, read_client_state, write_client_state
 from fedpriv.ifca import ACTION as IFCA_ACTION
 from fedpriv.mechanisms import clip_update, flat_norm
+from fedpriv.releases import Ticket
 from fedpriv.zonal import ldp_client_update
 from scenarios.task_names import (  # noqa: F401  (re-exported: the names tasks are known by)
     DPSGD_STATE_KEY,
@@ -61,63 +59,77 @@ def train_standard(msg: Message, cfg: dict[str, Any], partition: int) -> RecordD
     return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})
 
 
-def dpsgd_participations(
-    state: RecordDict | None, cfg: Mapping[str, Any] | None = None, partition: int = 0
-) -> int:
-    """The client's own count of its DP-SGD rounds, this one included.
-
-    Kept in ``context.state`` and, when the message names a ``client-state-dir`` (the
-    standard run does: ``<output-dir>/client-state``), in the client's own file
-    ``dp-sgd-<partition>.json`` (:func:`fedpriv.checkpoint.write_client_state`, one entry per
-    round), so a client restarted by a resumed run keeps counting from its rounds before the
-    kill. The count is the larger of the two plus one: a message can point the file
-    elsewhere but cannot lower what this process counted. Never read from the server's
-    message (issue 20: the server must not set the ε the client reports); without a state (a
-    direct call) the call counts as the first round.
-    """
-    if state is None:
-        return 1
-    record = state.get(DPSGD_STATE_KEY) if DPSGD_STATE_KEY in state else None
-    in_process = int(record["participations"]) if record is not None else 0
-    path = _dpsgd_state_file(cfg or {}, partition)
-    server_round = int((cfg or {}).get("server-round", 0))
-    kept = read_client_state(path, server_round) if path is not None else None
-    count = max(in_process, int(kept["participations"]) if kept else 0) + 1
-    state[DPSGD_STATE_KEY] = MetricRecord({"participations": count})
-    if path is not None:
-        try:
-            write_client_state(path, server_round, {"participations": count})
-        except OSError as err:
-            log(WARNING, "DP-SGD client %d: %s not written (%s)", partition, path, err)
-    return count
+DPSGD_PARTY = DPSGD_TASK  # the ledger file of a DP-SGD client: ``dp-sgd-<partition>.json``
 
 
-def _dpsgd_state_file(cfg: Mapping[str, Any], partition: int) -> Path | None:
-    folder = str(cfg.get(STATE_DIR_KEY, ""))
-    return Path(folder) / f"{DPSGD_TASK}-{int(partition)}.json" if folder else None
+def dpsgd_sequence(context: Context, dp: Any, settings: TrainSettings) -> str:
+    """A DP-SGD client's release sequence: its run and its own z, C, δ, B and E."""
+    own = {
+        "z": dp.noise_multiplier,
+        "C": dp.l2_norm_clip,
+        "delta": dp.delta,
+        "B": settings.batch_size,
+        "E": settings.epochs,
+    }
+    return sequence_of(int(context.run_id), own)
 
 
 def train_dpsgd(
-    msg: Message, cfg: dict[str, Any], partition: int, state: RecordDict | None = None
+    msg: Message, cfg: dict[str, Any], partition: int, context: Context | None = None
 ) -> RecordDict:
-    """Client task ``dp-sgd``: DP-SGD local training from the received global weights."""
-    from clients.dpsgd_client import DpSgdSettings, dp_trainer_for, train_dpsgd
+    """Client task ``dp-sgd``: DP-SGD local training from the received global weights.
+
+    The client counts its participations itself (issue 26): every release is charged in its
+    own ledger (:mod:`clients.releases`, file ``dp-sgd-<partition>.json`` in its own state
+    directory, before it trains) and ε covers the ledger's total count — every participation
+    this state directory saw, restarts and rewound or repeated rounds included; an identical
+    repeat of its last request gets the cached reply (no fresh noise, no new charge). Nothing
+    of the count comes from the message. ``context`` None (a direct call): the ledger of run 0
+    in the default state root.
+    """
+    from clients.dpsgd_client import DpSgdSettings
+
+    if context is None:
+        context = Context(0, 0, {"partition-id": partition}, RecordDict(), {})
+    settings = TrainSettings.from_config(cfg, seed=call_seed(cfg, partition))
+    dp = DpSgdSettings.from_config(cfg)
+    server_round = int(cfg.get("server-round", 0))
+
+    def release(ticket: Ticket) -> RecordDict:
+        content = _dpsgd_release(msg, cfg, partition, settings, dp, ticket.releases)
+        state = context.state
+        state[DPSGD_STATE_KEY] = MetricRecord({"participations": ticket.releases})
+        return content
+
+    return guarded_release(
+        node_counter(context, DPSGD_PARTY),
+        dpsgd_sequence(context, dp, settings),
+        server_round,
+        request_digest(msg, server_round),
+        release,
+        rewind="charge",
+    )
+
+
+def _dpsgd_release(
+    msg: Message,
+    cfg: dict[str, Any],
+    partition: int,
+    settings: TrainSettings,
+    dp: Any,
+    participations: int,
+) -> RecordDict:
+    """DP-SGD training of one charged participation; ε over ``participations`` rounds."""
+    from clients.dpsgd_client import dp_trainer_for, train_dpsgd
     from fedpriv.audit.example_canaries import with_example_canaries
 
     data = federated_data(cfg)
     client = data.clients[partition]
     trainer = dp_trainer_for(cfg, tuple(data.input_shape), data.num_classes)
-    settings = TrainSettings.from_config(cfg, seed=call_seed(cfg, partition))
     weights = msg.content["arrays"].to_numpy_ndarrays()
     x_train, y_train = with_example_canaries(cfg, data, partition, client.x_train, client.y_train)
     new_weights, metrics = train_dpsgd(
-        trainer,
-        weights,
-        x_train,
-        y_train,
-        settings,
-        DpSgdSettings.from_config(cfg),
-        participations=dpsgd_participations(state, cfg, partition),
+        trainer, weights, x_train, y_train, settings, dp, participations=participations
     )
     metrics["num-examples"] = len(client.x_train)
     return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})
@@ -189,8 +201,9 @@ TASKS: Mapping[str, Task] = {
     IFCA_TASK: ifca_client.train_task,
 }
 
-# Tasks that also take the node's ``context.state`` (``task(msg, cfg, partition, state)``).
-STATEFUL_TASKS: frozenset[str] = frozenset({DPSGD_TASK})
+# Tasks that also take the node's ``Context`` (``task(msg, cfg, partition, context)``): they
+# keep their own release ledger (:mod:`clients.releases`).
+STATEFUL_TASKS: frozenset[str] = frozenset({DPSGD_TASK, ZONE_NODE_TASK, IFCA_TASK})
 
 # Message handlers of custom message types: (``train`` | ``evaluate``, action, handler);
 # ``handler(msg, cfg, context)`` gets the message's full config (``scenarios.client_app``).

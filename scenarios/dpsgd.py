@@ -5,8 +5,9 @@ Declared here (``FEATURE``):
 - client task ``dp-sgd`` (:func:`scenarios.client_tasks.train_dpsgd`): the client trains with
   Poisson-sampled DP-SGD (``clients.dpsgd_client``, ``fedpriv.dpsgd``) and puts its
   example-level ε in the train MetricRecord (``dp-sgd-epsilon``). The client computes ε from
-  its own config and its own count of the rounds it trained in (``context.state``): the
-  server sends no participation count and cannot set the ε a client reports.
+  its own config and its own count of the rounds it trained in (its own release ledger,
+  :mod:`fedpriv.releases`): the server sends no participation count and cannot set the ε a
+  client reports.
 - privacy mode ``dp-sgd``: :class:`DpSgdClients`, a thin Message-API wrapper around the
   stock strategy. It sets ``client-task = "dp-sgd"`` in the train config, mirrors how many
   rounds it asked each client to train (for the summary, not sent), and keeps each client's
@@ -25,7 +26,6 @@ is the stock strategy's, on DP-SGD-trained models.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
@@ -33,7 +33,6 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy import Strategy
 
-from fedpriv.checkpoint import CLIENT_STATE_DIR, STATE_DIR_KEY
 from fedpriv.disclosure import unaccounted_channels
 from fedpriv.dpsgd import ACCOUNTANT_TEXT, ADJACENCY_TEXT, SAMPLING_TEXT
 from fedpriv.records import PrivacyFigures
@@ -59,19 +58,17 @@ def _reply_metrics(reply: Message) -> dict[str, Any]:
 class DpSgdClients(StrategyWrapper):
     """Ask the sampled clients for DP-SGD training and keep their ε (per node)."""
 
-    def __init__(self, strategy: Strategy, state_dir: Optional[str] = None) -> None:
+    def __init__(self, strategy: Strategy) -> None:
         self.strategy = strategy
-        self.state_dir = state_dir  # where the clients keep their participation counts
         self.participations: dict[int, int] = {}
         self.epsilon: dict[int, float] = {}
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Delegate with ``client-task = dp-sgd`` (and the clients' state folder); mirror
-        each client's participation count."""
-        extra = {STATE_DIR_KEY: self.state_dir} if self.state_dir else {}
-        config = ConfigRecord({**dict(config), "client-task": TASK, **extra})
+        """Delegate with ``client-task = dp-sgd``; mirror each client's participation count
+        (the clients count their own, in their own state directories: issue 26)."""
+        config = ConfigRecord({**dict(config), "client-task": TASK})
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         for msg in messages:
             node = msg.metadata.dst_node_id
@@ -157,12 +154,6 @@ def dpsgd_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
     }
 
 
-def _state_dir(cfg: Mapping[str, Any]) -> str:
-    """``<output-dir>/client-state``: the clients' own participation files (they survive a
-    resumed run's restart, :func:`scenarios.client_tasks.dpsgd_participations`)."""
-    return str(Path(cfg["output-dir"]) / CLIENT_STATE_DIR)
-
-
 def check_microbatches(cfg: Mapping[str, Any], catalog: Catalog) -> None:
     """``microbatches`` must be 0: DP-SGD clips each example (the option went with
     tensorflow-privacy; clipping means of several examples would double the sensitivity)."""
@@ -177,9 +168,7 @@ FEATURE = Feature(
     name="dp-sgd",
     description="Client-side DP-SGD (Poisson batches), example-level epsilon per client.",
     keys=KEYS,
-    privacy_modes=(
-        declare(TASK, lambda strategy, cfg, rng: DpSgdClients(strategy, _state_dir(cfg))),
-    ),
+    privacy_modes=(declare(TASK, lambda strategy, cfg, rng: DpSgdClients(strategy)),),
     client_tasks=(TASK,),
     summary=dpsgd_summary,
     checks=(check_microbatches,),

@@ -15,7 +15,10 @@ model / plots at the end. What differs between those runs is a hook, not a copy 
   combined log; a resumed run hands it the records of the rounds run before the kill first);
 - ``after_round(state)`` — after aggregation, evaluation and the round record are written:
   the place for a checkpoint (``RoundState`` holds the round, the global arrays, the record
-  and the strategy chain, whose recorder holds the sampling Generator);
+  and the strategy chain, whose recorder holds the sampling Generator); a resumable run also
+  checkpoints each round right after ``aggregate_train`` charged it and before
+  ``configure_evaluate`` sends the new model out (issue 26, :mod:`scenarios.resume`), so a kill
+  in between resumes with that round charged once and its model released once;
 - ``summary_extra(rounds) -> dict`` — merged into summary.json;
 - ``after_run(RunEnd) -> dict`` — after the last round, with the final weights and the
   strategy chain (the audit of a canary run), merged into summary.json;
@@ -292,16 +295,25 @@ def run_rounds(
     evaluate: Callable[[int, ArrayRecord], dict],
     first_round: int = 1,
     after_round: Sequence[Callable[[RoundState], None]] = (),
+    before_release: Sequence[Callable[[RoundState], None]] = (),
+    charged_round: Optional[int] = None,
     timeout: float = 3600,
     stop_before: Optional[Callable[[int], Optional[str]]] = None,
 ) -> Optional[ArrayRecord]:
     """Rounds ``first_round..num_rounds``; returns the last aggregated arrays (None if none).
 
     ``stop_before(round)``: a reason not to run that round (then no later round runs).
+    ``before_release``: hooks after ``aggregate_train`` (the round is charged) and before
+    ``configure_evaluate`` sends the new global model out (issue 26: the checkpoint that makes
+    a resume never release a round twice uncharged). ``charged_round``: a round that such a
+    checkpoint holds (its arrays are ``initial``) but whose evaluation and record did not
+    happen: it is finished first (the same arrays are sent again, no new noise).
     """
     arrays, last = initial, None
-    if first_round == 1:
+    if first_round == 1 and charged_round is None:
         evaluate(0, arrays)
+    if charged_round is not None:
+        _finish_round(strategy, grid, charged_round, arrays, config, evaluate, after_round, timeout)
     for server_round in range(first_round, num_rounds + 1):
         reason = stop_before(server_round) if stop_before is not None else None
         if reason:
@@ -313,13 +325,30 @@ def run_rounds(
         aggregated, _ = strategy.aggregate_train(server_round, replies)
         if aggregated is not None:
             arrays = last = aggregated
-        messages = strategy.configure_evaluate(server_round, arrays, config, grid)
-        replies = grid.send_and_receive(messages=messages, timeout=timeout)
-        strategy.aggregate_evaluate(server_round, replies)
-        record = evaluate(server_round, arrays)
-        for hook in after_round:
-            hook(RoundState(server_round, arrays, record, strategy))
+        for hook in before_release:
+            hook(RoundState(server_round, arrays, {}, strategy))
+        _finish_round(strategy, grid, server_round, arrays, config, evaluate, after_round, timeout)
     return last
+
+
+def _finish_round(
+    strategy: Strategy,
+    grid: Any,
+    server_round: int,
+    arrays: ArrayRecord,
+    config: ConfigRecord,
+    evaluate: Callable[[int, ArrayRecord], dict],
+    after_round: Sequence[Callable[[RoundState], None]],
+    timeout: float,
+) -> None:
+    """A round after its aggregation: federated evaluation (the release of the new global
+    model), the server-side evaluation that writes the record, the ``after_round`` hooks."""
+    messages = strategy.configure_evaluate(server_round, arrays, config, grid)
+    replies = grid.send_and_receive(messages=messages, timeout=timeout)
+    strategy.aggregate_evaluate(server_round, replies)
+    record = evaluate(server_round, arrays)
+    for hook in after_round:
+        hook(RoundState(server_round, arrays, record, strategy))
 
 
 def train_run(
@@ -343,21 +372,23 @@ def train_run(
     hooks = hooks or RunHooks()
     t0 = time.time()
     rng = sampling_rng(cfg)
-    checkpoint = None
+    checkpoint, charged, before_release = None, None, ()
     if resumable:
-        from scenarios.resume import checkpoint_hook, load_resumable, restore
+        from scenarios.resume import CHARGED, checkpoint_hook, load_resumable, restore
 
         checkpoint = load_resumable(cfg)
         if checkpoint is not None:
             first_round, initial = int(checkpoint["round"]) + 1, checkpoint_arrays(checkpoint)
+            charged = int(checkpoint["round"]) if checkpoint.get("stage") == CHARGED else None
         hooks = replace(hooks, after_round=(*hooks.after_round, checkpoint_hook(cfg)))
+        before_release = (checkpoint_hook(cfg, stage=CHARGED),)
     weights = initial if initial is not None else start_weights(cfg, data)
     recorder = build_strategy(strategy_cfg or cfg, grid, rng, catalog, weights)
     if checkpoint is not None:
         restore(recorder, checkpoint)
     runlog = RunLog(
         cfg["output-dir"],
-        keep_rounds=first_round - 1 if first_round > 1 else None,
+        keep_rounds=first_round - 1 - (charged is not None) if first_round > 1 else None,
         labels=seeds.noise_labels(cfg),
     )
     if first_round > 1 and not previous_rounds:
@@ -394,6 +425,8 @@ def train_run(
         evaluate=evaluate,
         first_round=first_round,
         after_round=hooks.after_round,
+        before_release=before_release,
+        charged_round=charged,
         stop_before=lambda r: budget_stop(recorder, r),
     )
     final = last.to_numpy_ndarrays() if last is not None else weights

@@ -13,12 +13,14 @@ Scenarios (kind ``ifca``):
 
 Run layout: the last ``validation-clients`` partition ids are the held-out validation users,
 the others train. ``ifca-sweep`` runs several configurations in ONE simulation (same
-SuperNodes; client ledgers keyed by the run's index in ``context.state``), each in
+SuperNodes; each client keeps ONE ledger across the sweep's runs, :mod:`fedpriv.releases`:
+the cells release the same data, so their leakage adds up), each in
 ``output-dir/sweep-NN/``, plus a summary and ``ifca_table.md`` in ``output-dir``.
 
 Resume (issue 12): every run checkpoints after each round (``checkpoint.pkl``: hypotheses,
 server Generator, mirror ledger, early stopping, best hypotheses; ``scenarios.resume``) and
-its clients keep their own ledgers in ``output-dir/client-state/`` (``clients.ifca_client``);
+its clients keep their own ledgers in their own state directories (``clients.ifca_client``,
+:mod:`fedpriv.releases`: ``output-dir/client-state/`` when the run config names the output dir);
 the same command continues a killed run, and a sweep skips its complete runs.
 
 Outputs of one run: ``rounds.jsonl`` (per round: sampled users, participants, declines,
@@ -51,7 +53,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
@@ -59,7 +60,6 @@ from flwr.app import ConfigRecord
 from flwr.serverapp import Grid
 
 from fedpriv import seeds
-from fedpriv.checkpoint import CLIENT_STATE_DIR
 from fedpriv.data import FederatedData
 from fedpriv.disclosure import GP_FINAL_EVALUATION, sends_unaccounted
 from fedpriv.ifca import METRICS_KEY, gaussian_hypotheses
@@ -211,15 +211,13 @@ def initial_hypotheses(cfg: Mapping[str, Any], data: FederatedData) -> list[list
 def config_record(cfg: Mapping[str, Any], tag: str) -> ConfigRecord:
     """What the IFCA messages carry of the config: the keys that differ from the run's
     ``run_config`` plus its digest (:func:`scenarios.wire_config.wire_config`, as the standard
-    path), with the client task, the sweep's ledger tag and where the clients keep their own
-    ledger files (``clients.ifca_client``: they survive a restart)."""
-    state_dir = str(Path(cfg["output-dir"]) / CLIENT_STATE_DIR)
+    path), with the client task and the sweep's ledger tag (a label only: the clients keep
+    one ledger each, in their own state directories, ``clients.ifca_client``)."""
     return ConfigRecord(
         {
             **wire_config(cfg),
             "client-task": KIND,
             "ifca-ledger-tag": tag,
-            "client-state-dir": state_dir,
         }
     )
 

@@ -40,6 +40,12 @@ Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
 - ``zonal-save-replies`` — with zone nodes: write every reply the ServerApp receives (and
   the instruction it answers) to ``output-dir/zone-replies/`` (an audit trail of what left
   the zone nodes; :func:`scenarios.federation.save_replies`).
+- ``min-zone-clients`` — with zone nodes (issue 26): a zone node refuses a round whose sample
+  of its clients has 1 .. ``min-zone-clients`` − 1 clients (its reply would be one client's
+  update plus the zone noise only); an empty sample releases only the zone noise and is
+  served. Default 2: the smallest zone sample of the HDP paper's settings (s = 2 zones, k = 4
+  online clients, §VI); 1 is refused. The zone node reads its own value
+  (:func:`scenarios.zone_node.min_zone_clients`), never the message's.
 """
 
 from __future__ import annotations
@@ -254,5 +260,12 @@ KEYS = (
         boolean,
         "true | false",
         "write every reply the ServerApp receives to output-dir/zone-replies (zone nodes)",
+    ),
+    key(
+        "min-zone-clients",
+        2,
+        integer(2),
+        "an integer >= 2 (1 would release one client's update)",
+        "a zone node refuses a sample of 1 .. min-zone-clients - 1 of its clients (HDP: s=2, k=4)",
     ),
 )

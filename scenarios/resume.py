@@ -15,8 +15,16 @@ zonal-comparison variant, both CIA phases) resume through ``train_run(resumable=
 IFCA run's own loop (``strategies.ifca.LaplaceIFCA.start``: early stopping, round-0
 validation) takes the same hook (``after_round``) and start round, with
 :func:`keyed_arrays` giving back its keyed hypotheses record. Client-held state (IFCA
-ledgers) is not here: the clients keep it in their own files
-(:func:`fedpriv.checkpoint.write_client_state`).
+ledgers, DP-SGD participations, zone nodes' releases) is not here: each node keeps its own
+ledger in its own state directory (:mod:`fedpriv.releases`).
+
+Charge and checkpoint before the release (issue 26): a resumable run writes a checkpoint of
+stage :data:`CHARGED` right after ``aggregate_train`` (the DP wrapper's accountant has charged
+the round; the new global model has not left the server), and one of stage :data:`RECORDED`
+after the round's record. A run killed after ``configure_evaluate`` sent the new model but
+before the round was recorded resumes from the charged checkpoint: it finishes that round
+with the same arrays (no new noise, no second charge) and goes on with the next, so every
+model that left the server is charged exactly once and ``max-epsilon`` holds for all of them.
 """
 
 from __future__ import annotations
@@ -33,6 +41,9 @@ from fedpriv.checkpoint import capture_state, fingerprint, load_checkpoint, rest
 from fedpriv.checkpoint import save_checkpoint as write_checkpoint
 from scenarios.recorder import wrapper_chain
 from strategies.array_records import named_record
+
+# a checkpoint's stage: the round is recorded (complete), or charged and about to be released
+RECORDED, CHARGED = "recorded", "charged"
 
 
 def load_resumable(cfg: Mapping[str, Any]) -> Optional[dict[str, Any]]:
@@ -58,10 +69,14 @@ def restore(strategy: Strategy, checkpoint: Mapping[str, Any]) -> None:
     restore_state(wrapper_chain(strategy), checkpoint["states"])
 
 
-def checkpoint_hook(cfg: Mapping[str, Any]) -> Callable[[Any], None]:
-    """The engine's ``after_round`` hook: checkpoint the global arrays and the state of
-    every object of the strategy chain after each completed round."""
+def checkpoint_hook(cfg: Mapping[str, Any], stage: str = RECORDED) -> Callable[[Any], None]:
+    """The engine's ``after_round`` hook (``stage`` :data:`RECORDED`): checkpoint the global
+    arrays and the state of every object of the strategy chain after each completed round;
+    its ``before_release`` hook (``stage`` :data:`CHARGED`): the same right after
+    ``aggregate_train`` charged the round, before its model leaves the server."""
     num_rounds = int(cfg["num-server-rounds"])
+    if stage not in (RECORDED, CHARGED):
+        raise ValueError(f"stage = {stage!r} is not allowed; expected {RECORDED!r} or {CHARGED!r}")
 
     def after_round(state: Any) -> None:
         chain = wrapper_chain(state.strategy)
@@ -73,6 +88,7 @@ def checkpoint_hook(cfg: Mapping[str, Any]) -> Callable[[Any], None]:
                 "num_rounds": num_rounds,
                 "states": capture_state(chain),
                 "fingerprint": fingerprint(cfg),
+                "stage": stage,
             },
         )
 

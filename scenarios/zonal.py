@@ -206,6 +206,7 @@ def build_zonal_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generat
     if zone_nodes(cfg):
         folder = Path(cfg["output-dir"]) / "zone-replies"
         extra["reply_log"] = save_replies(folder) if cfg["zonal-save-replies"] else None
+        extra["min_zone_clients"] = int(cfg.get("min-zone-clients", 2))
     wrapper = ZoneNodeAggregation if zone_nodes(cfg) else ZonalAggregation
     return wrapper(
         strategy,

@@ -14,6 +14,17 @@ client's step), sums ``Δ(i) = Σ w_k Δ_k / (q·W_i)`` and adds the HDP zone no
 (:func:`fedpriv.zonal.release.zone_release`), and replies with ``θ + Δ(i)`` only (float64),
 plus counts and the clients' weighted train metrics. ``evaluate``: the zone's listed clients
 (all its members when none is listed) evaluate; the reply carries their example-weighted means.
+
+The zone node counts its own releases (issue 26, :mod:`clients.releases`): its ledger is in its
+own state directory (``client-state-dir`` of its node / run config, else one per run), one
+release sequence per run and zone mechanism (level, z, C, σ_i, members, q). A request for a
+round it already released gets the identical cached reply when it is the same request, and
+is refused otherwise (a replayed or rewound round never gets fresh noise); a new round is
+charged before the node trains, and past its own ``num-server-rounds`` releases (the node's
+own value when it sets one, else the run's) it refuses. A sample of 1 .. ``min-zone-clients``
+− 1 of its clients is refused (``min-zone-clients``, its own value, default 2, the smallest
+zone sample of the HDP paper's settings: s = 2 zones, k = 4 online clients); an empty sample
+releases only the zone noise, so it is served.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from clients.keras_client import (
     TrainSettings,
@@ -32,9 +43,60 @@ from clients.keras_client import (
     model_for,
     train_local,
 )
+from clients.releases import (
+    ReleaseRefused,
+    guarded_release,
+    node_counter,
+    request_digest,
+    sequence_of,
+)
 from fedpriv import seeds
 from fedpriv.zonal.release import ZONE_CLIENTS_KEY, client_contribution, zone_release
 from scenarios.keys_zonal import plan_from_config
+
+ZONE_PARTY = "zone-node"
+MIN_ZONE_CLIENTS_KEY = "min-zone-clients"
+MIN_ZONE_CLIENTS = 2  # HDP paper (§VI, Table IV setting): s = 2 zones, k = 4 online clients
+
+
+def own_value(context: Context | None, key: str) -> Any:
+    """The node's own value of ``key`` (node config over run config), or None when unset or
+    ``"auto"`` (then delegated to the run's resolved value)."""
+    if context is None:
+        return None
+    for source in (context.node_config, context.run_config):
+        value = source.get(key)
+        if value is not None and value != "auto":
+            return value
+    return None
+
+
+def min_zone_clients(context: Context | None) -> int:
+    """The node's own ``min-zone-clients`` (an integer >= 2; default :data:`MIN_ZONE_CLIENTS`)."""
+    value = own_value(context, MIN_ZONE_CLIENTS_KEY)
+    if value is None:
+        return MIN_ZONE_CLIENTS
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        raise ValueError(
+            f"{MIN_ZONE_CLIENTS_KEY} = {value!r} is not allowed; expected an integer >= 2"
+        )
+    return value
+
+
+def check_sample(zone: int, clients: Sequence[int], minimum: int) -> None:
+    """Refuse a zone sample of 1 .. ``minimum`` − 1 clients (one client's update would be the
+    zone's release up to the zone noise)."""
+    if 0 < len(clients) < minimum:
+        raise ReleaseRefused(
+            f"zone {zone}: {len(clients)} sampled client(s) {list(clients)} is fewer than "
+            f"{MIN_ZONE_CLIENTS_KEY} = {minimum}"
+        )
+
+
+def max_releases(context: Context | None, cfg: Mapping[str, Any]) -> int:
+    """The node's own ``num-server-rounds`` (else the run's resolved one): its release limit."""
+    value = own_value(context, "num-server-rounds")
+    return int(value if value is not None else cfg["num-server-rounds"])
 
 
 def _client_seed(cfg: Mapping[str, Any], partition: int) -> int:
@@ -66,13 +128,48 @@ def _record(keys: Sequence[str], arrays: Sequence[np.ndarray]) -> ArrayRecord:
     )
 
 
-def train_zone(msg: Message, cfg: dict[str, Any], zone: int) -> RecordDict:
-    """One round of zone ``zone``: train its sampled clients, release ``θ + Δ(i)`` only."""
+def train_zone(
+    msg: Message, cfg: dict[str, Any], zone: int, context: Context | None = None
+) -> RecordDict:
+    """One round of zone ``zone`` through the node's own release counter (module docstring).
+
+    ``context``: the node's Flower context (its state directory and limits); None (a direct
+    call) keeps the ledger in the default per-run directory of run 0.
+    """
     plan = plan_from_config(cfg)
     level = plan.levels[zone]
     if cfg.get("zonal-level", level) != level:
         raise ValueError(f"zone {zone}: the message says level {cfg['zonal-level']!r}, not {level}")
     clients = zone_clients(cfg, zone, plan.members[zone])
+    check_sample(zone, clients, min_zone_clients(context))
+    if context is None:
+        context = Context(0, 0, {"partition-id": zone}, RecordDict(), {})
+    mechanism = {
+        "zone": zone,
+        "level": level,
+        "z": plan.noise_multiplier,
+        "C": plan.clipping_norm,
+        "sigma": plan.sigma_zone(zone),
+        "q": plan.sampling_rate,
+        "members": plan.members[zone],
+    }
+    server_round = int(cfg.get("server-round", 0))
+    return guarded_release(
+        node_counter(context, ZONE_PARTY),
+        sequence_of(int(context.run_id), mechanism),
+        server_round,
+        request_digest(msg, server_round),
+        lambda _ticket: _release(msg, cfg, zone, plan, clients),
+        max_releases=max_releases(context, cfg),
+        rewind="refuse",
+    )
+
+
+def _release(
+    msg: Message, cfg: dict[str, Any], zone: int, plan: Any, clients: list[int]
+) -> RecordDict:
+    """Train the sampled clients, clip and noise per the zone's level: ``θ + Δ(i)``."""
+    level = plan.levels[zone]
     data = federated_data(cfg)
     model = model_for(cfg, data)
     record = msg.content["arrays"]

@@ -58,12 +58,19 @@ class ZoneNodeAggregation(ZonalAggregation):
         self,
         *args: Any,
         reply_log: Optional[Callable[[Optional[Message], Message], None]] = None,
+        min_zone_clients: int = 2,
         **kwargs: Any,
     ) -> None:
         """As :class:`ZonalAggregation`; ``reply_log(instruction, reply)``, when given, is
-        installed on the ZoneGrid and sees every reply the ServerApp receives."""
+        installed on the ZoneGrid and sees every reply the ServerApp receives.
+
+        ``min_zone_clients`` (issue 26): a zone node refuses a sample of 1 ..
+        ``min_zone_clients`` − 1 of its clients, so the server does not ask for one: such a
+        zone gets an empty sample (its node releases the zone noise only; the sampled
+        clients' updates are left out, recorded as ``undersized_zones``)."""
         super().__init__(*args, **kwargs)
         self.reply_log = reply_log
+        self.min_zone_clients = int(min_zone_clients)
         self._grid: Any = None
         self._zone_clients: dict[int, list[int]] = {}
 
@@ -103,11 +110,14 @@ class ZoneNodeAggregation(ZonalAggregation):
         sampled = sorted(int(m.metadata.dst_node_id) for m in messages)  # ids = partitions
         base = messages[0].content[self._config_key] if messages else config
         self._zone_clients = {}
-        out = []
+        out, undersized = [], []
         for zone in range(self.plan.num_zones):
             if zone in down:
                 continue
             clients = [p for p in sampled if self.plan.zone_of[p] == zone]
+            if 0 < len(clients) < self.min_zone_clients:  # the zone node would refuse it
+                undersized.append(zone)
+                clients = []
             self._zone_clients[zone] = clients
             content = RecordDict(
                 {
@@ -126,6 +136,7 @@ class ZoneNodeAggregation(ZonalAggregation):
             "down_zones": sorted(down),
             "offline": [p for p in sampled if self.plan.zone_of[p] in down],
             "zone_messages": len(out),
+            "undersized_zones": undersized,
         }
         return out if messages else []
 

@@ -203,38 +203,7 @@ def test_epsilon_monotone_and_edge_cases():
 
 
 # --- the client's own participation count ---------------------------------------------------
-
-
-def test_participations_are_counted_in_the_client_state():
-    from flwr.app import RecordDict
-
-    from scenarios.client_tasks import dpsgd_participations
-
-    state = RecordDict()
-    assert [dpsgd_participations(state) for _ in range(3)] == [1, 2, 3]
-    assert dpsgd_participations(None) == 1
-    assert int(state["dp-sgd-ledger"]["participations"]) == 3
-
-
-def test_participations_survive_a_restart_in_the_clients_own_file(tmp_path):
-    """A resumed run restarts the client process (empty ``context.state``): the count goes on
-    from the client's file; a re-run of a killed round replaces that round's entry; a
-    message naming another folder cannot lower what this process counted."""
-    from flwr.app import RecordDict
-
-    from scenarios.client_tasks import dpsgd_participations
-
-    cfg = {"client-state-dir": str(tmp_path / "client-state")}
-    first = RecordDict()
-    assert [dpsgd_participations(first, {**cfg, "server-round": r}, 2) for r in (1, 3)] == [1, 2]
-    assert (tmp_path / "client-state" / "dp-sgd-2.json").exists()
-    restarted = RecordDict()  # killed during round 5, resumed from the round-3 checkpoint
-    assert dpsgd_participations(restarted, {**cfg, "server-round": 4}, 2) == 3
-    again = RecordDict()  # killed in round 4 after the client's call: round 4 is re-run
-    assert dpsgd_participations(again, {**cfg, "server-round": 4}, 2) == 3
-    assert dpsgd_participations(RecordDict(), {**cfg, "server-round": 4}, 0) == 1  # own file
-    elsewhere = {"client-state-dir": str(tmp_path / "fresh"), "server-round": 5}
-    assert dpsgd_participations(again, elsewhere, 2) == 4  # the process's own count stands
+# (issue 26: counted in the client's own ledger, tests/test_release_counting.py)
 
 
 # --- server wrapper and config --------------------------------------------------------------
@@ -267,7 +236,7 @@ def test_wrapper_sets_task_mirrors_participations_and_keeps_per_client_epsilon()
 
     act_as_serverapp_task()
     inner = _Inner([11, 22])
-    wrapper = DpSgdClients(inner, state_dir="/runs/x/client-state")
+    wrapper = DpSgdClients(inner)
     arrays = ArrayRecord([np.zeros(3, dtype=np.float32)])
     base = ConfigRecord({"seed": 0})
     for rnd in (1, 2):
@@ -275,7 +244,7 @@ def test_wrapper_sets_task_mirrors_participations_and_keeps_per_client_epsilon()
         msgs = list(wrapper.configure_train(rnd, arrays, base, grid=None))
         configs = {m.metadata.dst_node_id: m.content["config"] for m in msgs}
         assert all(c["client-task"] == "dp-sgd" for c in configs.values())
-        assert all(c["client-state-dir"] == "/runs/x/client-state" for c in configs.values())
+        assert all("client-state-dir" not in c for c in configs.values())  # the node's own
         assert all("dp-sgd-participations" not in c for c in configs.values())  # not sent
     assert "client-task" not in base  # the caller's config is not mutated
     assert wrapper.participations == {11: 1, 22: 2}

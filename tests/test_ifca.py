@@ -4,6 +4,7 @@ client handlers are called directly (an in-process grid for the loop test)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -35,6 +36,7 @@ from fedpriv.ifca import (
     unflatten,
     unpack_hypotheses,
 )
+from fedpriv.releases import ReleaseCounter
 from scenarios.client_app import with_config
 from scenarios.ifca import parse_sweep
 from scenarios.ifca_outputs import sweep_table
@@ -58,6 +60,14 @@ def gp_cfg(**over) -> dict:
     return {**cfg, "server-round": 1}
 
 
+def node_context(partition: int) -> Context:
+    """A client node of run 1 (its ledger: the default per-run state directory)."""
+    return Context(
+        run_id=1, node_id=100 + partition, node_config={"partition-id": partition},
+        state=RecordDict(), run_config={},
+    )  # fmt: skip
+
+
 def train_message(cfg: dict, hyps=HYPS, node: int = 1) -> Message:
     content = RecordDict({HYPOTHESES_KEY: hypotheses_record(hyps), CONFIG_KEY: ConfigRecord(cfg)})
     return Message(content, node, TRAIN_TYPE)
@@ -74,8 +84,8 @@ def plain_sgd_step(theta: np.ndarray, x: np.ndarray, y: np.ndarray, lr: float) -
 
 def test_client_reply_is_exactly_one_array_record_with_the_parameter_vector():
     cfg = gp_cfg()
-    state = RecordDict()
-    content = ifca_train(train_message(cfg), cfg, 0, state)
+    node = node_context(0)
+    content = ifca_train(train_message(cfg), cfg, 0, node)
     assert list(content.array_records) == [REPLY_KEY]
     assert len(content.metric_records) == 0 and len(content.config_records) == 0
     arrays = content.array_records[REPLY_KEY].to_numpy_ndarrays()
@@ -83,7 +93,9 @@ def test_client_reply_is_exactly_one_array_record_with_the_parameter_vector():
     released = flatten(arrays)
     assert np.all(np.isfinite(released))
     assert not any(np.allclose(released, flatten(h)) for h in HYPS)  # trained + noised
-    assert read_ledger(state, LEDGER_KEY) == {"spent": 0.4, "participations": 1, "declined": 0}
+    assert read_ledger(node.state, LEDGER_KEY) == {
+        "spent": 0.4, "participations": 1, "declined": 0
+    }  # fmt: skip
 
 
 def test_nu_zero_reply_is_local_sgd_from_the_best_hypothesis():
@@ -94,7 +106,7 @@ def test_nu_zero_reply_is_local_sgd_from_the_best_hypothesis():
     thetas = [flatten(h) for h in HYPS]
     best = int(np.argmin([np.mean((x @ t - y) ** 2) for t in thetas]))
     expected = plain_sgd_step(thetas[best], x, y, cfg["learning-rate"])
-    content = ifca_train(train_message(cfg), cfg, 3, RecordDict())
+    content = ifca_train(train_message(cfg), cfg, 3, node_context(3))
     got = flatten(content.array_records[REPLY_KEY].to_numpy_ndarrays())
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
@@ -121,44 +133,59 @@ def test_noise_norm_is_nu_times_delta_norm_on_average():
     assert 5.0 - 2.2 < np.mean(ratios) < 5.0 + 2.2
 
 
-def test_handler_keeps_the_ledger_in_context_state():
-    cfg = gp_cfg()
+def test_handler_keeps_a_copy_of_its_own_ledger_in_context_state():
+    """Three rounds are three releases; the same round-3 message again is the cached reply
+    (issue 26: a replay is answered once, not charged again)."""
     context = Context(
         run_id=1, node_id=7, node_config={"partition-id": 2}, state=RecordDict(), run_config={}
     )
-    for _ in range(3):
-        reply = train_handler(train_message(cfg, node=7), cfg, context)
-        assert list(reply.content.array_records) == [REPLY_KEY]
+    replies = []
+    for r in (1, 2, 3, 3):
+        cfg = {**gp_cfg(), "server-round": r}
+        replies.append(train_handler(train_message(cfg, node=7), cfg, context))
+        assert list(replies[-1].content.array_records) == [REPLY_KEY]
+    last, again = (flatten(r.content[REPLY_KEY].to_numpy_ndarrays()) for r in replies[2:])
+    np.testing.assert_array_equal(again, last)
     ledger = read_ledger(context.state, LEDGER_KEY)
     assert ledger["participations"] == 3 and ledger["spent"] == pytest.approx(1.2, abs=1e-12)
 
 
 def test_leakage_per_participation_is_n_over_nu():
     assert laplace_leakage(2, 5.0) == 0.4
-    state = RecordDict()
+    node = node_context(1)
     cfg = gp_cfg()
-    ifca_train(train_message(cfg), cfg, 1, state)
-    assert read_ledger(state, LEDGER_KEY)["spent"] == 0.4
+    ifca_train(train_message(cfg), cfg, 1, node)
+    assert read_ledger(node.state, LEDGER_KEY)["spent"] == 0.4
 
 
 def test_budget_one_allows_two_participations_then_declines_with_empty_content():
     cfg = gp_cfg(**{"leakage-budget": 1.0})
-    state = RecordDict()
+    node = node_context(4)
     replies = [
-        ifca_train(train_message({**cfg, "server-round": r}), cfg, 4, state) for r in range(1, 6)
+        ifca_train(train_message({**cfg, "server-round": r}), {**cfg, "server-round": r}, 4, node)
+        for r in range(1, 6)
     ]
     sent = [REPLY_KEY in c.array_records for c in replies]
     assert sent == [True, True, False, False, False]
     for declined in replies[2:]:  # a decline carries nothing at all
         assert not declined.array_records and not declined.metric_records
         assert not declined.config_records
-    assert read_ledger(state, LEDGER_KEY) == {"spent": 0.8, "participations": 2, "declined": 3}
+    assert read_ledger(node.state, LEDGER_KEY) == {
+        "spent": 0.8, "participations": 2, "declined": 3
+    }  # fmt: skip
 
 
-def test_stateless_task_refuses_a_budget():
-    cfg = gp_cfg(**{"leakage-budget": 1.0})
-    with pytest.raises(ValueError, match="context.state"):
-        train_task(train_message(cfg), cfg, 0)
+def test_the_plain_train_task_keeps_the_same_ledger():
+    """Client task ``ifca`` on a plain train message: the node's own ledger and budget too."""
+    cfg = gp_cfg(**{"leakage-budget": 0.4})
+    node = node_context(0)
+    first = train_task(train_message(cfg), cfg, 0, node)
+    cfg2 = {**cfg, "server-round": 2}
+    second = train_task(train_message(cfg2), cfg2, 0, node)
+    assert list(first.array_records) == [REPLY_KEY] and not second.array_records
+    assert read_ledger(node.state, LEDGER_KEY) == {
+        "spent": 0.4, "participations": 1, "declined": 1
+    }  # fmt: skip
 
 
 def test_evaluate_reply_reports_the_best_hypothesis():
@@ -359,25 +386,36 @@ def test_strategy_round_kmeans_ledger_declines_and_invalid():
 class LocalGrid:
     """In-process stand-in for the simulation grid: calls the ClientApp handlers directly
     (config resolved as the ClientApp does, against ``run_config``), one persistent
-    ``context.state`` per node (what Flower keeps between rounds)."""
+    ``context.state`` per node (what Flower keeps between rounds). Each grid is a run of its
+    own (its own run id); ``state_dir``: the nodes' own ``client-state-dir`` (their ledgers
+    survive a restart there). ``released``: partition -> the vectors it sent (bytes)."""
 
-    def __init__(self, partitions, run_config=None):
+    runs = itertools.count(1)
+
+    def __init__(self, partitions, run_config=None, state_dir=None):
         self.states = {100 + p: RecordDict() for p in partitions}
         self.run_config = run_config or {}
+        self.run_id = next(LocalGrid.runs)
+        self.own = {"client-state-dir": str(state_dir)} if state_dir else {}
+        self.released: dict[int, list[bytes]] = {}
 
     def send_and_receive(self, messages, timeout=None):
         out = []
         for m in messages:
             node = m.metadata.dst_node_id
             ctx = Context(
-                run_id=1,
+                run_id=self.run_id,
                 node_id=node,
-                node_config={"partition-id": node - 100},
+                node_config={"partition-id": node - 100, **self.own},
                 state=self.states[node],
                 run_config=self.run_config,
             )
             handler = train_handler if m.metadata.message_type == TRAIN_TYPE else evaluate_handler
-            out.append(with_config(handler)(m, ctx))
+            reply = with_config(handler)(m, ctx)
+            if not reply.has_error() and REPLY_KEY in reply.content:
+                vector = flatten(reply.content[REPLY_KEY].to_numpy_ndarrays()).tobytes()
+                self.released.setdefault(node - 100, []).append(vector)
+            out.append(reply)
         return out
 
 
@@ -456,7 +494,7 @@ def test_ifca_messages_carry_only_what_differs_from_run_config(tmp_path, wire_ba
     arrays = hypotheses_record(HYPS)
     msg = make_strategy().make_messages([0], arrays, config_record(cfg, "2"), TRAIN_TYPE, 1, {})[0]
     sent = dict(msg.content[CONFIG_KEY])
-    ifca = {"config-digest", "server-round", "client-task", "ifca-ledger-tag", "client-state-dir"}
+    ifca = {"config-digest", "server-round", "client-task", "ifca-ledger-tag"}
     assert ifca <= set(sent) and sent["client-task"] == "ifca" and sent["ifca-ledger-tag"] == "2"
     assert {"dataset", "model", "learning-rate", "ifca-noise-multiplier"} <= set(sent)  # "auto"
     same = {"scenario", "seed", "output-dir", "num-clients", "validation-clients"}
@@ -550,28 +588,24 @@ def test_plots_write_pngs(tmp_path):
 
 
 def test_killed_run_resumes_from_its_checkpoint_and_the_clients_own_ledgers(tmp_path):
-    """Issue 12: a run checkpointed after round 2 and killed during round 3 continues in a
-    new strategy with NEW client states (a restarted simulation: ``context.state`` is gone).
-    The clients take their ledgers back from their own files (the entry before round 3, so
-    the interrupted round is not charged twice): with a budget, who declines depends on it.
-    Records, hypotheses and ledgers equal an uninterrupted run's."""
-    from clients.ifca_client import STATE_DIR_KEY, ledger_file
+    """Issue 12 / issue 26: a run checkpointed after round 2 and killed after its clients
+    answered round 3 continues in a new strategy and a new run (new ``context.state``, new run
+    id; the nodes keep their own ``client-state-dir``). Round 3 runs again, and every client
+    that released a vector in it before the kill is charged again: each client's own ledger
+    counts exactly the vectors it released (an independent count over both runs), never more
+    than the budget allows, and nothing is lost by the restart."""
     from scenarios.engine import RoundState
     from scenarios.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
 
-    rounds = 6
+    rounds, state_dir = 6, tmp_path / "client-state"  # the nodes' own folder (node config)
+    (tmp_path / "run").mkdir()
 
-    def run(name, first=1, last=rounds, checkpoint_until=0, strategy=None, states=None):
+    def run(first=1, last=rounds, checkpoint_until=0, strategy=None):
         cfg = gp_cfg(
-            **{"leakage-budget": 1.0, "num-clients": 6, "output-dir": str(tmp_path / name)}
+            **{"leakage-budget": 1.0, "num-clients": 6, "output-dir": str(tmp_path / "run")}
         )
-        config = ConfigRecord(
-            {**{k: v for k, v in cfg.items() if k != "server-round"},
-             STATE_DIR_KEY: str(tmp_path / name / "client-state")}
-        )  # fmt: skip
-        strategy, grid, records = strategy or make_strategy(budget=1.0), LocalGrid(range(6)), []
-        strategy.on_round_end = records.append
-        grid.states = states if states is not None else grid.states
+        config = ConfigRecord({k: v for k, v in cfg.items() if k != "server-round"})
+        strategy, grid = strategy or make_strategy(budget=1.0), LocalGrid(range(6), None, state_dir)
         save = checkpoint_hook({**cfg, "num-server-rounds": rounds})
 
         def hook(r, arrays):
@@ -583,48 +617,37 @@ def test_killed_run_resumes_from_its_checkpoint_and_the_clients_own_ledgers(tmp_
         if checkpoint is not None:
             restore(strategy, checkpoint)
             initial = keyed_arrays(checkpoint, initial)
-        result = strategy.start(
+        strategy.start(
             grid, initial, num_rounds=last, train_config=config, first_round=first,
             after_round=(hook,),
         )  # fmt: skip
-        strip = [{k: v for k, v in r.items() if k != "seconds"} for r in records]
-        return strategy, grid, strip, result, cfg
+        return strategy, grid, cfg
 
-    full, full_grid, full_records, full_result, _ = run("full")
-    assert any(r["declined"] for r in full_records[1:])  # the budget binds in this run
-    _, _, killed, _, cfg = run("killed", last=3, checkpoint_until=2)  # round 3 was in flight
+    _, killed, cfg = run(last=3, checkpoint_until=2)  # round 3 answered, not checkpointed
     assert load_resumable({**cfg, "num-server-rounds": rounds})["round"] == 2
-    empty = {node: RecordDict() for node in full_grid.states}  # context.state is gone
-    resumed, grid, rest, result, _ = run("killed", first=3, strategy=make_strategy(budget=1.0),
-                                         states=empty)  # fmt: skip
-    assert [r["round"] for r in rest] == [3, 4, 5]  # round 6: nobody can afford it (budget)
-    assert killed[:3] + rest == full_records
-    assert resumed.ledger.spent == full.ledger.spent
-    assert resumed.participations == full.participations and resumed.stopped == full.stopped
-    np.testing.assert_array_equal(
-        flatten(hypotheses_from_record(result.arrays)[1]),
-        flatten(hypotheses_from_record(full_result.arrays)[1]),
+    resumed, grid, _ = run(first=3, strategy=make_strategy(budget=1.0))
+    for p in range(6):
+        sent = killed.released.get(p, []) + grid.released.get(p, [])
+        own = ReleaseCounter(state_dir, "ifca", p).load()
+        assert own.releases == len(set(sent)) == len(sent) <= 2  # budget 1.0, cost 0.4
+        assert own.spent == pytest.approx(0.4 * own.releases)
+        assert read_ledger(grid.states[100 + p], LEDGER_KEY)["participations"] == own.releases
+    assert sum(len(v) for v in killed.released.values()) > 0  # the kill did cost releases
+    mirror = resumed.ledger.participations  # the server's mirror, restored from round 2
+    assert sum(mirror.values()) <= sum(len(v) for v in killed.released.values()) + sum(
+        len(v) for v in grid.released.values()
     )
-    for p in range(6):  # the client-side files: each client's ledger, never the server's
-        own = read_ledger(grid.states[100 + p], LEDGER_KEY)
-        if own["participations"] or own["declined"]:
-            assert own == read_ledger(full_grid.states[100 + p], LEDGER_KEY)
-        path = ledger_file({**cfg, STATE_DIR_KEY: str(tmp_path / "killed" / "client-state")}, p)
-        assert path.exists() == (p in full.participations)
 
 
-def test_unwritable_ledger_file_does_not_fail_the_round(tmp_path):
-    """A client that cannot write its ledger file (a SuperNode without the server's path)
-    still trains and keeps its ledger in ``context.state``."""
-    from clients.ifca_client import STATE_DIR_KEY
-
+def test_unwritable_state_dir_refuses_the_release(tmp_path):
+    """A client that cannot write its ledger does not release: charge before release."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    cfg = {**gp_cfg(), STATE_DIR_KEY: str(blocker / "client-state")}
-    state = RecordDict()
-    content = ifca_train(train_message(cfg), cfg, 0, state)
-    assert list(content.array_records) == [REPLY_KEY]
-    assert read_ledger(state, LEDGER_KEY)["participations"] == 1
-    cfg2 = {**cfg, "server-round": 2}
-    ifca_train(train_message(cfg2), cfg2, 0, state)  # read back from context.state
-    assert read_ledger(state, LEDGER_KEY)["participations"] == 2
+    cfg = gp_cfg()
+    ctx = Context(
+        run_id=1, node_id=1, node_config={"partition-id": 0, "client-state-dir": str(blocker)},
+        state=RecordDict(), run_config={},
+    )  # fmt: skip
+    with pytest.raises(OSError):
+        ifca_train(train_message(cfg), cfg, 0, ctx)
+    assert read_ledger(ctx.state, LEDGER_KEY)["participations"] == 0

@@ -142,13 +142,14 @@ def test_killed_ifca_run_resumes_and_equals_the_uninterrupted_run(
     assert [r["round"] for r in rounds] == list(range(9))
     assert _without_wall_time(rounds) == _without_wall_time(full)
     assert summary["leakage"] == sub_summary(gp_run[2], 4)["leakage"]
-    ledgers = sorted((out / "client-state").glob("*.json"))  # written by the clients only
-    spent = {
-        p.stem.rsplit("-", 1)[1]: json.loads(p.read_text())["rounds"][-1]["state"]["spent"]
-        for p in ledgers
-    }
+    ledgers = sorted((out / "client-state").glob("ifca-*.json"))  # written by the clients only
+    spent = {p.stem.rsplit("-", 1)[1]: json.loads(p.read_text())["spent"] for p in ledgers}
     charged = {p: v for p, v in summary["leakage"]["per_client"].items() if v > 0}
-    assert spent == pytest.approx(charged)
+    # issue 26: each client's own ledger counts every vector it released, the round that the
+    # kill interrupted and that ran again included; the server's mirror restarts from its
+    # checkpoint, so the clients' count is never below it
+    assert set(spent) == set(charged)
+    assert all(spent[p] >= charged[p] - 1e-9 for p in charged)
     # the same command again (in process: no simulation may start): finished, not re-run;
     # another config on that directory: refused, one line, exit 2
     monkeypatch.setattr(launch.subprocess, "run", _no_simulation)

@@ -203,7 +203,9 @@ def test_the_server_adds_noise_only_under_cdp(views, placement, std):
 
 def test_a_zone_sweep_runs_on_the_largest_zone_count(tmp_path):
     """``zonal-sweep-zones``: one simulation of max(s) zone nodes; a variant with fewer zones
-    messages only its own zones' nodes, and every sampled client is trained by one of them."""
+    messages only its own zones' nodes, and every sampled client is trained by one of them,
+    except the one client of a zone sampled below ``min-zone-clients`` (issue 26: that zone's
+    sample is left empty, ``undersized_zones``)."""
     overrides = {
         "scenario": "hdp-digits", "num-clients": 8, "clients-per-round": 4, "num-zones": 2,
         "zonal-sweep-zones": "1,3", "num-server-rounds": 2, "local-epochs": 1,
@@ -219,4 +221,12 @@ def test_a_zone_sweep_runs_on_the_largest_zone_count(tmp_path):
         for record in records[1:]:
             assert record["zonal"]["zone_messages"] == zones
             assert sorted(record["zonal"]["zones"]) == [str(z) for z in range(zones)]
-            assert record["replied"] == record["sampled"]
+            # issue 26: a zone sampled below min-zone-clients (2) gets an empty sample
+            left_out = sorted(set(record["sampled"]) - set(record["replied"]))
+            undersized = record["zonal"]["undersized_zones"]
+            assert set(record["replied"]) <= set(record["sampled"])
+            assert all(p * zones // 8 in undersized for p in left_out)
+            for z in undersized:
+                assert [p for p in record["sampled"] if p * zones // 8 == z] == [
+                    p for p in left_out if p * zones // 8 == z
+                ] and len([p for p in left_out if p * zones // 8 == z]) == 1

@@ -1,0 +1,125 @@
+"""The Flower side of a node's own release counter (:mod:`fedpriv.releases`, issue 26).
+
+:func:`node_counter` opens the ledger of a node from its ``Context`` only (its
+``node_config`` / ``run_config`` and run id, never the message); :func:`sequence_of` names a
+release sequence by the run id and the node's own mechanism settings; :func:`request_digest`
+fingerprints a request's arrays and round; :func:`guarded_release` runs a release through the
+counter: a fresh release is charged before it is computed and its reply cached, an identical
+repeat gets the cached reply (the same arrays bit for bit), anything else the counter does not
+allow raises :class:`ReleaseRefused` (the ClientApp turns it into an error reply).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from fedpriv.releases import ReleaseCounter, Rewind, Ticket, state_dir
+
+__all__ = [
+    "ReleaseRefused",
+    "guarded_release",
+    "node_counter",
+    "request_digest",
+    "sequence_of",
+]
+
+
+class ReleaseRefused(ValueError):
+    """A request the node's own counter does not allow (the reason is one line)."""
+
+
+def node_counter(context: Context, party: str) -> ReleaseCounter:
+    """The ledger of this node's ``party`` in its own state directory, keyed by its own
+    ``partition-id`` (a zone node: its zone id)."""
+    folder = state_dir(context.node_config, context.run_config, int(context.run_id))
+    return ReleaseCounter(folder, party, int(context.node_config["partition-id"]))
+
+
+def sequence_of(run_id: int, settings: Mapping[str, Any]) -> str:
+    """A release sequence: the run and the node's own mechanism settings (a short hash)."""
+    text = repr((int(run_id), sorted((str(k), repr(v)) for k, v in settings.items())))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def request_digest(msg: Message, server_round: int) -> str:
+    """A fingerprint of the request: its round and every array it carries (names, dtypes,
+    shapes, bytes)."""
+    h = hashlib.sha256(str(int(server_round)).encode())
+    for name, record in sorted(msg.content.array_records.items()):
+        h.update(name.encode())
+        for key, array in record.items():
+            value = np.ascontiguousarray(array.numpy())
+            h.update(f"{key}|{value.dtype}|{value.shape}".encode())
+            h.update(value.tobytes())
+    return h.hexdigest()
+
+
+def to_plain(content: RecordDict) -> dict[str, tuple[str, Any]]:
+    """A reply's records as plain Python (arrays as numpy, metrics and configs as dicts)."""
+    out: dict[str, tuple[str, Any]] = {}
+    for name, record in content.items():
+        if isinstance(record, ArrayRecord):
+            out[name] = ("arrays", OrderedDict((k, a.numpy()) for k, a in record.items()))
+        elif isinstance(record, MetricRecord):
+            out[name] = ("metrics", dict(record))
+        else:
+            out[name] = ("config", dict(record))
+    return out
+
+
+def from_plain(plain: Mapping[str, tuple[str, Any]]) -> RecordDict:
+    """The inverse of :func:`to_plain` (same keys, same bytes)."""
+    records: dict[str, Any] = {}
+    for name, (kind, value) in plain.items():
+        if kind == "arrays":
+            records[name] = ArrayRecord(
+                OrderedDict((k, Array(np.ascontiguousarray(a))) for k, a in value.items())
+            )
+        elif kind == "metrics":
+            records[name] = MetricRecord(value)
+        else:
+            records[name] = ConfigRecord(value)
+    return RecordDict(records)
+
+
+def guarded_release(
+    counter: ReleaseCounter,
+    sequence: str,
+    server_round: int,
+    digest: str,
+    produce: Callable[[Ticket], RecordDict],
+    *,
+    cost: float = 1.0,
+    budget: float | None = None,
+    max_releases: int | None = None,
+    rewind: Rewind = "refuse",
+    on_declined: Callable[[Ticket], RecordDict] | None = None,
+) -> RecordDict:
+    """One release through ``counter``: ``produce(ticket)`` runs only for a fresh, already
+    charged release (its reply is cached); an identical repeat returns the cached reply; a
+    declined request returns ``on_declined(ticket)`` (IFCA's empty reply) and anything else
+    refused raises :class:`ReleaseRefused`."""
+    ticket = counter.begin(
+        sequence,
+        server_round,
+        digest,
+        cost=cost,
+        budget=budget,
+        max_releases=max_releases,
+        rewind=rewind,
+    )
+    if ticket.kind == "repeat":
+        return from_plain(counter.cached(sequence, server_round, digest))
+    if ticket.kind == "declined" and on_declined is not None:
+        return on_declined(ticket)
+    if not ticket.fresh:
+        raise ReleaseRefused(f"{counter.party} node {counter.identity}: {ticket.reason}")
+    content = produce(ticket)
+    counter.remember(sequence, server_round, digest, to_plain(content))
+    return content
