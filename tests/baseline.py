@@ -73,6 +73,8 @@ from typing import Any
 
 import pytest
 
+from fedpriv.runlog import read_rounds
+
 BASELINE_DIR = Path(__file__).resolve().parent / "data" / "baseline"
 RECORD_ENV = "FEDPRIV_RECORD_BASELINE"
 TIMING_WORDS = ("seconds", "wall", "time", "duration", "elapsed")
@@ -101,7 +103,7 @@ def round_metrics(output_dir: str | Path) -> dict[str, list[dict[str, float]]]:
     runs: dict[str, list[dict[str, float]]] = {}
     for path in sorted(base.rglob("rounds.jsonl")):
         rel = path.parent.relative_to(base).as_posix()
-        lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        lines = read_rounds(path.parent)  # the operator's view: sampled lists, clip flags
         flat = []
         for line in lines:
             numbers: dict[str, float] = {}
