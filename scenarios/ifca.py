@@ -106,7 +106,6 @@ SCENARIOS = (
             "num-server-rounds": 50,
             "strategy": "fedavg",
             "privacy": "none",
-            "reproducible-noise": True,  # a paper reproduction: seeded noise, labelled
             **GP_FINAL_EVALUATION,
         },
     ),
@@ -133,7 +132,6 @@ SCENARIOS = (
             "num-server-rounds": 30,
             "strategy": "fedavg",
             "privacy": "none",
-            "reproducible-noise": True,  # a paper reproduction: seeded noise, labelled
             **GP_FINAL_EVALUATION,
         },
     ),
