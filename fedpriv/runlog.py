@@ -65,7 +65,7 @@ OPERATOR_KEYS = frozenset(
         "sampled", "replied", "failed", "rejoined", "empty-sample", "rejected", "participants",
         "declined", "zone", "dp-clipped", "dp-num-clipped", "dp-num-reports",
         "dp-num-failures", "dp-client-epsilon", "dp-sgd-epsilon", "dp-sgd-participations",
-        "dp-empty-sample", "dp-underfilled", "audit-real-reports",
+        "dp-empty-sample", "audit-real-reports",
     }
 )  # fmt: skip
 # keys that say which round line an operator line belongs to (copied to both files)

@@ -144,6 +144,7 @@ def test_a_real_run_publishes_no_schedule_and_its_headline_holds_for_that_reader
         assert not OPERATOR_KEYS & set(line) and not any(k.endswith("-nodes") for k in line)
     text = (out / "rounds.jsonl").read_text() + (out / "summary.json").read_text()
     assert '"sampled"' not in text and '"dp-clipped"' not in text
+    assert "num_clipped_per_round" not in summary["privacy"]  # clip counts: operator only
     assert summary["output-readers"] == OUTPUT_READERS
     # independent computation over that view (z, m of N, T, δ): no larger than reported
     reported = summary["privacy"]["epsilon"]["epsilon"]
