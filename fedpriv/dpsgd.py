@@ -11,19 +11,26 @@ DP-SGD (Abadi et al. 2016, §3.1 and the moments accountant of §3.2) as fedpriv
 * **Step** (``clients.dp_grads.private_grads``): g̃ = (Σ_i m_i·clip(∇ℓ_i, C) + N(0,
   (zC)² I)) / D with D = q·n = min(B, n), the expected batch size, fixed (never the realised
   size, which is private). An empty batch is a step of pure noise.
-* **Accounting.** Under add/remove-one-example adjacency the masked clipped sum has L2
-  sensitivity C, so each step is the Poisson-subsampled Gaussian mechanism
-  ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` (Mironov, Talwar & Zhang 2019 for RDP;
-  Koskela et al. 2020 / Zhu, Dong & Wang 2022 for PLD). A client that trained in R rounds of
-  E local epochs ran T = round(1/q)·E·R such steps on its data: ε is that event
-  self-composed T times, composed by :class:`fedpriv.accounting.PrivacyAccountant` with PLD
-  (pessimistic discretisation) and RDP; the headline is the smaller, both upper bounds. With
-  q = 1 the event is the plain Gaussian, composed exactly (μ = √T/z).
-* **What ε covers:** one example of one client, add/remove adjacency, for the run's
-  published models; it holds while the noise seed and the batch schedule are secret from
-  every other party (drawn from the client's OS entropy unless the run opts in to
-  reproducibility). q is computed from n, which the client also reports (``num-examples``),
-  so the guarantee is for examples, as in Abadi et al., not for the size of the data set.
+* **Adjacency: replace-one example** (issue 26). Every reply carries ``num-examples`` = n
+  (and its ε, a function of n), so a data set with one example more or less is told apart by
+  n itself: add/remove adjacency describes nothing the server cannot see. With n public, the
+  neighbouring data sets have the same n and differ in one example; replacing it moves the
+  masked clipped sum by at most 2C (C out, C in) when its slot is sampled.
+* **Accounting.** Each step is then the Poisson-subsampled Gaussian with sensitivity 2C and
+  noise zC: ``PoissonSampledDpEvent(q, GaussianDpEvent(z/2))`` composed under add/remove,
+  whose PLD takes both directions of the pair (q·P + (1−q)·Q, Q) with (P, Q) the Gaussian
+  pair at multiplier z/2 — the dominating pair of the replace-one subsampled step (the
+  slot is sampled with probability q in both data sets; Zhu, Dong & Wang 2022, §5;
+  dp_accounting has no Poisson REPLACE_ONE event). A client that trained in R rounds of E
+  local epochs ran T = round(1/q)·E·R such steps on its data: ε is that event self-composed
+  T times, composed by :class:`fedpriv.accounting.PrivacyAccountant` with PLD (pessimistic
+  discretisation) and RDP; the headline is the smaller, both upper bounds. With q = 1 the
+  event is the plain Gaussian, composed exactly (μ = 2√T/z).
+* **What ε covers:** one example of one client replaced by another (n published), for the
+  run's published models and replies (n and ε included); it holds while the noise seed and
+  the batch schedule are secret from every other party (drawn from the client's OS entropy
+  unless the run opts in to reproducibility). It also bounds add/remove for a reader who
+  does not learn n (the replace-one multiplier z/2 is the smaller one).
 
 One example per clip is the only mode: tensorflow-privacy's microbatches (clip means of
 several examples, sensitivity 2C under add/remove) went with it; ``microbatches`` must be 0.
@@ -44,12 +51,15 @@ ACCOUNTANT = "PLD"
 ACCOUNTANT_TEXT = (
     "example-level DP of each client's DP-SGD: Poisson-sampled Gaussian "
     "(q = min(1, batch-size/n), z) self-composed round(1/q) x local-epochs x rounds-participated "
-    "steps (participations counted by the client), add/remove-one example adjacency; "
+    "steps (participations counted by the client), replace-one example adjacency (n is "
+    "released: sensitivity 2C, multiplier z/2); "
     "fedpriv.accounting.PrivacyAccountant: dp_accounting PLD and RDP, headline the smaller "
     "(both upper bounds)"
 )
 SAMPLING_TEXT = "Poisson sampling, q = min(1, batch-size/n), padded and masked batches"
-ADJACENCY_TEXT = "add/remove-one example of one client (example level)"
+ADJACENCY_TEXT = "replace-one example of one client, n released (example level; sensitivity 2C)"
+# the multiplier of the accounted step: z/2, the Gaussian of sensitivity 2C with noise zC
+REPLACE_ONE_FACTOR = 0.5
 MIN_WIDTH = 8
 STREAM_TAG = 0xD95  # the reproducible opt-in's stream: SeedSequence([call seed, tag])
 
@@ -158,10 +168,11 @@ def poisson_schedule(
 
 
 def dpsgd_event(*, num_examples: int, batch_size: int, epochs: int, noise_multiplier: float):
-    """The ``DpEvent`` of ``epochs`` local epochs of DP-SGD on one client's n examples.
+    """The ``DpEvent`` of ``epochs`` local epochs of DP-SGD on one client's n examples,
+    replace-one example (module doc), to be composed under add/remove.
 
-    ``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), round(1/q)·epochs)``;
-    the plain Gaussian when q = 1.
+    ``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z/2)), round(1/q)·epochs)``;
+    the plain Gaussian (multiplier z/2) when q = 1.
     """
     import dp_accounting
 
@@ -169,7 +180,7 @@ def dpsgd_event(*, num_examples: int, batch_size: int, epochs: int, noise_multip
     check_real("noise_multiplier", noise_multiplier, lo=0.0, lo_open=False)
     q = sampling_rate(num_examples=num_examples, batch_size=batch_size)
     steps = steps_per_epoch(num_examples=num_examples, batch_size=batch_size) * epochs
-    step: Any = dp_accounting.GaussianDpEvent(float(noise_multiplier))
+    step: Any = dp_accounting.GaussianDpEvent(float(noise_multiplier) * REPLACE_ONE_FACTOR)
     if q < 1:
         step = dp_accounting.PoissonSampledDpEvent(q, step)
     return dp_accounting.SelfComposedDpEvent(step, steps)

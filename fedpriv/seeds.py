@@ -7,10 +7,11 @@ consumer never shifts another's numbers. The table below is the only place a tag
 
 Secret by default (issue 20): a stream that draws privacy noise or the client-sampling
 schedule is reproducible from ``seed`` only when the run sets ``reproducible-noise = true``
-(tests, paper reproductions; labelled, see :func:`noise_label`). Otherwise it comes from OS
-entropy (:func:`privacy_rng`), so a party that knows the run config (every client does)
-cannot rebuild the noise and subtract it. Column "secret" of the table: yes = OS entropy
-unless the run opts in; no = always seeded (data, splits, elections: not privacy noise).
+(an explicit opt-in for tests and regression baselines; labelled, see :func:`noise_label`).
+Otherwise it comes from OS entropy (:func:`privacy_rng`), so a party that knows the run
+config (every client does) cannot rebuild the noise and subtract it. Column "secret" of the
+table: yes = OS entropy unless the run opts in; no = always seeded (data, splits, elections:
+not privacy noise).
 
 Streams keyed by ``[seed, tag, ...]``:
 

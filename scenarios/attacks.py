@@ -43,8 +43,6 @@ from scenarios.schema import ConfigError
 from scenarios.standard import MP_TRAINING
 
 _CIA_COMMON = {
-    # a paper reproduction: seeded, labelled noise (valid only while the seed is secret)
-    "reproducible-noise": True,
     "strategy": "fedavg",
     "privacy": "none",
     "num-clients": 3,

@@ -55,6 +55,7 @@ from scenarios.keys_audit import KEYS
 from scenarios.schema import ConfigError
 
 AUDITED_MODES = ("none", "global-dp", "metric-dp", "dp-sgd")
+DP_WRAPPER_MODES = ("global-dp", "metric-dp")  # client-level canaries through the DP wrapper
 EXAMPLE_MODES = ("dp-sgd",)  # example-level canaries (inserted examples)
 MEAN_STRATEGIES = ("fedavg", "fedprox")
 
@@ -80,6 +81,18 @@ def check_audit_config(cfg: Mapping[str, Any], catalog: Catalog) -> None:
             cfg["audit-canaries"],
             "0 with privacy = " + str(cfg["privacy"]) + " (canary audits support privacy = "
             + " | ".join(AUDITED_MODES) + ")",
+        )  # fmt: skip
+    if (
+        audit_enabled(cfg)
+        and cfg["privacy"] in DP_WRAPPER_MODES
+        and cfg["dp-weighting"] != "uniform"
+    ):
+        # example weights: a canary would carry the mean real weight and an "all replies"
+        # denominator, so its sensitivity is not the accounted C·w_max/W (measured: 14x less)
+        raise ConfigError(
+            "dp-weighting", cfg["dp-weighting"], "uniform when audit-canaries > 0 (under "
+            "example weights a canary carries no real client's weight; the audit would test "
+            "a diluted canary, not the accounted sensitivity)",
         )  # fmt: skip
 
 

@@ -175,8 +175,7 @@ def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
         "weighting": cfg["dp-weighting"],
         "delta": float(cfg["dp-delta"]),
         "sigma_per_round": [r.get("dp-sigma") for r in trained],
-        "num_clipped_per_round": [r.get("dp-num-clipped") for r in trained],
-        "num_reports_per_round": [r.get("dp-num-reports") for r in trained],
+        # clip and sample counts are operator-only (operator.jsonl, issue 26): not here
         "noised_rounds": len(noised),
         "underfilled_rounds": [r["round"] for r in noised if "dp-underfilled" in r],
         "sensitivity_note": SENSITIVITY_NOTE,

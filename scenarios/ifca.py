@@ -110,7 +110,6 @@ SCENARIOS = (
             "num-server-rounds": 50,
             "strategy": "fedavg",
             "privacy": "none",
-            "reproducible-noise": True,  # a paper reproduction: seeded noise, labelled
             **GP_FINAL_EVALUATION,
         },
     ),
@@ -137,7 +136,6 @@ SCENARIOS = (
             "num-server-rounds": 30,
             "strategy": "fedavg",
             "privacy": "none",
-            "reproducible-noise": True,  # a paper reproduction: seeded noise, labelled
             **GP_FINAL_EVALUATION,
         },
     ),

@@ -42,8 +42,6 @@ MP_TRAINING = {
     "distance-on": "raw",
     "dp-weighting": "examples",
     "unaccounted-metrics": True,
-    # a paper reproduction: seeded, labelled noise (valid only while the seed is secret)
-    "reproducible-noise": True,
 }
 
 SCENARIOS = (

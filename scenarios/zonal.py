@@ -77,8 +77,6 @@ KIND = "zonal-compare"
 MEAN_STRATEGIES = ("fedavg", "fedprox", "fedavgm", "fedopt", "fedyogi")
 
 HDP_DIGITS = {
-    # a paper reproduction: seeded, labelled noise (valid only while the seed is secret)
-    "reproducible-noise": True,
     "dataset": "digits",
     "model": "digits-mlp",
     "partition": "dirichlet",

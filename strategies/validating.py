@@ -2,9 +2,10 @@
 
 Before the wrapped strategy (and any DP wrapper inside it) sees a training reply, every
 array is checked against the global arrays sent that round: same keys, same shapes, all
-values finite. A reply that fails is dropped (``on_invalid="drop"``) or the whole round is
-skipped (``on_invalid="fail"``); either way the offending node and the reason are recorded
-in ``last_round`` and logged (SPEC §7).
+values finite, and its aggregation weight (``num-examples``) a number in (0, 1e9] (not a
+bool, NaN or string). A reply that fails is dropped (``on_invalid="drop"``) or the whole
+round is skipped (``on_invalid="fail"``); either way the offending node and the reason are
+recorded in ``last_round`` and logged (SPEC §7).
 
 ``accept_failures=False`` (the default, Flower's legacy rule) skips aggregation when any
 client replied with an error; ``True`` aggregates the replies that arrived.
@@ -27,6 +28,11 @@ from strategies.base import StrategyWrapper
 # Beyond it a finite reply (1e18, say) overflows the float32 squared norm that clipping and
 # the distances compute, and would stop the round; no model trained by SGD moves that far.
 MAX_CHANGE = 1e9
+# The largest aggregation weight (``num-examples``) a reply may carry. Beyond it a finite
+# weight (1e308, say) overflows the sum of weights in FedAvg's mean and the example-weighted
+# DP accounting; no client of a federated run holds more than 10^9 examples.
+MAX_WEIGHT = 1e9
+WEIGHT_KEY = "num-examples"  # Flower's default ``weighted_by_key``
 
 
 def update_problem(reply: Message, reference: dict[str, np.ndarray]) -> Optional[str]:
@@ -50,8 +56,43 @@ def update_problem(reply: Message, reference: dict[str, np.ndarray]) -> Optional
     return None
 
 
+def weight_problem(reply: Message, key: str = WEIGHT_KEY) -> Optional[str]:
+    """Why a reply's aggregation weight ``key`` is unusable, or None: it must be an int or
+    float (not a bool, not a string or list), finite and in ``(0, MAX_WEIGHT]``.
+
+    A weight outside that set would stop the round: 0 for every reply divides by zero in
+    FedAvg's mean, -5 or NaN gives a non-finite mean, 1e308 overflows the sum of weights, a
+    bool or a string is not a number Flower's mean or the example-weighted accounting takes.
+    """
+    found = [r[key] for r in reply.content.metric_records.values() if key in r]
+    if len(found) != 1:
+        return f"expected one {key!r} metric, got {len(found)}"
+    value = found[0]
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return f"{key} = {value!r} is not a number"
+    weight = float(value)
+    if not np.isfinite(weight):
+        return f"{key} = {weight!r} is not finite"
+    if not 0.0 < weight <= MAX_WEIGHT:
+        return f"{key} = {weight:.6g} is outside (0, {MAX_WEIGHT:.0e}]"
+    return None
+
+
+def weight_key(strategy: Strategy) -> str:
+    """The ``weighted_by_key`` of the innermost strategy of a wrapper chain (the stock
+    strategy that aggregates), Flower's ``num-examples`` when none names one."""
+    key, current = WEIGHT_KEY, strategy
+    while current is not None:
+        key = str(getattr(current, "weighted_by_key", key))
+        current = getattr(current, "strategy", None)
+    return key
+
+
 class ValidUpdatesOnly(StrategyWrapper):
     """Drop (or fail the round on) malformed or non-finite updates before aggregation.
+
+    A reply is malformed when its arrays fail :func:`update_problem` or its aggregation
+    weight (the stock strategy's ``weighted_by_key``) fails :func:`weight_problem`.
 
     Parameters
     ----------
@@ -72,6 +113,7 @@ class ValidUpdatesOnly(StrategyWrapper):
         self.on_invalid = on_invalid
         self.accept_failures = accept_failures
         self.reference: dict[str, np.ndarray] = {}
+        self.weight_key = weight_key(strategy)
         self.last_round: dict = {}
 
     def configure_train(
@@ -92,7 +134,7 @@ class ValidUpdatesOnly(StrategyWrapper):
         for msg in replies:
             if msg.has_error():
                 continue
-            problem = update_problem(msg, self.reference)
+            problem = update_problem(msg, self.reference) or weight_problem(msg, self.weight_key)
             if problem is None:
                 valid.append(msg)
             else:

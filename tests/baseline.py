@@ -47,7 +47,8 @@ Intended differences:
   records are unchanged (the FedAvg release is the same computation as before).
 
 - issue 20 (secret randomness): every baseline run opts in to ``reproducible-noise = true``
-  (``tests.simulate`` adds it to every run; the paper scenarios set it), so the seeded noise
+  (``tests.simulate`` adds it to every run; since issue 26 the paper scenarios no longer
+  set it, the tests opt in explicitly), so the seeded noise
   and sampling streams are the old ones and no record changed. The round lines' new
   ``noise-randomness`` label is a string: not compared (only numbers are).
 
@@ -58,6 +59,11 @@ Intended differences:
   the per-client ``zonal-update-norm`` / ``zonal-clipped`` / ``zonal-noise-norm`` train
   metrics are gone (a zone node reports its zone aggregate only). ``zonal-compare`` matched
   the zone-node runtime unchanged (same noise streams, figures within the bands).
+- issue 26 (DP-SGD under replace-one example: the replies publish n): the ``dp-sgd-epsilon.*``
+  and ``dp-sgd-epsilon-max`` figures of ``dpsgd-grid`` were recomputed offline with the new
+  accountant (multiplier z/2) from the recorded participations and the clients' n (288, 287,
+  287, 287: the n for which the old accountant gives the recorded figures exactly); nothing
+  else of the record changed (same runs, same participations, same z).
 - redesign stage 2: ``fedpriv grid`` runs its cells in one simulation; the DP-SGD cell's
   accuracies are compared only where they do not depend on worker history (``worker_noise``;
   measured: rounds 1-2 equal, round 3 server accuracy 0.750 vs 0.744).
@@ -72,6 +78,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from fedpriv.runlog import read_rounds
 
 BASELINE_DIR = Path(__file__).resolve().parent / "data" / "baseline"
 RECORD_ENV = "FEDPRIV_RECORD_BASELINE"
@@ -101,7 +109,7 @@ def round_metrics(output_dir: str | Path) -> dict[str, list[dict[str, float]]]:
     runs: dict[str, list[dict[str, float]]] = {}
     for path in sorted(base.rglob("rounds.jsonl")):
         rel = path.parent.relative_to(base).as_posix()
-        lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        lines = read_rounds(path.parent)  # the operator's view: sampled lists, clip flags
         flat = []
         for line in lines:
             numbers: dict[str, float] = {}

@@ -54,16 +54,13 @@ def run_fedpriv(
 
 
 def run_outputs(output_dir: str | Path) -> tuple[Any, list[dict[str, Any]]]:
-    """A run directory's summary.json (None if absent) and rounds.jsonl lines."""
+    """A run directory's summary.json (None if absent) and round lines (the operator's view:
+    rounds.jsonl merged with operator.jsonl, :func:`fedpriv.runlog.read_rounds`)."""
+    from fedpriv.runlog import read_rounds
+
     summary_path = Path(output_dir) / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
-    rounds_path = Path(output_dir) / "rounds.jsonl"
-    rounds = (
-        [json.loads(x) for x in rounds_path.read_text().splitlines() if x.strip()]
-        if rounds_path.exists()
-        else []
-    )
-    return summary, rounds
+    return summary, read_rounds(output_dir)
 
 
 def kill_after_round(

@@ -14,6 +14,7 @@ import json
 
 import pytest
 
+from fedpriv.runlog import read_rounds
 from scenarios.cli import main as fedpriv_main  # imported at collection (Flower's logger)
 from tests.baseline import assert_matches_baseline
 from tests.simulate import run_fedpriv
@@ -43,9 +44,7 @@ def test_cia_run_writes_both_phases(cia_run):
     assert (out / "target-absent" / "summary.json").exists()
     assert doc["config"]["local-epochs"] == 20  # cia-local-epochs drives local training
     # the target's node stays idle in the absent phase
-    absent_rounds = [
-        json.loads(x) for x in (out / "target-absent" / "rounds.jsonl").read_text().splitlines()
-    ]
+    absent_rounds = read_rounds(out / "target-absent")
     assert all(2 not in r.get("replied", []) for r in absent_rounds)
     assert all(sorted(r["replied"]) == [0, 1, 2] for r in rounds if r["round"] > 0)
     assert summary["cia"]["rounds"][1]["round"] == 1

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from fedpriv.runlog import read_rounds
 from tests.localflower import Processes, free_ports, wait_http_ok
 from tests.simulate import ROOT
 
@@ -118,8 +119,7 @@ def _wait_for(predicate, timeout: float, fed: Federation, what: str) -> None:
 
 
 def _rounds(out: Path) -> list[dict]:
-    path = out / "rounds.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    return read_rounds(out)  # rounds.jsonl + operator.jsonl (sampled, replied)
 
 
 def test_superlink_and_supernodes_run_and_survive_a_killed_supernode(federation, tmp_path):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from fedpriv.runlog import read_rounds
+
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = 5
 Z = 0.5  # mild: measured final accuracy ~0.80 vs ~0.98 non-private (5 rounds)
@@ -174,10 +176,7 @@ def test_dpsgd_run_reports_epsilon_per_client_and_keeps_accuracy(real_grid):
         assert eps == pytest.approx(expected.epsilon, rel=1e-9), pid  # Poisson batches, PLD
         assert block["participations_per_client"][pid] == ROUNDS
     assert block["noise_multiplier"] == Z and block["delta"] == 1e-5
-    rounds = [
-        json.loads(x)
-        for x in (out / "fedavg" / "dp-sgd" / "seed0" / "rounds.jsonl").read_text().splitlines()
-    ]
+    rounds = read_rounds(out / "fedavg" / "dp-sgd" / "seed0")
     eps_by_round = [r["dp-sgd-epsilon"]["0"] for r in rounds if r["round"] > 0]
     assert len(eps_by_round) == ROUNDS and eps_by_round == sorted(eps_by_round)  # ε accumulates
     acc_plain, acc_private = plain["final"]["accuracy"], private["final"]["accuracy"]

@@ -54,7 +54,7 @@ ZONAL = {"scenario": "hdp-digits", "noise-placement": "ldp", "num-clients": 4, "
          "clients-per-round": 4}  # fmt: skip
 # the per-client zonal runtime: one SuperNode per client (zone nodes: mode "zone-node")
 IN_SERVER = {"zonal-runtime": "in-server"}
-SECRET = {"reproducible-noise": False}  # the paper scenarios opt in; these clients do not
+SECRET = {"reproducible-noise": False}  # explicit: these clients use secret noise
 OWN = {
     "dp-sgd": {**FAST, **SECRET, "privacy": "dp-sgd", "batch-size": 16},
     "zonal": {**ZONAL, **IN_SERVER, **SECRET, "local-epochs": 1},

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedpriv.runlog import read_rounds
 from tests.simulate import run_fedpriv
 
 pytestmark = pytest.mark.simulation
@@ -214,10 +215,7 @@ def test_a_zone_sweep_runs_on_the_largest_zone_count(tmp_path):
     rc, _, _, log = run_fedpriv(overrides, tmp_path / "sweep", timeout=600)
     assert rc == 0, log[-3000:]
     for zones in (1, 3):
-        records = [
-            json.loads(line)
-            for line in (tmp_path / "sweep" / f"s{zones}-hdp" / "rounds.jsonl").open()
-        ]
+        records = read_rounds(tmp_path / "sweep" / f"s{zones}-hdp")
         for record in records[1:]:
             assert record["zonal"]["zone_messages"] == zones
             assert sorted(record["zonal"]["zones"]) == [str(z) for z in range(zones)]

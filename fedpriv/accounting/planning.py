@@ -11,9 +11,12 @@ Per privacy mode:
 
 * ``global-dp``: client level, the server-side Gaussian (σ = z·C/m'), ``client-sampling``
   fixed (replace-one, m of N without replacement) or poisson (add/remove-one), uniform
-  aggregation (``dp-weighting = uniform``); with ``examples`` weighting the figure depends on
-  the partition's example counts, which a config does not know: the plan gives the uniform
-  figure and says so (the run reports the realised one);
+  aggregation (``dp-weighting = uniform``); with ``examples`` weighting the worst w_max over
+  the partition's example counts. ``epsilon`` holds when every sampled client's reply is
+  valid and arrives (``epsilon_condition``); where the config lets a round aggregate fewer
+  replies (``invalid-update = drop``, the default, or ``accept-failures = true``) and the
+  denominator is not fixed, ``epsilon_worst_case`` bounds every outcome the config allows,
+  down to one reply per round (multiplier z/m'), next to its condition;
 * ``metric-dp``: no ε (a heuristic); σ's floor ``z·√L/(2m)`` for d on clipped models;
 * ``dp-sgd``: example level per client, ``epochs = local-epochs x rounds`` (a client sampled
   every round, the worst case); needs the client's example count (``examples_per_client``);
@@ -148,6 +151,47 @@ def global_dp_round_factor(cfg: Mapping[str, Any]) -> tuple[float, list[str]]:
     return 1.0 / (part.noise_clients * w_max), [note]
 
 
+ALL_REPLY_CONDITION = (
+    "holds when every sampled client's reply is valid and arrives; a round that aggregates "
+    "fewer replies charges more (see epsilon_worst_case)"
+)
+
+
+def reply_losses(cfg: Mapping[str, Any]) -> list[str]:
+    """Why the config lets a round aggregate fewer replies than it sampled ([]: it cannot,
+    or the denominator is fixed, so fewer replies do not raise the charge)."""
+    if str(cfg.get("client-sampling", "fixed")) == "poisson":
+        return []  # the clipped sum is divided by the fixed m: the multiplier stays z
+    reasons = []
+    if str(cfg.get("invalid-update", "drop")) == "drop":
+        reasons.append("invalid-update = drop (an invalid reply is left out)")
+    if bool(cfg.get("accept-failures", False)):
+        reasons.append("accept-failures = true (a failed reply is left out)")
+    return reasons
+
+
+def _worst_case(cfg: Mapping[str, Any], z: float, rounds: int, delta: float) -> dict[str, Any]:
+    """The ε of every round aggregating a single reply (weight 1 of 1: multiplier z/m'), the
+    most any outcome of :func:`reply_losses` charges; {} when no reply can be left out."""
+    from fedpriv.accounting.rounds import global_dp_epsilon
+    from fedpriv.participation import Participation
+
+    reasons = reply_losses(cfg)
+    if not reasons:
+        return {}
+    part = Participation.from_config(cfg)
+    weighting = str(cfg.get("dp-weighting", "uniform"))
+    z_one = z / part.noise_clients
+    report = global_dp_epsilon([z_one] * rounds, part, delta=delta, weighting=weighting)
+    return {
+        "epsilon_worst_case": _num(report.get("epsilon")),
+        "epsilon_worst_case_condition": (
+            "every outcome the config allows (" + "; ".join(reasons) + "): down to one "
+            f"reply per round, multiplier z/m' = {z_one:.6g}"
+        ),
+    }
+
+
 def _global_dp(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Global DP by the run's own ε function, fed the worst round the config allows.
 
@@ -183,7 +227,14 @@ def _global_dp(cfg: Mapping[str, Any]) -> dict[str, Any]:
         notes.append(
             f"sigma is calibrated to m' = {part.noise_clients} for {part.per_round} sampled clients"
         )
-    return {"mode": "global-dp", "round_noise_multiplier": z_round, **plan, "notes": notes}
+    worst = _worst_case(cfg, z, rounds, delta)
+    if worst:
+        plan["epsilon_condition"] = ALL_REPLY_CONDITION
+        notes.append(
+            f"epsilon {plan['epsilon']} {ALL_REPLY_CONDITION}; epsilon_worst_case "
+            f"{worst['epsilon_worst_case']}: {worst['epsilon_worst_case_condition']}"
+        )
+    return {"mode": "global-dp", "round_noise_multiplier": z_round, **plan, **worst, "notes": notes}
 
 
 def _dp_sgd(cfg: Mapping[str, Any], examples: int | None) -> dict[str, Any]:
