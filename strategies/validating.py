@@ -21,6 +21,7 @@ from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, log
 from flwr.server import Grid
 from flwr.serverapp.strategy.strategy import Strategy
 
+from strategies.array_records import array_view
 from strategies.base import StrategyWrapper
 
 # The largest change of one weight in one round that a reply may carry: |w_i - w_g| <= 1e9.
@@ -54,7 +55,7 @@ def update_problem(reply: Message, reference: dict[str, np.ndarray]) -> Optional
     if list(arrays.keys()) != list(reference.keys()):
         return "array keys differ from the global model"
     for key, array in arrays.items():
-        value = array.numpy()
+        value = array_view(array)
         if value.shape != reference[key].shape:
             return f"array {key!r} has shape {value.shape}, expected {reference[key].shape}"
         change = _max_change(value, reference[key])
@@ -93,7 +94,7 @@ class ValidUpdatesOnly(StrategyWrapper):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Remember the global arrays (the reference for checks) and delegate."""
-        self.reference = {k: v.numpy() for k, v in arrays.items()}
+        self.reference = {k: array_view(v) for k, v in arrays.items()}
         return self.strategy.configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(
