@@ -369,7 +369,16 @@ def _dpsgd_epsilons(strategy) -> list[float]:
 def _commands() -> tuple[Command, ...]:
     from scenarios.audit_cli import add_arguments, audit_command
 
-    return (Command("audit", add_arguments, audit_command, "empirical privacy audit (canaries)"),)
+    return (
+        Command(
+            "audit",
+            add_arguments,
+            audit_command,
+            "Measure privacy with canaries and check it against the reported ε.",
+            "fedpriv audit -c \"privacy='global-dp' num-server-rounds=2\"\n"
+            "fedpriv audit --mechanism global-dp --z 1",
+        ),
+    )
 
 
 FEATURE = Feature(

@@ -326,6 +326,13 @@ FEATURE = Feature(
     summary=privacy_summary,
     checks=(check_dp_config, check_max_epsilon),
     commands=(
-        Command("epsilon", _epsilon_args, _epsilon, "privacy figures of a config (no training)"),
+        Command(
+            "epsilon",
+            _epsilon_args,
+            _epsilon,
+            "Compute the privacy figures (noise, ε) of a configuration without training.",
+            "fedpriv epsilon -c \"privacy='global-dp' noise-multiplier=1.1\"\n"
+            "fedpriv epsilon -c \"privacy='global-dp'\" --target-epsilon 8",
+        ),
     ),
 )

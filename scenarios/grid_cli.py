@@ -212,7 +212,20 @@ FEATURE = Feature(
     description="Grids of runs (strategies x privacy x seeds) and the MP-shaped report.",
     keys=KEYS,
     commands=(
-        Command("grid", _grid_args, _grid, "run a strategies x privacy x seeds grid"),
-        Command("report", _report_args, _report, "write report.md of a grid directory"),
+        Command(
+            "grid",
+            _grid_args,
+            _grid,
+            "Train every combination of strategies, privacy modes and seeds, and compare them.",
+            "fedpriv grid --scenario digits --strategies fedavg,fedprox "
+            "--privacy none,global-dp --seeds 0,1 --output-dir runs/grid --report",
+        ),
+        Command(
+            "report",
+            _report_args,
+            _report,
+            "Write the comparison report (report.md) of a folder made by fedpriv grid.",
+            "fedpriv report runs/grid",
+        ),
     ),
 )

@@ -60,6 +60,7 @@ from flwr.serverapp import Grid
 
 from fedpriv import seeds
 from fedpriv.checkpoint import CLIENT_STATE_DIR
+from fedpriv.console import round_line
 from fedpriv.data import FederatedData
 from fedpriv.disclosure import GP_FINAL_EVALUATION, sends_unaccounted
 from fedpriv.ifca import METRICS_KEY, gaussian_hypotheses
@@ -324,6 +325,8 @@ def run_one(
     def on_round_end(record: dict[str, Any]) -> None:
         rounds.append(record)
         runlog.append_round(record)
+        total = int(cfg["num-server-rounds"])
+        print(round_line(record, total, float(record.get("seconds", 0.0))), flush=True)
         if sink is not None:
             sink(record)
 
