@@ -55,8 +55,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
-from flwr.app import ConfigRecord
-from flwr.serverapp import Grid
 
 from fedpriv import seeds
 from fedpriv.checkpoint import CLIENT_STATE_DIR
@@ -67,13 +65,16 @@ from fedpriv.ifca import METRICS_KEY, gaussian_hypotheses
 from fedpriv.runlog import RunLog, read_rounds
 from scenarios import multirun
 from scenarios.feature import Catalog, Feature, Scenario
-from scenarios.federation import PartitionGrid, discover_partitions
 from scenarios.keys_ifca import KEYS
 from scenarios.schema import ConfigError
 from scenarios.task_names import IFCA_TASK
 from scenarios.wire_config import wire_config
 
 if TYPE_CHECKING:
+    from flwr.app import ConfigRecord
+    from flwr.serverapp import Grid
+
+    from scenarios.federation import PartitionGrid
     from strategies.ifca import LaplaceIFCA
 
 # The Keras clients, models, plots and the IFCA strategy (the ``simulation`` extra) are
@@ -253,6 +254,8 @@ def config_record(cfg: Mapping[str, Any], tag: str) -> ConfigRecord:
     ``run_config`` plus its digest (:func:`scenarios.wire_config.wire_config`, as the standard
     path), with the client task, the sweep's ledger tag and where the clients keep their own
     ledger files (``clients.ifca_client``: they survive a restart)."""
+    from flwr.app import ConfigRecord
+
     state_dir = str(Path(cfg["output-dir"]) / CLIENT_STATE_DIR)
     return ConfigRecord(
         {
@@ -377,6 +380,7 @@ def run_one(
 
 def run_ifca(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     """Runner of kind ``ifca``: one run, or every run of ``ifca-sweep`` in this simulation."""
+    from scenarios.federation import PartitionGrid, discover_partitions
     from scenarios.ifca_outputs import sweep_table
 
     t0 = time.time()

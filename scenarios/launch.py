@@ -68,17 +68,43 @@ def check_unique_keys(items: Sequence[str]) -> None:
             seen[key] = value
 
 
+def _flatten(table: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
+    """Nested TOML tables to dotted keys (Flower's ``flatten_dict``)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{parent}.{key}" if parent else key
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, name))
+        elif isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        else:
+            raise ValueError(f"{name}: a bool, int, float or string, not {value!r}")
+    return out
+
+
+def _parse_items(items: Sequence[str]) -> dict[str, Any]:
+    """Flower's ``parse_config_args`` (flwr 1.42, ``flwr.common.config``) without importing
+    Flower: one ``.toml`` file, or ``key=value`` items whose values are TOML."""
+    if len(items) == 1 and items[0].endswith(".toml"):
+        with Path(items[0]).expanduser().open("rb") as fh:
+            return _flatten(tomllib.load(fh))
+    merged: dict[str, Any] = {}
+    for item in items:
+        if item.endswith(".toml"):
+            raise ValueError("a TOML file cannot be passed alongside key=value pairs")
+        merged.update(tomllib.loads("\n".join(f"{k} = {v}" for k, v in _ITEM.findall(item))))
+    return _flatten(merged)
+
+
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     """Flower's ``--run-config`` syntax (``"a=1 b='x'"``, TOML values) to a dict; a key given
     twice or an item that is not TOML raises :class:`ConfigError` (one line)."""
     if not items:
         return {}
-    from flwr.common.config import parse_config_args
-
     check_unique_keys(items)
     try:
-        return dict(parse_config_args(list(items)))
-    except Exception as err:  # noqa: BLE001 -- click.ClickException, TOML and file errors
+        return _parse_items(items)
+    except (OSError, ValueError) as err:  # tomllib.TOMLDecodeError is a ValueError
         text = " ".join(items)
         raise ConfigError(
             "--run-config", text, "space-separated key=value pairs with TOML values"

@@ -14,17 +14,17 @@ imports in the base install (``fedpriv epsilon``, ``fedpriv keys``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-from flwr.serverapp import Grid
+from typing import TYPE_CHECKING, Any
 
 from fedpriv.data import DATASETS, PATH_DATASETS
 from fedpriv.names import MODELS, STRATEGIES
 from scenarios import launch
 from scenarios.feature import Catalog, Feature, Scenario
-from scenarios.federation import federation_grid
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError, boolean, choice, integer, key, real, text
+
+if TYPE_CHECKING:
+    from flwr.serverapp import Grid
 
 PARTITIONS = (
     "iid",
@@ -177,6 +177,7 @@ def run_standard(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     ServerApp and ``run-plan`` check completion before any runner)."""
     from clients.partitions import federated_data
     from scenarios.engine import RunHooks, train_run
+    from scenarios.federation import federation_grid
 
     data = federated_data(cfg)
     pgrid = federation_grid(grid, cfg)
