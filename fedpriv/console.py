@@ -192,6 +192,11 @@ def files_written(output_dir: str | Path, names: Sequence[str] = OUTPUT_FILES) -
     return found
 
 
+def cell_line(summary: Mapping[str, Any]) -> str:
+    """One run of a grid in a line: its final metrics and its privacy statement."""
+    return f"{final_metrics(summary)}{SEP}{privacy_statement(summary)}"
+
+
 def summary_lines(summary: Mapping[str, Any], output_dir: str | Path, wall: float) -> list[str]:
     """The short summary a run ends with: metrics, privacy, wall time, files."""
     files = ", ".join(files_written(output_dir)) or "—"

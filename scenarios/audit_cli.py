@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.records import mean_of, read_round_records
-from scenarios import multirun
+from scenarios import multirun, quiet
 from scenarios.feature import Catalog
 from scenarios.launch import (
     add_federation_option,
@@ -114,7 +114,14 @@ def run_one(
     # a directory holding another config is refused by preflight; a finished run of this
     # config is not re-run and its audit.json is the answer
     audit_path = Path(cfg["output-dir"]) / AUDIT_NAME
-    rc = simulate(cfg, [run_config_text(values)], federation, to_stderr=True)
+    rc = simulate(
+        cfg,
+        [run_config_text(values)],
+        federation,
+        log_path=Path(cfg["output-dir"]) / quiet.LOG_NAME,  # the full log; the console: ours
+        show=quiet.is_console_line,
+        to_stderr=True,
+    )
     if rc != 0 or not audit_path.exists():
         print("fedpriv audit: the simulation ended without an audit.json", file=sys.stderr)
         return 1, None

@@ -132,6 +132,29 @@ def test_summary_lists_the_files_that_exist(tmp_path):
     assert all(line.startswith("fedpriv:") for line in lines)
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_the_last_line_stays_machine_readable(tmp_path, capsys, as_json):
+    import argparse
+
+    from scenarios.launch import _finish
+
+    final = {"accuracy": 0.9777777777777777, "f1_macro": 0.97}
+    figures = {"mode": "metric-dp", "bound": "heuristic, no ε", "sigma_mean": 0.01}
+    summary = {"config": {"privacy": "metric-dp"}, "final": final, "privacy_figures": figures}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    cfg = {"output-dir": str(tmp_path)}
+    _finish(cfg, tmp_path / "summary.json", argparse.Namespace(json=as_json), 0.0)
+    lines = capsys.readouterr().out.splitlines()
+    if as_json:  # stdout is exactly one JSON object
+        assert len(lines) == 1
+        doc = json.loads(lines[0])
+        assert doc["final"] == final and doc["privacy_figures"] == figures
+        assert doc["output_dir"] == str(tmp_path)
+    else:  # the summary, then the line scripts parse, as before
+        assert lines[-1] == "fedpriv: final " + json.dumps(final, sort_keys=True)
+        assert "fedpriv:   privacy  metric-dp: no formal guarantee" in "\n".join(lines)
+
+
 # --- framework noise: the environment and the console filter -------------------------------
 
 
@@ -249,6 +272,43 @@ def test_each_command_help_has_an_example_and_no_internal_words(command):
     assert not RST_OR_INTERNAL.search(proc.stdout), proc.stdout
     example = proc.stdout.split("example:", 1)
     assert len(example) == 2 and f"fedpriv {command}" in example[1], proc.stdout
+
+
+SLOW_IMPORTS = {"flwr", "scipy", "dp_accounting", "tensorflow", "keras", "jax", "ray", "sklearn"}
+
+
+@pytest.mark.parametrize(
+    "args,rc",
+    [(["--help"], 0), (["run", "--help"], 0), (["run", "-c", "scenario='nope'"], 2)],
+    ids=["help", "run-help", "config-error"],
+)
+def test_help_and_a_config_error_import_nothing_heavy(args, rc, tmp_path):
+    """What keeps them under a second (``make bench`` times them): no Flower, SciPy,
+    dp-accounting, TensorFlow or Ray is imported (module list of a fresh interpreter)."""
+    dump = tmp_path / "modules.json"
+    code = (
+        "import atexit, json, runpy, sys\n"
+        f"atexit.register(lambda: open({str(dump)!r}, 'w').write("
+        "json.dumps(sorted({m.split('.')[0] for m in sys.modules}))))\n"
+        f"sys.argv = ['fedpriv', *{args!r}]\n"
+        "runpy.run_module('scenarios.cli', run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), check=False,
+    )  # fmt: skip
+    assert proc.returncode == rc, proc.stderr
+    modules = set(json.loads(dump.read_text()))
+    assert not SLOW_IMPORTS & modules, sorted(SLOW_IMPORTS & modules)
+
+
+def test_run_config_parsing_equals_flowers():
+    from flwr.common.config import parse_config_args
+
+    from scenarios.launch import parse_overrides
+
+    items = ["a=1 b='x y' c=true", 'd.e=0.5 f="q"', "g=-3"]
+    assert parse_overrides(items) == parse_config_args(items)
 
 
 # --- must-show 1: the default run, on the console, and with --verbose ----------------------
