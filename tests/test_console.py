@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -237,16 +238,24 @@ def test_dp_wrapper_with_four_replies_never_logs_received_1_results(caplog, wrap
 # --- the CLI's help ------------------------------------------------------------------------
 
 
-def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
+def _cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python -m scenarios.cli ARGS`` in its own session: on a timeout the whole group
+    (the simulation and its Ray processes included) is killed, not only the CLI."""
+    proc = subprocess.Popen(
         [sys.executable, "-m", "scenarios.cli", *args],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
         env=env,
-        check=False,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_top_help_lists_each_command_in_a_sentence_without_internal_words():
@@ -319,7 +328,8 @@ TINY = "num-server-rounds=2 local-epochs=1 reproducible-noise=true"
 def _run(out: Path, *extra: str, rounds: str = TINY) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in quiet.QUIET_ENV and k != quiet.LOG_ENV}
     env["CUDA_VISIBLE_DEVICES"] = ""
-    return _cli("run", *extra, "--run-config", f"{rounds} output-dir='{out}'", env=env)
+    args = ("run", *extra, "--run-config", f"{rounds} output-dir='{out}'")
+    return _cli(*args, env=env, timeout=900)
 
 
 @pytest.fixture(scope="module")

@@ -91,8 +91,9 @@ def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
     loaded = json.loads(out.strip().splitlines()[-1])
     # issue 21: the zone-node task (scenarios.zone_node) derives the zone's plan from the
     # zonal keys (scenarios.keys_zonal: declarations and plan_from_config, over
-    # scenarios.schema's key checks) - client-side code, no server app, CLI or report
+    # scenarios.schema's key checks) - client-side code, no server app, CLI or report;
+    # issue 28: scenarios.quiet sets the worker's log levels (logging and os only)
     assert loaded == ["scenarios", "scenarios.client_app", "scenarios.client_tasks",
-                      "scenarios.federation", "scenarios.keys_zonal", "scenarios.schema",
-                      "scenarios.task_names", "scenarios.wire_config",
+                      "scenarios.federation", "scenarios.keys_zonal", "scenarios.quiet",
+                      "scenarios.schema", "scenarios.task_names", "scenarios.wire_config",
                       "scenarios.zone_node"]  # fmt: skip
