@@ -6,9 +6,11 @@ numpy-2 ``__array__ ... copy keyword`` DeprecationWarning, and Flower's INFO lin
 driver and from every Ray worker. Two layers keep them off the console:
 
 1. :func:`simulation_env`: the environment of the simulation process, which Ray's workers
-   inherit — TensorFlow's C++ log level, Ray's accelerator warning, the Keras warning
-   filter, and ``FEDPRIV_LOG`` that :func:`configure_process` reads in each worker (Flower's
-   logger at WARNING there);
+   inherit — TensorFlow's C++ log level and Ray's accelerator warning — and
+   :func:`configure_process`, which the ServerApp and the ClientApp call when they load: the
+   Keras warning filter (an in-process filter: Flower's imports put a "once" filter for
+   every DeprecationWarning in front of what ``PYTHONWARNINGS`` sets) and, in a Ray worker,
+   Flower's logger at WARNING;
 2. :func:`is_console_line`: ``fedpriv run`` writes everything the simulation prints to
    ``<output-dir>/run.log`` and shows on the console only the run's own lines (those that
    start with ``fedpriv``) and the driver's warnings and errors.
@@ -21,20 +23,23 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
+import warnings
 from collections.abc import Mapping
+from pathlib import Path
 
 LOG_ENV = "FEDPRIV_LOG"
 VERBOSE = "debug"
 LOG_NAME = "run.log"
 
-KERAS_COPY_WARNING = "ignore:__array__ implementation doesn't accept a copy keyword"
+# Keras 3 on numpy 2 (keras/src/backend/tensorflow/core.py): np.array(x) of a tensor
+KERAS_COPY_MESSAGE = "__array__ implementation doesn't accept a copy keyword"
 
 # Quiet defaults for the simulation process and every Ray worker; a variable the user set
 # in the environment wins.
 QUIET_ENV = {
     "TF_CPP_MIN_LOG_LEVEL": "3",  # TensorFlow's C++ INFO/WARNING lines (oneDNN, cuda probes)
     "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",  # Ray's FutureWarning tip (num_gpus = 0)
-    "PYTHONWARNINGS": f"{KERAS_COPY_WARNING}:DeprecationWarning",
 }
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -73,10 +78,19 @@ def is_console_line(line: str, prefix: str = "fedpriv") -> bool:
     return text.startswith(prefix) or bool(_DRIVER_PROBLEM.match(text))
 
 
+def in_ray_worker() -> bool:
+    """Whether this process is one of Ray's workers (a ClientApp actor of the simulation)."""
+    return Path(sys.argv[0] if sys.argv else "").name == "default_worker.py"
+
+
 def configure_process() -> None:
-    """In a simulation process (ServerApp driver or ClientApp worker): Flower's logger at
-    WARNING unless ``FEDPRIV_LOG=debug``; TensorFlow's C++ log level quiet unless set."""
+    """When the ServerApp or the ClientApp loads, unless ``FEDPRIV_LOG=debug``: TensorFlow's
+    C++ log level quiet unless set, Keras's numpy-2 copy warning ignored and, in a Ray
+    worker, Flower's logger at WARNING (the driver keeps its INFO lines for run.log; it
+    loads the ClientApp too)."""
     if verbose():
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", QUIET_ENV["TF_CPP_MIN_LOG_LEVEL"])
-    logging.getLogger("flwr").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=KERAS_COPY_MESSAGE, category=DeprecationWarning)
+    if in_ray_worker():
+        logging.getLogger("flwr").setLevel(logging.WARNING)
