@@ -143,6 +143,8 @@ def privacy_statement(summary: Mapping[str, Any]) -> str:
     cfg = summary.get("config") or {}
     mode = str(cfg.get("privacy", "none"))
     figures = summary.get("privacy_figures") or {}
+    if isinstance(summary.get("runs"), list):  # a comparison of several runs
+        return f"{mode}: one figure per run (report.md and each run's summary.json)"
     leakage = summary.get("leakage")
     if isinstance(leakage, Mapping):  # IFCA
         return _leakage_statement(leakage)
@@ -179,8 +181,8 @@ def final_metrics(summary: Mapping[str, Any]) -> str:
     """The final server test metrics, 4 significant digits."""
     final = summary.get("final") or {}
     keys = [k for k in ("accuracy", "f1_macro", "roc_auc_micro", "loss") if k in final]
-    if not keys and "accuracy_weighted" in summary:  # IFCA
-        keys, final = ["accuracy_weighted"], summary
+    if not keys:  # a comparison (run -> accuracy), IFCA: every number it holds
+        keys = [k for k, v in final.items() if from_json_number(v) is not None]
     return ", ".join(f"{k} {num(final[k], 4)}" for k in keys) or "—"
 
 

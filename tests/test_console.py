@@ -122,6 +122,12 @@ def test_privacy_statement_says_heuristic_or_gives_epsilon_and_delta():
     assert "no formal guarantee" in console.privacy_statement({"config": {"privacy": "none"}})
 
 
+def test_a_comparison_summary_lists_each_run():
+    summary = {"config": {"privacy": "zonal"}, "final": {"hdp": 0.91234, "ldp": 0.8}, "runs": []}
+    assert console.final_metrics(summary) == "hdp 0.9123, ldp 0.8"
+    assert console.privacy_statement(summary).startswith("zonal: one figure per run")
+
+
 def test_summary_lists_the_files_that_exist(tmp_path):
     for name in ("rounds.jsonl", "summary.json", "accuracy.png", "run.log"):
         (tmp_path / name).write_text("x")
