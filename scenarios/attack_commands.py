@@ -411,5 +411,5 @@ ATTACK_COMMAND = Command(
     _attack,
     "Attack trained models (client inference, gradient inversion, membership) and report.",
     "fedpriv attack cia --strategies fedavg --privacy none,metric-dp\n"
-    "fedpriv attack membership --run-dir runs/digits",
+    "fedpriv attack membership --run-dir runs/digits-fedavg-metric-dp-s0",
 )
