@@ -14,6 +14,8 @@ Rows:
    (``bench/bench_zonal.py``; ``--hdp-rounds`` shortens it).
 7. round: the MP-CNN per-round overhead, one local step per round, fedpriv's seconds per round
    above the plain-Keras floor's (``bench/bench_round.py``).
+8. CLI response: ``fedpriv --help``, ``fedpriv run --help`` and a config error vs the
+   interpreter's start and ``import flwr`` (``bench/bench_cli.py``; goal <= 1 s each).
 
 Writes ``bench/results.md`` and prints it. ``--quick`` shrinks every size.
 """
@@ -114,7 +116,7 @@ def main() -> int:
         "--only",
         default="",
         help="comma-separated subset: math,cross-device,step,scale,grid,many,load,audit,"
-        "hdp-paper,round (written to runs/bench/results-only.md; the full run writes "
+        "hdp-paper,round,cli (written to runs/bench/results-only.md; the full run writes "
         "bench/results.md)",
     )
     parser.add_argument(
@@ -125,6 +127,7 @@ def main() -> int:
     tmp.mkdir(parents=True, exist_ok=True)
     from bench import (
         bench_audit,
+        bench_cli,
         bench_load,
         bench_round,
         bench_speed,
@@ -143,6 +146,7 @@ def main() -> int:
         "audit": lambda: bench_audit.audit_row(tmp, args.quick),
         "hdp-paper": lambda: bench_zonal.hdp_paper_row(tmp, args.quick, args.hdp_rounds),
         "round": lambda: bench_round.round_rows(tmp, args.quick),
+        "cli": lambda: bench_cli.cli_rows(args.quick),
     }
     chosen = [x for x in args.only.split(",") if x] or list(benches)
     lines = ["| benchmark | fedpriv | reference | ratio |", "|---|---|---|---|"]

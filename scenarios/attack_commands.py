@@ -405,4 +405,11 @@ def _lira_section(args, dirs: list[Path], results: list[dict], curves: dict) -> 
     return text
 
 
-ATTACK_COMMAND = Command("attack", _attack_args, _attack, "attack reports: cia | dlg | membership")
+ATTACK_COMMAND = Command(
+    "attack",
+    _attack_args,
+    _attack,
+    "Attack trained models (client inference, gradient inversion, membership) and report.",
+    "fedpriv attack cia --strategies fedavg --privacy none,metric-dp\n"
+    "fedpriv attack membership --run-dir runs/digits-fedavg-metric-dp-s0",
+)

@@ -44,15 +44,16 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from fedpriv.audit.audit import audit_models, canary_upper_bound
-from fedpriv.audit.canaries import CanarySet
 from scenarios.feature import Catalog, Command, Feature
 from scenarios.keys_audit import KEYS
 from scenarios.schema import ConfigError
+
+if TYPE_CHECKING:
+    from fedpriv.audit.canaries import CanarySet
 
 AUDITED_MODES = ("none", "global-dp", "metric-dp", "dp-sgd")
 DP_WRAPPER_MODES = ("global-dp", "metric-dp")  # client-level canaries through the DP wrapper
@@ -103,6 +104,8 @@ def canary_norm(cfg: Mapping[str, Any]) -> float:
 
 def canary_set(cfg: Mapping[str, Any], weights: list[np.ndarray]) -> CanarySet:
     """The run's canaries for a model with the shapes of ``weights``."""
+    from fedpriv.audit.canaries import CanarySet
+
     return CanarySet(
         count=int(cfg["audit-canaries"]),
         norm=canary_norm(cfg),
@@ -157,6 +160,8 @@ def mechanism_text(cfg: Mapping[str, Any]) -> str:
 
 def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict[str, Any]:
     """The accountant's figures next to the audit (module docstring)."""
+    from fedpriv.audit.audit import canary_upper_bound
+
     mode, delta = cfg["privacy"], float(cfg["dp-delta"])
     z, m = float(cfg.get("noise-multiplier", 0.0)), _noise_clients(cfg)
     out: dict[str, Any] = {"epsilon_upper_bound": None, "epsilon_upper_bound_run": None}
@@ -238,6 +243,8 @@ def audit_outcome(
     canary = find_canary_wrapper(strategy)
     if canary is None:
         return None
+    from fedpriv.audit.audit import audit_models
+
     result = audit_models(
         canary.canaries,
         canary.models,
@@ -382,7 +389,16 @@ def _dpsgd_epsilons(strategy) -> list[float]:
 def _commands() -> tuple[Command, ...]:
     from scenarios.audit_cli import add_arguments, audit_command
 
-    return (Command("audit", add_arguments, audit_command, "empirical privacy audit (canaries)"),)
+    return (
+        Command(
+            "audit",
+            add_arguments,
+            audit_command,
+            "Measure privacy with canaries and check it against the reported ε.",
+            "fedpriv audit -c \"privacy='global-dp' num-server-rounds=2\"\n"
+            "fedpriv audit --mechanism global-dp --z 1",
+        ),
+    )
 
 
 FEATURE = Feature(

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.records import mean_of, read_round_records
-from scenarios import multirun
+from scenarios import multirun, quiet
 from scenarios.feature import Catalog
 from scenarios.launch import (
     add_federation_option,
@@ -64,17 +64,23 @@ GRID_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fedpriv audit``."""
-    add_run_config_option(parser, "Flower-style overrides for the audited run")
+    add_run_config_option(parser, "settings of the audited run, e.g. \"privacy='global-dp'\"")
     add_federation_option(parser)
-    parser.add_argument("--grid", action="store_true", help="mechanism rows x z values")
-    parser.add_argument("--z", nargs="+", type=float, default=[0.01, 1.0, 3.0])
-    parser.add_argument("--out", default="reports/audit")
-    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument(
+        "--grid", action="store_true", help="audit every mechanism at every --z value"
+    )
+    parser.add_argument(
+        "--z", nargs="+", type=float, default=[0.01, 1.0, 3.0], help="noise multipliers"
+    )
+    parser.add_argument("--out", default="reports/audit", help="folder of the audit report")
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite the report from finished audits"
+    )
     parser.add_argument(
         "--mechanism",
         choices=MECHANISMS,
         help="mechanism-level audit without training (zonal placements, GP Laplace); "
-        "one JSON object per --z value (global-dp: FixedClippingGaussian with 50000 canaries, "
+        "one JSON object per --z value (global-dp: the clipped Gaussian with 50000 canaries, "
         "m = N = 100, num-server-rounds rounds; dp-sgd: Poisson DP-SGD at --z, q = 0.001, "
         "one epoch, 50000 Dirac canaries; metric-dp: MP's settings (C = 5, m = 4, raw d; "
         "num-server-rounds, default 20; distance-on from --run-config); exit 1 if the bound "
@@ -108,7 +114,14 @@ def run_one(
     # a directory holding another config is refused by preflight; a finished run of this
     # config is not re-run and its audit.json is the answer
     audit_path = Path(cfg["output-dir"]) / AUDIT_NAME
-    rc = simulate(cfg, [run_config_text(values)], federation, to_stderr=True)
+    rc = simulate(
+        cfg,
+        [run_config_text(values)],
+        federation,
+        log_path=Path(cfg["output-dir"]) / quiet.LOG_NAME,  # the full log; the console: ours
+        show=quiet.is_console_line,
+        to_stderr=True,
+    )
     if rc != 0 or not audit_path.exists():
         print("fedpriv audit: the simulation ended without an audit.json", file=sys.stderr)
         return 1, None

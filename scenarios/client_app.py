@@ -25,10 +25,13 @@ naming the key (:func:`resolved`) — no arrays, no metrics, no training — in 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+from scenarios import quiet
+
+# before TensorFlow loads: its C++ log level, and Flower's logger at WARNING in this worker,
+# unless FEDPRIV_LOG=debug (fedpriv run --verbose)
+quiet.configure_process()
 
 from flwr.app import (  # noqa: E402
     ConfigRecord,

@@ -30,9 +30,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv import seeds
-from fedpriv.accounting.rounds import global_dp_accountant, global_dp_epsilon, is_conditional
 from fedpriv.disclosure import unaccounted_channels
-from fedpriv.dp import METRIC_HEURISTIC
 from fedpriv.participation import Participation
 from fedpriv.records import PrivacyFigures, mean_of
 from scenarios.feature import Catalog, Command, Feature
@@ -64,6 +62,8 @@ def noise_clients(cfg: Mapping[str, Any]) -> int:
 
 def conditional_accounting(cfg: Mapping[str, Any]) -> bool:
     """Examples weighting with sampling: account each round given the realised sample."""
+    from fedpriv.accounting.rounds import is_conditional
+
     return is_conditional(str(cfg["dp-weighting"]), Participation.from_config(cfg))
 
 
@@ -76,6 +76,7 @@ def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator)
     Metric DP gets no accountant: it is a heuristic and reports no ε.
     """
     del rng
+    from fedpriv.accounting.rounds import global_dp_accountant
     from strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
 
     common = dict(
@@ -157,6 +158,9 @@ def _noised_rounds(rounds: list[dict]) -> list[dict]:
 
 def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
     """The ``privacy`` block of summary.json (empty for other privacy modes)."""
+    from fedpriv.accounting.rounds import global_dp_epsilon
+    from fedpriv.dp import METRIC_HEURISTIC
+
     mode = cfg["privacy"]
     if mode == "zonal":  # zonal's figures are in summary["zonal"]; what left its clients:
         return {"privacy": {"mode": mode, "unaccounted": unaccounted_channels(cfg)}}
@@ -325,6 +329,13 @@ FEATURE = Feature(
     summary=privacy_summary,
     checks=(check_dp_config, check_max_epsilon),
     commands=(
-        Command("epsilon", _epsilon_args, _epsilon, "privacy figures of a config (no training)"),
+        Command(
+            "epsilon",
+            _epsilon_args,
+            _epsilon,
+            "Compute the privacy figures (noise, ε) of a configuration without training.",
+            "fedpriv epsilon -c \"privacy='global-dp' noise-multiplier=1.1\"\n"
+            "fedpriv epsilon -c \"privacy='global-dp'\" --target-epsilon 8",
+        ),
     ),
 )

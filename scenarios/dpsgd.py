@@ -8,12 +8,12 @@ Declared here (``FEATURE``):
   its own config and its own count of the rounds it trained in (its own release ledger,
   :mod:`fedpriv.releases`): the server sends no participation count and cannot set the ε a
   client reports.
-- privacy mode ``dp-sgd``: :class:`DpSgdClients`, a thin Message-API wrapper around the
-  stock strategy. It sets ``client-task = "dp-sgd"`` in the train config, mirrors how many
-  rounds it asked each client to train (for the summary, not sent), and keeps each client's
-  latest ε from its replies (Flower averages MetricRecords weighted by num-examples, so the
-  per-client values are read from the replies here before delegating). ``round_metrics()``
-  reports them per partition.
+- privacy mode ``dp-sgd``: :class:`scenarios.dpsgd_server.DpSgdClients`, a thin
+  Message-API wrapper around the stock strategy. It sets ``client-task = "dp-sgd"`` in
+  the train config, mirrors how many rounds it asked each client to train (for the
+  summary, not sent), and keeps each client's latest ε from its replies (Flower averages
+  MetricRecords weighted by num-examples, so the per-client values are read from the
+  replies here before delegating). ``round_metrics()`` reports them per partition.
 - summary block: summary.json ``privacy = {"mode": "dp-sgd", "epsilon" (headline: the
   largest client's ε), "dp_sgd": {...}}`` with ε per client, δ, the accountant, z and C.
 - a consistency check: ``microbatches`` must be 0 (one example per clip).
@@ -25,13 +25,10 @@ is the stock strategy's, on DP-SGD-trained models.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
-from flwr.serverapp import Grid
-from flwr.serverapp.strategy.strategy import Strategy
 
 from fedpriv.disclosure import unaccounted_channels
 from fedpriv.dpsgd import ACCOUNTANT_TEXT, ADJACENCY_TEXT, SAMPLING_TEXT
@@ -41,61 +38,24 @@ from scenarios.keys_dpsgd import KEYS
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
 from scenarios.task_names import DPSGD_TASK as TASK
-from scenarios.task_names import EPSILON_KEY
-from strategies.base import StrategyWrapper
-
-EPSILON_LABEL = (
-    "example level, add/remove-one example, Poisson-sampled batches as the clients run "
-    "them (PLD/RDP): an upper bound"
-)
 
 
-def _reply_metrics(reply: Message) -> dict[str, Any]:
-    records = list(reply.content.metric_records.values())
-    return dict(records[0]) if records else {}
+def __getattr__(name: str) -> Any:
+    """``DpSgdClients`` lives in :mod:`scenarios.dpsgd_server` (Flower), loaded on use."""
+    if name in ("DpSgdClients", "EPSILON_LABEL"):
+        from scenarios import dpsgd_server
+
+        return getattr(dpsgd_server, name)
+    raise AttributeError(name)
 
 
-class DpSgdClients(StrategyWrapper):
-    """Ask the sampled clients for DP-SGD training and keep their ε (per node)."""
+def _wrapper(strategy: Any, cfg: Mapping[str, Any], rng: Any) -> Any:
+    """Privacy mode ``dp-sgd``: :class:`scenarios.dpsgd_server.DpSgdClients` around the
+    stock strategy (``rng`` unused: the clients draw their own noise)."""
+    del rng
+    from scenarios.dpsgd_server import DpSgdClients
 
-    def __init__(self, strategy: Strategy) -> None:
-        self.strategy = strategy
-        self.participations: dict[int, int] = {}
-        self.epsilon: dict[int, float] = {}
-
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """Delegate with ``client-task = dp-sgd``; mirror each client's participation count
-        (the clients count their own, in their own state directories: issue 26)."""
-        config = ConfigRecord({**dict(config), "client-task": TASK})
-        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
-        for msg in messages:
-            node = msg.metadata.dst_node_id
-            self.participations[node] = self.participations.get(node, 0) + 1
-        return messages
-
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
-        """Record each replying client's ε, then delegate."""
-        replies = list(replies)
-        for reply in replies:
-            if reply.has_error():
-                continue
-            metrics = _reply_metrics(reply)
-            if EPSILON_KEY in metrics:
-                self.epsilon[reply.metadata.src_node_id] = float(metrics[EPSILON_KEY])
-        return self.strategy.aggregate_train(server_round, replies)
-
-    def round_metrics(self) -> dict[str, Any]:
-        """Cumulative ε and participations per client (node ids; the recorder maps them)."""
-        return {
-            "dp-sgd-epsilon-nodes": dict(self.epsilon),
-            "dp-sgd-participations-nodes": dict(self.participations),
-            "dp-sgd-epsilon-max": max(self.epsilon.values(), default=0.0),
-            "dp-sgd-epsilon-bounds": EPSILON_LABEL,
-        }
+    return DpSgdClients(strategy)
 
 
 def _last_per_client(rounds: list[dict], key: str) -> dict[str, Any]:
@@ -168,7 +128,7 @@ FEATURE = Feature(
     name="dp-sgd",
     description="Client-side DP-SGD (Poisson batches), example-level epsilon per client.",
     keys=KEYS,
-    privacy_modes=(declare(TASK, lambda strategy, cfg, rng: DpSgdClients(strategy)),),
+    privacy_modes=(declare(TASK, _wrapper),),
     client_tasks=(TASK,),
     summary=dpsgd_summary,
     checks=(check_microbatches,),

@@ -53,6 +53,7 @@ from clients.keras_client import (
     train_local,
 )
 from fedpriv import seeds
+from fedpriv.console import round_line
 from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
 from fedpriv.participation import Participation
@@ -398,6 +399,7 @@ def train_run(
             sink(record)
     server_eval = server_evaluator(cfg, data)
     rounds: list[dict] = list(previous_rounds)
+    clock = [time.time()]  # start of the round in flight (for its console line)
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> dict:
         global_weights = arrays.to_numpy_ndarrays()
@@ -411,6 +413,9 @@ def train_run(
         record = typed.to_json()
         rounds.append(record)
         runlog.append_round(record)
+        now = time.time()
+        print(round_line(record, int(cfg["num-server-rounds"]), now - clock[0]), flush=True)
+        clock[0] = now
         for sink in hooks.on_record:
             sink(record)
         recorder.current = {}

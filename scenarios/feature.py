@@ -106,12 +106,17 @@ class Scenario:
 
 @dataclass(frozen=True)
 class Command:
-    """A ``fedpriv`` sub-command: ``add_arguments(parser)``, ``run(args, catalog) -> rc``."""
+    """A ``fedpriv`` sub-command: ``add_arguments(parser)``, ``run(args, catalog) -> rc``.
+
+    ``help`` is one sentence in a user's words (``fedpriv --help``); ``example`` one or more
+    command lines shown under "example:" in ``fedpriv <name> --help``.
+    """
 
     name: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, Catalog], int]
     help: str = ""
+    example: str = ""
 
 
 @dataclass(frozen=True)

@@ -170,11 +170,23 @@ def _grid(args: argparse.Namespace, catalog: Catalog) -> int:
     )
     for cell in failed:
         print(f"fedpriv grid: FAILED {cell.label} (see {output_dir / LOG_NAME})", file=sys.stderr)
+    _print_cells(cells)
     if args.report:
         from fedpriv.report import write_report
 
         print(f"fedpriv grid: report -> {write_report(output_dir)}", flush=True)
     return 1 if failed else 0
+
+
+def _print_cells(cells: list) -> None:
+    """Each finished cell in one line: final metrics and privacy statement (the summary
+    ``fedpriv run`` ends with, :func:`fedpriv.console.cell_line`)."""
+    from fedpriv.console import cell_line
+
+    for cell in cells:
+        path = Path(cell.path) / "summary.json"
+        if path.is_file():
+            print(f"fedpriv grid:   {cell.label}: {cell_line(json.loads(path.read_text()))}")
 
 
 def _report_args(parser: argparse.ArgumentParser) -> None:
@@ -203,7 +215,20 @@ FEATURE = Feature(
     description="Grids of runs (strategies x privacy x seeds) and the MP-shaped report.",
     keys=KEYS,
     commands=(
-        Command("grid", _grid_args, _grid, "run a strategies x privacy x seeds grid"),
-        Command("report", _report_args, _report, "write report.md of a grid directory"),
+        Command(
+            "grid",
+            _grid_args,
+            _grid,
+            "Train every combination of strategies, privacy modes and seeds, and compare them.",
+            "fedpriv grid --scenario digits --strategies fedavg,fedprox "
+            "--privacy none,global-dp --seeds 0,1 --output-dir runs/grid --report",
+        ),
+        Command(
+            "report",
+            _report_args,
+            _report,
+            "Write the comparison report (report.md) of a folder made by fedpriv grid.",
+            "fedpriv report runs/grid",
+        ),
     ),
 )

@@ -56,17 +56,15 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
-from flwr.app import ConfigRecord
-from flwr.serverapp import Grid
 
 from fedpriv import seeds
+from fedpriv.console import round_line
 from fedpriv.data import FederatedData
 from fedpriv.disclosure import GP_FINAL_EVALUATION, sends_unaccounted
 from fedpriv.ifca import METRICS_KEY, gaussian_hypotheses
 from fedpriv.runlog import RunLog, read_rounds
 from scenarios import multirun
 from scenarios.feature import Catalog, Feature, Scenario
-from scenarios.federation import PartitionGrid, discover_partitions
 from scenarios.keys_ifca import (  # noqa: F401  (parse_sweep: re-exported)
     KEYS,
     SWEEP_FORBIDDEN,
@@ -78,6 +76,10 @@ from scenarios.task_names import IFCA_TASK
 from scenarios.wire_config import wire_config
 
 if TYPE_CHECKING:
+    from flwr.app import ConfigRecord
+    from flwr.serverapp import Grid
+
+    from scenarios.federation import PartitionGrid
     from strategies.ifca import LaplaceIFCA
 
 # The Keras clients, models, plots and the IFCA strategy (the ``simulation`` extra) are
@@ -211,6 +213,8 @@ def config_record(cfg: Mapping[str, Any], tag: str) -> ConfigRecord:
     ``run_config`` plus its digest (:func:`scenarios.wire_config.wire_config`, as the standard
     path), with the client task and the sweep's ledger tag (a label only: the clients keep
     one ledger each, in their own state directories, ``clients.ifca_client``)."""
+    from flwr.app import ConfigRecord
+
     return ConfigRecord(
         {
             **wire_config(cfg),
@@ -281,6 +285,8 @@ def run_one(
     def on_round_end(record: dict[str, Any]) -> None:
         rounds.append(record)
         runlog.append_round(record)
+        total = int(cfg["num-server-rounds"])
+        print(round_line(record, total, float(record.get("seconds", 0.0))), flush=True)
         if sink is not None:
             sink(record)
 
@@ -331,6 +337,7 @@ def run_one(
 
 def run_ifca(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     """Runner of kind ``ifca``: one run, or every run of ``ifca-sweep`` in this simulation."""
+    from scenarios.federation import PartitionGrid, discover_partitions
     from scenarios.ifca_outputs import sweep_table
 
     t0 = time.time()

@@ -17,10 +17,12 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from scenarios import quiet
 from scenarios.feature import Catalog, Command
 from scenarios.schema import ConfigError, toml_lines
 
@@ -30,6 +32,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 APP_DIR = Path(__file__).resolve().parent.parent
+PREFIX = "fedpriv:"
 
 
 def pyproject() -> dict[str, Any]:
@@ -65,17 +68,43 @@ def check_unique_keys(items: Sequence[str]) -> None:
             seen[key] = value
 
 
+def _flatten(table: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
+    """Nested TOML tables to dotted keys (Flower's ``flatten_dict``)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{parent}.{key}" if parent else key
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, name))
+        elif isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        else:
+            raise ValueError(f"{name}: a bool, int, float or string, not {value!r}")
+    return out
+
+
+def _parse_items(items: Sequence[str]) -> dict[str, Any]:
+    """Flower's ``parse_config_args`` (flwr 1.42, ``flwr.common.config``) without importing
+    Flower: one ``.toml`` file, or ``key=value`` items whose values are TOML."""
+    if len(items) == 1 and items[0].endswith(".toml"):
+        with Path(items[0]).expanduser().open("rb") as fh:
+            return _flatten(tomllib.load(fh))
+    merged: dict[str, Any] = {}
+    for item in items:
+        if item.endswith(".toml"):
+            raise ValueError("a TOML file cannot be passed alongside key=value pairs")
+        merged.update(tomllib.loads("\n".join(f"{k} = {v}" for k, v in _ITEM.findall(item))))
+    return _flatten(merged)
+
+
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     """Flower's ``--run-config`` syntax (``"a=1 b='x'"``, TOML values) to a dict; a key given
     twice or an item that is not TOML raises :class:`ConfigError` (one line)."""
     if not items:
         return {}
-    from flwr.common.config import parse_config_args
-
     check_unique_keys(items)
     try:
-        return dict(parse_config_args(list(items)))
-    except Exception as err:  # noqa: BLE001 -- click.ClickException, TOML and file errors
+        return _parse_items(items)
+    except (OSError, ValueError) as err:  # tomllib.TOMLDecodeError is a ValueError
         text = " ".join(items)
         raise ConfigError(
             "--run-config", text, "space-separated key=value pairs with TOML values"
@@ -172,13 +201,28 @@ def add_federation_option(parser: argparse.ArgumentParser) -> None:
         "--federation",
         default="local-simulation",
         action=_FederationAction,
-        help="a [tool.fedpriv.federations] name: local-simulation (CPU) | local-simulation-gpu",
+        help="where the clients run: local-simulation (CPU, the default) or "
+        "local-simulation-gpu (GPUs)",
     )
 
 
 def _run_args(parser: argparse.ArgumentParser) -> None:
-    add_run_config_option(parser, "Flower-style overrides, e.g. \"scenario='digits' seed=1\"")
+    add_run_config_option(
+        parser, "settings that replace the defaults, e.g. \"scenario='digits' seed=1\""
+    )
     add_federation_option(parser)
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show every line of TensorFlow, Ray and Flower too (also: FEDPRIV_LOG=debug); "
+        "the full log is always in <output-dir>/run.log",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (final metrics, privacy figures, output folder) on "
+        "stdout and everything else on stderr",
+    )
 
 
 def to_override(key: str, value: Any) -> str:
@@ -209,26 +253,43 @@ def single_threaded_tf(cfg: Mapping[str, Any]) -> dict[str, str]:
     return {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 
 
+def _is_round_line(line: str) -> bool:
+    return line.startswith(f"{PREFIX} round ")
+
+
+def progress_line(line: str) -> bool:
+    """What a multi-run command (grid, audit, attack) shows of its simulation: the progress
+    lines with their ETA and the driver's warnings, not each cell's round lines."""
+    return quiet.is_console_line(line) and not _is_round_line(quiet.plain(line))
+
+
 def simulate(
     cfg: Mapping[str, Any],
     overrides: Sequence[str],
     federation: str,
     *,
     log_path: Path | None = None,
-    echo: str = "fedpriv",
+    show: Callable[[str], bool] = progress_line,
     to_stderr: bool = False,
+    loud: bool | None = None,
 ) -> int:
-    """Start the simulation of ``cfg``; its output goes to the console (stderr with
-    ``to_stderr``, keeping stdout for a command's answer), or to ``log_path`` with the lines
-    starting with ``echo`` (progress lines) also shown on the console."""
-    env = federation_env(federation, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    """Start the simulation of ``cfg``; framework noise off unless ``loud`` (default:
+    ``FEDPRIV_LOG=debug``, :mod:`scenarios.quiet`).
+
+    Without ``log_path`` its output goes to the console (stderr with ``to_stderr``, keeping
+    stdout for a command's answer); with it, every line goes to ``log_path`` and the lines
+    ``show`` accepts (every line when ``loud``) also to the console.
+    """
+    loud = quiet.verbose() if loud is None else loud
+    env = federation_env(federation, quiet.simulation_env(dict(os.environ), loud=loud))
     env["PYTHONUNBUFFERED"] = "1"
     env = {**single_threaded_tf(cfg), **env}
     cmd = simulation_command(dict(cfg), overrides, federation)
+    out = sys.stderr if to_stderr else sys.stdout
     if log_path is None:
-        out = sys.stderr if to_stderr else None
+        pipe = sys.stderr if to_stderr else None
         return subprocess.run(
-            cmd, cwd=os.getcwd(), env=env, stdout=out, stderr=out, check=False
+            cmd, cwd=os.getcwd(), env=env, stdout=pipe, stderr=pipe, check=False
         ).returncode
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with (
@@ -244,44 +305,89 @@ def simulate(
     ):
         for line in proc.stdout:
             log.write(line)
-            if line.startswith(echo):
-                print(line, end="", flush=True)
+            if loud or show(line):
+                print(quiet.plain(line) if not out.isatty() else line, end="", file=out, flush=True)
     return proc.returncode
+
+
+def log_tail(log_path: Path, lines: int = 15) -> list[str]:
+    """The last ``lines`` lines of a run's log (for a failed run's message)."""
+    if not log_path.is_file():
+        return []
+    return [quiet.plain(x) for x in log_path.read_text(errors="replace").splitlines()[-lines:]]
+
+
+def _report_failure(returncode: int, log_path: Path, loud: bool) -> None:
+    print(f"fedpriv: the simulation failed (exit status {returncode})", file=sys.stderr)
+    if not loud:  # the console showed only the run's lines: give the end of the log
+        for line in log_tail(log_path):
+            print(f"  | {line}", file=sys.stderr)
+    print(f"fedpriv: full log: {log_path}", file=sys.stderr)
+
+
+def _finish(cfg: Mapping[str, Any], summary_path: Path, args: argparse.Namespace, t0: float):
+    """The summary of a finished run, then its machine-readable last line."""
+    from fedpriv.console import summary_lines
+
+    summary = json.loads(summary_path.read_text())
+    final = summary.get("final", {})
+    if args.json:  # stdout: one JSON object (the console lines went to stderr)
+        doc = {"final": final, "output_dir": str(cfg["output-dir"])}
+        doc["privacy_figures"] = summary.get("privacy_figures")
+        print(json.dumps(doc, sort_keys=True), flush=True)
+        return
+    for line in summary_lines(summary, cfg["output-dir"], time.time() - t0):
+        print(line, flush=True)
+    print(f"{PREFIX} final " + json.dumps(final, sort_keys=True), flush=True)
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     """``fedpriv run``: checks first (exit 2 on bad input), then the simulation."""
     from fedpriv.data import DataError
 
+    t0 = time.time()
     try:
         cfg, state = preflight_state(app_config(parse_overrides(args.run_config)), catalog)
     except (ConfigError, DataError) as err:
         print(f"fedpriv: {err}", file=sys.stderr)
         return 2
+    say = sys.stderr if args.json else sys.stdout
     if state.action == "finished":
         print(f"fedpriv: {cfg['output-dir']} holds a finished run of this config; nothing to do")
         return 0
     if state.action == "resume":
-        print(f"fedpriv: resuming {cfg['output-dir']} after round {state.round}", flush=True)
-    print(f"fedpriv: running scenario {cfg['scenario']!r} -> {cfg['output-dir']}", flush=True)
-    returncode = simulate(cfg, args.run_config, args.federation)
+        print(f"fedpriv: resuming {cfg['output-dir']} after round {state.round}", file=say)
+    print(f"fedpriv: running scenario {cfg['scenario']!r} -> {cfg['output-dir']}", file=say)
+    say.flush()
+    loud = args.verbose or quiet.verbose()
+    log_path = Path(cfg["output-dir"]) / quiet.LOG_NAME
+    returncode = simulate(
+        cfg,
+        args.run_config,
+        args.federation,
+        log_path=log_path,
+        show=quiet.is_console_line,
+        to_stderr=args.json,
+        loud=loud,
+    )
     summary = Path(cfg["output-dir"]) / "summary.json"
-    if returncode == 0 and cfg["run-plan"]:
+    if returncode != 0:
+        _report_failure(returncode, log_path, loud)
+        return returncode
+    if cfg["run-plan"]:
         return 0
-    if returncode == 0 and not summary.exists():
+    if not summary.exists():
         print("fedpriv: the simulation ended without a summary.json", file=sys.stderr)
         return 1
-    if returncode == 0:
-        final = json.loads(summary.read_text()).get("final", {})
-        print("fedpriv: final " + json.dumps(final, sort_keys=True), flush=True)
-    return returncode
+    _finish(cfg, summary, args, t0)
+    return 0
 
 
 def _keys_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--toml",
         action="store_true",
-        help="print the [tool.flwr.app.config] lines (one per key, by feature) for pyproject.toml",
+        help="print the settings as the lines of pyproject.toml's [tool.flwr.app.config]",
     )
 
 
@@ -311,7 +417,25 @@ def scenarios(args: argparse.Namespace, catalog: Catalog) -> int:
 
 
 COMMANDS = (
-    Command("run", _run_args, run, "run a scenario (flwr run . with the checks first)"),
-    Command("keys", _keys_args, keys, "list the run-config keys"),
-    Command("scenarios", _no_args, scenarios, "list the scenarios"),
+    Command(
+        "run",
+        _run_args,
+        run,
+        "Train a scenario with its privacy mode and print one line per round.",
+        "fedpriv run\nfedpriv run -c \"scenario='digits' privacy='global-dp' num-server-rounds=5\"",
+    ),
+    Command(
+        "keys",
+        _keys_args,
+        keys,
+        "List every setting --run-config accepts, with its default and allowed values.",
+        "fedpriv keys",
+    ),
+    Command(
+        "scenarios",
+        _no_args,
+        scenarios,
+        "List the ready-made scenarios.",
+        "fedpriv scenarios",
+    ),
 )

@@ -6,9 +6,9 @@ The runner of each kind is declared by its feature (``Feature.runners``,
 
 from __future__ import annotations
 
-import os
+from scenarios import quiet
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+quiet.configure_process()  # before TensorFlow loads (scenarios.quiet)
 
 from logging import ERROR, INFO  # noqa: E402
 

@@ -14,17 +14,17 @@ imports in the base install (``fedpriv epsilon``, ``fedpriv keys``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-from flwr.serverapp import Grid
+from typing import TYPE_CHECKING, Any
 
 from fedpriv.data import PATH_DATASETS
 from scenarios import launch
 from scenarios.feature import Catalog, Feature, Scenario
-from scenarios.federation import federation_grid
 from scenarios.keys_standard import KEYS
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
+
+if TYPE_CHECKING:
+    from flwr.serverapp import Grid
 
 MP_TRAINING = {
     "model": "mp-cnn",
@@ -107,6 +107,7 @@ def run_standard(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     ServerApp and ``run-plan`` check completion before any runner)."""
     from clients.partitions import federated_data
     from scenarios.engine import RunHooks, train_run
+    from scenarios.federation import federation_grid
 
     data = federated_data(cfg)
     pgrid = federation_grid(grid, cfg)

@@ -41,10 +41,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from flwr.serverapp import Grid
 
 from fedpriv import seeds
 from fedpriv.runlog import RunLog, read_rounds
@@ -57,7 +56,6 @@ from fedpriv.zonal import (
 )
 from scenarios import multirun
 from scenarios.feature import Catalog, Feature, Scenario
-from scenarios.federation import PartitionGrid, federation_grid, save_replies
 from scenarios.keys_zonal import (
     KEYS,
     clients_per_round,
@@ -70,8 +68,11 @@ from scenarios.keys_zonal import (
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
 from scenarios.task_names import ZONAL_TASK, ZONE_NODE_TASK
-from strategies.zonal import ZonalAggregation
-from strategies.zonal_nodes import ZoneNodeAggregation
+
+if TYPE_CHECKING:
+    from flwr.serverapp import Grid
+
+    from scenarios.federation import PartitionGrid
 
 KIND = "zonal-compare"
 MEAN_STRATEGIES = ("fedavg", "fedprox", "fedavgm", "fedopt", "fedyogi")
@@ -198,6 +199,10 @@ def build_zonal_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generat
     ``seed`` on their own streams; the zone and server noise are OS entropy unless the run
     sets ``reproducible-noise`` (:class:`strategies.zonal.ZonalAggregation`).
     """
+    from scenarios.federation import save_replies
+    from strategies.zonal import ZonalAggregation
+    from strategies.zonal_nodes import ZoneNodeAggregation
+
     del rng
     plan = plan_from_config(cfg)
     extra: dict[str, Any] = {}
@@ -275,6 +280,7 @@ def run_variant(
 def run_zonal_compare(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     """Every placement (and zone count) in one simulation, then the comparison report."""
     from clients.partitions import federated_data
+    from scenarios.federation import federation_grid
     from scenarios.zonal_report import write_compare_outputs
 
     t0 = time.time()

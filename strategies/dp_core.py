@@ -12,7 +12,9 @@ the subclass's ``strategy_type``.
 
 from __future__ import annotations
 
-from logging import INFO, WARNING, getLogger
+from collections.abc import Iterator
+from contextlib import contextmanager
+from logging import INFO, WARNING, Filter, LogRecord, getLogger
 from typing import Any, Optional
 
 from fedpriv.accounting.budget import EpsilonBudget
@@ -33,6 +35,40 @@ NO_EPSILON_NOT_A_MEAN = (
 )
 
 _log = getLogger("flwr")  # Flower's logger, as ``flwr.common.log`` writes to
+
+
+class _ReplyCountFilter(Filter):
+    """Drops Flower's "Received N results and M failures" line of a strategy's aggregation."""
+
+    def filter(self, record: LogRecord) -> bool:
+        return "Received %s results" not in str(record.msg)
+
+
+@contextmanager
+def inner_count_hidden() -> Iterator[None]:
+    """While a wrapper hands its ONE noised (or synthetic) reply to the inner strategy:
+    Flower's strategies log "Received 1 results and 0 failures" for it, which reads as if
+    the other clients had failed. The wrapper logs what really arrived instead
+    (:func:`round_line`)."""
+    hide = _ReplyCountFilter()
+    _log.addFilter(hide)
+    try:
+        yield
+    finally:
+        _log.removeFilter(hide)
+
+
+def round_line(step: str, record: dict[str, Any]) -> str:
+    """The wrapper's log line of a noised round: "4 replies, 1 clipped, noise σ = …"
+    (metric DP adds the distance d the noise was divided by)."""
+    text = (
+        f"{step}: {record.get('dp-num-reports', 0)} replies, "
+        f"{record.get('dp-num-failures', 0)} failures, {record.get('dp-num-clipped', 0)} clipped, "
+        f"noise σ = {record.get('dp-sigma', 0.0):.6g}"
+    )
+    if record.get("dp-distance") is not None:
+        text += f" (d = {record['dp-distance']:.6g})"
+    return text
 
 
 class DPWrapperCore:
@@ -241,6 +277,8 @@ class DPWrapperCore:
         if self.poisson and noised:  # fixed denominator: n < m is the sampling, not a loss
             record.pop("dp-underfilled", None)
             record["dp-sum-noise-multiplier"] = self.mechanism.noise_multiplier
+        if noised:
+            _log.log(INFO, "%s", round_line(self.step_name, record))
         return self.finish_round(record)
 
     def finish_round(self, record: dict[str, Any]) -> dict[str, Any]:

@@ -49,7 +49,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords, aggre
 
 from strategies.array_records import named_record
 from strategies.base import StrategyWrapper
-from strategies.dp_core import DPWrapperCore, MetricOptions
+from strategies.dp_core import DPWrapperCore, MetricOptions, inner_count_hidden
 
 __all__ = ["ServerSideFixedClippingDP", "MetricDP", "copy_with_arrays"]
 
@@ -178,9 +178,9 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
             mean = self._fixed_denominator(mean, len(clipped))
         noisy = self.mechanism.add_noise(mean.to_numpy_ndarrays(), stdv, self.rng)
         self.noised_mean = named_record(mean.keys(), noisy)
-        log(INFO, "aggregate_train: DP noise with stdev %.6g added to the clipped mean", stdv)
         one = _one_reply(clipped[0], self.noised_mean, key)
-        arrays, _ = self.strategy.aggregate_train(server_round, [one])
+        with inner_count_hidden():  # not "Received 1 results": record_round says what came
+            arrays, _ = self.strategy.aggregate_train(server_round, [one])
         metrics_fn = getattr(self.strategy, "train_metrics_aggr_fn", aggregate_metricrecords)
         metrics = metrics_fn(contents, key) if _has_metrics(contents) else None
         return arrays, metrics
@@ -193,7 +193,6 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
         if arrays:
             noisy = self.mechanism.add_noise(arrays.to_numpy_ndarrays(), stdv, self.rng)
             arrays = named_record(arrays.keys(), noisy)
-            log(INFO, "aggregate_train: DP noise with stdev %.6g added", stdv)
         return arrays, metrics
 
     def use_fixed_denominator(self) -> bool:

@@ -27,7 +27,6 @@ One line inside a legacy ``ServerApp``::
 
 from __future__ import annotations
 
-from logging import INFO
 from typing import Optional, Union
 
 from flwr.common import (
@@ -38,7 +37,6 @@ from flwr.common import (
     NDArrays,
     Parameters,
     Scalar,
-    log,
     ndarrays_to_parameters,
     parameters_to_ndarrays,
 )
@@ -127,7 +125,6 @@ class LegacyServerSideFixedClippingDP(DPWrapperCore, Strategy):
         handed to the wrapped strategy as one result of weight 1; metrics from ``clipped``."""
         mean = aggregate_inplace(clipped)  # fresh arrays: the results are not modified
         noisy = self.mechanism.add_noise(mean, stdv, self.rng)
-        log(INFO, "aggregate_fit: DP noise with stdev %.6g added to the clipped mean", stdv)
         proxy, res = clipped[0]
         one = [(proxy, _with_parameters(res, noisy, unit_weight=True))]
         params, _ = self.strategy.aggregate_fit(server_round, one, [])

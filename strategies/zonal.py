@@ -60,6 +60,7 @@ from fedpriv.zonal import (
     draw_failures,
 )
 from strategies.array_records import named_record
+from strategies.dp_core import inner_count_hidden
 
 ZONAL_TASK = "zonal"
 SEED_TAG = seeds.ZONAL_TAG  # the zonal streams of fedpriv.seeds
@@ -265,7 +266,8 @@ class ZonalAggregation(Strategy):
             message_type=MessageType.TRAIN,
             dst_node_id=0,
         )
-        arrays, _ = self.strategy.aggregate_train(server_round, [synthetic])
+        with inner_count_hidden():  # one synthetic reply: not "Received 1 results"
+            arrays, _ = self.strategy.aggregate_train(server_round, [synthetic])
         metrics = None
         aggr = getattr(self.strategy, "train_metrics_aggr_fn", None)
         if callable(aggr):

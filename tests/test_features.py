@@ -93,11 +93,12 @@ def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
     # zonal keys (scenarios.keys_zonal: declarations and plan_from_config, over
     # scenarios.schema's key checks) - client-side code, no server app, CLI or report
     # issue 26: each node resolves its own spec (scenarios.node_spec) from the key
-    # declarations (the scenarios.keys_* modules, declarations only) - still client-side
+    # declarations (the scenarios.keys_* modules, declarations only) - still client-side;
+    # issue 28: scenarios.quiet sets the worker's log levels (logging and os only)
     keys = [f"scenarios.keys_{name}" for name in
             ("attacks", "audit", "dp", "dpsgd", "faults", "grid", "ifca", "speed", "standard",
              "zonal")]  # fmt: skip
     assert loaded == ["scenarios", "scenarios.client_app", "scenarios.client_tasks",
-                      "scenarios.federation", *keys, "scenarios.node_spec", "scenarios.schema",
-                      "scenarios.task_names", "scenarios.wire_config",
+                      "scenarios.federation", *keys, "scenarios.node_spec", "scenarios.quiet",
+                      "scenarios.schema", "scenarios.task_names", "scenarios.wire_config",
                       "scenarios.zone_node"]  # fmt: skip

@@ -1,0 +1,96 @@
+"""Framework noise off by default: what a run prints on the console, and what only its log.
+
+A simulation prints a lot that is not about the run: TensorFlow's absl and oneDNN notices,
+Ray's start-up lines and its ``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO`` FutureWarning, Keras's
+numpy-2 ``__array__ ... copy keyword`` DeprecationWarning, and Flower's INFO lines from the
+driver and from every Ray worker. Two layers keep them off the console:
+
+1. :func:`simulation_env`: the environment of the simulation process, which Ray's workers
+   inherit — TensorFlow's C++ log level and Ray's accelerator warning — and
+   :func:`configure_process`, which the ServerApp and the ClientApp call when they load: the
+   Keras warning filter (an in-process filter: Flower's imports put a "once" filter for
+   every DeprecationWarning in front of what ``PYTHONWARNINGS`` sets) and, in a Ray worker,
+   Flower's logger at WARNING;
+2. :func:`is_console_line`: ``fedpriv run`` writes everything the simulation prints to
+   ``<output-dir>/run.log`` and shows on the console only the run's own lines (those that
+   start with ``fedpriv``) and the driver's warnings and errors.
+
+``fedpriv run --verbose`` (or ``FEDPRIV_LOG=debug``) sets nothing and shows every line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+LOG_ENV = "FEDPRIV_LOG"
+VERBOSE = "debug"
+LOG_NAME = "run.log"
+
+# Keras 3 on numpy 2 (keras/src/backend/tensorflow/core.py): np.array(x) of a tensor
+KERAS_COPY_MESSAGE = "__array__ implementation doesn't accept a copy keyword"
+
+# Quiet defaults for the simulation process and every Ray worker; a variable the user set
+# in the environment wins.
+QUIET_ENV = {
+    "TF_CPP_MIN_LOG_LEVEL": "3",  # TensorFlow's C++ INFO/WARNING lines (oneDNN, cuda probes)
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",  # Ray's FutureWarning tip (num_gpus = 0)
+}
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Flower's log lines of the driver: "WARNING :   text" / "ERROR :   text" (worker lines carry
+# Ray's "(ClientAppActor pid=...)" prefix and are not shown).
+_DRIVER_PROBLEM = re.compile(r"^(WARNING|ERROR)\s+:")
+
+
+def verbose(environ: Mapping[str, str] | None = None) -> bool:
+    """True when ``FEDPRIV_LOG=debug``: every framework line is shown."""
+    environ = os.environ if environ is None else environ
+    return environ.get(LOG_ENV, "").strip().lower() == VERBOSE
+
+
+def simulation_env(base: Mapping[str, str], *, loud: bool = False) -> dict[str, str]:
+    """The simulation's environment: ``base`` with the quiet defaults added (variables of
+    ``base`` win); with ``loud`` (``--verbose``) TensorFlow's own log level instead, the
+    other quiet defaults removed, and ``FEDPRIV_LOG=debug`` for the workers."""
+    if not loud:
+        return {**QUIET_ENV, **base}
+    env = {k: v for k, v in base.items() if not (k in QUIET_ENV and v == QUIET_ENV[k])}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "0"
+    env[LOG_ENV] = VERBOSE
+    return env
+
+
+def plain(line: str) -> str:
+    """``line`` without ANSI colour codes (Flower colours its level names)."""
+    return _ANSI.sub("", line)
+
+
+def is_console_line(line: str, prefix: str = "fedpriv") -> bool:
+    """Whether a line of the simulation's output belongs on the console by default: the
+    run's own lines (``prefix``) and the driver's Flower warnings and errors."""
+    text = plain(line).lstrip()
+    return text.startswith(prefix) or bool(_DRIVER_PROBLEM.match(text))
+
+
+def in_ray_worker() -> bool:
+    """Whether this process is one of Ray's workers (a ClientApp actor of the simulation)."""
+    return Path(sys.argv[0] if sys.argv else "").name == "default_worker.py"
+
+
+def configure_process() -> None:
+    """When the ServerApp or the ClientApp loads, unless ``FEDPRIV_LOG=debug``: TensorFlow's
+    C++ log level quiet unless set, Keras's numpy-2 copy warning ignored and, in a Ray
+    worker, Flower's logger at WARNING (the driver keeps its INFO lines for run.log; it
+    loads the ClientApp too)."""
+    if verbose():
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", QUIET_ENV["TF_CPP_MIN_LOG_LEVEL"])
+    warnings.filterwarnings("ignore", message=KERAS_COPY_MESSAGE, category=DeprecationWarning)
+    if in_ray_worker():
+        logging.getLogger("flwr").setLevel(logging.WARNING)
