@@ -12,6 +12,8 @@ Rows:
 5. audit: ``fedpriv audit`` vs ``fedpriv run`` of the default config (``bench/bench_audit.py``).
 6. ``hdp-paper`` with zone SuperNodes vs a plain loop doing the same client trainings
    (``bench/bench_zonal.py``; ``--hdp-rounds`` shortens it).
+7. grid cells side by side (``fedpriv grid --parallel N``) vs the same cells serially
+   (``bench/bench_parallel.py``).
 
 Writes ``bench/results.md`` and prints it. ``--quick`` shrinks every size.
 """
@@ -111,8 +113,8 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated subset: math,cross-device,step,scale,grid,many,load,audit,"
-        "hdp-paper (written to runs/bench/results-only.md; the full run writes "
+        help="comma-separated subset: math,cross-device,step,scale,grid,parallel,many,load,"
+        "audit,hdp-paper (written to runs/bench/results-only.md; the full run writes "
         "bench/results.md)",
     )
     parser.add_argument(
@@ -121,7 +123,7 @@ def main() -> int:
     args = parser.parse_args()
     tmp = ROOT / "runs" / "bench"
     tmp.mkdir(parents=True, exist_ok=True)
-    from bench import bench_audit, bench_load, bench_speed, bench_step, bench_zonal
+    from bench import bench_audit, bench_load, bench_parallel, bench_speed, bench_step, bench_zonal
 
     benches = {
         "math": lambda: math_rows(args.quick),
@@ -129,6 +131,7 @@ def main() -> int:
         "step": lambda: bench_step.step_rows(args.quick),
         "scale": lambda: scale_rows(tmp, args.quick),
         "grid": lambda: bench_speed.grid_row(tmp, args.quick),
+        "parallel": lambda: bench_parallel.parallel_row(tmp, args.quick),
         "many": lambda: bench_speed.many_clients_row(tmp, args.quick),
         "load": lambda: bench_load.load_row(args.quick),
         "audit": lambda: bench_audit.audit_row(tmp, args.quick),
