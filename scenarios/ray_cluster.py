@@ -72,6 +72,19 @@ def gpu_shortage(num_gpus: float, cluster: Mapping[str, float], address: str) ->
     )
 
 
+def local_gpus() -> float:
+    """The GPUs a local Ray would give this machine, found the way ``ray.init`` finds them
+    (``CUDA_VISIBLE_DEVICES`` when set, else the NVIDIA devices; Ray's accelerator manager),
+    without starting Ray: refusing a GPU federation costs no Ray start-up."""
+    from ray._private.accelerators import get_accelerator_manager_for_resource
+
+    manager = get_accelerator_manager_for_resource("GPU")
+    visible = manager.get_current_process_visible_accelerator_ids()
+    if visible is not None:
+        return float(len(visible))
+    return float(manager.get_current_node_num_accelerators())
+
+
 def init_ray(init_args: Mapping[str, Any], forward_env: Sequence[str]) -> None:
     """``ray.init`` as Flower's ``RayBackend.init_ray`` does it (``PYTHONPATH`` in the
     job's runtime environment), plus the variables named in ``forward_env`` so that the
@@ -111,11 +124,19 @@ def placement() -> list[dict[str, Any]]:
     """The Ray nodes that host this job's live client actors (``ClientAppActor``): node id,
     host name, address and the node's custom resource labels (what ``ray start --resources``
     gave it). Reads the cluster's actor table (``ray._private.state.actors``, the GCS: no
-    dashboard needed); empty when Ray is not initialised here."""
+    dashboard needed, pinned Ray 2.55); empty when Ray is not initialised here or the table
+    does not have that shape (placement is a record, never a reason to fail a cell)."""
     import ray
 
     if not ray.is_initialized():
         return []
+    try:
+        return _placement(ray)
+    except (AttributeError, ImportError, KeyError, TypeError):
+        return []
+
+
+def _placement(ray: Any) -> list[dict[str, Any]]:
     from ray._private import state
 
     job = ray.get_runtime_context().get_job_id()

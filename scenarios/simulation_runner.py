@@ -10,8 +10,12 @@ that also takes the run config and the app directory).
 Why not ``flwr run .`` (Flower 1.42): its default connection auto-starts a detached local
 SuperLink that installs the app's dependencies at run time, which needs the network; here
 nothing is installed or downloaded, and the exit status is the run's (``flwr run`` exits 0
-whatever happens). Uses Flower internals of the pinned simulation stack (flwr 1.42.0); the
-base install (the wrappers) does not import this module.
+whatever happens). Ray is initialised here, before Flower's backend would
+(:mod:`scenarios.ray_cluster`: attach to ``init-args.address``, forward ``--forward-env`` to
+the workers, exit 2 with one line when the clients ask for GPUs Ray does not see, and with
+``--share N`` size the actor pool for N simulations on one cluster).
+Uses Flower internals of the pinned simulation stack (flwr 1.42.0); the base install (the
+wrappers) does not import this module.
 """
 
 from __future__ import annotations
@@ -55,9 +59,14 @@ def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
     from scenarios import ray_cluster
 
     init_args = dict(backend.get("init_args", {}))
-    ray_cluster.init_ray(init_args, [k for k in args.forward_env.split(",") if k])
+    address = str(init_args.get("address", "") or "")
     need = float(backend.get("client_resources", {}).get("num_gpus", 0.0) or 0.0)
-    reason = ray_cluster.gpu_shortage(need, ray.cluster_resources(), init_args.get("address", ""))
+    if need > 0 and not address:  # a local Ray: its GPUs are known before it starts
+        reason = ray_cluster.gpu_shortage(need, {"GPU": ray_cluster.local_gpus()}, "")
+        if reason is not None:
+            return reason
+    ray_cluster.init_ray(init_args, [k for k in args.forward_env.split(",") if k])
+    reason = ray_cluster.gpu_shortage(need, ray.cluster_resources(), address)
     if reason is not None:
         ray.shutdown()
         return reason

@@ -70,6 +70,16 @@ def test_gpu_shortage_is_one_line_only_when_clients_want_more_gpus_than_ray_sees
     assert "at 10.0.0.1:6379" in gpu_shortage(2.0, {"GPU": 1.0}, "10.0.0.1:6379")
 
 
+def test_local_gpus_are_what_ray_would_see(monkeypatch):
+    """Ray's own detection, without starting Ray: CUDA_VISIBLE_DEVICES decides when set."""
+    from scenarios.ray_cluster import local_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert local_gpus() == 0.0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert local_gpus() == 2.0
+
+
 @pytest.mark.parametrize("value", ["", "auto", "127.0.0.1:6379", "head.example.org:1"])
 def test_ray_address_accepts_auto_and_host_port(value):
     from scenarios.ray_cluster import check_address
