@@ -16,6 +16,8 @@ Rows:
    above the plain-Keras floor's (``bench/bench_round.py``).
 8. CLI response: ``fedpriv --help``, ``fedpriv run --help`` and a config error vs the
    interpreter's start and ``import flwr`` (``bench/bench_cli.py``; goal <= 1 s each).
+9. grid cells side by side (``fedpriv grid --parallel N``) vs the same cells serially
+   (``bench/bench_parallel.py``).
 
 Writes ``bench/results.md`` and prints it. ``--quick`` shrinks every size.
 """
@@ -116,7 +118,7 @@ def main() -> int:
         "--only",
         default="",
         help="comma-separated subset: math,cross-device,step,scale,grid,many,load,audit,"
-        "hdp-paper,round,cli (written to runs/bench/results-only.md; the full run writes "
+        "hdp-paper,round,cli,parallel (written to runs/bench/results-only.md; the full run writes "
         "bench/results.md)",
     )
     parser.add_argument(
@@ -129,6 +131,7 @@ def main() -> int:
         bench_audit,
         bench_cli,
         bench_load,
+        bench_parallel,
         bench_round,
         bench_speed,
         bench_step,
@@ -141,6 +144,7 @@ def main() -> int:
         "step": lambda: bench_step.step_rows(args.quick),
         "scale": lambda: scale_rows(tmp, args.quick),
         "grid": lambda: bench_speed.grid_row(tmp, args.quick),
+        "parallel": lambda: bench_parallel.parallel_row(tmp, args.quick),
         "many": lambda: bench_speed.many_clients_row(tmp, args.quick),
         "load": lambda: bench_load.load_row(args.quick),
         "audit": lambda: bench_audit.audit_row(tmp, args.quick),

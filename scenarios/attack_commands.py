@@ -24,6 +24,7 @@ from scenarios.launch import (
     app_config,
     parse_overrides,
 )
+from scenarios.ray_cluster import federation_of
 from scenarios.schema import ConfigError
 
 CIA_KIND = "cia"
@@ -179,7 +180,7 @@ def _attack_cia(args: argparse.Namespace, catalog: Catalog) -> int:
         if todo:
             top = {"scenario": args.scenario, "num-clients": todo[0].cfg["num-clients"]}
             top.update(parse_overrides(args.run_config))
-            rc = multirun.launch_plan(Path(args.runs_root), todo, top, args.federation, catalog)
+            rc = multirun.launch_plan(Path(args.runs_root), todo, top, federation_of(args), catalog)
             failed = [c.label for c in todo if not cia_complete(c.cfg)]
             if rc:
                 print(f"fedpriv attack cia: the simulation exited with {rc}", file=sys.stderr)

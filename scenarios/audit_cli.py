@@ -42,6 +42,7 @@ from scenarios.launch import (
     run_config_text,
     simulate,
 )
+from scenarios.ray_cluster import Federation, federation_of
 from scenarios.schema import ConfigError
 
 AUDIT_NAME = "audit.json"
@@ -101,7 +102,7 @@ def _overrides(items: list[str]) -> dict[str, Any]:
 
 
 def run_one(
-    values: dict[str, Any], federation: str, catalog: Catalog
+    values: dict[str, Any], federation: Federation, catalog: Catalog
 ) -> tuple[int, dict[str, Any] | None]:
     """One audited simulation; (exit status, audit dict or None)."""
     from fedpriv.data import DataError
@@ -188,7 +189,7 @@ def audit_command(args: argparse.Namespace, catalog: Catalog) -> int:
         return _mechanisms(args)
     if args.grid or args.report_only:
         return _grid(args, catalog)
-    rc, audit = run_one(_overrides(args.run_config), args.federation, catalog)
+    rc, audit = run_one(_overrides(args.run_config), federation_of(args), catalog)
     if audit is None:
         return rc
     print(json.dumps(audit, sort_keys=False))
@@ -266,7 +267,10 @@ def cell_dir(out: Path, label: str, z: float) -> Path:
 
 
 def _run_grid(
-    out: Path, cells: list[tuple[str, float, dict[str, Any]]], federation: str, catalog: Catalog
+    out: Path,
+    cells: list[tuple[str, float, dict[str, Any]]],
+    federation: Federation,
+    catalog: Catalog,
 ) -> int:
     """The cells without an ``audit.json`` (a finished cell is kept: resume), all in ONE
     simulation (:func:`scenarios.multirun.launch_plan`: one progress line per cell); 2 when
@@ -299,7 +303,7 @@ def _grid(args: argparse.Namespace, catalog: Catalog) -> int:
     out = Path(args.out)
     base = _overrides(args.run_config)
     cells = [(label, z, {**base, **values}) for label, z, values in grid_cells(list(args.z))]
-    if not args.report_only and _run_grid(out, cells, args.federation, catalog) == 2:
+    if not args.report_only and _run_grid(out, cells, federation_of(args), catalog) == 2:
         return 2
     results = []
     for label, z, _ in cells:

@@ -11,6 +11,12 @@ listed at the end and the exit status is 1.
 The simulation's output goes to ``D/run.log`` (progress lines with an ETA are also printed);
 ``D/grid.json`` records every cell's status and wall time.
 
+``--parallel N`` runs the cells in ``N`` simulations side by side (:func:`scenarios.multirun.
+launch_plan`: lanes, each with its own plan and log under ``D/lanes/<k>``); the default
+(``auto``) is :func:`scenarios.ray_cluster.default_parallel` of this machine's CPUs and GPU
+memory (1 on 2 CPUs). ``--ray-address`` (or the federation's ``ray-address``) runs them on an
+existing Ray cluster; ``grid.json`` and each cell's summary record its Ray nodes.
+
 ``fedpriv report D`` writes ``D/report.md`` and its plots (``fedpriv.report``).
 """
 
@@ -34,7 +40,7 @@ from fedpriv.grid import (
 )
 from fedpriv.names import STRATEGIES
 from scenarios import launch as cli
-from scenarios import multirun
+from scenarios import multirun, ray_cluster
 from scenarios.feature import Catalog, Command, Feature
 from scenarios.keys_grid import KEYS
 from scenarios.schema import ConfigError
@@ -122,23 +128,50 @@ def _grid_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", required=True, help="grid directory D")
     cli.add_run_config_option(parser, "extra Flower-style overrides for every cell")
     cli.add_federation_option(parser)
+    parser.add_argument(
+        "--parallel",
+        default="auto",
+        help="cells run side by side, each in its own simulation: a positive integer or auto "
+        "(from the CPUs and GPU memory here; 1 on 2 CPUs)",
+    )
     parser.add_argument("--report", action="store_true", help="write D/report.md at the end")
     parser.add_argument("--dry-run", action="store_true", help="list the cells and stop")
+
+
+def parallel_cells(value: str, federation: ray_cluster.Federation) -> int:
+    """``--parallel``: a positive integer, or ``auto`` (:func:`ray_cluster.default_parallel`
+    of this machine); GridError otherwise."""
+    import os
+
+    if value == "auto":
+        backend = cli.federation_settings(federation).get("backend", {})
+        uses_gpu = ray_cluster.gpus_per_client(backend) > 0
+        gib = ray_cluster.gpu_memory_gib() if uses_gpu else None
+        return ray_cluster.default_parallel(os.cpu_count() or 1, gib, uses_gpu)
+    if not value.isdigit() or int(value) < 1:
+        raise GridError(
+            f"--parallel = {value!r} is not allowed; expected a positive integer or auto"
+        )
+    return int(value)
 
 
 def _grid(args: argparse.Namespace, catalog: Catalog) -> int:
     from fedpriv.data import DataError
 
+    federation = ray_cluster.federation_of(args)
     try:
         cells, extra, configs = plan(args, catalog)
+        parallel = parallel_cells(args.parallel, federation)
     except (GridError, ConfigError, DataError) as err:
         print(f"fedpriv grid: {err}", file=sys.stderr)
         return 2
     output_dir = Path(args.output_dir)
     todo = [c for c in cells if not is_complete(c.path)]
+    lanes = max(1, min(parallel, len(todo)))
+    where = "one simulation" if lanes == 1 else f"{lanes} simulations side by side"
     print(
         f"fedpriv grid: {len(cells)} cells, {len(cells) - len(todo)} complete, "
-        f"{len(todo)} to run in one simulation -> {output_dir}",
+        f"{len(todo)} to run in {where} -> {output_dir}",
         flush=True,
     )
     if args.dry_run:
@@ -152,14 +185,17 @@ def _grid(args: argparse.Namespace, catalog: Catalog) -> int:
     if todo:
         runs = [multirun.Cell(c.label, cfg) for c, cfg in zip(cells, configs) if c in todo]
         top = {**extra, "scenario": args.scenario, "num-clients": configs[0]["num-clients"]}
-        rc = multirun.launch_plan(output_dir, runs, top, args.federation, catalog)
+        rc = multirun.launch_plan(output_dir, runs, top, federation, catalog, parallel=lanes)
+        if rc == 2:  # the simulation could not start (its one line is above): nothing ran
+            return 2
         if rc:
             print(f"fedpriv grid: the simulation exited with {rc}", file=sys.stderr)
     rows = []
     for cell in cells:
         status = "skipped" if cell not in todo else ("ok" if is_complete(cell.path) else "failed")
         rows.append({"strategy": cell.strategy, "privacy": cell.privacy, "seed": cell.seed,
-                     "path": str(cell.path), "status": status})  # fmt: skip
+                     "path": str(cell.path), "status": status,
+                     ray_cluster.PLACEMENT_KEY: _ray_nodes(cell.path)})  # fmt: skip
     _write_manifest(output_dir, rows)
     failed = [c for c, r in zip(cells, rows) if r["status"] == "failed"]
     print(
@@ -187,6 +223,14 @@ def _print_cells(cells: list) -> None:
         path = Path(cell.path) / "summary.json"
         if path.is_file():
             print(f"fedpriv grid:   {cell.label}: {cell_line(json.loads(path.read_text()))}")
+
+
+def _ray_nodes(path: Path) -> list[dict[str, Any]] | None:
+    """The Ray nodes a complete cell's summary records (None when it has none)."""
+    summary = Path(path) / "summary.json"
+    if not summary.is_file():
+        return None
+    return json.loads(summary.read_text()).get(ray_cluster.PLACEMENT_KEY)
 
 
 def _report_args(parser: argparse.ArgumentParser) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from scenarios import quiet
 from scenarios.feature import Catalog, Command
+from scenarios.ray_cluster import Federation, check_address, federation_of, with_address
 from scenarios.schema import ConfigError, toml_lines
 
 try:
@@ -141,15 +142,26 @@ def federations() -> dict[str, dict[str, Any]]:
     return pyproject().get("tool", {}).get("fedpriv", {}).get("federations", {})
 
 
-def federation_settings(name: str) -> dict[str, Any]:
-    """The federation ``name``; ConfigError naming the ones there are."""
+def federation_settings(federation: str | Federation) -> dict[str, Any]:
+    """The federation (a name, or a :class:`Federation` with its ``--ray-address``), its
+    backend attached to the Ray cluster of ``ray-address`` when one is set; ConfigError naming
+    the federations there are, or the addresses allowed."""
+    if isinstance(federation, str):
+        federation = Federation(federation)
     table = federations()
-    if name not in table:
-        raise ConfigError("federation", name, "one of " + " | ".join(table))
-    return table[name]
+    if federation.name not in table:
+        raise ConfigError("federation", federation.name, "one of " + " | ".join(table))
+    settings = dict(table[federation.name])
+    address = federation.ray_address or str(settings.get("ray-address", ""))
+    try:
+        check_address(address)
+    except ValueError as err:
+        raise ConfigError("ray-address", address, "'auto' or HOST:PORT") from err
+    settings["backend"] = with_address(settings.get("backend", {}), address)
+    return settings
 
 
-def federation_env(name: str, base: Mapping[str, str]) -> dict[str, str]:
+def federation_env(name: str | Federation, base: Mapping[str, str]) -> dict[str, str]:
     """``base`` with the federation's ``env`` added where ``base`` does not set the variable
     (a user's ``KERAS_BACKEND=tensorflow`` wins over the GPU federation's ``jax``)."""
     extra = {k: str(v) for k, v in federation_settings(name).get("env", {}).items()}
@@ -157,11 +169,23 @@ def federation_env(name: str, base: Mapping[str, str]) -> dict[str, str]:
 
 
 def runner_command(
-    app_dir: Path, num_supernodes: int, backend: Mapping[str, Any], run_config: str
+    app_dir: Path,
+    num_supernodes: int,
+    backend: Mapping[str, Any],
+    run_config: str,
+    *,
+    share: int = 1,
+    forward_env: Sequence[str] = (),
 ) -> list[str]:
-    """``python -m scenarios.simulation_runner`` for the Flower app in ``app_dir``."""
+    """``python -m scenarios.simulation_runner`` for the Flower app in ``app_dir``; ``share``
+    simulations side by side on one Ray cluster, ``forward_env`` for its workers
+    (:mod:`scenarios.ray_cluster`)."""
     cmd = [sys.executable, "-m", "scenarios.simulation_runner", "--app", str(app_dir)]
     cmd += ["--num-supernodes", str(int(num_supernodes))]
+    if share > 1:
+        cmd += ["--share", str(int(share))]
+    if forward_env:
+        cmd += ["--forward-env", ",".join(forward_env)]
     if backend:
         cmd += ["--backend-config", json.dumps(dict(backend))]
     if run_config:
@@ -169,14 +193,24 @@ def runner_command(
     return cmd
 
 
-def simulation_command(cfg: dict[str, Any], overrides: Sequence[str], federation: str) -> list[str]:
+# variables the simulation sets for its own processes that an attached Ray cluster's workers
+# need too (they do not inherit the driver's environment; scenarios.ray_cluster.init_ray)
+WORKER_ENV = ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL", "TF_NUM_INTEROP_THREADS",
+              "TF_NUM_INTRAOP_THREADS", "PYTHONUNBUFFERED")  # fmt: skip
+
+
+def simulation_command(
+    cfg: dict[str, Any], overrides: Sequence[str], federation: str | Federation, share: int = 1
+) -> list[str]:
     """The simulation of ``cfg`` on ``federation``: ``num-clients`` SuperNodes (one per zone
     with zone nodes, :func:`scenarios.keys_zonal.federation_size`), in-process
     and offline (``scenarios.simulation_runner``; ``flower-simulation`` up to Flower 1.41)."""
-    backend = federation_settings(federation).get("backend", {})
+    settings = federation_settings(federation)
     from scenarios.keys_zonal import federation_size
 
-    return runner_command(APP_DIR, federation_size(cfg), backend, " ".join(overrides))
+    forward = sorted({*settings.get("env", {}), *WORKER_ENV})
+    return runner_command(APP_DIR, federation_size(cfg), settings.get("backend", {}),
+                          " ".join(overrides), share=share, forward_env=forward)  # fmt: skip
 
 
 def add_run_config_option(parser: argparse.ArgumentParser, help_text: str) -> None:
@@ -195,14 +229,31 @@ class _FederationAction(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+class _RayAddressAction(argparse.Action):
+    """``--ray-address auto | HOST:PORT``, else one line, exit 2."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        try:
+            setattr(namespace, self.dest, check_address(str(values)))
+        except ValueError as err:
+            parser.exit(2, f"fedpriv: {err}\n")
+
+
 def add_federation_option(parser: argparse.ArgumentParser) -> None:
     """The ``--federation`` option of every command that starts simulations."""
     parser.add_argument(
         "--federation",
         default="local-simulation",
         action=_FederationAction,
-        help="where the clients run: local-simulation (CPU, the default) or "
-        "local-simulation-gpu (GPUs)",
+        help="where the clients run: local-simulation (CPU, the default), "
+        "local-simulation-gpu (GPUs) or ray-cluster (an existing Ray cluster)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default="",
+        action=_RayAddressAction,
+        help="attach to this Ray cluster: auto | HOST:PORT (default: the federation's "
+        "ray-address, else a local Ray); see docs/multi-machine.md",
     )
 
 
@@ -266,12 +317,13 @@ def progress_line(line: str) -> bool:
 def simulate(
     cfg: Mapping[str, Any],
     overrides: Sequence[str],
-    federation: str,
+    federation: str | Federation,
     *,
     log_path: Path | None = None,
     show: Callable[[str], bool] = progress_line,
     to_stderr: bool = False,
     loud: bool | None = None,
+    share: int = 1,
 ) -> int:
     """Start the simulation of ``cfg``; framework noise off unless ``loud`` (default:
     ``FEDPRIV_LOG=debug``, :mod:`scenarios.quiet`).
@@ -284,7 +336,7 @@ def simulate(
     env = federation_env(federation, quiet.simulation_env(dict(os.environ), loud=loud))
     env["PYTHONUNBUFFERED"] = "1"
     env = {**single_threaded_tf(cfg), **env}
-    cmd = simulation_command(dict(cfg), overrides, federation)
+    cmd = simulation_command(dict(cfg), overrides, federation, share)
     out = sys.stderr if to_stderr else sys.stdout
     if log_path is None:
         pipe = sys.stderr if to_stderr else None
@@ -364,7 +416,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     returncode = simulate(
         cfg,
         args.run_config,
-        args.federation,
+        federation_of(args),
         log_path=log_path,
         show=quiet.is_console_line,
         to_stderr=args.json,

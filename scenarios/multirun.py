@@ -15,6 +15,15 @@ The report step is the caller's, once, after the loop.
 (:func:`write_plan`) and start one simulation with ``run-plan = <path>``; the ServerApp
 then runs :func:`run_plan`: every cell with its kind's runner, ``<plan dir>/cells.json``
 recording each cell's status and wall time.
+
+Side by side (``fedpriv grid --parallel N``, issue 27): :func:`launch_plan` deals the cells
+round-robin into ``N`` lanes, each its own plan (``<dir>/lanes/<k>/plan.json``), simulation
+process, log and ``cells.json``, all started at once and sharing the Ray cluster when the
+federation attaches to one (:mod:`scenarios.ray_cluster`). Each cell keeps its own config
+(seed included), so its results are those of the same cell run serially; a lane whose process
+dies (OOM, a kill) loses only its own unfinished cells, which stay incomplete (the next run
+resumes them). Every cell's ``summary.json`` records the Ray nodes that ran its clients
+(``ray_nodes``).
 """
 
 from __future__ import annotations
@@ -26,13 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scenarios import launch
+from scenarios import launch, ray_cluster
 from scenarios.feature import Catalog
 from scenarios.schema import ConfigError
 
 MANIFEST = "cells.json"
 PLAN_NAME = "plan.json"
 LOG_NAME = "run.log"
+LANES_DIR = "lanes"
 
 
 @dataclass(frozen=True)
@@ -147,11 +157,14 @@ def run_plan(grid: Any, cfg: Mapping[str, Any], catalog: Catalog) -> None:
     if sizes != {int(cfg["num-clients"])}:
         raise ConfigError("run-plan", cfg["run-plan"], "cells with num-clients of the simulation")
 
-    def run_one(cell: Cell) -> None:
+    def run_one(cell: Cell) -> dict[str, Any]:
         from fedpriv.checkpoint import write_manifest
 
         write_manifest(cell.cfg["output-dir"], cell.cfg)  # what a single run records too
         catalog.runners[catalog.kind(cell.cfg)](grid, dict(cell.cfg), catalog)
+        nodes = ray_cluster.placement()  # the Ray nodes of this simulation's client actors
+        ray_cluster.record_placement(cell.cfg["output-dir"], nodes)
+        return {ray_cluster.PLACEMENT_KEY: nodes}
 
     def complete(cell: Cell) -> bool:
         check = catalog.completion(catalog.kind(cell.cfg))
@@ -159,28 +172,65 @@ def run_plan(grid: Any, cfg: Mapping[str, Any], catalog: Catalog) -> None:
 
     rows = run_cells(cells, run_one, is_complete=complete)
     manifest = Path(cfg["run-plan"]).parent / MANIFEST
-    manifest.write_text(json.dumps({"cells": [{**r, "result": None} for r in rows]}, indent=2))
+    kept = [{**r, "result": None, **(r["result"] or {})} for r in rows]
+    manifest.write_text(json.dumps({"cells": kept}, indent=2))
+
+
+def split_lanes(cells: Sequence[Cell], parallel: int) -> list[list[Cell]]:
+    """The cells dealt round-robin into ``min(parallel, len(cells))`` lanes (at least one)."""
+    count = max(1, min(int(parallel), len(cells)))
+    return [list(cells[k::count]) for k in range(count)]
 
 
 def launch_plan(
     output_dir: Path,
     cells: Sequence[Cell],
     top: Mapping[str, Any],
-    federation: str,
+    federation: str | ray_cluster.Federation,
     catalog: Catalog,
+    parallel: int = 1,
 ) -> int:
-    """Run ``cells`` in ONE simulation (``run-plan``) from the command line.
+    """Run ``cells`` in ONE simulation (``run-plan``) from the command line, or, with
+    ``parallel`` > 1, in that many simulations side by side (module docstring).
 
     ``top`` are the overrides of the simulation's own config (scenario, num-clients, ...);
-    the output goes to ``output_dir/run.log`` (progress lines are also printed).
+    the output goes to ``output_dir/run.log`` (each lane's to ``lanes/<k>/run.log``;
+    progress lines are also printed). Returns 0, or the worst exit status of a simulation
+    (2: it could not start, e.g. no GPU for a GPU federation).
     """
     check_one_node_per_client(cells)
-    path = write_plan(Path(output_dir) / PLAN_NAME, cells)
-    overrides = {**top, "run-plan": str(path), "output-dir": str(output_dir)}
+    lanes = split_lanes(cells, parallel)
+    if len(lanes) == 1:
+        return _launch_lane(Path(output_dir), cells, top, federation, catalog, 1)
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = Path(output_dir) / LANES_DIR
+    with ThreadPoolExecutor(len(lanes)) as pool:
+        futures = [
+            pool.submit(_launch_lane, root / str(k), lane, top, federation, catalog, len(lanes))
+            for k, lane in enumerate(lanes)
+        ]
+        codes = [f.result() for f in futures]
+    return 2 if 2 in codes else next((c for c in codes if c), 0)
+
+
+def _launch_lane(
+    lane_dir: Path,
+    cells: Sequence[Cell],
+    top: Mapping[str, Any],
+    federation: str | ray_cluster.Federation,
+    catalog: Catalog,
+    share: int,
+) -> int:
+    """One simulation running ``cells`` (a plan in ``lane_dir``), one of ``share`` that
+    share the Ray cluster."""
+    path = write_plan(lane_dir / PLAN_NAME, cells)
+    overrides = {**top, "run-plan": str(path), "output-dir": str(lane_dir)}
     cfg = catalog.resolve_run_config(launch.app_config(overrides))
     return launch.simulate(
         cfg,
         [launch.run_config_text(overrides)],
         federation,
-        log_path=Path(output_dir) / LOG_NAME,
+        log_path=lane_dir / LOG_NAME,
+        share=share,
     )

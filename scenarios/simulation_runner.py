@@ -10,8 +10,12 @@ that also takes the run config and the app directory).
 Why not ``flwr run .`` (Flower 1.42): its default connection auto-starts a detached local
 SuperLink that installs the app's dependencies at run time, which needs the network; here
 nothing is installed or downloaded, and the exit status is the run's (``flwr run`` exits 0
-whatever happens). Uses Flower internals of the pinned simulation stack (flwr 1.42.0); the
-base install (the wrappers) does not import this module.
+whatever happens). Ray is initialised here, before Flower's backend would
+(:mod:`scenarios.ray_cluster`: attach to ``init-args.address``, forward ``--forward-env`` to
+the workers, exit 2 with one line when the clients ask for GPUs Ray does not see, and with
+``--share N`` size the actor pool for N simulations on one cluster).
+Uses Flower internals of the pinned simulation stack (flwr 1.42.0); the base install (the
+wrappers) does not import this module.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--num-supernodes", type=int, required=True)
     parser.add_argument("--backend-config", default="{}", help="JSON, as in pyproject")
     parser.add_argument("--run-config", default="", help="Flower --run-config overrides")
+    parser.add_argument("--share", type=int, default=1, help="simulations sharing the cluster")
+    parser.add_argument("--forward-env", default="", help="comma-separated variables for workers")
     return parser.parse_args(argv)
 
 
@@ -43,6 +49,29 @@ def _backend_config(text: str) -> dict[str, Any]:
 
     config = json.loads(text) if text else {}
     return _replace_keys(config, match="-", target="_") if config else {}
+
+
+def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
+    """Initialise Ray (attached to ``init_args.address`` if set) and check its GPUs; the
+    one-line reason the run cannot start, or None (:mod:`scenarios.ray_cluster`)."""
+    import ray
+
+    from scenarios import ray_cluster
+
+    init_args = dict(backend.get("init_args", {}))
+    address = str(init_args.get("address", "") or "")
+    need = float(backend.get("client_resources", {}).get("num_gpus", 0.0) or 0.0)
+    if need > 0 and not address:  # a local Ray: its GPUs are known before it starts
+        reason = ray_cluster.gpu_shortage(need, {"GPU": ray_cluster.local_gpus()}, "")
+        if reason is not None:
+            return reason
+    ray_cluster.init_ray(init_args, [k for k in args.forward_env.split(",") if k])
+    reason = ray_cluster.gpu_shortage(need, ray.cluster_resources(), address)
+    if reason is not None:
+        ray.shutdown()
+        return reason
+    ray_cluster.share_actor_pool(args.share)
+    return None
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -78,6 +107,14 @@ def run(argv: list[str] | None = None) -> int:
         state=RecordDict(),
         run_config=get_fused_config_from_dir(app_dir, overrides),
     )
+    backend = _backend_config(args.backend_config)
+    try:
+        reason = _start_ray(args, backend)
+    except Exception as err:  # noqa: BLE001 -- e.g. no Ray cluster at the address: one line
+        reason = f"Ray did not start: {' '.join(str(err).split())[:300]}"
+    if reason is not None:
+        print(f"fedpriv: {reason}", file=sys.stderr)
+        return 2
     try:
         _run_simulation(
             num_supernodes=args.num_supernodes,
@@ -85,7 +122,7 @@ def run(argv: list[str] | None = None) -> int:
             server_app_attr=components["serverapp"],
             client_app_attr=components["clientapp"],
             server_app_context=context,
-            backend_config=_backend_config(args.backend_config),
+            backend_config=backend,
             app_dir=str(app_dir),
             run=flower_run,
             is_app=True,

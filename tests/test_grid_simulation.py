@@ -88,7 +88,7 @@ def test_grid_runs_pending_cells_in_one_plan_and_reports_failures(tmp_path, monk
 
     plans = []
 
-    def fake_launch(output_dir, cells, top, federation, catalog):
+    def fake_launch(output_dir, cells, top, federation, catalog, parallel=1):
         path = multirun.write_plan(output_dir / multirun.PLAN_NAME, cells)
         plans.append(([c.label for c in multirun.read_plan(path, CATALOG)], dict(top)))
         for cell in cells:  # every cell but dp-sgd/seed1 completes

@@ -228,6 +228,7 @@ def test_pyproject_holds_nothing_flwr_run_would_migrate():
     assert set(project["tool"]["fedpriv"]["federations"]) == {
         "local-simulation",
         "local-simulation-gpu",
+        "ray-cluster",
     }
     migratable, reason = _is_migratable(ROOT)
     assert not migratable and "No '[tool.flwr.federations]' section" in reason, reason

@@ -1,0 +1,228 @@
+"""Ray for the simulation engine: attach to a cluster, check its GPUs, share it, record placement.
+
+Flower 1.42's simulation engine (``RayBackend``) calls ``ray.init(**backend.init_args)``
+unless Ray is already initialised in the process; ``init_args.address`` makes it attach to an
+existing cluster (``"auto"`` or ``"HOST:PORT"``) instead of starting one. fedpriv's simulation
+runner initialises Ray itself (:func:`init_ray`, the same call Flower makes) so that it can
+
+- forward the federation's environment (``KERAS_BACKEND``, ``CUDA_VISIBLE_DEVICES``, ...) to
+  the workers of an attached cluster, whose processes do not inherit the driver's environment;
+- refuse, in one line and before any SuperNode starts, a federation whose clients ask for GPUs
+  that the cluster does not have (:func:`gpu_shortage`): Ray would otherwise create an empty
+  actor pool and the run would wait forever;
+- share a cluster between ``N`` simulations run side by side (``fedpriv grid --parallel N``):
+  Flower sizes every actor pool to fill the whole cluster (``pool_size_from_resources``), so
+  a second simulation's actors would wait for the first one's to end; :func:`share_actor_pool`
+  gives each simulation ``max(1, capacity // N)`` actors;
+- record which Ray nodes ran a cell's clients (:func:`placement`, written into the cell's
+  ``summary.json`` as ``ray_nodes``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PLACEMENT_KEY = "ray_nodes"
+# GPU memory one grid cell of the MP CNN held on an H200 (issue 27: at most 9.4 GiB for a run of
+# four clients), rounded up: the default number of cells side by side on a GPU.
+GIB_PER_GPU_CELL = 10.0
+CPUS_PER_CELL = 4  # a driver (the ServerApp) and a few client actors; 2 CPUs: one cell at a time
+
+
+def address_of(backend: Mapping[str, Any]) -> str:
+    """The Ray address a backend config attaches to ('' = start a local Ray)."""
+    init = backend.get("init-args", backend.get("init_args", {}))
+    return str(init.get("address", "") or "")
+
+
+def with_address(backend: Mapping[str, Any], address: str) -> dict[str, Any]:
+    """``backend`` attached to the Ray cluster at ``address`` (unchanged when it is '')."""
+    if not address:
+        return dict(backend)
+    init = dict(backend.get("init-args", {}))
+    init["address"] = address
+    return {**backend, "init-args": init}
+
+
+def gpus_per_client(backend: Mapping[str, Any]) -> float:
+    """The GPUs one client actor asks for (``client-resources.num-gpus``, 0 when unset)."""
+    resources = backend.get("client-resources", backend.get("client_resources", {}))
+    return float(resources.get("num-gpus", resources.get("num_gpus", 0.0)) or 0.0)
+
+
+def gpu_shortage(num_gpus: float, cluster: Mapping[str, float], address: str) -> str | None:
+    """The one-line reason a run cannot start, or None: clients that ask for ``num_gpus`` > 0
+    need a cluster with at least that many GPUs (``ray.cluster_resources()``)."""
+    seen = float(cluster.get("GPU", 0.0))
+    if num_gpus <= 0 or seen >= num_gpus:
+        return None
+    where = f"the Ray cluster at {address}" if address else "the local Ray"
+    return (
+        f"client-resources.num-gpus = {num_gpus:g} but {where} sees {seen:g} GPUs; "
+        "expected a federation without GPUs (--federation local-simulation) or a host where "
+        "Ray sees a GPU (CUDA_VISIBLE_DEVICES, nvidia-smi)"
+    )
+
+
+def local_gpus() -> float:
+    """The GPUs a local Ray would give this machine, found the way ``ray.init`` finds them
+    (``CUDA_VISIBLE_DEVICES`` when set, else the NVIDIA devices; Ray's accelerator manager),
+    without starting Ray: refusing a GPU federation costs no Ray start-up."""
+    from ray._private.accelerators import get_accelerator_manager_for_resource
+
+    manager = get_accelerator_manager_for_resource("GPU")
+    visible = manager.get_current_process_visible_accelerator_ids()
+    if visible is not None:
+        return float(len(visible))
+    return float(manager.get_current_node_num_accelerators())
+
+
+def init_ray(init_args: Mapping[str, Any], forward_env: Sequence[str]) -> None:
+    """``ray.init`` as Flower's ``RayBackend.init_ray`` does it (``PYTHONPATH`` in the
+    job's runtime environment), plus the variables named in ``forward_env`` so that the
+    workers of an attached cluster get them too; Ray's start-up banner is not printed."""
+    import logging
+
+    import ray
+
+    pythonpath = os.pathsep.join(sys.path)
+    if os.environ.get("PYTHONPATH"):
+        pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
+    os.environ["PYTHONPATH"] = pythonpath
+    env_vars = {k: os.environ[k] for k in forward_env if k in os.environ}
+    args = {"include_dashboard": False, "logging_level": logging.WARNING, **init_args}
+    ray.init(runtime_env={"env_vars": {**env_vars, "PYTHONPATH": pythonpath}}, **args)
+
+
+def share_actor_pool(share: int) -> None:
+    """Make this process's Flower actor pool ``max(1, capacity // share)`` actors, where
+    ``capacity`` is Flower's own count (actors that fit the whole cluster), so ``share``
+    simulations on one cluster run side by side instead of waiting for each other's actors.
+    Patches ``flwr.simulation.ray_transport.ray_actor.pool_size_from_resources`` (the pinned
+    flwr 1.42.0, read by ``BasicActorPool.__init__``)."""
+    if share <= 1:
+        return
+    from flwr.simulation.ray_transport import ray_actor
+
+    full = ray_actor.pool_size_from_resources
+
+    def shared(client_resources: dict[str, int | float]) -> int:
+        return max(1, full(client_resources) // share)
+
+    ray_actor.pool_size_from_resources = shared
+
+
+def placement() -> list[dict[str, Any]]:
+    """The Ray nodes that host this job's live client actors (``ClientAppActor``): node id,
+    host name, address and the node's custom resource labels (what ``ray start --resources``
+    gave it). Reads the cluster's actor table (``ray._private.state.actors``, the GCS: no
+    dashboard needed, pinned Ray 2.55); empty when Ray is not initialised here or the table
+    does not have that shape (placement is a record, never a reason to fail a cell)."""
+    import ray
+
+    if not ray.is_initialized():
+        return []
+    try:
+        return _placement(ray)
+    except (AttributeError, ImportError, KeyError, TypeError):
+        return []
+
+
+def _placement(ray: Any) -> list[dict[str, Any]]:
+    from ray._private import state
+
+    job = ray.get_runtime_context().get_job_id()
+    nodes = {n["NodeID"]: n for n in ray.nodes()}
+    used: set[str] = set()
+    for actor in state.actors().values():
+        alive = actor.get("State") in ("ALIVE", 2)
+        if (
+            alive
+            and actor.get("JobID") == job
+            and "ClientAppActor" in actor.get("ActorClassName", "")
+        ):
+            used.add(actor["Address"]["NodeID"])
+    return [_node_record(nodes[n]) for n in sorted(used) if n in nodes]
+
+
+def _node_record(node: Mapping[str, Any]) -> dict[str, Any]:
+    builtin = ("CPU", "GPU", "memory", "object_store_memory", "accelerator_type")
+    labels = sorted(
+        k
+        for k in node.get("Resources", {})
+        if not k.startswith(builtin) and not k.startswith("node:")
+    )
+    return {
+        "node_id": node["NodeID"],
+        "hostname": node.get("NodeManagerHostname", ""),
+        "address": node.get("NodeManagerAddress", ""),
+        "resources": labels,
+    }
+
+
+def record_placement(output_dir: str | Path, nodes: list[dict[str, Any]]) -> None:
+    """Add ``ray_nodes`` to the cell's ``summary.json`` (atomically; nothing when the cell
+    wrote no summary)."""
+    path = Path(output_dir) / "summary.json"
+    if not path.is_file():
+        return
+    doc = json.loads(path.read_text())
+    doc[PLACEMENT_KEY] = nodes
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True))
+    tmp.replace(path)
+
+
+def gpu_memory_gib() -> float | None:
+    """Total memory of the first GPU ``nvidia-smi`` lists (GiB); None without one."""
+    if shutil.which("nvidia-smi") is None or os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout  # fmt: skip
+        return float(out.split()[0]) / 1024.0
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def default_parallel(cpus: int, gpu_gib: float | None, uses_gpu: bool) -> int:
+    """How many grid cells run side by side by default: one per ``CPUS_PER_CELL`` CPUs, and,
+    when the clients use a GPU, at most one per ``GIB_PER_GPU_CELL`` GiB of its memory.
+    On 2 CPUs: 1 (measured in ``make bench``: two cells side by side on 2 CPUs gain nothing)."""
+    lanes = max(1, cpus // CPUS_PER_CELL)
+    if uses_gpu and gpu_gib is not None:
+        lanes = min(lanes, max(1, int(gpu_gib // GIB_PER_GPU_CELL)))
+    return lanes
+
+
+@dataclass(frozen=True)
+class Federation:
+    """A ``[tool.fedpriv.federations]`` name and the ``--ray-address`` given with it ('' =
+    the federation's own ``ray-address``, if any)."""
+
+    name: str
+    ray_address: str = ""
+
+
+def federation_of(args: Any) -> Federation:
+    """The federation a command's ``--federation`` / ``--ray-address`` options chose."""
+    return Federation(str(args.federation), str(getattr(args, "ray_address", "") or ""))
+
+
+def check_address(value: str) -> str:
+    """``value`` if it is '' (start a local Ray), ``auto`` or ``HOST:PORT``; else ValueError
+    with the one-line reason."""
+    host, _, port = value.rpartition(":")
+    if value in ("", "auto") or (host and port.isdigit() and 0 < int(port) < 65536):
+        return value
+    raise ValueError(f"ray-address = {value!r} is not allowed; expected 'auto' or HOST:PORT")
