@@ -60,7 +60,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from fedpriv.checkpoint import CLIENT_STATE_DIR, STATE_DIR_KEY
+from fedpriv.releases import CLIENT_STATE_DIR, STATE_DIR_KEY
 from fedpriv.ownership import (
     CLIENT_COUNTED,
     DERIVED_KEYS,
