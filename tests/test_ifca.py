@@ -421,7 +421,8 @@ def test_same_seed_same_rounds_in_process(tmp_path, wire_base):
     second run's messages carry only the wire config (issue 10): the same rounds."""
     from scenarios.ifca import config_record
 
-    run_config = gp_run_config(tmp_path)
+    # compared exactly: seeded noise, an explicit opt-in (issue 26: gp-synthetic is secret)
+    run_config = gp_run_config(tmp_path, **{"reproducible-noise": True})
     cfg = resolve_run_config(run_config)
     runs = []
     for wire in (False, True):
@@ -562,9 +563,10 @@ def test_killed_run_resumes_from_its_checkpoint_and_the_clients_own_ledgers(tmp_
     rounds = 6
 
     def run(name, first=1, last=rounds, checkpoint_until=0, strategy=None, states=None):
-        cfg = gp_cfg(
-            **{"leakage-budget": 1.0, "num-clients": 6, "output-dir": str(tmp_path / name)}
-        )
+        cfg = gp_cfg(  # compared exactly: seeded noise, an explicit opt-in (issue 26)
+            **{"leakage-budget": 1.0, "num-clients": 6, "output-dir": str(tmp_path / name),
+               "reproducible-noise": True}
+        )  # fmt: skip
         config = ConfigRecord(
             {**{k: v for k, v in cfg.items() if k != "server-round"},
              STATE_DIR_KEY: str(tmp_path / name / "client-state")}
