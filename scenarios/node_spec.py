@@ -60,7 +60,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from fedpriv.releases import CLIENT_STATE_DIR, STATE_DIR_KEY
 from fedpriv.ownership import (
     CLIENT_COUNTED,
     DERIVED_KEYS,
@@ -72,6 +71,7 @@ from fedpriv.ownership import (
     zonal_level,
     zone_node_level,
 )
+from fedpriv.releases import CLIENT_STATE_DIR, STATE_DIR_KEY
 from scenarios import (
     keys_attacks,
     keys_audit,

@@ -459,7 +459,8 @@ def test_same_seed_same_rounds_in_process(tmp_path, wire_base):
     second run's messages carry only the wire config (issue 10): the same rounds."""
     from scenarios.ifca import config_record
 
-    run_config = gp_run_config(tmp_path)
+    # compared exactly: seeded noise, an explicit opt-in (issue 26: gp-synthetic is secret)
+    run_config = gp_run_config(tmp_path, **{"reproducible-noise": True})
     cfg = resolve_run_config(run_config)
     runs = []
     for wire in (False, True):
