@@ -27,7 +27,13 @@ from fedpriv.baseline import BandRule, band_for_seed, bands_of_runs, compare, ru
 from fedpriv.grid import GridError, parse_list, parse_seeds
 from scenarios import launch as cli
 from scenarios.baseline_report import RunVerdicts, summary_line, table, write_junit
-from scenarios.baseline_runs import BaselineCell, plan_cells, run_cells, target_overrides
+from scenarios.baseline_runs import (
+    BaselineCell,
+    check_common,
+    plan_cells,
+    run_cells,
+    target_overrides,
+)
 from scenarios.feature import Catalog, Command, Feature
 from scenarios.schema import ConfigError
 
@@ -51,6 +57,8 @@ example:
   fedpriv baseline check ci/fedpriv-baseline.json --junit reports/baseline.xml
   fedpriv baseline check ci/fedpriv-baseline.json --only digits --seeds 0 \\
       --run-config "learning-rate=0.01"      # try a change against the baseline
+  fedpriv baseline check ci/fedpriv-baseline.json \\
+      --target-config digits/fedavg/global-dp "noise-multiplier=0.02"   # one target only
 """
 
 
@@ -124,6 +132,14 @@ def _check_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", help="comma-separated recorded seeds (default: all)")
     parser.add_argument("--junit", help="write JUnit XML here (for CI test reports)")
     parser.add_argument("--all", action="store_true", help="print every per-round figure")
+    parser.add_argument(
+        "--target-config",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("TARGET", "OVERRIDES"),
+        help="run-config overrides for one target only (repeatable)",
+    )
     _shared_args(parser)
 
 
@@ -202,7 +218,14 @@ def _selection(doc: dict, args: argparse.Namespace) -> tuple[dict[str, dict], li
     other = [s for s in seeds if s not in doc["seeds"]]
     if other:
         raise ConfigError("--seeds", other[0], f"recorded seeds {doc['seeds']}")
-    return {n: doc["targets"][n]["overrides"] for n in names}, seeds
+    extra: dict[str, dict[str, Any]] = {}
+    for name, text in args.target_config:
+        if name not in names:
+            raise ConfigError("--target-config", name, "one of " + " | ".join(names))
+        extra[name] = {**extra.get(name, {}), **cli.parse_overrides([text])}
+        check_common(extra[name])
+    targets = {n: {**doc["targets"][n]["overrides"], **extra.get(n, {})} for n in names}
+    return targets, seeds
 
 
 def _verdicts(cell: BaselineCell, ok: bool, entries: dict[str, Any]) -> RunVerdicts:

@@ -112,12 +112,17 @@ def write_junit(path: str | Path, results: Sequence[RunVerdicts], seconds: float
     return path
 
 
-def summary_line(results: Sequence[RunVerdicts]) -> str:
-    """The last line: no regression, or every regression named (run and figure)."""
-    named = [f"{r.label}: run failed" for r in results if r.failed]
-    named += [f"{r.label}: {v.name}" for r in results for v in r.regressions]
-    checked = sum(len(r.verdicts) for r in results)
-    if not named:
+def summary_line(results: Sequence[RunVerdicts], *, per_run: int = 6) -> str:
+    """The last line: no regression, or each run's regressions named (the first ``per_run``
+    figures of each run: final metrics, then privacy figures, then per-round figures)."""
+    parts = []
+    for result in results:
+        names = ["run failed"] if result.failed else [v.name for v in result.regressions]
+        if names:
+            more = f" (+{len(names) - per_run} more)" if len(names) > per_run else ""
+            parts.append(f"{result.label}: {', '.join(names[:per_run])}{more}")
+    if not parts:
+        checked = sum(len(r.verdicts) for r in results)
         return f"fedpriv baseline: no regression ({checked} figures in {len(results)} runs)"
-    shown = ", ".join(named[:12]) + (f" and {len(named) - 12} more" if len(named) > 12 else "")
-    return f"fedpriv baseline: {len(named)} regression(s): {shown}"
+    count = sum(1 if r.failed else len(r.regressions) for r in results)
+    return f"fedpriv baseline: {count} regression(s): " + "; ".join(parts)

@@ -1,10 +1,11 @@
 """``fedpriv baseline record`` / ``check`` (issue 28, must-show 5) and the one comparer.
 
-The simulation test records a baseline of two small runs (the default digits scenario,
-metric DP, and its global-DP grid cell; 2 rounds, 2 seeds), then plants regressions the
-honest way, by running ``check`` with a changed run config, and expects exit 1 naming the
+The simulation tests record a baseline of two small runs (the default digits scenario,
+metric DP, and its global-DP grid cell; 2 rounds, 2 seeds), then plant regressions the
+honest way, by running ``check`` with a changed run config, and expect exit 1 naming the
 figure: the noise multiplier halved changes ε; the learning rate zeroed takes the accuracy
-out of its band. The same check on the unchanged config passes.
+out of its band. The same check on the unchanged config passes. Three simulations in all
+(record, unchanged check, planted check), ~1.5 min idle.
 """
 
 from __future__ import annotations
@@ -219,26 +220,28 @@ def test_check_unchanged_passes_and_writes_junit(recorded):
 
 
 @pytest.mark.simulation
-def test_check_flags_halved_noise_multiplier_by_epsilon(recorded):
+def test_check_flags_each_planted_regression_by_its_figure(recorded):
+    """One check, one regression planted in each target (``--target-config``): the global-DP
+    run with its noise multiplier halved, the metric-DP run with its learning rate zeroed
+    (1e-9: the key must be > 0). Each is flagged in its own run by its own figure, and
+    nothing else of the other run is: the runs are independent cells of one simulation."""
     out, doc, base = recorded
     z = doc["targets"][GLOBAL]["figures"]["privacy.noise_multiplier"]["exact"]["0"]
-    junit = base / "noise.xml"
-    proc = fedpriv_baseline("check", str(out), "--only", GLOBAL, "--seeds", "0",
-                            "-c", f"noise-multiplier={z / 2}", "--junit", str(junit),
-                            "--work-dir", str(base / "noise"))  # fmt: skip
+    junit = base / "planted.xml"
+    proc = fedpriv_baseline("check", str(out), "--seeds", "0",
+                            "--target-config", GLOBAL, f"noise-multiplier={z / 2}",
+                            "--target-config", "digits", "learning-rate=1e-9",
+                            "--junit", str(junit), "--work-dir", str(base / "planted"))  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-3000:]
     last = proc.stdout.splitlines()[-1]
     assert f"{GLOBAL} seed 0: privacy.epsilon" in last
-    failed = {c.get("name") for c in ET.parse(junit).iter("testcase") if len(c)}
-    assert {"privacy.epsilon", "privacy.noise_multiplier", "round.dp-epsilon"} <= failed
-
-
-@pytest.mark.simulation
-def test_check_flags_zero_learning_rate_by_accuracy(recorded):
-    out, _, base = recorded
-    proc = fedpriv_baseline("check", str(out), "--only", "digits", "--seeds", "0",
-                            "-c", "learning-rate=0.0", "--work-dir", str(base / "lr"))  # fmt: skip
-    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-3000:]
-    assert "digits seed 0: final.accuracy" in proc.stdout.splitlines()[-1]
-    row = next(x for x in proc.stdout.splitlines() if " final.accuracy " in x)
+    assert "digits seed 0: final.accuracy" in last
+    suites = {s.get("name"): s for s in ET.parse(junit).getroot()}
+    failed = {label: {c.get("name") for c in suite if len(c)} for label, suite in suites.items()}
+    noise, lr = failed[f"{GLOBAL} seed 0"], failed["digits seed 0"]
+    assert {"privacy.epsilon", "privacy.noise_multiplier", "round.dp-epsilon"} <= noise
+    assert "final.accuracy" in lr and "round.server.accuracy" in lr
+    assert not {"privacy.noise_multiplier", "privacy.delta"} & lr  # z and δ unchanged there
+    row = next(x for x in proc.stdout.splitlines() if x.startswith("digits seed 0 ")
+               and " final.accuracy " in x)  # fmt: skip
     assert row.rstrip().endswith("REGRESSION")
