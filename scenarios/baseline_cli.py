@@ -160,7 +160,14 @@ def _targets(specs: list[str]) -> dict[str, dict[str, Any]]:
     return {spec: target_overrides(spec) for spec in specs}
 
 
-def _run(cells: list[BaselineCell], common: dict, work: Path, args, catalog) -> dict:  # noqa: ANN001
+def _run(
+    cells: list[BaselineCell],
+    common: dict[str, Any],
+    work: Path,
+    args: argparse.Namespace,
+    catalog: Catalog,
+) -> dict[BaselineCell, bool]:
+    """Run the cells (:func:`scenarios.baseline_runs.run_cells`) after saying where."""
     print(f"{PREFIX}: {len(cells)} runs -> {work} (seeded noise: reproducible-noise = true "
           "unless --run-config sets it)", flush=True)  # fmt: skip
     return run_cells(cells, common, work, args.federation, catalog)
