@@ -223,8 +223,8 @@ def test_check_unchanged_passes_and_writes_junit(recorded):
 def test_check_flags_each_planted_regression_by_its_figure(recorded):
     """One check, one regression planted in each target (``--target-config``): the global-DP
     run with its noise multiplier halved, the metric-DP run with its learning rate zeroed
-    (1e-9: the key must be > 0). Each is flagged in its own run by its own figure, and
-    nothing else of the other run is: the runs are independent cells of one simulation."""
+    (1e-9: the key must be > 0). Each is flagged in its own run by its own figure (the runs
+    are independent cells of one simulation), and z and δ of the metric-DP run stay equal."""
     out, doc, base = recorded
     z = doc["targets"][GLOBAL]["figures"]["privacy.noise_multiplier"]["exact"]["0"]
     junit = base / "planted.xml"
@@ -233,9 +233,10 @@ def test_check_flags_each_planted_regression_by_its_figure(recorded):
                             "--target-config", "digits", "learning-rate=1e-9",
                             "--junit", str(junit), "--work-dir", str(base / "planted"))  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-3000:]
-    last = proc.stdout.splitlines()[-1]
-    assert f"{GLOBAL} seed 0: privacy.epsilon" in last
-    assert "digits seed 0: final.accuracy" in last
+    last = proc.stdout.splitlines()[-1]  # "... regression(s): run: a, b (+n more); run: ..."
+    named = dict(part.split(": ", 1) for part in last.split("regression(s): ", 1)[1].split("; "))
+    assert "privacy.epsilon" in named[f"{GLOBAL} seed 0"]
+    assert "final.accuracy" in named["digits seed 0"]
     suites = {s.get("name"): s for s in ET.parse(junit).getroot()}
     failed = {label: {c.get("name") for c in suite if len(c)} for label, suite in suites.items()}
     noise, lr = failed[f"{GLOBAL} seed 0"], failed["digits seed 0"]
