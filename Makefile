@@ -13,7 +13,8 @@ UV_VERSION := 0.13.9
 export TF_CPP_MIN_LOG_LEVEL := 3
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install run test test-base-install ci lint bench bench-gpu strategies clean
+.PHONY: install run test test-guards test-all test-durations test-base-install ci lint bench bench-gpu
+.PHONY: strategies clean
 
 # uv installs the ~2.5 GB stack in about a minute where pip takes several; both read PyPI.
 $(STAMP): pyproject.toml constraints.txt
@@ -34,9 +35,24 @@ run: $(STAMP)
 ## collection order, which tests/conftest.py makes simulation files first:
 ## --no-loadscope-reorder keeps xdist from putting the files with most tests first).
 ## PYTEST_ARGS narrows it, e.g. make test PYTEST_ARGS="tests/test_dp_wrappers.py" PYTEST_WORKERS=0.
+## Tiers (pyproject's pytest markers): `make test` skips the `slow` tests (paper-scale
+## checks; the list and the reason for each is in CONTRIBUTING.md "Test tiers"); `make
+## test-guards` runs the slow tests that guard a paper result or a privacy guarantee (marked
+## `guard` too), which CI runs after `make test`; `make test-all` runs everything.
+## `make test-durations` is `make test-all` with the 40 slowest tests listed.
 PYTEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
+
+test-guards: $(STAMP)
+	$(PYTEST) -m "slow and guard" $(PYTEST_ARGS)
+
+test-all: $(STAMP)
+	$(PYTEST) $(PYTEST_ARGS)
+
+test-durations: $(STAMP)
+	$(PYTEST) --durations=40 $(PYTEST_ARGS)
 
 ## --- the base install ---------------------------------------------------------------------
 ## The wrapper and mechanism tests again in the base install (`.[test]`: Flower without Ray,
@@ -57,8 +73,9 @@ test-base-install: $(BASE_STAMP)
 	$(BASE_VENV)/bin/python -c "import strategies.dp_wrappers, sys; assert not {'tensorflow', 'keras', 'jax', 'ray'} & set(sys.modules)"
 	$(BASE_VENV)/bin/python -m pytest -q -ra $(WRAPPER_TESTS)
 
-## What CI runs (.ci/run): the suite on the pinned stack, then the base install.
-ci: test test-base-install
+## What CI runs (.ci/run): the fast tier on the pinned stack, the slow tests that guard a
+## result, then the base install.
+ci: test test-guards test-base-install
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

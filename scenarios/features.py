@@ -11,7 +11,19 @@ complete and consistent.
 
 from __future__ import annotations
 
-from scenarios import attacks, audit, dp, dpsgd, faults, grid_cli, ifca, speed, standard, zonal
+from scenarios import (
+    attacks,
+    audit,
+    baseline_cli,
+    dp,
+    dpsgd,
+    faults,
+    grid_cli,
+    ifca,
+    speed,
+    standard,
+    zonal,
+)
 from scenarios.feature import Catalog, Feature
 
 FEATURES: tuple[Feature, ...] = (
@@ -24,6 +36,7 @@ FEATURES: tuple[Feature, ...] = (
     faults.FEATURE,
     audit.FEATURE,
     grid_cli.FEATURE,
+    baseline_cli.FEATURE,
     speed.FEATURE,
 )
 

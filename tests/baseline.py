@@ -7,7 +7,9 @@ so the check costs no extra simulation time. ``FEDPRIV_RECORD_BASELINE=1`` rewri
 instead of comparing (do that only for an intended, documented change).
 
 Compared: every number (bools as 0/1, list items by index) of every round line of every
-``rounds.jsonl`` below the output directory, except wall-clock times.
+``rounds.jsonl`` below the output directory, except wall-clock times, by the package's one
+comparer (:func:`fedpriv.baseline.compare`, which ``fedpriv baseline check`` uses too) with
+this record's band rule :data:`fedpriv.baseline.RECORD_RULE`.
 
 Records (old engine = main before redesign stage 2, same numerics otherwise):
 
@@ -31,8 +33,8 @@ Records (old engine = main before redesign stage 2, same numerics otherwise):
 Intended differences:
 
 - issue 19 (Keras 3 / TF 2.21): figures that depend on float training are compared within
-  bands (see ``EXACT_KEYS`` and the bands below), the rest exactly. Measured at the switch:
-  the default digits run's final accuracy is 0.989 on both stacks.
+  bands (see ``fedpriv.baseline.EXACT_KEYS`` and ``RECORD_RULE``), the rest exactly.
+  Measured at the switch: the default digits run's final accuracy is 0.989 on both stacks.
 - issue 19/20 (DP-SGD without tensorflow-privacy): the ``fedavg/dp-sgd/seed0`` run of
   ``dpsgd-grid`` was re-recorded from the new engine: batches are Poisson-sampled (each
   example with q = B/n per step) and ε is the PLD of that Poisson-subsampled Gaussian (a bound
@@ -72,108 +74,19 @@ Intended differences:
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from fedpriv.runlog import read_rounds
+from fedpriv.baseline import compare, record_bands, round_metrics
 
 BASELINE_DIR = Path(__file__).resolve().parent / "data" / "baseline"
 RECORD_ENV = "FEDPRIV_RECORD_BASELINE"
-TIMING_WORDS = ("seconds", "wall", "time", "duration", "elapsed")
-REL_TOL = 1e-6
-ABS_TOL = 1e-9
-
-
-def _flatten(value: Any, prefix: str, out: dict[str, float]) -> None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _flatten(item, f"{prefix}.{key}" if prefix else str(key), out)
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _flatten(item, f"{prefix}[{i}]", out)
-    elif isinstance(value, bool):
-        out[prefix] = float(value)
-    elif isinstance(value, (int, float)):
-        out[prefix] = float(value)
-    elif isinstance(value, str) and value in ("inf", "-inf", "nan"):
-        out[prefix] = float(value)
-
-
-def round_metrics(output_dir: str | Path) -> dict[str, list[dict[str, float]]]:
-    """Every run below ``output_dir`` -> its round lines as flat ``{key: number}`` maps."""
-    base = Path(output_dir)
-    runs: dict[str, list[dict[str, float]]] = {}
-    for path in sorted(base.rglob("rounds.jsonl")):
-        rel = path.parent.relative_to(base).as_posix()
-        lines = read_rounds(path.parent)  # the operator's view: sampled lists, clip flags
-        flat = []
-        for line in lines:
-            numbers: dict[str, float] = {}
-            _flatten(line, "", numbers)
-            flat.append({k: v for k, v in numbers.items() if not any(w in k for w in TIMING_WORDS)})
-        runs[rel] = flat
-    return runs
-
-
-def _close(a: float, b: float) -> bool:
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
-    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
-
-
-# --- Keras 3 (issue 19): exact where the figure does not depend on float training ----------
-# The records were made on TF 2.15 / Keras 2. Keras 3 on TF 2.21 computes the same training at
-# float precision (other kernels, other summation orders), and chaotic training amplifies that
-# over rounds, so what depends on the trained weights is compared within a band; what does
-# not (sampling, participation, elections, the DP accounting of a data-independent σ, the
-# zonal noise scales) must still be equal to the old engine.
-EXACT_KEYS = (
-    "round", "sampled[", "participants[", "replied[", "sweep-index", "num-zones",
-    "dp-delta", "dp-noised", "dp-num-reports", "dp-num-failures", "dp-sgd-participations",
-    "leakage_per_participation", "ledger.participations", "ledger.max_participations",
-    "ledger.clients", "zonal.epsilon.", "zonal.sigma_", "zonal.supernodes.",
-    "zonal.elections[", "zonal.failed_supernodes[", "zonal.offline[", "zonal.replied[",
-    "zonal.aggregator_noise_multiplier", "aggregated", "aggregation-skipped",
-    "validation.clients", "validation.num-examples", "cia.n_",
-)  # fmt: skip
-# Outcomes of a discrete choice made on trained weights (IFCA's cluster of a client, early
-# stopping's best round): a float-level change may flip one; not compared.
-CHOICE_KEYS = (
-    "assignment.", "validation.choices[", "best_round", "since_best", "empty_clusters[",
-    "cluster_sizes[", "dp-clipped[", "dp-num-clipped", "zonal.zones.",
-)  # fmt: skip
-SCORE_WORDS = ("accuracy", "f1_", "precision_", "roc_auc", "auc", "advantage")
-SCORE_BAND = 0.08  # absolute, for scores in [0, 1]
-VALUE_BAND = 0.35  # relative (with an absolute floor of VALUE_FLOOR) for losses, norms, models
-VALUE_FLOOR = 0.05
-
-
-def _data_dependent_sigma(line: dict[str, float]) -> bool:
-    """Metric DP: σ (and its comparison ε) scale with the measured model distance d."""
-    return "dp-distance" in line
-
-
-def _within_band(key: str, got: float, want: float, line: dict[str, float]) -> bool:
-    """The comparison rule of one figure (see the constants above)."""
-    if math.isnan(got) or math.isnan(want):
-        return math.isnan(got) and math.isnan(want)
-    sigma_like = key.startswith(("dp-sigma", "dp-epsilon", "dp-distance")) or key.endswith(
-        "noise-multiplier"
-    )
-    if key.startswith(EXACT_KEYS) or (sigma_like and not _data_dependent_sigma(line)):
-        return _close(got, want)
-    if any(word in key for word in SCORE_WORDS):
-        return abs(got - want) <= SCORE_BAND
-    return abs(got - want) <= max(VALUE_FLOOR, VALUE_BAND * abs(want))
-
-
-def _compared(key: str) -> bool:
-    return not key.startswith(CHOICE_KEYS)
-
+# The comparer, its figure classes (exact / score / value / choice) and this record's band
+# rule (``fedpriv.baseline.RECORD_RULE``: scores ± 0.08, values ± 35 % with a 0.05 floor,
+# the rest exact) live in ``fedpriv.baseline``; ``fedpriv baseline check`` uses the same one.
+__all__ = ["assert_matches_baseline", "round_metrics"]
 
 DRAWN_IN_WORKERS = ("server.", "distributed.", "train.")
 
@@ -182,7 +95,8 @@ def assert_matches_baseline(
     name: str, output_dir: str | Path, *, worker_noise: tuple[str, ...] = ()
 ) -> None:
     """The round metrics below ``output_dir`` match the committed record ``name``: equal where
-    they do not depend on float training, within the bands above where they do.
+    they do not depend on float training, within the bands of
+    :data:`fedpriv.baseline.RECORD_RULE` where they do.
 
     Runs named in ``worker_noise`` draw their noise inside the ClientApp workers: for them
     only what does not depend on those draws is compared (sampling, replies, ε,
@@ -206,12 +120,8 @@ def assert_matches_baseline(
                 want_line = {
                     k: v for k, v in want_line.items() if not k.startswith(DRAWN_IN_WORKERS)
                 }
-            want_line = {k: v for k, v in want_line.items() if _compared(k)}
-            missing = sorted(set(want_line) - set(got_line))
+            verdicts = compare(record_bands(want_line), got_line)
+            missing = sorted(v.name for v in verdicts if v.value is None)
             assert not missing, f"{name}/{run} round line {i}: missing {missing[:8]}"
-            wrong = {
-                k: (got_line[k], v)
-                for k, v in want_line.items()
-                if not _within_band(k, got_line[k], v, want_line)
-            }
+            wrong = {v.name: (v.value, want_line[v.name]) for v in verdicts if not v.ok}
             assert not wrong, f"{name}/{run} round line {i}: (got, expected) {wrong}"

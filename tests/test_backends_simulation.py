@@ -14,7 +14,9 @@ import pytest
 
 from tests.simulate import run_fedpriv_cells
 
-pytestmark = pytest.mark.simulation
+# A second Keras backend (JAX) against TensorFlow, two simulations: the slow tier (make
+# test-all); the results it compares are guarded on TensorFlow in the fast tier.
+pytestmark = [pytest.mark.simulation, pytest.mark.slow]
 
 MRI = {
     "scenario": "synthetic-mri",

@@ -28,7 +28,9 @@ from fedpriv.runlog import read_rounds
 from tests.localflower import Processes, free_ports, wait_http_ok
 from tests.simulate import ROOT
 
-pytestmark = pytest.mark.simulation
+# Flower's deployment runtime (a SuperLink and SuperNode processes, killed and restarted):
+# the slow tier (make test-all); the app's results are guarded on the simulation engine.
+pytestmark = [pytest.mark.simulation, pytest.mark.slow]
 BIN = Path(sys.executable).parent
 NODES = 4
 

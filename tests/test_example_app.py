@@ -37,8 +37,12 @@ BIN = Path(sys.executable).parent
 FLWR = tuple(int(x) for x in version("flwr").split(".")[:2])
 Z, C, M, ROUNDS = 0.1, 10.0, 4, 2
 
+# The example submitted with flwr run to Flower's own SuperLink (simulation and deployment):
+# the slow tier (make test-all); the MetricDP wrapper it uses is guarded in the fast tier
+# (tests/test_dp_wrappers.py: the same sigma = z*C/(m*d)).
 pytestmark = [
     pytest.mark.example,
+    pytest.mark.slow,
     pytest.mark.skipif(FLWR < (1, 40), reason="the run commands of Flower >= 1.40"),
 ]
 

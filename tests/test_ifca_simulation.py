@@ -29,7 +29,9 @@ from scenarios import cli, launch
 from tests.baseline import assert_matches_baseline
 from tests.simulate import kill_after_round, run_fedpriv, to_override
 
-pytestmark = pytest.mark.simulation
+# Paper-scale (GP §5: 5 IFCA runs of 30 rounds, the digits-rotated sweep of 2 x 15 rounds):
+# the slow tier, and CI runs it (guard: GP's results and the leakage accounting).
+pytestmark = [pytest.mark.simulation, pytest.mark.slow, pytest.mark.guard]
 
 # GP's final evaluation leaves the clients unaccounted: the nodes opt in themselves (issue 26:
 # the scenario's opt-in is not the nodes'; the run config, which they share, is)
