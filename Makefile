@@ -13,7 +13,7 @@ UV_VERSION := 0.13.9
 export TF_CPP_MIN_LOG_LEVEL := 3
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install run test test-base-install ci lint bench bench-gpu strategies clean
+.PHONY: install run test test-base-install ci lint docs bench bench-gpu strategies clean
 
 # uv installs the ~2.5 GB stack in about a minute where pip takes several; both read PyPI.
 $(STAMP): pyproject.toml constraints.txt
@@ -57,8 +57,13 @@ test-base-install: $(BASE_STAMP)
 	$(BASE_VENV)/bin/python -c "import strategies.dp_wrappers, sys; assert not {'tensorflow', 'keras', 'jax', 'ray'} & set(sys.modules)"
 	$(BASE_VENV)/bin/python -m pytest -q -ra $(WRAPPER_TESTS)
 
-## What CI runs (.ci/run): the suite on the pinned stack, then the base install.
-ci: test test-base-install
+## What CI runs (.ci/run): the suite on the pinned stack, the base install, then the docs.
+ci: test test-base-install docs
+
+## The documentation site (docs/: Sphinx + MyST, the `docs` extra, in `dev` too) with warnings
+## as errors; the key reference and the API reference are generated -> docs/_build/html.
+docs: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
@@ -81,7 +86,7 @@ bench-gpu: $(STAMP)
 	KERAS_BACKEND=jax $(BIN)/python bench/bench_gpu.py $(BENCH_GPU_ARGS)
 
 clean:
-	rm -rf runs reports .pytest_cache
+	rm -rf runs reports .pytest_cache docs/_build docs/reference/_autosummary
 
 ## --- MP grid (issue 3) -------------------------------------------------------------------
 ## `fedpriv grid` runs every strategy x privacy x seed cell as its own simulation into

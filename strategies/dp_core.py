@@ -38,7 +38,9 @@ _log = getLogger("flwr")  # Flower's logger, as ``flwr.common.log`` writes to
 class DPWrapperCore:
     """Central DP with server-side fixed clipping around ``strategy`` (either Flower API).
 
-    Parameters (keyword-only after ``strategy``)
+    Everything after ``strategy`` is keyword-only.
+
+    Parameters
     ----------
     noise_multiplier : float
         z >= 0.
