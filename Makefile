@@ -13,8 +13,8 @@ UV_VERSION := 0.13.9
 export TF_CPP_MIN_LOG_LEVEL := 3
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install run test test-guards test-all test-durations test-base-install ci lint bench bench-gpu
-.PHONY: strategies clean
+.PHONY: install run test test-guards test-all test-durations test-base-install ci lint docs
+.PHONY: bench bench-gpu strategies clean
 
 # uv installs the ~2.5 GB stack in about a minute where pip takes several; both read PyPI.
 $(STAMP): pyproject.toml constraints.txt
@@ -74,8 +74,13 @@ test-base-install: $(BASE_STAMP)
 	$(BASE_VENV)/bin/python -m pytest -q -ra $(WRAPPER_TESTS)
 
 ## What CI runs (.ci/run): the fast tier on the pinned stack, the slow tests that guard a
-## result, then the base install.
-ci: test test-guards test-base-install
+## result, the base install, then the docs.
+ci: test test-guards test-base-install docs
+
+## The documentation site (docs/: Sphinx + MyST, the `docs` extra, in `dev` too) with warnings
+## as errors; the key reference and the API reference are generated -> docs/_build/html.
+docs: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
@@ -98,7 +103,7 @@ bench-gpu: $(STAMP)
 	KERAS_BACKEND=jax $(BIN)/python bench/bench_gpu.py $(BENCH_GPU_ARGS)
 
 clean:
-	rm -rf runs reports .pytest_cache
+	rm -rf runs reports .pytest_cache docs/_build docs/reference/_autosummary
 
 ## --- MP grid (issue 3) -------------------------------------------------------------------
 ## `fedpriv grid` runs every strategy x privacy x seed cell as its own simulation into

@@ -16,7 +16,7 @@ runs on the TensorFlow and JAX backends (the gradient, the loop and the compilat
    ``b = min(B, n)`` in order; the last short batch is padded to ``b`` with a zero mask, so
    every step has the same shape and its loss is the mean over its real examples only --
    the same loss as an unpadded short batch (a caller may pass its own ``schedule``);
-3. runs every step of every epoch in one compiled loop. Each step minimises
+3. runs every step of every epoch in one compiled loop. Each step minimises::
 
        L(w) = (1 / |b|) Σ_{i in b} m_i ℓ(f_w(x_i), y_i) + (mu / 2) ‖w − w_g‖²
 

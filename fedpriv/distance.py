@@ -1,4 +1,4 @@
-"""Pairwise model distance of metric privacy (SPEC §3.2, MP §6).
+"""Pairwise model distance of metric privacy (SPEC §3.2, MP §6)::
 
     d = max_{i<j} (1/|L|) Σ_ℓ ‖w_i(ℓ) − w_j(ℓ)‖_F
 

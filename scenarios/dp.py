@@ -116,7 +116,7 @@ def budget_of(cfg: Mapping[str, Any]) -> float | None:
 def check_max_epsilon(cfg: Mapping[str, Any], catalog: Catalog) -> None:
     """``max-epsilon`` > 0 only where a server-side accountant has an ε to bound: global DP
     around a mean (standard run). Metric DP has no ε; DP-SGD's ε is per client, computed on
-    the clients (refused, see README); zonal and none: refused."""
+    the clients (refused, see docs/privacy.md); zonal and none: refused."""
     value = float(cfg.get("max-epsilon", 0.0))
     if value == 0:
         return

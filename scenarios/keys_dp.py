@@ -5,7 +5,7 @@ Privacy modes: ``global-dp`` (server-side fixed clipping, ``σ = z·C/m``, SPEC 
 
 ``distance-on`` defaults to ``clipped`` (d <= 2C/sqrt(L), so no client can push sigma
 below z*sqrt(L)/(2m)); the MP scenarios choose the authors' ``raw`` explicitly.
-``client-sampling``, ``dp-weighting`` and ``unaccounted-metrics``: see README "Privacy".
+``client-sampling``, ``dp-weighting`` and ``unaccounted-metrics``: see docs/privacy.md.
 
 ``min-distance`` (the floor of metric DP's d) defaults to 1e-6: far below any distance two
 trained models have (d is a mean over layers of Frobenius norms; measured on the default

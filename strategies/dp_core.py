@@ -74,7 +74,9 @@ def round_line(step: str, record: dict[str, Any]) -> str:
 class DPWrapperCore:
     """Central DP with server-side fixed clipping around ``strategy`` (either Flower API).
 
-    Parameters (keyword-only after ``strategy``)
+    Everything after ``strategy`` is keyword-only.
+
+    Parameters
     ----------
     noise_multiplier : float
         z >= 0.

@@ -93,6 +93,8 @@ class ZonalAggregation(Strategy):
         ``fn(round) -> dict``: the ε block of the round (see
         :func:`fedpriv.zonal.epsilon_at_aggregator`).
 
+    Notes
+    -----
     Randomness: the super-node (HDP) and server (CDP) noise come from OS entropy, a fresh
     Generator per (round, zone), unless ``reproducible_noise`` (the run's
     ``reproducible-noise``: then the seeded ``zonal-*-noise`` streams of ``seed``). The

@@ -4,7 +4,7 @@ The SuperLink and SuperNodes are Flower 1.42's own executables (``flower-superli
 ``flower-supernode``), started insecure on free loopback ports (one HTTP port per process)
 with ``--disable-runtime-dependency-installation`` (offline), once for the module, each
 SuperNode with its own ``FLWR_HOME`` as on its own machine. The run is submitted with
-``flwr run . local-deployment`` from the repository root exactly as the README says: a
+``flwr run . local-deployment`` from the repository root exactly as docs/gpu.md says: a
 SuperLink connection ``local-deployment`` in a throwaway ``$FLWR_HOME/config.toml``; the
 repository's pyproject.toml must come out of it unchanged. The one run is also the fault test
 (issue 12, must-show 3): a SuperNode is SIGKILLed (with its SuperExec and ClientApp

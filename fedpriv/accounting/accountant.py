@@ -1,4 +1,4 @@
-"""One accountant for every mechanism: compose ``DpEvent``s, report ε with its labels.
+"""One accountant for every mechanism: compose ``DpEvent`` objects, report ε with its labels.
 
 Each mechanism returns the ``dp_accounting`` event of its round (server-side Gaussian:
 :func:`fedpriv.accounting.events.client_round_event`; a zonal level's Gaussian; DP-SGD's

@@ -289,7 +289,7 @@ def _zonal(cfg: Mapping[str, Any]) -> dict[str, Any]:
             "headline: one noising level's Gaussian (z) for a client in every round, without "
             "amplification by sampling - what holds against the party that samples",
             "epsilon_with_sampling_amplification assumes the observer does not know who was "
-            "sampled; HDP's eps/sqrt(k) aggregator figures are heuristics (see README)",
+            "sampled; HDP's eps/sqrt(k) aggregator figures are heuristics (see docs/scenarios.md)",
             "against whom: LDP noise (at the client) holds against everyone; HDP noise (at the "
             "zone) only against the server beyond the zone aggregator, none against the zone "
             "aggregator, which runs in the ServerApp; CDP noise only against observers of the "

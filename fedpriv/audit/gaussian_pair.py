@@ -8,7 +8,7 @@ divergence, taken in both directions (DP is symmetric in the neighbouring pair):
 
 ``log p − log q − ε = a·x² + b·x + c`` is a quadratic, so A is a union of at most two
 intervals with closed-form ends and P(A), Q(A) are normal CDFs — no numerical integration.
-Equal variances reduce to the Gaussian mechanism with μ = |μ₀ − μ₁|/σ (Balle & Wang 2018,
+Equal variances reduce to the Gaussian mechanism with ``μ = |μ₀ − μ₁|/σ`` (Balle & Wang 2018,
 Thm. 8): ``δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)`` (:func:`gaussian_mechanism_delta`,
 used in tests as an independent check). ε(δ) is found by root-finding on the decreasing
 δ(ε) (:func:`epsilon_for_delta`). This is the final step of Andrew et al. (ICLR 2024,

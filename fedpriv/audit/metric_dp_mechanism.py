@@ -3,7 +3,7 @@
 The round of :class:`fedpriv.dp.MetricScaledGaussian`, on the canary layout of
 :mod:`fedpriv.audit.global_dp_mechanism` (K canaries on disjoint blocks of a flat model, a
 few real clients, clip to C, sum over the FIXED m, replace-one ±A·c_j canaries): the only
-change is the noise, ``σ = z·C/(m·d)`` with
+change is the noise, ``σ = z·C/(m·d)`` with::
 
     d = max_{i<j} (1/|L|) Σ_ℓ ‖w_i(ℓ) − w_j(ℓ)‖_F
 

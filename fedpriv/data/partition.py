@@ -217,7 +217,7 @@ def stratified_train_test(x: np.ndarray, y: np.ndarray, test_fraction: float, se
     The test part has n_test = ⌈test_fraction · n⌉ examples (at least 1, at most n − 1). For
     integer labels it is stratified: n_test is apportioned over the classes proportionally to
     their counts n_c (largest remainder, :func:`apportion`), so every class gets
-    |t_c − test_fraction · n_c| < 1 test examples, and rare classes never make the split fail.
+    ``|t_c − test_fraction · n_c| < 1`` test examples, and rare classes never make the split fail.
     Float (regression) targets get a plain shuffled split. Both parts come back shuffled;
     randomness is ``numpy.random.default_rng(seed)`` only.
     """

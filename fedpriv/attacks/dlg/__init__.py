@@ -11,7 +11,7 @@ over a dummy image x̂ (box-constrained to the data range, the attacker knows th
 and dummy label logits ŷ (DLG's soft label; ``label="idlg"`` instead reads the label off the
 sign of the output-bias gradient, Zhao et al. 2020, exact for batch 1 without noise). The
 problem is solved with L-BFGS (scipy ``L-BFGS-B``; value and gradient from nested TensorFlow
-``GradientTape``s: the gradient of a gradient, which is why the model must be twice
+``GradientTape`` scopes: the gradient of a gradient, which is why the model must be twice
 differentiable — sigmoid activations, as in DLG and GP's modified CNN). Normalising by
 ``‖g*‖²`` makes the objective scale-free (the same solver settings work for any η).
 
@@ -27,7 +27,7 @@ Defences measured (what the attacker sees instead of δ):
 
 Backend: DLG runs on the TensorFlow backend (``KERAS_BACKEND=tensorflow``, the CPU default).
 The models are Keras 3, but the gradient of a gradient is taken with nested
-``tf.GradientTape``s; in a process on JAX the functions that differentiate
+``tf.GradientTape`` scopes; in a process on JAX the functions that differentiate
 (:func:`client_gradient`, :func:`sgd_update`, :func:`dlg_reconstruct` and the experiments)
 fail with one line naming KERAS_BACKEND. Building and checking models, the views of noisy
 updates and the quality metrics are numpy / Keras and work on either backend.

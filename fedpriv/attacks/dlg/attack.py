@@ -1,7 +1,7 @@
 """The DLG / iDLG reconstruction (Zhu et al. 2019; Zhao et al. 2020 label trick).
 
 DLG runs on the TensorFlow backend: the matching loss and its gradient w.r.t. the dummies
-are nested ``tf.GradientTape``s in one ``tf.function`` around a Keras 3 model; on another
+are nested ``tf.GradientTape`` scopes in one ``tf.function`` around a Keras 3 model; on another
 backend :func:`dlg_reconstruct` fails with one line naming KERAS_BACKEND.
 """
 

@@ -1,7 +1,7 @@
 """The image classifier DLG attacks and the soft-label loss it matches (GP Fig. 5).
 
 The model is plain Keras 3 (``import keras``); the gradient matching that attacks it runs on
-the TensorFlow backend (nested ``tf.GradientTape``s, :mod:`.attack`), so every entry point
+the TensorFlow backend (nested ``tf.GradientTape`` scopes, :mod:`.attack`), so every entry point
 that differentiates checks :func:`tensorflow_backend` first: in a process on another backend
 (``KERAS_BACKEND=jax``) it fails with one line naming KERAS_BACKEND instead of mixing
 TensorFlow tensors into JAX variables.
@@ -28,7 +28,7 @@ def tensorflow_backend() -> ModuleType:
     """``tensorflow``, once Keras is known to run on it; else a one-line ValueError.
 
     DLG differentiates a gradient (the gradient of ``‖∇_W L − g*‖²`` w.r.t. the dummy input)
-    with nested ``tf.GradientTape``s, which only see Keras variables on the TensorFlow
+    with nested ``tf.GradientTape`` scopes, which only see Keras variables on the TensorFlow
     backend.
     """
     backend = keras.backend.backend()
