@@ -12,6 +12,8 @@ Rows:
 5. audit: ``fedpriv audit`` vs ``fedpriv run`` of the default config (``bench/bench_audit.py``).
 6. ``hdp-paper`` with zone SuperNodes vs a plain loop doing the same client trainings
    (``bench/bench_zonal.py``; ``--hdp-rounds`` shortens it).
+7. round: the MP-CNN per-round overhead, one local step per round, fedpriv's seconds per round
+   above the plain-Keras floor's (``bench/bench_round.py``).
 
 Writes ``bench/results.md`` and prints it. ``--quick`` shrinks every size.
 """
@@ -112,7 +114,7 @@ def main() -> int:
         "--only",
         default="",
         help="comma-separated subset: math,cross-device,step,scale,grid,many,load,audit,"
-        "hdp-paper (written to runs/bench/results-only.md; the full run writes "
+        "hdp-paper,round (written to runs/bench/results-only.md; the full run writes "
         "bench/results.md)",
     )
     parser.add_argument(
@@ -121,7 +123,14 @@ def main() -> int:
     args = parser.parse_args()
     tmp = ROOT / "runs" / "bench"
     tmp.mkdir(parents=True, exist_ok=True)
-    from bench import bench_audit, bench_load, bench_speed, bench_step, bench_zonal
+    from bench import (
+        bench_audit,
+        bench_load,
+        bench_round,
+        bench_speed,
+        bench_step,
+        bench_zonal,
+    )
 
     benches = {
         "math": lambda: math_rows(args.quick),
@@ -133,6 +142,7 @@ def main() -> int:
         "load": lambda: bench_load.load_row(args.quick),
         "audit": lambda: bench_audit.audit_row(tmp, args.quick),
         "hdp-paper": lambda: bench_zonal.hdp_paper_row(tmp, args.quick, args.hdp_rounds),
+        "round": lambda: bench_round.round_rows(tmp, args.quick),
     }
     chosen = [x for x in args.only.split(",") if x] or list(benches)
     lines = ["| benchmark | fedpriv | reference | ratio |", "|---|---|---|---|"]

@@ -22,8 +22,9 @@ standard kind: the same shards (``fedpriv.data.load_federated`` with the run's s
 client trained each round by one floor call, FedAvg weighted by the number of examples in
 numpy, then each client's test split (unless ``floor-client-eval`` is false) and the server
 test set evaluated by a compiled forward pass. It prints one JSON line: ``seconds`` (from
-interpreter start, imports and data loading included), ``train_seconds``, ``calls`` (client
-train + evaluate calls), ``backend``.
+interpreter start, imports and data loading included), ``train_seconds``, ``round_stamps``
+and ``round_cpu`` (wall seconds from interpreter start and process CPU seconds at the end of
+each round), ``calls`` (client train + evaluate calls), ``backend``.
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ def run(cfg: dict) -> dict:
     optimizer = make_optimizer(cfg.get("optimizer", "sgd"), cfg["learning-rate"])
     floor = make_floor(model, optimizer)
     epochs, batch = int(cfg["local-epochs"]), int(cfg["batch-size"])
-    t_train, calls = 0.0, 0
+    t_train, calls, stamps, cpu = 0.0, 0, [], []
     for rnd in range(1, int(cfg["num-server-rounds"]) + 1):
         t = time.perf_counter()
         updates, sizes = [], []
@@ -257,10 +258,14 @@ def run(cfg: dict) -> dict:
         evaluate_all(floor, data.x_test, data.y_test)
         calls += len(data.clients)
         t_train += time.perf_counter() - t
+        stamps.append(time.perf_counter() - T0)
+        cpu.append(time.process_time())
     loss, hits = evaluate_all(floor, data.x_test, data.y_test)
     return {
         "seconds": time.perf_counter() - T0,
         "train_seconds": t_train,
+        "round_stamps": stamps,
+        "round_cpu": cpu,
         "calls": calls,
         "accuracy": hits / len(data.y_test),
         "loss": loss / len(data.y_test),

@@ -155,8 +155,8 @@ def compile_fn(fn: Callable, args: Sequence[Any], free: Sequence[int]) -> Callab
     import tensorflow as tf
 
     def spec(a, k):
-        a = np.asarray(a)
-        return tf.TensorSpec((None,) * k + a.shape[k:], tf.as_dtype(a.dtype))
+        shape, dtype = tuple(a.shape), tf.as_dtype(a.dtype)
+        return tf.TensorSpec((None,) * k + shape[k:], dtype)
 
     signature = [
         [spec(a, k) for a in arg] if isinstance(arg, (list, tuple)) else spec(arg, k)
@@ -172,6 +172,21 @@ def device_put(tree: Any) -> Any:
     import jax
 
     return jax.device_put(tree)
+
+
+def to_device(tree: Any) -> Any:
+    """``tree`` (arrays or lists of arrays) as backend tensors, converted once: a compiled
+    function called with them converts nothing (on TF a numpy argument is copied into a new
+    tensor at every call)."""
+    if BACKEND == "jax":
+        import jax
+
+        return jax.device_put(tree)
+    import tensorflow as tf
+
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(to_device(a) for a in tree)
+    return tf.convert_to_tensor(tree)
 
 
 def to_numpy(value: Any) -> np.ndarray:

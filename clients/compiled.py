@@ -42,6 +42,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from collections import OrderedDict  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
@@ -53,6 +54,7 @@ from keras import ops  # noqa: E402
 from clients import backend_loop as bl  # noqa: E402
 
 EVAL_FLOATS = 1 << 22  # ~16 MB of input per evaluation chunk
+DATA_CACHE = 8  # client (x, y) splits kept as backend tensors per trainer
 SEED_TAG = 0x5EED  # the seed-state stream of a call (numpy SeedSequence entropy)
 
 
@@ -176,6 +178,9 @@ class CompiledTrainer:
         optimizer.build(model.trainable_variables)
         self.optimizer = optimizer
         self._opt_init = [bl.to_numpy(v.value) for v in optimizer.variables]
+        # the fresh optimizer state of every call (Adam: 2 x the model), converted once
+        self._opt_device = bl.to_device(list(self._opt_init))
+        self._data: OrderedDict[tuple, tuple] = OrderedDict()
         self._scale_slot = (
             [id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))
             if self.loss_scale
@@ -338,6 +343,23 @@ class CompiledTrainer:
             carry = step(np.int32(s), carry, consts)
         return _finish(carry)
 
+    def _device_data(self, x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
+        """(x, y) padded to their bucket and converted to backend tensors, kept for the
+        last :data:`DATA_CACHE` pairs of this process (a client's split is the same array
+        every round: it is converted once, not at every call). Keyed by the arrays'
+        identity; the entry holds them, so an id is not reused while it is cached."""
+        key = (id(x), id(y))
+        hit = self._data.get(key)
+        if hit is not None and hit[0] is x and hit[1] is y:
+            self._data.move_to_end(key)
+            return hit[2], hit[3]
+        n = bl.bucket(len(x), "data")
+        xd, yd = bl.to_device((bl.pad_rows(x, n), bl.pad_rows(y, n)))
+        self._data[key] = (x, y, xd, yd)
+        while len(self._data) > DATA_CACHE:
+            self._data.popitem(last=False)
+        return xd, yd
+
     def _compiled_fn(self, key: tuple, fn: Callable, args: Sequence[Any], free: Sequence[int]):
         if key not in self._compiled:
             self._compiled[key] = bl.compile_fn(fn, args, free)
@@ -381,12 +403,11 @@ class CompiledTrainer:
         if steps == 0:
             return [np.array(w, copy=True) for w in weights], {"train-loss": float("nan")}
         tr, nt = self._state(weights, seed)
-        opt = list(self._opt_init)
-        rows, n = bl.bucket(steps, "steps"), bl.bucket(len(x), "data")
+        opt = list(self._opt_device)
+        rows = bl.bucket(steps, "steps")
         denominator = getattr(schedule, "denominator", None) or schedule.idx.shape[1]
         args = (
-            bl.pad_rows(x, n),
-            bl.pad_rows(y, n),
+            *self._device_data(x, y),
             bl.pad_rows(np.asarray(schedule.idx, np.int32), rows),
             bl.pad_rows(np.asarray(schedule.mask, np.float32), rows),
             np.int32(steps),
@@ -418,7 +439,7 @@ class CompiledTrainer:
 
     def _chunks(self, weights, x: np.ndarray, y: np.ndarray | None, kind: str, fn: Callable):
         """``fn(tr, nt, xb[, yb, mb])`` over padded chunks of x (and y): a list of outputs."""
-        tr, nt = self._state(weights, 0)
+        tr, nt = bl.to_device(self._state(weights, 0))
         chunk, out = self._chunk(x), []
         key = (kind, x.dtype.str, x.shape[1:], None if y is None else (y.dtype.str, y.shape[1:]))
         for i in range(0, len(x), chunk):

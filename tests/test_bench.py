@@ -131,3 +131,30 @@ def test_bench_gpu_checks_for_a_gpu_before_importing_jax_or_tensorflow():
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert proc.stdout.strip().splitlines()[-1] == "2 []", proc.stdout + proc.stderr
+
+
+def test_round_row_slope_and_process_tree_cpu():
+    """The MP-CNN round-overhead row (bench/bench_round.py): the per-round figure is the slope
+    over the rounds' stamps (start-up, i.e. the first stamp, drops out), refused for fewer
+    than two stamps; the process-tree CPU of this process counts a busy child's CPU too."""
+    import time
+
+    from bench.bench_round import per_round, tree_cpu
+
+    assert per_round([30.0, 32.5, 35.0, 37.5]) == pytest.approx(2.5)
+    assert per_round([100.0, 101.0]) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="expected >= 2"):
+        per_round([5.0])
+    before = tree_cpu(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        deadline = time.time() + 120  # the CI machine may be loaded: wait for 0.3 CPU-s
+        while tree_cpu(child.pid) < 0.3 and time.time() < deadline:
+            time.sleep(0.1)
+        spent = tree_cpu(child.pid)
+        during = tree_cpu(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    assert spent >= 0.3
+    assert during - before >= spent  # the spinning child is counted in the tree

@@ -288,3 +288,30 @@ def test_xla_and_mixed_precision_options_on_cpu():
     assert all(np.all(np.isfinite(w)) and w.dtype == np.float32 for w in trained)
     assert trainer.evaluate(trained, x, y)["loss"] < 0.7 * before
     assert keras.mixed_precision.global_policy().name == "float32"  # policy restored
+
+
+def test_cached_client_data_and_optimizer_state_leave_every_call_unchanged():
+    """Issue 27: a trainer converts each client's split to backend tensors once (kept for
+    the last DATA_CACHE pairs) and Adam's fresh state once. Calls that hit those caches give
+    the weights of the SGD reference (clients A, B, A again, an equal copy of A, then A after
+    the cache has evicted it), and Adam's state still starts fresh at every call (the same
+    call twice gives the same weights; a stale (m, v, t) would not)."""
+    from clients.compiled import DATA_CACHE
+
+    model, w0 = _model(), _weights()
+    trainer = trainer_for(model)
+    settings = TrainSettings(epochs=2, batch_size=5, learning_rate=LR, optimizer="sgd", seed=4)
+    a, b = _data(13, 1), _data(9, 2)
+    others = [_data(6, 10 + k) for k in range(DATA_CACHE)]
+    for x, y in [a, b, a, (a[0].copy(), a[1].copy()), *others, a]:
+        got, _ = train_local(model, w0, x, y, settings)
+        want, _ = _reference_sgd(w0, x, y, epochs=2, batch=5, seed=4)
+        _assert_close(got, want)
+        assert len(trainer._data) <= DATA_CACHE
+    adam = build_model(
+        "digits-mlp", input_shape=(8, 8, 1), num_classes=10, optimizer="adam", learning_rate=LR
+    )
+    first, _ = train_local(adam, w0, *a, settings)
+    again, _ = train_local(adam, w0, *a, settings)
+    _assert_close(first, again, atol=0)
+    assert any(not np.allclose(p, q) for p, q in zip(first, w0))

@@ -97,3 +97,60 @@ def test_huge_finite_and_two_record_replies_are_rejected_and_named_through_globa
     assert "moved by 1e+18" in strategy.last_round["rejected"][2]
     assert "expected 1 ArrayRecord, got 2" in strategy.last_round["rejected"][3]
     assert not strategy.round_metrics()["aggregation-skipped"]
+
+
+def test_the_one_pass_check_matches_the_float64_rule_at_the_edges():
+    """The check runs in the arrays' own dtype (no float64 copy of the model per reply) and
+    decides as ``max |w - w_g|`` in float64 would: a finite change just over MAX_CHANGE, a
+    change that overflows float32, +-inf and NaN are rejected with their reason; a change
+    of exactly MAX_CHANGE passes; unsigned integer arrays do not wrap around (0 - 1 is
+    2**64 - 1 in uint64)."""
+    from strategies.validating import MAX_CHANGE, update_problem
+
+    ref = {"0": np.full(4, -3e38, np.float32), "1": np.zeros(2, np.uint64)}
+
+    def problem(first, second=None):
+        second = np.zeros(2, np.uint64) if second is None else second
+        return update_problem(reply([np.asarray(first, np.float32), second], 1), ref)
+
+    base = np.full(4, -3e38, np.float32)
+    assert problem(base) is None
+    over = base.copy()
+    over[1] = 3e38  # finite, but w - w_g = 6e38 overflows float32
+    assert "moved by" in problem(over) and "more than" in problem(over)
+    for bad in (np.inf, -np.inf, np.nan):
+        arr = base.copy()
+        arr[2] = bad
+        assert "NaN or Inf" in problem(arr)
+    ref["0"] = np.zeros(4, np.float32)
+    assert problem(np.full(4, MAX_CHANGE, np.float32)) is None  # float32(1e9) == 1e9
+    assert "moved by 2e+09" in problem(np.full(4, 2 * MAX_CHANGE, np.float32))
+    assert problem(np.zeros(4), np.array([0, 1], np.uint64)) is None  # |1 - 0|
+    ref["1"] = np.array([1, 1], np.uint64)
+    assert problem(np.zeros(4), np.array([0, 1], np.uint64)) is None  # |0 - 1| = 1, not 2**64 - 1
+
+
+def test_array_view_reads_the_same_values_as_numpy_without_a_copy():
+    """``array_view`` (the validation's zero-copy read) equals ``Array.numpy()`` in values,
+    dtype and shape for C and Fortran order, 0-d, empty and 3-d arrays of several dtypes, and
+    shares the Array's bytes (read-only) instead of copying them."""
+    from flwr.app import Array
+
+    from strategies.array_records import array_view
+
+    rng = np.random.default_rng(3)
+    cases = [
+        rng.standard_normal((3, 4)).astype(np.float32),
+        np.asfortranarray(rng.standard_normal((5, 2))),
+        np.array(7, np.int64),
+        np.zeros((0, 3), np.float16),
+        rng.integers(0, 2, (2, 3, 4)).astype(bool),
+    ]
+    for a in cases:
+        record = Array(a)
+        view, copy = array_view(record), record.numpy()
+        assert view.dtype == copy.dtype and view.shape == copy.shape
+        assert np.array_equal(view, copy) and np.array_equal(view, a)
+        assert not view.flags.writeable
+    big = Array(np.arange(1000, dtype=np.float32))
+    assert np.shares_memory(array_view(big), np.frombuffer(big.data, np.uint8))
