@@ -278,7 +278,7 @@ FEATURE = Feature(
             "baseline",
             _baseline_args,
             _baseline,
-            "save runs' results as a baseline, or check new runs against it (for CI)",
+            "save runs' results as a baseline, or check new runs against it (for CI).",
         ),
     ),
 )
