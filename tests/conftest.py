@@ -2,12 +2,16 @@
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+# module- and session-scoped fixtures run before the per-test root below: they get one of
+# this session's own, never the user's default root (whose ledgers outlive the session)
+os.environ["FEDPRIV_STATE_ROOT"] = tempfile.mkdtemp(prefix="fedpriv-test-state-")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 

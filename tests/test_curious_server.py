@@ -93,8 +93,8 @@ DPSGD_ATTACKS = {
 }
 
 
-def context(run_config: dict, partition: int, node: dict | None = None) -> Context:
-    return Context(7, 1, {"partition-id": partition, **(node or {})}, RecordDict(), run_config)
+def context(run_config: dict, partition: int, node: dict | None = None, run_id: int = 7) -> Context:
+    return Context(run_id, 1, {"partition-id": partition, **(node or {})}, RecordDict(), run_config)
 
 
 def server_message(run_config: dict, extra: dict, arrays: list, override: dict) -> Message:
@@ -166,10 +166,11 @@ def _zone_delta(reply: Message, weights: list) -> np.ndarray:
 
 @pytest.mark.parametrize("who", list(ZONE_NODES))
 def test_a_zone_node_releases_at_its_own_sigma_with_secret_noise(zone_weights, who):
-    """The legit message with a server-chosen ``seed`` (the noise seed of a seeded run),
-    twice: accepted, and the replies differ by noise of std sqrt(2)·σ_i with the node's own
-    σ_i = z·C/(q·W_i) (HDP Algorithm 1), computed here from the node's own keys: the same
-    training, fresh secret noise."""
+    """The legit message with a server-chosen ``seed`` (the noise seed of a seeded run), in
+    two runs (a repeat within one run is answered from the node's cache, see
+    test_release_counting): accepted, and the replies differ by noise of std sqrt(2)·σ_i with
+    the node's own σ_i = z·C/(q·W_i) (HDP Algorithm 1), computed here from the node's own
+    keys: the same training, fresh secret noise."""
     run_config, node = ZONE_NODES[who]
     spec = node_spec(7, run_config, {"partition-id": ZONE, **node}).base
     z, c = float(spec["zonal-noise-multiplier"]), float(spec["zonal-clipping-norm"])
@@ -178,8 +179,8 @@ def test_a_zone_node_releases_at_its_own_sigma_with_secret_noise(zone_weights, w
     sigma = z * c / (q * members)
     extra = zone_extra(run_config, {"partition-id": ZONE, **node})
     replies = []
-    for _ in range(2):
-        ctx = context(run_config, ZONE, node)
+    for run_id in (7, 8):
+        ctx = context(run_config, ZONE, node, run_id)
         reply = app(server_message(run_config, extra, zone_weights, {"seed": 12345}), ctx)
         assert not reply.has_error(), reply.error
         assert reply.content["metrics"]["zonal-zone-sigma"] == pytest.approx(sigma)
@@ -218,14 +219,16 @@ def test_a_dp_sgd_client_refuses_each_weakened_key(dpsgd_weights, dpsgd_node, wh
 
 @pytest.mark.parametrize("who", list(DPSGD_NODES))
 def test_a_dp_sgd_client_trains_and_reports_at_its_own_settings(dpsgd_weights, dpsgd_node, who):
-    """Two identical legit messages (with a server-chosen seed): different replies (secret
-    noise) and the ε of the node's own z, B, E, δ (an independent accountant call)."""
+    """Two identical legit messages (with a server-chosen seed) in two runs of the node:
+    different replies (secret noise) and the ε of the node's own z, B, E, δ (an independent
+    accountant call). A node with its own state folder counts both runs' releases of its
+    data (the second reply's ε is for 2 participations); the default folder is per run."""
     run_config, node = dpsgd_node(who)
     spec = node_spec(7, run_config, {"partition-id": 0, **node}).base
     assert spec["reproducible-noise"] is False
     sent = []
-    for _ in range(2):
-        ctx = context(run_config, 0, node)
+    for index, run_id in enumerate((7, 8)):
+        ctx = context(run_config, 0, node, run_id)
         msg = server_message(run_config, {"client-task": "dp-sgd"}, dpsgd_weights, {"seed": 5})
         reply = app(msg, ctx)
         assert not reply.has_error(), reply.error
@@ -234,7 +237,7 @@ def test_a_dp_sgd_client_trains_and_reports_at_its_own_settings(dpsgd_weights, d
             num_examples=int(metrics["num-examples"]),
             batch_size=int(spec["batch-size"]),
             local_epochs=int(spec["local-epochs"]),
-            participations=1,
+            participations=1 + (index if "client-state-dir" in node else 0),
             noise_multiplier=float(spec["dp-sgd-noise-multiplier"]),
             delta=float(spec["dp-sgd-delta"]),
         )
@@ -272,12 +275,13 @@ def test_a_zonal_comparison_variant_is_one_the_node_declares(zone_weights):
 
 def test_the_node_resolves_like_the_server_but_for_its_secure_defaults():
     """For every scenario, a node with nothing set resolves what the ServerApp resolves,
-    except the opt-ins: those are false on the node (the paper scenarios' true is theirs)."""
+    except the opt-ins: those are false on the node. No scenario opts in to seeded noise (the
+    paper scenarios use secret noise too; issue 26)."""
     assert load_snapshot() == catalog_snapshot(CATALOG), (
         "scenarios/node_catalog.json is stale: run python -c 'from scenarios.features import "
         "CATALOG; from scenarios.node_spec import write_snapshot; write_snapshot(CATALOG)'"
     )
-    assert any(s.defaults.get("reproducible-noise") for s in CATALOG.scenarios.values())
+    assert not any(s.defaults.get("reproducible-noise") for s in CATALOG.scenarios.values())
     for name in CATALOG.scenarios:
         try:
             server = CATALOG.resolve_run_config({**AUTO_RUN_CONFIG, "scenario": name})
@@ -291,8 +295,13 @@ def test_the_node_resolves_like_the_server_but_for_its_secure_defaults():
 
 
 def test_the_server_does_not_send_opt_ins_the_run_config_leaves_at_auto():
-    cfg = CATALOG.resolve_run_config(ZONE_AUTO)
-    assert cfg["reproducible-noise"] is True  # hdp-digits: a paper reproduction
+    """A server whose resolved config holds the opt-ins true (its own choice, or a run config
+    that set them) sends neither when the run config leaves them at "auto"."""
+    cfg = {
+        **CATALOG.resolve_run_config(ZONE_AUTO),
+        "reproducible-noise": True,
+        "unaccounted-metrics": True,
+    }
     wire_config.set_base(ZONE_AUTO)
     try:
         delta = wire_config.wire_config(cfg)

@@ -11,6 +11,8 @@ training runs (the node's state stays empty). The owned key sets are written out
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 
@@ -69,7 +71,10 @@ OWN = {
 
 
 def context(run_config: dict, partition: int = 0, node: dict | None = None) -> Context:
-    node_config = {"partition-id": partition, **(node or {})}
+    """A node whose release ledgers live in this test's own state root (the resolved configs
+    name an ``output-dir`` under ``runs/``, which outlives the test)."""
+    own_state = {"client-state-dir": os.environ["FEDPRIV_STATE_ROOT"]}
+    node_config = {"partition-id": partition, **own_state, **(node or {})}
     return Context(1, 1, node_config, RecordDict(), dict(run_config))
 
 

@@ -140,8 +140,9 @@ def test_a_one_client_zone_is_refused(zone, tmp_path):
     assert ReleaseCounter(tmp_path / "z", "zone-node", 0).load().releases == 0
     with pytest.raises(ConfigError, match="min-zone-clients = 1 is not allowed"):
         resolve_run_config({**ZONE_NODE, "min-zone-clients": 1})
-    with pytest.raises(ValueError, match="min-zone-clients = 1 is not allowed"):
-        app(zone_message(cfg, weights, 1), context(cfg, 0, {**node, "min-zone-clients": 1}))
+    reply = app(zone_message(cfg, weights, 1), context(cfg, 0, {**node, "min-zone-clients": 1}))
+    assert reply.has_error() and not reply.has_content()  # the node's own bad value
+    assert "min-zone-clients = 1 is not allowed" in reply.error.reason
 
 
 # --- IFCA ------------------------------------------------------------------------------------
@@ -166,9 +167,10 @@ def ifca_message(cfg, record, server_round, **sent) -> Message:
 
 
 def test_ifca_a_budget_of_two_releases_gives_two_whatever_the_server_sends(ifca, tmp_path):
-    """Must-show 3 (IFCA): with a budget of 2 releases, a new ledger tag in every message, a
-    new state dir in the message, a replayed round 2 and a restart give 2 releases in all;
-    the client's own ledger says 2 participations and 2·n/ν spent."""
+    """Must-show 3 (IFCA): with a budget of 2 releases, a new ledger tag in every message (it
+    selects nothing), a replayed round 2 naming a new state dir (refused: the dir is the
+    node's), an identical replay of round 2 and a restart give 2 releases in all; the
+    client's own ledger says 2 participations and 2·n/ν spent."""
     base, record, cost = ifca
     cfg = resolve_run_config({**IFCA, "leakage-budget": 2 * cost})
     node = {STATE_DIR_KEY: str(tmp_path / "own")}
@@ -176,19 +178,17 @@ def test_ifca_a_budget_of_two_releases_gives_two_whatever_the_server_sends(ifca,
         app(ifca_message(cfg, record, r, **{"ifca-ledger-tag": f"t{r}"}), context(cfg, 0, node))
         for r in range(1, 11)
     ]
-    replies.append(  # a replayed round 2 pointing the client at a fresh state dir
-        app(
-            ifca_message(cfg, record, 2, **{STATE_DIR_KEY: str(tmp_path / "fresh")}),
-            context(cfg, 0, node),
-        )
-    )
+    elsewhere = ifca_message(cfg, record, 2, **{STATE_DIR_KEY: str(tmp_path / "fresh")})
+    reply = app(elsewhere, context(cfg, 0, node))
+    assert refused(reply) and f"key={STATE_DIR_KEY} " in reply.error.reason
+    replay = ifca_message(cfg, record, 2, **{"ifca-ledger-tag": "t2"})
+    replies.append(app(replay, context(cfg, 0, node)))  # round 2 again, identical
     restarted = context(cfg, 0, node)  # a new Context: context.state is empty
     replies.append(app(ifca_message(cfg, record, 11), restarted))
     released = [r for r in replies if not r.has_error() and REPLY_KEY in r.content]
     vectors = [arrays_of(r, REPLY_KEY) for r in released]
     distinct = sum(not any(same_arrays(v, w) for w in vectors[:i]) for i, v in enumerate(vectors))
     assert distinct == 2  # an independent count of what left the client
-    assert same_arrays(arrays_of(replies[10], REPLY_KEY), arrays_of(replies[1], REPLY_KEY))
     assert all(refused(r) or not r.content.keys() for r in replies if r not in released)
     ledger = ReleaseCounter(tmp_path / "own", "ifca", 0).load()
     assert ledger.releases == 2 and ledger.spent == pytest.approx(2 * cost)
@@ -237,8 +237,9 @@ def expected_epsilon(cfg: dict, n: int, participations: int) -> float:
 
 
 def test_dp_sgd_counts_every_release_across_restarts_and_replays(dp, tmp_path):
-    """Must-show 3 (DP-SGD): 7 participations, 3 before a restart and 4 after it with a new
-    state dir named in every message, then a rewound round and an identical repeat: the
+    """Must-show 3 (DP-SGD): 7 participations, 3 before a restart and 4 after it, where the
+    restarted node first gets every message naming a new state dir (refused: the dir is the
+    node's, nothing is charged or created), then a rewound round and an identical repeat: the
     client's count and ε are those of an independent count of the distinct releases."""
     cfg, weights = dp
     node = {STATE_DIR_KEY: str(tmp_path / "own")}
@@ -246,8 +247,12 @@ def test_dp_sgd_counts_every_release_across_restarts_and_replays(dp, tmp_path):
     replies = [app(dpsgd_message(cfg, weights, r), first) for r in (1, 2, 3)]
     restarted = context(cfg, 2, node)
     fresh = {STATE_DIR_KEY: str(tmp_path / "fresh")}
-    replies += [app(dpsgd_message(cfg, weights, r, **fresh), restarted) for r in (4, 5, 6, 7)]
-    replies.append(app(dpsgd_message(cfg, weights, 7, **fresh), context(cfg, 2, node)))
+    for r in (4, 5, 6, 7):
+        reply = app(dpsgd_message(cfg, weights, r, **fresh), restarted)
+        assert refused(reply) and f"key={STATE_DIR_KEY} " in reply.error.reason
+    assert ReleaseCounter(tmp_path / "own", "dp-sgd", 2).load().releases == 3
+    replies += [app(dpsgd_message(cfg, weights, r), restarted) for r in (4, 5, 6, 7)]
+    replies.append(app(dpsgd_message(cfg, weights, 7), context(cfg, 2, node)))
     replies.append(app(dpsgd_message(cfg, weights, 2), context(cfg, 2, node)))  # rewound
     assert all(not r.has_error() for r in replies), [r.error for r in replies if r.has_error()]
     vectors = [arrays_of(r) for r in replies]
