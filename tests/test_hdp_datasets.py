@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -318,10 +317,10 @@ def test_preflight_names_what_is_missing(tmp_path, monkeypatch, capsys, override
     """`fedpriv run hdp-paper` with a bad data-path: exit 2, one line, before any simulation."""
     from scenarios import cli, launch
 
-    def tripwire(cmd, *args, **kwargs):
-        raise AssertionError(f"a bad data-path reached the simulation: {cmd}")
+    def tripwire(cfg, *args, **kwargs):
+        raise AssertionError(f"a bad data-path reached the simulation: {cfg['data-path']}")
 
-    monkeypatch.setattr(launch.subprocess, "run", tripwire)
+    monkeypatch.setattr(launch, "simulate", tripwire)
     (tmp_path / "empty").mkdir()
     overrides = {k: str(tmp_path / "empty") if v == "EMPTY" else v for k, v in overrides.items()}
     out = tmp_path / "out"
@@ -351,11 +350,12 @@ def test_hdp_paper_preflight_accepts_the_layouts(
 
     launched = []
 
-    def record(cmd, *args, **kwargs):
+    def record(cfg, overrides, federation, *, share=1, **kwargs):
+        cmd = launch.simulation_command(dict(cfg), overrides, federation, share)
         launched.append([str(c) for c in cmd])
-        return subprocess.CompletedProcess(cmd, 0)
+        return 0
 
-    monkeypatch.setattr(launch.subprocess, "run", record)
+    monkeypatch.setattr(launch, "simulate", record)
     path = write(tmp_path / "data")
     items = {
         "scenario": "hdp-paper",

@@ -152,14 +152,16 @@ def fedpriv_main(monkeypatch):
     subprocesses pass: a first TensorFlow import runs ``uname -p`` through h5py)."""
     from scenarios import cli, launch
 
-    real_run = subprocess.run
+    def tripwire(real):
+        def check(cmd, *args, **kwargs):
+            if "scenarios.simulation_runner" in map(str, cmd):
+                raise AssertionError(f"a bad input reached the simulation: {cmd}")
+            return real(cmd, *args, **kwargs)
 
-    def tripwire(cmd, *args, **kwargs):
-        if "scenarios.simulation_runner" in map(str, cmd):
-            raise AssertionError(f"a bad input reached the simulation: {cmd}")
-        return real_run(cmd, *args, **kwargs)
+        return check
 
-    monkeypatch.setattr(launch.subprocess, "run", tripwire)
+    monkeypatch.setattr(launch.subprocess, "run", tripwire(subprocess.run))
+    monkeypatch.setattr(launch.subprocess, "Popen", tripwire(subprocess.Popen))
     return cli.main
 
 
