@@ -114,13 +114,24 @@ def test_round_records_log_zones_sigma_elections_and_epsilon(compare_run):
             zonal = rec["zonal"]
             assert zonal["epsilon"]["round"] == rec["round"]
             assert set(zonal["zones"]) == {"0", "1", "2", "3"}
-            assert (
-                sorted(p for zr in zonal["zones"].values() for p in zr["partitions"])
-                == (rec["sampled"])
+            # a zone with fewer than min-zone-clients = 2 sampled clients releases nothing
+            # (issue 26): its sampled clients are the ones missing from the zones' partitions
+            released = sorted(p for zr in zonal["zones"].values() for p in zr["partitions"])
+            small = {str(zone) for zone in zonal["undersized_zones"]}
+            assert all(
+                (zone in small) == (len(zr["partitions"]) < 2)
+                for zone, zr in zonal["zones"].items()
             )
+            assert all(not zonal["zones"][zone]["partitions"] for zone in small)
+            assert set(released) <= set(rec["sampled"]) and zonal["replied"] == released
+            assert len(rec["sampled"]) - len(released) <= len(small)  # one client each at most
     hdp = by_run["hdp"][0]["zonal"]
     assert hdp["sigma_zone"] == {str(i): pytest.approx(z * c / (q * w_zone)) for i in range(4)}
-    assert all(zr["sigma"] == pytest.approx(z * c / (q * w_zone)) for zr in hdp["zones"].values())
+    assert all(
+        zr["sigma"] == pytest.approx(z * c / (q * w_zone))
+        for zr in hdp["zones"].values()
+        if zr["partitions"]
+    )
     assert by_run["cdp"][0]["zonal"]["sigma_server"] == pytest.approx(z * c / (q * 20))
     assert by_run["ldp"][0]["zonal"]["sigma_client"] == pytest.approx(z * c)
     assert by_run["ldp"][0]["train"]["zonal-noise-std"] == pytest.approx(z * c)
