@@ -82,7 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=MECHANISMS,
         help="mechanism-level audit without training (zonal placements, GP Laplace); "
         "one JSON object per --z value (global-dp: the clipped Gaussian with 50000 canaries, "
-        "m = N = 100, num-server-rounds rounds; dp-sgd: Poisson DP-SGD at --z, q = 0.001, "
+        "m = N = 100, num-server-rounds rounds; dp-sgd: Poisson DP-SGD at --z (replace-one; "
+        "the planted bug shows at --z 2), q = 0.001, "
         "one epoch, 50000 Dirac canaries; metric-dp: MP's settings (C = 5, m = 4, raw d; "
         "num-server-rounds, default 20; distance-on from --run-config); exit 1 if the bound "
         "exceeds the accountant)",

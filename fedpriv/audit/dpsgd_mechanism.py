@@ -3,27 +3,30 @@
 DP-SGD as :mod:`fedpriv.dpsgd` runs it, on one client's ``n`` examples, expected batch
 ``B``, ``q = B/n``, ``T = round(1/q)·E`` steps of ``g̃_t = (Σ_{i∈batch_t} clip(∇ℓ_i, C) +
 N(0, (zC)² I)) / D`` (``D = min(B, n)``); the accountant claims ε of the Poisson-subsampled
-Gaussian ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` self-composed T times
-(:func:`fedpriv.dpsgd.client_epsilon`, add/remove-one example). That accountant covers the
-white-box threat model: every noisy step ``g̃_t`` is released (adaptive composition).
+Gaussian under **replace-one** example adjacency (the replies publish n, issue 26):
+``PoissonSampledDpEvent(q, GaussianDpEvent(z/2))`` self-composed T times
+(:func:`fedpriv.dpsgd.client_epsilon`, sensitivity 2C). That accountant covers the white-box
+threat model: every noisy step ``g̃_t`` is released (adaptive composition).
 
-Canaries (Nasr et al. 2023, "Dirac" gradient canaries): the first K examples are canaries;
-canary j's gradient is ``A·e_j`` (norm A, clipped to C) on a parameter coordinate that the
-real examples' gradients never touch, so the canary coordinates of a step are exactly
-``(C·Σ_{j∈batch_t, S_j=+1} e_j + N(0, (zC)²)) / D``. ``S_j ∈ {−1, +1}`` is secret and uniform:
-+1 the canary is in the data, −1 it is absent (a zero gradient: under add/remove adjacency a
-zero-gradient example changes no release — Poisson batches draw it independently of the
-others, and the fixed partition below assigns every other example the same step).
+Canaries (Nasr et al. 2023, "Dirac" gradient canaries), at the claim's adjacency: the first
+K example slots are canaries; canary j's gradient is ``A·e_j`` (norm A, clipped to C) on a
+parameter coordinate that the real examples' gradients never touch. ``S_j ∈ {−1, +1}`` is
+secret and uniform: +1 the slot holds the canary, −1 it holds its replacement, an example of
+gradient ``−A·e_j`` (the worst replace-one pair: the clipped sums differ by 2C, and n is the
+same in both). So the canary coordinates of a step are exactly
+``(C·Σ_{j∈batch_t} S_j·e_j + N(0, (zC)²)) / D``; the slot's membership in a batch does not
+depend on ``S_j`` (Poisson draws it independently, the fixed partition below by index).
 
 Mechanisms (``schedule``):
 
 - ``poisson`` (correct): :func:`fedpriv.dpsgd.poisson_schedule` from a secret generator. The
-  auditor does not know the batches; its white-box score is the likelihood ratio of "in" vs
-  "out" over every step, ``Σ_t log(1 − q + q·exp((u_t − ½)/z²))`` with ``u_t = D·g̃_{t,j}/C``.
+  auditor does not know the batches; its white-box score is the likelihood ratio of "+1" vs
+  "−1" over every step, ``Σ_t log((1 − q + q·e^{(g·u_t − g²/2)/z²}) / (1 − q + q·e^{(−g·u_t −
+  g²/2)/z²}))`` with ``u_t = D·g̃_{t,j}/C`` and ``g = min(A, C)/C``.
 - ``fixed-batches`` (the planted bug, the old client's batching): a deterministic partition
   by example index, example i in step ``i mod round(1/q)`` of every epoch — public, so the
   auditor knows each canary's steps and scores ``Σ_e u_{t_j(e)}``. Each canary is then a
-  Gaussian mechanism with no amplification: μ = √E/z (ε of that μ-GDP is the bug's true
+  Gaussian mechanism with no amplification: μ = 2√E/z (ε of that μ-GDP is the bug's true
   figure), while the run reports the Poisson ε at q.
 
 ``final-model`` scores ``⟨w_T − w_0, e_j⟩ ∝ Σ_t u_t`` (linear SGD steps) are reported beside
@@ -31,8 +34,10 @@ Mechanisms (``schedule``):
 one-run bound (Steinke et al. 2023), valid against any (ε, δ) claim; the f-DP bound tests a
 Gaussian curve, which the Poisson claim is not, so it is reported but never decides.
 
-Must-show config (:data:`FIXED_BATCHES`): z = 1, n = 100 000, B = 100 (q = 0.001, 1000
-steps), one epoch, δ = 1e-5, 50 000 canaries: Poisson ε ≈ 0.155, true ε of fixed batches ≈ 4.38.
+Must-show config (:data:`FIXED_BATCHES`): z = 2, n = 100 000, B = 100 (q = 0.001, 1000
+steps), one epoch, δ = 1e-5, 50 000 canaries: Poisson ε (replace-one, multiplier z/2 = 1)
+≈ 0.155, true ε of fixed batches (μ = 2/z = 1) ≈ 4.38. At z = 1 the replace-one claim is
+3.24 (multiplier 0.5 amplifies little) against a true 10.0, too close for a one-run bound.
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ SCHEDULES = ("poisson", "fixed-batches")
 class DPSGDAudit:
     """One DP-SGD audit: the client's data and DP-SGD settings, and the audit budget."""
 
-    noise_multiplier: float = 1.0
+    noise_multiplier: float = 2.0
     num_examples: int = 100_000
     batch_size: int = 100
     epochs: int = 1
@@ -94,7 +99,8 @@ FIXED_BATCHES = DPSGDAudit()
 
 
 def claimed_epsilon(cfg: DPSGDAudit) -> float:
-    """The run's reported ε: Poisson-subsampled Gaussian at q, T steps (PLD/RDP headline)."""
+    """The run's reported ε: :func:`fedpriv.dpsgd.client_epsilon` (replace-one, Poisson at q,
+    T steps, PLD/RDP headline) — the very function the client reports with."""
     return dpsgd.client_epsilon(
         num_examples=cfg.num_examples,
         batch_size=cfg.batch_size,
@@ -106,10 +112,12 @@ def claimed_epsilon(cfg: DPSGDAudit) -> float:
 
 
 def true_fixed_batch_epsilon(cfg: DPSGDAudit) -> float:
-    """ε of fixed batches with a public partition: each example in E steps, μ = √E/z."""
+    """ε of fixed batches with a public partition, replace-one: each example in E steps,
+    the clipped sums differ by 2C at noise zC, so μ = 2√E/z."""
     if cfg.noise_multiplier == 0:
         return float("inf")
-    return gaussian_epsilon(np.sqrt(cfg.epochs) / cfg.noise_multiplier, cfg.delta)
+    shift = 1.0 / dpsgd.REPLACE_ONE_FACTOR  # 2: sensitivity 2C in units of C
+    return gaussian_epsilon(shift * np.sqrt(cfg.epochs) / cfg.noise_multiplier, cfg.delta)
 
 
 def fixed_schedule(cfg: DPSGDAudit) -> Iterator[np.ndarray]:
@@ -134,7 +142,7 @@ def step_batches(cfg: DPSGDAudit, schedule: str, rng: np.random.Generator) -> It
 
 
 def canary_signs(cfg: DPSGDAudit, trial: int = 0) -> np.ndarray:
-    """The secret bits ``S_j`` (+1 in the data, −1 absent) of one trial (uniform)."""
+    """The secret bits ``S_j`` (+1 the canary, −1 its replacement) of one trial (uniform)."""
     return np.random.default_rng([cfg.seed, 22, 5, trial]).choice([-1, 1], size=cfg.num_canaries)
 
 
@@ -143,30 +151,42 @@ def _canary_gradient(cfg: DPSGDAudit) -> float:
     return cfg.canary_norm * min(1.0, cfg.clipping_norm / cfg.canary_norm)
 
 
+def _poisson_log_ratio(u: np.ndarray, grad: float, cfg: DPSGDAudit) -> np.ndarray:
+    """One step's log-likelihood ratio of "+1" vs "−1" for a secret Poisson batch (module doc):
+    ``log(1 − q + q·e^{(g·u − g²/2)/z²}) − log(1 − q + q·e^{(−g·u − g²/2)/z²})``."""
+    q, var = cfg.q, cfg.noise_multiplier**2
+    if q >= 1:
+        return 2 * grad * u / var
+    keep, take = np.log1p(-q), np.log(q)  # log-sum-exp: finite for any z > 0
+    plus = np.logaddexp(keep, take + (grad * u - grad**2 / 2) / var)
+    minus = np.logaddexp(keep, take + (-grad * u - grad**2 / 2) / var)
+    return plus - minus
+
+
 def simulate_scores(
     cfg: DPSGDAudit, schedule: str, signs: np.ndarray, trial: int = 0
 ) -> dict[str, np.ndarray]:
     """Run the T noisy steps on the canary coordinates and score them (module docstring).
 
-    Streams the steps (no (T, K) array): per step, the canary coordinates of ``D·g̃_t / C``.
+    Streams the steps (no (T, K) array): per step, the canary coordinates of ``D·g̃_t / C``;
+    a sampled slot adds ``S_j·g`` (the canary or its replacement).
     """
     k, z = cfg.num_canaries, cfg.noise_multiplier
     batch_rng = np.random.default_rng([cfg.seed, 22, 6, trial])
     noise_rng = np.random.default_rng([cfg.seed, 22, 7, trial])
     grad = _canary_gradient(cfg) / cfg.clipping_norm
-    present = signs > 0
     known = np.zeros(k)  # Σ over the canary's public steps (fixed partition)
     ratio = np.zeros(k)  # Σ_t log-likelihood ratio (secret batches)
     final = np.zeros(k)  # Σ_t u_t: the final model's delta along e_j
     for members in step_batches(cfg, schedule, batch_rng):
         canaries = members[members < k]
         u = noise_rng.normal(0.0, z, k) if z > 0 else np.zeros(k)
-        u[canaries] += grad * present[canaries]
+        u[canaries] += grad * signs[canaries]
         final += u
         if schedule == "fixed-batches":
             known[canaries] += u[canaries]
         elif z > 0:
-            ratio += np.log1p(cfg.q * np.expm1((u - 0.5) / z**2))
+            ratio += _poisson_log_ratio(u, grad, cfg)
         else:
             ratio += u
     return {"white-box": known if schedule == "fixed-batches" else ratio, "final-model": final}
@@ -189,9 +209,11 @@ def audit(cfg: DPSGDAudit = FIXED_BATCHES, *, schedule: str = "poisson", trial: 
             "delta": cfg.delta,
         },
         "canaries": {"count": cfg.num_canaries, "kind": "Dirac gradient", "norm": cfg.canary_norm},
-        "adjacency": "add/remove one example (canary gradient present or absent)",
+        "adjacency": "replace-one example (canary gradient +A e_j or its replacement -A e_j; "
+        "n released)",
         "accountant_epsilon": claimed,
-        "accountant": "Poisson-subsampled Gaussian at q (fedpriv.dpsgd.client_epsilon)",
+        "accountant": "Poisson-subsampled Gaussian at q, replace-one (multiplier z/2), "
+        "fedpriv.dpsgd.client_epsilon",
         "flag_statistic": "epsilon_dp (f-DP tests a Gaussian curve, not the Poisson claim)",
     }
     if schedule == "fixed-batches":
