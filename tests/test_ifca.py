@@ -499,7 +499,8 @@ def test_ifca_messages_carry_only_what_differs_from_run_config(tmp_path, wire_ba
     """Issue 10: an IFCA message's ConfigRecord holds the keys whose resolved value differs
     from the node's ``run_config`` (here: the scenario's values of pyproject's ``"auto"``
     keys), the digest, the round and the IFCA keys, not the whole resolved config (88 keys
-    before); the ClientApp rebuilds exactly the config the old code sent."""
+    before); the ClientApp rebuilds the config the old code sent, with the node's own values
+    for what it owns (issue 26)."""
     run_config = gp_run_config(tmp_path, seed=3)
     cfg = resolve_run_config(run_config)
     whole = {**config_record(cfg, "2"), "server-round": 1}  # no base: what was sent before
