@@ -21,6 +21,7 @@ from clients.ifca_client import (
 from clients.keras_client import federated_data
 from fedpriv.accounting import laplace_leakage
 from fedpriv.ifca import (
+    ACTION,
     CONFIG_KEY,
     HYPOTHESES_KEY,
     LEDGER_KEY,
@@ -38,7 +39,7 @@ from fedpriv.ifca import (
 )
 from fedpriv.releases import ReleaseCounter
 from scenarios.client_app import with_config
-from scenarios.ifca import parse_sweep
+from scenarios.ifca import config_record, parse_sweep
 from scenarios.ifca_outputs import sweep_table
 from scenarios.registry import resolve_run_config
 from scenarios.schema import ConfigError
@@ -385,16 +386,20 @@ def test_strategy_round_kmeans_ledger_declines_and_invalid():
 
 class LocalGrid:
     """In-process stand-in for the simulation grid: calls the ClientApp handlers directly
-    (config resolved as the ClientApp does, against ``run_config``), one persistent
-    ``context.state`` per node (what Flower keeps between rounds). Each grid is a run of its
-    own (its own run id); ``state_dir``: the nodes' own ``client-state-dir`` (their ledgers
-    survive a restart there). ``released``: partition -> the vectors it sent (bytes)."""
+    (config resolved as the ClientApp does), one persistent ``context.state`` per node (what
+    Flower keeps between rounds). ``run_config``: what every node's ``context.run_config``
+    holds, the run's own (issue 26: each node resolves its own spec from it and refuses a
+    message whose privacy keys differ; a node with an empty run config is a ``digits`` node).
+    Each grid is a run of its own (its own run id); ``state_dir``: the nodes' own
+    ``client-state-dir`` (their ledgers survive a restart there; without it, the ledgers are in
+    ``<output-dir>/client-state`` of ``run_config``). ``released``: partition -> the vectors
+    it sent (bytes)."""
 
     runs = itertools.count(1)
 
-    def __init__(self, partitions, run_config=None, state_dir=None):
+    def __init__(self, partitions, run_config, state_dir=None):
         self.states = {100 + p: RecordDict() for p in partitions}
-        self.run_config = run_config or {}
+        self.run_config = dict(run_config)
         self.run_id = next(LocalGrid.runs)
         self.own = {"client-state-dir": str(state_dir)} if state_dir else {}
         self.released: dict[int, list[bytes]] = {}
@@ -410,8 +415,9 @@ class LocalGrid:
                 state=self.states[node],
                 run_config=self.run_config,
             )
-            handler = train_handler if m.metadata.message_type == TRAIN_TYPE else evaluate_handler
-            reply = with_config(handler)(m, ctx)
+            train = m.metadata.message_type == TRAIN_TYPE  # registered as the ClientApp does
+            kind, handler = ("train", train_handler) if train else ("evaluate", evaluate_handler)
+            reply = with_config(handler, kind, ACTION)(m, ctx)
             if not reply.has_error() and REPLY_KEY in reply.content:
                 vector = flatten(reply.content[REPLY_KEY].to_numpy_ndarrays()).tobytes()
                 self.released.setdefault(node - 100, []).append(vector)
@@ -419,11 +425,14 @@ class LocalGrid:
         return out
 
 
-def test_budget_loop_no_client_participates_more_than_twice():
-    cfg = gp_cfg(**{"leakage-budget": 1.0, "num-clients": 6})
+def test_budget_loop_no_client_participates_more_than_twice(tmp_path):
+    """The nodes hold the run's config (their own leakage budget 1.0) and the server sends the
+    whole config it resolved from it; each node's ledger is in its own run's folder."""
+    run_config = gp_run_config(tmp_path, **{"leakage-budget": 1.0, **NO_OPT_IN})
+    cfg = resolve_run_config(run_config)
     strategy = make_strategy(budget=1.0)
-    grid = LocalGrid(range(6))
-    config = ConfigRecord({**{k: v for k, v in cfg.items() if k != "server-round"}})
+    grid = LocalGrid(range(6), run_config)
+    config = config_record(cfg, "")  # what the IFCA runner sends (no wire base: all of cfg)
     result = strategy.start(grid, hypotheses_record(HYPS), num_rounds=8, train_config=config)
     assert max(strategy.participations.values()) <= 2
     assert all(v <= 1.0 + 1e-12 for v in strategy.ledger.spent.values())
@@ -444,6 +453,13 @@ def gp_run_config(tmp_path, **over) -> dict:
     return app_config({"scenario": "gp-synthetic", "output-dir": str(tmp_path), **over})
 
 
+# A server without a wire base (library use) sends the whole config it resolved, the
+# scenario's opt-ins included (gp-synthetic: unaccounted-metrics = true for GP's final
+# evaluation). A node resolves "auto" to false and refuses that message (issue 26), so the
+# runs below that send the whole config set the opt-in in the run config both sides hold.
+NO_OPT_IN = {"unaccounted-metrics": False}
+
+
 @pytest.fixture()
 def wire_base():
     """``scenarios.wire_config``'s server base, cleared afterwards (library default: none)."""
@@ -457,10 +473,8 @@ def wire_base():
 def test_same_seed_same_rounds_in_process(tmp_path, wire_base):
     """SPEC §7: seeded sampling, training and noise -> identical released vectors; the
     second run's messages carry only the wire config (issue 10): the same rounds."""
-    from scenarios.ifca import config_record
-
     # compared exactly: seeded noise, an explicit opt-in (issue 26: gp-synthetic is secret)
-    run_config = gp_run_config(tmp_path, **{"reproducible-noise": True})
+    run_config = gp_run_config(tmp_path, **{"reproducible-noise": True, **NO_OPT_IN})
     cfg = resolve_run_config(run_config)
     runs = []
     for wire in (False, True):
@@ -485,9 +499,8 @@ def test_ifca_messages_carry_only_what_differs_from_run_config(tmp_path, wire_ba
     """Issue 10: an IFCA message's ConfigRecord holds the keys whose resolved value differs
     from the node's ``run_config`` (here: the scenario's values of pyproject's ``"auto"``
     keys), the digest, the round and the IFCA keys, not the whole resolved config (88 keys
-    before); the ClientApp rebuilds exactly the config the old code sent."""
-    from scenarios.ifca import config_record
-
+    before); the ClientApp rebuilds the config the old code sent, with the node's own values
+    for what it owns (issue 26)."""
     run_config = gp_run_config(tmp_path, seed=3)
     cfg = resolve_run_config(run_config)
     whole = {**config_record(cfg, "2"), "server-round": 1}  # no base: what was sent before
@@ -506,9 +519,16 @@ def test_ifca_messages_carry_only_what_differs_from_run_config(tmp_path, wire_ba
         run_id=1, node_id=100, node_config={"partition-id": 0}, state=RecordDict(),
         run_config=run_config,
     )  # fmt: skip
-    handler = with_config(lambda m, c, ctx: seen.append(c) or train_handler(m, c, ctx))
+    handler = with_config(
+        lambda m, c, ctx: seen.append(c) or train_handler(m, c, ctx), "train", ACTION
+    )
     assert list(handler(msg, context).content.array_records) == [REPLY_KEY]
-    assert seen == [whole]
+    # issue 26: the node runs the old config except what it owns: its opt-in, which the run
+    # config leaves at "auto" (the scenario's true is not sent: the node's secure false), and
+    # its evaluation split (partition 0 trains: "test")
+    assert run_config["unaccounted-metrics"] == "auto" and whole["unaccounted-metrics"] is True
+    assert "unaccounted-metrics" not in sent
+    assert seen == [{**whole, "unaccounted-metrics": False, "ifca-eval-split": "test"}]
 
 
 # --- config ---------------------------------------------------------------------------------------
@@ -601,12 +621,13 @@ def test_killed_run_resumes_from_its_checkpoint_and_the_clients_own_ledgers(tmp_
     rounds, state_dir = 6, tmp_path / "client-state"  # the nodes' own folder (node config)
     (tmp_path / "run").mkdir()
 
+    run_config = gp_run_config(tmp_path / "run", **{"leakage-budget": 1.0, **NO_OPT_IN})
+
     def run(first=1, last=rounds, checkpoint_until=0, strategy=None):
-        cfg = gp_cfg(
-            **{"leakage-budget": 1.0, "num-clients": 6, "output-dir": str(tmp_path / "run")}
-        )
-        config = ConfigRecord({k: v for k, v in cfg.items() if k != "server-round"})
-        strategy, grid = strategy or make_strategy(budget=1.0), LocalGrid(range(6), None, state_dir)
+        cfg = resolve_run_config(run_config)
+        config = config_record(cfg, "")
+        strategy = strategy or make_strategy(budget=1.0)
+        grid = LocalGrid(range(6), run_config, state_dir)
         save = checkpoint_hook({**cfg, "num-server-rounds": rounds})
 
         def hook(r, arrays):

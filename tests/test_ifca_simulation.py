@@ -27,7 +27,7 @@ from fedpriv.data import load_federated
 from fedpriv.runlog import read_rounds
 from scenarios import cli, launch
 from tests.baseline import assert_matches_baseline
-from tests.simulate import kill_after_round, run_fedpriv, to_override
+from tests.simulate import kill_after_round, run_fedpriv, to_override, with_reproducible
 
 # Paper-scale (GP §5: 5 IFCA runs of 30 rounds, the digits-rotated sweep of 2 x 15 rounds):
 # the slow tier, and CI runs it (guard: GP's results and the leakage accounting).
@@ -162,7 +162,9 @@ def test_killed_ifca_run_resumes_and_equals_the_uninterrupted_run(
     # another config on that directory: refused, one line, exit 2
     monkeypatch.setattr(launch.subprocess, "run", _no_simulation)
     monkeypatch.setattr(launch.subprocess, "Popen", _no_simulation)
-    again = " ".join(to_override(k, v) for k, v in {**GP_NU5, "output-dir": str(out)}.items())
+    # the command run_fedpriv ran: the seeded-noise opt-in included (gp-synthetic is secret)
+    same_run = with_reproducible({**GP_NU5, "output-dir": str(out)})
+    again = " ".join(to_override(k, v) for k, v in same_run.items())
     assert cli.main(["run", "--run-config", again]) == 0
     assert "finished run" in capsys.readouterr().out
     assert cli.main(["run", "--run-config", again.replace("seed=0", "seed=1")]) == 2
