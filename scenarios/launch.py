@@ -345,7 +345,7 @@ def simulate(
         ).returncode
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with (
-        log_path.open("a") as log,
+        log_path.open("a", buffering=1) as log,  # line-buffered: a tail -f sees each line
         subprocess.Popen(
             cmd,
             cwd=os.getcwd(),

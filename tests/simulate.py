@@ -69,8 +69,12 @@ def kill_after_round(
     """Start ``fedpriv run``; SIGKILL its whole process group once round ``after`` is
     checkpointed (``output_dir/checkpoint.pkl``). Returns the round of the checkpoint left
     behind."""
-    import flwr.app  # noqa: F401  (unpickling a checkpoint in the poll loop must not import it)
+    # unpickling a checkpoint in the poll loop must not import what it references (the DP
+    # wrapper's state: fedpriv.dp, with scipy and dp-accounting, seconds on a loaded machine,
+    # while rounds of the tiny run take half a second)
+    import flwr.app  # noqa: F401
 
+    import fedpriv.dp  # noqa: F401
     from fedpriv.checkpoint import load_checkpoint
 
     overrides = {**with_reproducible(overrides), "output-dir": str(output_dir)}
