@@ -21,8 +21,10 @@ wrappers) does not import this module.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +118,11 @@ def run(argv: list[str] | None = None) -> int:
         print(f"fedpriv: {reason}", file=sys.stderr)
         return 2
     try:
+        # the ClientApp's module, imported here in the main thread: Flower loads it in its
+        # engine thread while the ServerApp thread runs, and a resumed ServerApp unpickles its
+        # checkpoint (which imports fedpriv.accounting too) at once; two threads importing
+        # the same package cycle get a partially initialised module (ImportError)
+        importlib.import_module(components["clientapp"].split(":")[0])
         _run_simulation(
             num_supernodes=args.num_supernodes,
             exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
@@ -127,7 +134,8 @@ def run(argv: list[str] | None = None) -> int:
             run=flower_run,
             is_app=True,
         )
-    except Exception as err:  # noqa: BLE001 -- the run failed: one line, exit 1
+    except Exception as err:  # noqa: BLE001 -- the run failed: its traceback (run.log), one line
+        traceback.print_exc(file=sys.stderr)
         print(f"fedpriv: the simulation failed: {err}", file=sys.stderr)
         return 1
     return 0
