@@ -19,8 +19,9 @@ server code. ``"auto"`` resolves ON THE NODE:
 * z, C, δ, the zones and the placement: the scenario's, as the server resolves them;
 * ``client-state-dir``: the node's ``node_config`` value, else ``<output-dir>/client-state``
   of its own resolved ``output-dir`` (what the ServerApp names in a legit run); a message may
-  only repeat it. Without a ``node_config`` value the node keeps state files only when the
-  message names that same folder (a direct call writes nothing).
+  only repeat it. Its release ledgers (:mod:`fedpriv.releases`) are written whatever the
+  message says: in that folder, else ``<output-dir>/client-state`` of its ``run_config``, else
+  a per-run folder under ``$FEDPRIV_STATE_ROOT``.
 
 **The allow-list** (:mod:`fedpriv.ownership`, one place: ``PRIVACY_KEYS``,
 ``MODE_PRIVACY_KEYS``, ``SEEDED_KEYS``, ``DERIVED_KEYS``, ``MESSAGE_KEYS``). A message may carry
