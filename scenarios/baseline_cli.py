@@ -278,7 +278,9 @@ FEATURE = Feature(
             "baseline",
             _baseline_args,
             _baseline,
-            "save runs' results as a baseline, or check new runs against it (for CI).",
+            "Save runs' results as a baseline, or check new runs against it (for CI).",
+            "fedpriv baseline record digits --seeds 0,1,2 --out ci/fedpriv-baseline.json\n"
+            "fedpriv baseline check ci/fedpriv-baseline.json --junit reports/baseline.xml",
         ),
     ),
 )
