@@ -19,7 +19,7 @@ from scenarios.cli import main as fedpriv_main  # imported at collection (Flower
 from tests.baseline import assert_matches_baseline
 from tests.simulate import run_fedpriv
 
-pytestmark = pytest.mark.simulation
+pytestmark = [pytest.mark.simulation, pytest.mark.slow, pytest.mark.guard]
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,7 @@ def fedpriv_audit(
     return proc.returncode, proc.stdout, proc.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.simulation
 def test_fedpriv_audit_grid_global_dp_none_metric_dp_and_dpsgd(tmp_path):
     out = tmp_path / "grid"
@@ -86,6 +87,8 @@ def test_fedpriv_audit_rejects_bad_keys_before_training(tmp_path, capsys):
     assert "audit-canaries" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+@pytest.mark.guard
 @pytest.mark.simulation
 def test_fedpriv_audit_fixed_sampling_canaries_certify_a_bound_and_the_model_trains(tmp_path):
     """Issue 22: under client-sampling = fixed the canaries enter at a real client's

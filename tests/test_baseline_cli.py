@@ -192,6 +192,7 @@ def recorded(tmp_path_factory):
     return out, json.loads(out.read_text()), base
 
 
+@pytest.mark.slow
 @pytest.mark.simulation
 def test_record_writes_exact_privacy_and_banded_accuracy(recorded):
     _, doc, _ = recorded
@@ -207,6 +208,7 @@ def test_record_writes_exact_privacy_and_banded_accuracy(recorded):
     assert "privacy.epsilon" not in metric  # metric DP reports no ε
 
 
+@pytest.mark.slow
 @pytest.mark.simulation
 def test_check_unchanged_passes_and_writes_junit(recorded):
     out, _, base = recorded
@@ -219,6 +221,7 @@ def test_check_unchanged_passes_and_writes_junit(recorded):
     assert root.get("failures") == "0" and int(root.get("tests")) > 10
 
 
+@pytest.mark.slow
 @pytest.mark.simulation
 def test_check_flags_each_planted_regression_by_its_figure(recorded):
     """One check, one regression planted in each target (``--target-config``): the global-DP

@@ -13,6 +13,8 @@ from tests.simulate import run_fedpriv
 pytestmark = pytest.mark.simulation
 
 
+@pytest.mark.slow
+@pytest.mark.guard
 def test_max_epsilon_stops_a_global_dp_run_before_the_budget_is_passed(tmp_path):
     overrides = {
         "scenario": "digits",

@@ -380,6 +380,7 @@ def test_default_run_log_keeps_the_full_log(default_run):
     assert re.search(r"4 replies, 0 failures, \d clipped, noise σ = ", log)
 
 
+@pytest.mark.slow
 @pytest.mark.simulation
 def test_verbose_brings_the_framework_lines_back(tmp_path):
     proc = _run(tmp_path / "loud", "--verbose", rounds="num-server-rounds=1 local-epochs=1")

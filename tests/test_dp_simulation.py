@@ -186,6 +186,7 @@ def test_grid_accuracy_noise_and_reports(grid, strategy):
 # --- (3) metric DP with a single client: the floor, never a crash -----------------------------
 
 
+@pytest.mark.slow
 def test_metric_dp_single_client_completes_with_fallback(tmp_path):
     rc, summary, rounds, tail = run_fedpriv(
         {"scenario": "digits", "privacy": "metric-dp", "num-clients": 1, "num-server-rounds": 2,

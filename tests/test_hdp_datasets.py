@@ -372,6 +372,7 @@ def test_hdp_paper_preflight_accepts_the_layouts(
     assert "scenarios.simulation_runner" in launched[0] and str(path) in " ".join(launched[0])
 
 
+@pytest.mark.slow
 def test_hdp_paper_runs_on_generated_cifar10(tmp_path):
     """One short `hdp-paper` simulation on the generated CIFAR-10 batches (must-show 4)."""
     root = write_cifar10(tmp_path / "data")

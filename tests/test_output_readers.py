@@ -123,6 +123,8 @@ def test_the_issue_figures_for_each_reader():
     assert independent_unamplified_epsilon(1.0, 20) > 2 * headline["epsilon"]
 
 
+@pytest.mark.slow
+@pytest.mark.guard
 @pytest.mark.simulation
 def test_a_real_run_publishes_no_schedule_and_its_headline_holds_for_that_reader(tmp_path):
     from tests.simulate import run_fedpriv

@@ -322,6 +322,7 @@ def test_cells_side_by_side_match_the_same_cells_run_serially(cluster, side_by_s
     assert finals[0] != finals[1]
 
 
+@pytest.mark.slow
 @pytest.mark.simulation
 def test_a_cell_whose_process_dies_does_not_stop_the_grid(cluster, tmp_path):
     out = tmp_path / "killed"

@@ -239,6 +239,8 @@ def _without_time(rounds: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if "time" not in k and "seconds" not in k} for r in rounds]
 
 
+@pytest.mark.slow
+@pytest.mark.guard
 @pytest.mark.simulation
 def test_default_runs_with_one_seed_release_different_models(sim_runs):
     (a, (_, sa, ra, _)), (b, (_, sb, _, _)) = sim_runs["default1"], sim_runs["default2"]
@@ -250,6 +252,8 @@ def test_default_runs_with_one_seed_release_different_models(sim_runs):
         assert GENERATOR_MARK not in (out / CHECKPOINT).read_bytes()
 
 
+@pytest.mark.slow
+@pytest.mark.guard
 @pytest.mark.simulation
 def test_opted_in_runs_reproduce_bit_for_bit_and_are_labelled(sim_runs):
     (a, (_, sa, ra, _)), (b, (_, sb, rb, _)) = sim_runs["seeded1"], sim_runs["seeded2"]

@@ -139,6 +139,7 @@ def test_round_records_log_zones_sigma_elections_and_epsilon(compare_run):
     assert eps == sorted(eps) and eps[0] < eps[-1]  # ε grows with the rounds
 
 
+@pytest.mark.slow
 def test_supernode_failures_trigger_reelections(tmp_path):
     overrides = {
         "scenario": "digits",

@@ -202,6 +202,7 @@ def test_the_server_adds_noise_only_under_cdp(views, placement, std):
         assert np.std(server) == pytest.approx(std, rel=0.1)
 
 
+@pytest.mark.slow
 def test_a_zone_sweep_runs_on_the_largest_zone_count(tmp_path):
     """``zonal-sweep-zones``: one simulation of max(s) zone nodes; a variant with fewer zones
     messages only its own zones' nodes, and every sampled client is trained by one of them,
