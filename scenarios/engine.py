@@ -341,7 +341,7 @@ def run_rounds(
         train_config = ConfigRecord({**config, EVALUATE_RECEIVED_KEY: True}) if held else config
         messages = strategy.configure_train(server_round, arrays, train_config, grid)
         replies = grid.send_and_receive(messages=messages, timeout=timeout)
-        if held is not None and pending is not None:
+        if held is not None and pending is not None:  # round t-1's evaluation came back
             held.record(pending, arrays, split_evaluations(replies), evaluate, after_round)
             pending = None
         aggregated, _ = strategy.aggregate_train(server_round, replies)
@@ -369,6 +369,7 @@ class _Held:
 
     @classmethod
     def of(cls, strategy: Strategy, snapshot: bool) -> _Held:
+        """Hold the round now, before the next round's ``configure_train``."""
         chain = capture_state(wrapper_chain(strategy)) if snapshot else None
         states = pickle.loads(pickle.dumps(chain)) if snapshot else None
         return cls(strategy, dict(getattr(strategy, "current", {})), states)
