@@ -18,7 +18,10 @@ records round t-1 with it (distributed evaluation, server evaluation, round reco
 One evaluate message follows the last round only (and a round whose successor does not run:
 a budget stop).
 
-Which clients evaluate which model: round t's clients evaluate model t-1. That is today's
+Which clients evaluate which model: model 0 (the initial model) is evaluated on the server
+only, as before; model t-1 (t = 2..N) by the clients sampled in round t, in round t's train
+message; model N (and a model no train message follows) by every client, in the evaluate
+message after that round. Round t's clients evaluating model t-1 is today's
 "every client evaluates model t-1" only when every client trains every round, so ``auto`` (the
 default) turns the option on only there (:func:`equivalence_gap`): the ``standard`` run kind,
 ``clients-per-round`` = all clients (``Participation.everyone``), not zonal (zone nodes and
