@@ -7,7 +7,9 @@ every client's training split), no pretraining, FedAvg, no privacy:
 
 - fedpriv: ``fedpriv run`` (the simulation engine, one Ray actor per client; per round a train
   and an evaluate message per client, the replies, aggregation, server-side evaluation, the
-  round record and the checkpoint);
+  round record and the checkpoint), in two variants run one after the other (:data:`VARIANTS`):
+  ``evaluate-in-train = false`` (the model goes out twice per round) and ``true`` (one message
+  per client and round carries train and evaluate, :mod:`scenarios.fused`);
 - the floor: :mod:`bench.tf_floor` in one process (the same shards, one compiled call per
   client, FedAvg in numpy, each client's test split and the server test set evaluated).
 
@@ -112,8 +114,14 @@ def fedpriv_rounds(values: dict, out: Path) -> dict:
     return res
 
 
+# the row's variants (issue 27): train and evaluate in two messages per round (the model sent
+# twice), and in one (``evaluate-in-train``, :mod:`scenarios.fused`), side by side in one call
+VARIANTS = {"two messages": False, "one message": True}
+
+
 def round_measure(tmp: Path, quick: bool) -> dict:
-    """Both sides of the row: ``{"fedpriv": ..., "floor": ..., "rounds": R}``."""
+    """The floor and every variant of the row: ``{"floor": ..., "variants": {name: run},
+    "rounds": R}`` (the variants run one after the other, after the floor)."""
     from scenarios.registry import resolve_run_config
 
     values = dict(ROUND_RUN, **({"num-server-rounds": 3} if quick else {}))
@@ -121,23 +129,29 @@ def round_measure(tmp: Path, quick: bool) -> dict:
     floor = tf_floor(cfg)
     floor["wall_per_round"] = per_round(floor["round_stamps"])
     floor["cpu_per_round"] = per_round(floor["round_cpu"])
-    run = fedpriv_rounds(values, tmp / "round-overhead")
-    return {"fedpriv": run, "floor": floor, "rounds": int(cfg["num-server-rounds"])}
+    variants = {
+        name: fedpriv_rounds({**values, "evaluate-in-train": fused}, tmp / f"round-{fused}")
+        for name, fused in VARIANTS.items()
+    }
+    return {"floor": floor, "variants": variants, "rounds": int(cfg["num-server-rounds"])}
 
 
 def round_rows(tmp: Path, quick: bool) -> list[str]:
-    """The row: fedpriv's seconds per round above the floor's (wall and CPU)."""
+    """One row per variant: fedpriv's seconds per round above the floor's (wall and CPU)."""
     m = round_measure(tmp, quick)
-    run, floor = m["fedpriv"], m["floor"]
-    above_wall = run["wall_per_round"] - floor["wall_per_round"]
-    above_cpu = run["cpu_per_round"] - floor["cpu_per_round"]
-    return [
-        f"| MP-CNN round overhead: `fedpriv run` synthetic-mri, MP CNN (25.7 MB), 4 clients, "
-        f"one local step per client and round, {m['rounds']} rounds, slope over rounds "
-        f"1..{m['rounds']} vs the plain-Keras floor doing the same in one process | "
-        f"{run['wall_per_round']:.2f} s/round wall, {run['cpu_per_round']:.2f} CPU-s/round "
-        f"(process tree; final acc {run['summary']['final']['accuracy']:.3f}) | "
-        f"{floor['wall_per_round']:.2f} s/round wall, {floor['cpu_per_round']:.2f} CPU-s/round "
-        f"(acc {floor['accuracy']:.3f}) | **{above_wall:.2f} s/round above the floor** wall, "
-        f"{above_cpu:.2f} CPU-s/round |"
-    ]
+    floor, rows = m["floor"], []
+    for name, run in m["variants"].items():
+        above_wall = run["wall_per_round"] - floor["wall_per_round"]
+        above_cpu = run["cpu_per_round"] - floor["cpu_per_round"]
+        rows.append(
+            f"| MP-CNN round overhead, {name} per round (`evaluate-in-train = "
+            f"{str(VARIANTS[name]).lower()}`): `fedpriv run` synthetic-mri, MP CNN (25.7 MB), "
+            f"4 clients, one local step per client and round, {m['rounds']} rounds, slope over "
+            f"rounds 1..{m['rounds']} vs the plain-Keras floor doing the same in one process | "
+            f"{run['wall_per_round']:.2f} s/round wall, {run['cpu_per_round']:.2f} CPU-s/round "
+            f"(process tree; final acc {run['summary']['final']['accuracy']:.3f}) | "
+            f"{floor['wall_per_round']:.2f} s/round wall, {floor['cpu_per_round']:.2f} "
+            f"CPU-s/round (acc {floor['accuracy']:.3f}) | **{above_wall:.2f} s/round above the "
+            f"floor** wall, {above_cpu:.2f} CPU-s/round |"
+        )
+    return rows

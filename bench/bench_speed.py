@@ -42,7 +42,10 @@ CROSS_DEVICE = {
 
 
 def _overrides(values: dict) -> str:
-    return " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in values.items())
+    def toml(v) -> str:
+        return repr(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
+
+    return " ".join(f"{k}={toml(v)}" for k, v in values.items())
 
 
 def _env() -> dict:

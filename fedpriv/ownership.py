@@ -123,7 +123,9 @@ PRIVACY_KEYS: tuple[str, ...] = (
 MODE_PRIVACY_KEYS: dict[str, tuple[str, ...]] = {"dp-sgd": ("batch-size", "local-epochs")}
 SEEDED_KEYS = ("seed",)  # decide the noise only when the node's own reproducible-noise is true
 # what a message may carry that the node does not decide itself (any value): the round, a
-# zone node's sampled client ids, the elected super-node, the zone id, IFCA's sweep label.
+# zone node's sampled client ids, the elected super-node, the zone id, IFCA's sweep label,
+# and a train message's "evaluate the received model first" (issue 27: its metrics are
+# filtered as an evaluate reply's).
 # Keys in no list are training keys (learning rate, optimizer, ...): a message may vary them.
 MESSAGE_KEYS: tuple[str, ...] = (
     "server-round",
@@ -131,6 +133,7 @@ MESSAGE_KEYS: tuple[str, ...] = (
     "zonal-supernode",
     "zonal-zone",
     "ifca-ledger-tag",
+    "evaluate-received",
 )
 # derived from the node's spec (scenarios.node_spec): a message may only repeat the value
 DERIVED_KEYS: tuple[str, ...] = (

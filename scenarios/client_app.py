@@ -21,6 +21,11 @@ Each node owns its privacy settings (issues 20, 26): it resolves its own spec fr
 node's secure default, never the server's choice), and a message whose privacy keys differ
 from that spec (:mod:`fedpriv.ownership` ``PRIVACY_KEYS``, the allow-list) gets an error reply
 naming the key (:func:`resolved`) — no arrays, no metrics, no training — in every mode.
+
+A train message whose config sets ``evaluate-received`` (issue 27, :mod:`scenarios.fused`)
+is also an evaluate message: the node evaluates the model it carries first
+(:func:`evaluation`, the evaluate handler's own code and disclosure) and adds that record,
+``evaluation``, to the train reply.
 """
 
 from __future__ import annotations
@@ -58,11 +63,23 @@ from scenarios.client_tasks import (  # noqa: E402
 from scenarios.federation import QUERY_KEY  # noqa: E402
 from scenarios.node_spec import node_spec  # noqa: E402
 from scenarios.schema import ConfigError  # noqa: E402
-from scenarios.task_names import ZONE_NODE_TASK  # noqa: E402
+from scenarios.task_names import (  # noqa: E402
+    EVALUATE_RECEIVED_KEY,
+    EVALUATION_RECORD,
+    ZONE_NODE_TASK,
+)
 from scenarios.wire_config import DIGEST_KEY, client_config  # noqa: E402
 from scenarios.zone_node import evaluate_zone  # noqa: E402
 
-__all__ = ["app", "call_seed", "partition_id", "disclose", "resolved", "with_config"]
+__all__ = [
+    "app",
+    "call_seed",
+    "partition_id",
+    "disclose",
+    "evaluation",
+    "resolved",
+    "with_config",
+]
 
 app = ClientApp()
 
@@ -120,12 +137,16 @@ def train(msg: Message, context: Context) -> Message:
     name = str(cfg.get("client-task", "standard"))
     partition = partition_id(context)
     node = (context,) if name in STATEFUL_TASKS else ()
+    # issue 27 (scenarios.fused): evaluate the received model first, as an evaluate message would
+    evaluated = evaluation(msg, cfg, partition) if cfg.get(EVALUATE_RECEIVED_KEY) else None
     try:
         content = disclose(cfg, "train", TASKS[name](msg, cfg, partition, *node))
     except ReleaseRefused as err:  # issue 26: the node's own release counter says no
         return Message(Error(code=REFUSED_CODE, reason=str(err)), reply_to=msg)
     if is_malicious(cfg, partition) and "arrays" in msg.content:  # issue 12: adversaries
         content = tamper_reply(content, msg.content["arrays"].to_numpy_ndarrays(), cfg, partition)
+    if evaluated is not None:
+        content = RecordDict({**content, EVALUATION_RECORD: evaluated["metrics"]})
     return Message(content=content, reply_to=msg)
 
 
@@ -135,19 +156,24 @@ def evaluate(msg: Message, context: Context) -> Message:
     cfg = resolved(msg, context, "evaluate")
     if isinstance(cfg, Message):
         return cfg
-    partition = partition_id(context)
+    return Message(content=evaluation(msg, cfg, partition_id(context)), reply_to=msg)
+
+
+def evaluation(msg: Message, cfg: dict, partition: int) -> RecordDict:
+    """The evaluate reply's content for the message's global model: ``{"metrics": ...}``
+    restricted to what an evaluate reply may carry in this mode (:func:`disclose`); the
+    evaluation is not run when its metrics may not be sent. The same for an evaluate
+    message and for a train message that asks for it (``evaluate-received``, issue 27)."""
     allowed = allowed_metric_keys(cfg, "evaluate")
     if cfg.get("client-task") == ZONE_NODE_TASK:  # a zone SuperNode evaluates its clients
-        content = disclose(cfg, "evaluate", evaluate_zone(msg, cfg, partition, allowed))
-        return Message(content=content, reply_to=msg)
+        return disclose(cfg, "evaluate", evaluate_zone(msg, cfg, partition, allowed))
     data = federated_data(cfg)
     client = data.clients[partition]
     metrics = {"num-examples": len(client.x_test)}
     if allowed is None or "accuracy" in allowed:
         weights = msg.content["arrays"].to_numpy_ndarrays()
         metrics |= evaluate_local(model_for(cfg, data), weights, client.x_test, client.y_test)
-    content = disclose(cfg, "evaluate", RecordDict({"metrics": MetricRecord(metrics)}))
-    return Message(content=content, reply_to=msg)
+    return disclose(cfg, "evaluate", RecordDict({"metrics": MetricRecord(metrics)}))
 
 
 def with_config(

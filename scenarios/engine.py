@@ -29,11 +29,15 @@ model / plots at the end. What differs between those runs is a hook, not a copy 
 :func:`run_rounds` is Flower's ``Strategy.start`` loop (flwr 1.23) without its logging, with
 the hook point and the start round: per round ``configure_train`` -> ``send_and_receive`` ->
 ``aggregate_train`` -> ``configure_evaluate`` -> ``send_and_receive`` ->
-``aggregate_evaluate`` -> server-side evaluation (which writes the record) -> hooks.
+``aggregate_evaluate`` -> server-side evaluation (which writes the record) -> hooks. With
+``evaluate-in-train`` (:mod:`scenarios.fused`) round t's train replies also carry the
+clients' evaluation of model t-1: round t-1 is recorded from them, and only the last round
+has an evaluate message.
 """
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -53,6 +57,7 @@ from clients.keras_client import (
     train_local,
 )
 from fedpriv import seeds
+from fedpriv.checkpoint import capture_state
 from fedpriv.console import round_line
 from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
@@ -62,6 +67,7 @@ from fedpriv.records import RoundRecord
 from fedpriv.runlog import RunLog, read_rounds
 from scenarios.feature import Catalog
 from scenarios.federation import PartitionGrid
+from scenarios.fused import EVALUATE_RECEIVED_KEY, evaluate_in_train, split_evaluations
 from scenarios.recorder import RoundRecorder, wrapper_chain
 from scenarios.wire_config import wire_config
 from strategies.factory import build_stock_strategy, needs_initial_pretraining
@@ -247,12 +253,17 @@ def checkpoint_arrays(checkpoint: Mapping[str, Any]) -> list[np.ndarray]:
 
 @dataclass
 class RoundState:
-    """What the loop hands the ``after_round`` hooks (everything a checkpoint needs)."""
+    """What the loop hands the ``after_round`` hooks (everything a checkpoint needs).
+
+    ``states``: the chain's state to checkpoint when it is not the live one (a round recorded
+    with the next round's train replies, :mod:`scenarios.fused`: the state before that
+    round's sampling); None: capture it from ``strategy``."""
 
     round: int
     arrays: ArrayRecord
     record: dict[str, Any]
     strategy: Strategy
+    states: Optional[list[dict[str, Any]]] = None
 
 
 @dataclass
@@ -300,8 +311,13 @@ def run_rounds(
     charged_round: Optional[int] = None,
     timeout: float = 3600,
     stop_before: Optional[Callable[[int], Optional[str]]] = None,
+    fused: bool = False,
 ) -> Optional[ArrayRecord]:
     """Rounds ``first_round..num_rounds``; returns the last aggregated arrays (None if none).
+
+    ``fused`` (``evaluate-in-train``, :mod:`scenarios.fused`): round t's train message also
+    evaluates model t-1 and round t-1 is recorded from those replies; an evaluate message is
+    sent only for a round no train message follows (the last, or one before a stop).
 
     ``stop_before(round)``: a reason not to run that round (then no later round runs).
     ``before_release``: hooks after ``aggregate_train`` (the round is charged) and before
@@ -310,7 +326,7 @@ def run_rounds(
     checkpoint holds (its arrays are ``initial``) but whose evaluation and record did not
     happen: it is finished first (the same arrays are sent again, no new noise).
     """
-    arrays, last = initial, None
+    arrays, last, pending = initial, None, None
     if first_round == 1 and charged_round is None:
         evaluate(0, arrays)
     if charged_round is not None:
@@ -321,15 +337,52 @@ def run_rounds(
             log(WARNING, "stopping before round %s: %s", server_round, reason)
             break
         log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
-        messages = strategy.configure_train(server_round, arrays, config, grid)
+        held = _Held.of(strategy, bool(after_round)) if pending is not None else None
+        train_config = ConfigRecord({**config, EVALUATE_RECEIVED_KEY: True}) if held else config
+        messages = strategy.configure_train(server_round, arrays, train_config, grid)
         replies = grid.send_and_receive(messages=messages, timeout=timeout)
+        if held is not None and pending is not None:  # round t-1's evaluation came back
+            held.record(pending, arrays, split_evaluations(replies), evaluate, after_round)
+            pending = None
         aggregated, _ = strategy.aggregate_train(server_round, replies)
         if aggregated is not None:
             arrays = last = aggregated
         for hook in before_release:
             hook(RoundState(server_round, arrays, {}, strategy))
+        if fused and server_round < num_rounds:
+            pending = server_round  # recorded with the next round's train replies
+            continue
         _finish_round(strategy, grid, server_round, arrays, config, evaluate, after_round, timeout)
+    if pending is not None:  # no train message followed it (a stop): evaluate it on its own
+        _finish_round(strategy, grid, pending, arrays, config, evaluate, after_round, timeout)
     return last
+
+
+@dataclass
+class _Held:
+    """A round awaiting its evaluation (``fused``): its recorder ``current`` and the chain's
+    state before the next round's sampling (deep-copied, only for hooks: a checkpoint)."""
+
+    strategy: Strategy
+    current: dict[str, Any]
+    states: Optional[list[dict[str, Any]]]
+
+    @classmethod
+    def of(cls, strategy: Strategy, snapshot: bool) -> _Held:
+        """Hold the round now, before the next round's ``configure_train``."""
+        chain = capture_state(wrapper_chain(strategy)) if snapshot else None
+        states = pickle.loads(pickle.dumps(chain)) if snapshot else None
+        return cls(strategy, dict(getattr(strategy, "current", {})), states)
+
+    def record(self, server_round, arrays, evaluations, evaluate, after_round) -> None:
+        """Record the held round with ``evaluations`` (then back to the live ``current``)."""
+        own = getattr(self.strategy, "current", {})
+        self.strategy.current = self.current
+        self.strategy.aggregate_evaluate(server_round, evaluations)
+        record = evaluate(server_round, arrays)
+        for hook in after_round:
+            hook(RoundState(server_round, arrays, record, self.strategy, self.states))
+        self.strategy.current = own
 
 
 def _finish_round(
@@ -433,6 +486,7 @@ def train_run(
         before_release=before_release,
         charged_round=charged,
         stop_before=lambda r: budget_stop(recorder, r),
+        fused=evaluate_in_train(cfg, catalog.kind(cfg)),
     )
     final = last.to_numpy_ndarrays() if last is not None else weights
     extra: dict[str, Any] = {"wall_seconds": time.time() - t0}

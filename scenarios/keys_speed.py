@@ -12,12 +12,24 @@
 - ``op-determinism`` — TensorFlow op determinism (``enable_op_determinism``), on by default so
   the same seed gives the same weights; turn it off on a GPU whose kernels have no
   deterministic implementation or to trade reproducibility for speed. No effect on JAX.
+- ``evaluate-in-train`` — one message per round for train + evaluate (issue 27,
+  :mod:`scenarios.fused`): round t's train message also asks each client to evaluate the model
+  it carries (the global model after round t-1) on its test split before training; one evaluate
+  message follows the last round only. ``auto`` (the default): on where that is the same
+  evaluation as today's (every client trains every round, standard run kind, not zonal),
+  off elsewhere; ``true`` elsewhere is refused.
 """
 
 from __future__ import annotations
 
 from fedpriv.data.resize import IMAGE_SIZES
 from scenarios.schema import boolean, key
+
+
+def _auto_or_bool(value):
+    if value != "auto" and not isinstance(value, bool):
+        raise ValueError("not auto or a bool")
+    return value
 
 
 def _image_size(value):
@@ -48,5 +60,13 @@ KEYS = (
         boolean,
         "true | false",
         "TensorFlow op determinism (same seed, same weights)",
+    ),
+    key(
+        "evaluate-in-train",
+        "auto",
+        _auto_or_bool,
+        "auto | true | false",
+        "round t's train message also evaluates the model after round t-1 (one message per "
+        "round; auto = on where every client trains every round)",
     ),
 )

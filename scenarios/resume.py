@@ -25,6 +25,9 @@ after the round's record. A run killed after ``configure_evaluate`` sent the new
 before the round was recorded resumes from the charged checkpoint: it finishes that round
 with the same arrays (no new noise, no second charge) and goes on with the next, so every
 model that left the server is charged exactly once and ``max-epsilon`` holds for all of them.
+With ``evaluate-in-train`` (:mod:`scenarios.fused`) round t-1 is recorded from round t's train
+replies; its ``recorded`` checkpoint holds the chain's state from before round t's sampling
+(``RoundState.states``), the state the same checkpoint holds without the option.
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def checkpoint_hook(cfg: Mapping[str, Any], stage: str = RECORDED) -> Callable[[
                 "round": state.round,
                 "arrays": state.arrays.to_numpy_ndarrays(),
                 "num_rounds": num_rounds,
-                "states": capture_state(chain),
+                "states": state.states if getattr(state, "states", None) else capture_state(chain),
                 "fingerprint": fingerprint(cfg),
                 "stage": stage,
             },

@@ -1,8 +1,9 @@
 """The ``speed`` feature (issue 10): paper-scale scenarios and the training switches.
 
 Keys (:mod:`scenarios.keys_speed`): ``image-size``, ``jit-compile``, ``mixed-precision``,
-``op-determinism``. Local training itself is compiled for every client task
-(:mod:`clients.compiled`); these keys only choose its options.
+``op-determinism``, ``evaluate-in-train`` (one message per round, :mod:`scenarios.fused`).
+Local training itself is compiled for every client task (:mod:`clients.compiled`); these keys
+only choose its options.
 
 Scenarios at the papers' own settings, runnable on a 2-core machine since training is compiled:
 
@@ -29,6 +30,7 @@ from typing import Any
 
 from fedpriv.data.resize import IMAGE_DATASETS, deviation_note
 from scenarios.feature import Feature, Scenario
+from scenarios.fused import check_evaluate_in_train
 from scenarios.ifca import SCENARIOS as IFCA_SCENARIOS
 from scenarios.keys_speed import KEYS
 from scenarios.schema import ConfigError
@@ -110,5 +112,5 @@ FEATURE = Feature(
     keys=KEYS,
     scenarios=SCENARIOS,
     summary=speed_summary,
-    checks=(check_mixed_precision,),
+    checks=(check_mixed_precision, check_evaluate_in_train),
 )

@@ -11,3 +11,9 @@ EPSILON_KEY = "dp-sgd-epsilon"
 ZONAL_TASK = "zonal"
 ZONE_NODE_TASK = "zone-node"  # a zone SuperNode (zonal-runtime = zone-nodes)
 IFCA_TASK = "ifca"
+
+# one message per round for train + evaluate (issue 27, :mod:`scenarios.fused`): the train
+# message's config flag "evaluate the received model first", and the reply's record holding
+# that evaluation (filtered as an evaluate reply's metrics, :mod:`fedpriv.disclosure`)
+EVALUATE_RECEIVED_KEY = "evaluate-received"
+EVALUATION_RECORD = "evaluation"
