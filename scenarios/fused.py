@@ -40,13 +40,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
-
-from flwr.app import Message, RecordDict
+from typing import TYPE_CHECKING, Any
 
 from fedpriv.participation import Participation
 from scenarios.schema import ConfigError
 from scenarios.task_names import EVALUATE_RECEIVED_KEY, EVALUATION_RECORD
+
+if TYPE_CHECKING:  # the CLI imports this module for its config check: no Flower there
+    from flwr.app import Message
 
 __all__ = [
     "EVALUATE_RECEIVED_KEY",
@@ -91,6 +92,8 @@ def split_evaluations(replies: list[Message]) -> list[Message]:
     train reply as it would be without the option) and return it as evaluate replies (same
     metadata, content ``{"metrics": evaluation}``). Error replies stay as they are and carry
     no evaluation."""
+    from flwr.app import RecordDict
+
     evaluations = []
     for reply in replies:
         if reply.has_error() or EVALUATION_RECORD not in reply.content:
