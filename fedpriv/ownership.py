@@ -72,7 +72,6 @@ NODE_SECURE_DEFAULTS: dict[str, Any] = {"reproducible-noise": False, "unaccounte
 REFUSED_CODE = 20  # the error code of a refused message (issue 20); Flower's own are 0-8
 
 
-
 def _owned() -> dict[str, tuple[str, ...]]:
     """Role -> owned keys, from every mode's declaration (``Mode.owned_keys``): a mode's
     ``client`` party is keyed by the mode's name, any other party by the party's name."""

@@ -56,6 +56,7 @@ from fedpriv import seeds
 from fedpriv.console import round_line
 from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
+from fedpriv.modes import mode_of
 from fedpriv.participation import Participation
 from fedpriv.plots import plot_accuracy_per_round, plot_roc
 from fedpriv.records import RoundRecord
@@ -125,7 +126,7 @@ def build_strategy(
     from scenarios.audit import with_canaries
 
     strategy = build_stock_strategy(cfg)
-    strategy = catalog.wrapper(cfg["privacy"])(strategy, cfg, rng)
+    strategy = catalog.wrapper(mode_of(cfg).name)(strategy, cfg, rng)
     strategy = with_canaries(strategy, cfg, weights)
     strategy = ValidUpdatesOnly(
         strategy, on_invalid=cfg["invalid-update"], accept_failures=cfg["accept-failures"]

@@ -2,7 +2,7 @@
 
 Data flow of the standard kind: validated config -> federated data (server val/test) ->
 partition discovery -> initial weights (server pretraining for FedAvgM/FedOpt/FedYogi) ->
-stock strategy -> privacy wrapper (``Catalog.wrapper(cfg["privacy"])``) -> update
+stock strategy -> privacy wrapper (``Catalog.wrapper`` of the config's mode) -> update
 validation -> round recorder -> ``Strategy.start`` (resumable: a checkpoint per round,
 :mod:`scenarios.resume`) -> rounds.jsonl / summary.json / plots.
 

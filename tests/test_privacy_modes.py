@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 import dataclasses
+
+import pytest
 
 from fedpriv.accounting.planning import PlanError, privacy_plan
 from fedpriv.disclosure import allowed_metric_keys, filter_metrics, policy

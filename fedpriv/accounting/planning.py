@@ -37,6 +37,7 @@ import fedpriv.accounting.gaussian as gaussian
 
 __all__ = ["privacy_plan", "headline_epsilon", "PlanError", "gaussian_plan", "json_number"]
 
+
 class PlanError(ValueError):
     """The config lacks what a figure needs (one line naming it)."""
 

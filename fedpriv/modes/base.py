@@ -54,7 +54,10 @@ class Mode:
     * ``unaccounted``: what its clients send with ``unaccounted-metrics = true``;
     * ``plan``: ``plan(cfg, examples_per_client)`` -> the figures before training;
     * ``summary_key``: the summary.json block that reports it; ``report_label`` its name in
-      tables; ``noise_key``: the run-config key of its noise multiplier (None: no target ε);
+      tables; ``noise_key``: the run-config key of its noise multiplier and
+      ``epsilon_of_z(cfg, examples)`` its headline ε as a function of it (None: no target ε,
+      ``fedpriv epsilon --target-epsilon``); ``against``: whom its headline ε protects
+      against, one phrase (the console);
     * ``client_task``: what its clients run; ``server_noise``: the server adds the noise
       (a server-side DP wrapper); ``budgeted``: a server-side accountant can stop the run at
       ``max-epsilon``; ``poisson``: Poisson client sampling is allowed; ``audit``: the canary
@@ -75,6 +78,8 @@ class Mode:
     summary_key: str = "privacy"
     report_label: str = ""
     noise_key: str | None = None
+    epsilon_of_z: Callable[[Mapping[str, Any], int | None], Callable[[float], float]] | None = None
+    against: str = ""
     client_task: str = STANDARD_TASK
     server_noise: bool = False
     budgeted: bool = False
@@ -112,6 +117,8 @@ class Mode:
             raise ModeError(
                 f"privacy mode {self.name!r}: disclosure must list train and evaluate replies"
             )
+        if (self.noise_key is None) != (self.epsilon_of_z is None):
+            raise ModeError(f"privacy mode {self.name!r}: noise_key and epsilon_of_z go together")
         if self.audit not in (None, "client", "example", "plain"):
             raise ModeError(f"privacy mode {self.name!r}: audit = {self.audit!r} is unknown")
         return self

@@ -81,6 +81,13 @@ def plan(cfg: Mapping[str, Any], examples: int | None = None) -> dict[str, Any]:
     return out
 
 
+def epsilon_of_z(cfg: Mapping[str, Any], examples: int | None = None):
+    """ε(z) of a client in every round (:func:`fedpriv.accounting.target.dp_sgd_of_z`)."""
+    from fedpriv.accounting.target import dp_sgd_of_z
+
+    return dp_sgd_of_z(cfg, examples)
+
+
 MODE = Mode(
     name=NAME,
     params=DPSGDParams,
@@ -110,6 +117,8 @@ MODE = Mode(
     release_keys=("batch-size", "local-epochs"),
     report_label="DP-SGD",
     noise_key="dp-sgd-noise-multiplier",
+    epsilon_of_z=epsilon_of_z,
+    against="the server and observers (each client's example-level ε)",
     client_task=NAME,
     audit="example",
 )

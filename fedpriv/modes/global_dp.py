@@ -87,6 +87,14 @@ def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict
     return {"mode": MODE.name, "round_noise_multiplier": z_round, **plan_, **worst, "notes": notes}
 
 
+def epsilon_of_z(cfg: Mapping[str, Any], examples: int | None = None):
+    """ε(z) of the run's rounds at z·f (:func:`fedpriv.accounting.target.global_dp_of_z`)."""
+    from fedpriv.accounting.target import global_dp_of_z
+
+    del examples
+    return global_dp_of_z(cfg)
+
+
 MODE = Mode(
     name="global-dp",
     params=GlobalDPParams,
@@ -104,6 +112,8 @@ MODE = Mode(
     unaccounted=UNACCOUNTED,
     report_label="Global-DP",
     noise_key="noise-multiplier",
+    epsilon_of_z=epsilon_of_z,
+    against="clients and observers of the model (the server is trusted)",
     server_noise=True,
     budgeted=True,
     poisson=True,

@@ -90,6 +90,14 @@ def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict
     }
 
 
+def epsilon_of_z(cfg: Mapping[str, Any], examples: int | None = None):
+    """ε(z) of one level's Gaussian (:func:`fedpriv.accounting.target.zonal_of_z`)."""
+    from fedpriv.accounting.target import zonal_of_z
+
+    del examples
+    return zonal_of_z(cfg)
+
+
 MODE = Mode(
     name=NAME,
     params=ZonalParams,
@@ -121,5 +129,6 @@ MODE = Mode(
     summary_key="zonal",
     report_label="Zonal",
     noise_key="zonal-noise-multiplier",
+    epsilon_of_z=epsilon_of_z,
     client_task=NAME,
 )
