@@ -20,16 +20,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedpriv.modes import ModeError, dp_sgd, get, global_dp, name_of
 from fedpriv.runlog import from_json_number
 
 PREFIX = "fedpriv:"
 SEP = " · "
 NO_GUARANTEE = "no formal guarantee"
-# Whom a mode's ε protects against (the threat models of scenarios/privacy_modes.py).
-AGAINST = {
-    "global-dp": "clients and observers of the model (the server is trusted)",
-    "dp-sgd": "the server and observers (each client's example-level ε)",
-}
 OUTPUT_FILES = (
     "rounds.jsonl",
     "summary.json",
@@ -77,7 +73,7 @@ def _dp_figure(record: Mapping[str, Any]) -> str:
     if record.get("dp-epsilon") is not None:
         return (
             f"{head}, ε {num(record['dp-epsilon'])} so far (δ {num(record.get('dp-delta'))}) "
-            f"against {AGAINST['global-dp']}"
+            f"against {global_dp.MODE.against}"
         )
     if record.get("dp-no-epsilon"):
         return f"{head}, no ε ({_short(str(record['dp-no-epsilon']))})"
@@ -110,7 +106,7 @@ def privacy_figure(record: Mapping[str, Any]) -> str:
     if "dp-sgd-epsilon-max" in record:
         return (
             f"ε {num(record['dp-sgd-epsilon-max'])} so far, worst client, against "
-            + AGAINST["dp-sgd"]
+            + dp_sgd.MODE.against
         )
     if isinstance(record.get("ledger"), Mapping):
         return _ifca_figure(record)
@@ -141,7 +137,11 @@ def round_line(record: Mapping[str, Any], total_rounds: int, seconds: float) -> 
 def privacy_statement(summary: Mapping[str, Any]) -> str:
     """Mode, ε and δ and against whom — or "no formal guarantee" — from summary.json."""
     cfg = summary.get("config") or {}
-    mode = str(cfg.get("privacy", "none"))
+    mode = name_of(cfg)
+    try:
+        declared = get(mode)
+    except ModeError:  # a summary written by a mode this install does not know
+        declared = None
     figures = summary.get("privacy_figures") or {}
     if isinstance(summary.get("runs"), list):  # a comparison of several runs
         return f"{mode}: one figure per run (report.md and each run's summary.json)"
@@ -151,10 +151,10 @@ def privacy_statement(summary: Mapping[str, Any]) -> str:
     if isinstance(summary.get("zonal"), Mapping):
         zonal = {**summary["zonal"], "placement": cfg.get("noise-placement")}
         return f"zonal, {_zonal_figure(zonal)}"
-    if mode == "none":
-        return f"none: {NO_GUARANTEE} (no noise is added)"
+    if declared is not None and not declared.filters:  # a mode that protects nothing
+        return f"{mode}: {NO_GUARANTEE} (no noise is added)"
     if figures.get("epsilon") is not None:
-        whom = AGAINST.get(mode, "see the threat model of the mode")
+        whom = (declared and declared.against) or "see the threat model of the mode"
         return (
             f"{mode}: (ε = {num(figures['epsilon'])}, δ = {num(figures.get('delta'))})"
             f" [{figures.get('bound', '')}] against {whom}"

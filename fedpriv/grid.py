@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv.modes.registry import selected
 from fedpriv.records import RoundRecord, read_round_records
 from fedpriv.runlog import from_json_number
 
@@ -175,7 +176,7 @@ def load_run(path: str | Path) -> RunResult | None:
     seed = config.get("seed", summary.get("seed", int(match.group(1)) if match else 0))
     return RunResult(
         strategy=str(config.get("strategy", path.parent.parent.name)),
-        privacy=str(config.get("privacy", path.parent.name)),
+        privacy=str(selected(config) or path.parent.name),
         seed=int(seed),
         path=path,
         summary=summary,

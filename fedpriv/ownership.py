@@ -1,8 +1,9 @@
 """Clients own their privacy settings (issue 20, must-show 3): the server may not weaken them.
 
-In the modes whose threat model distrusts the server (``scenarios.privacy_modes``
-THREAT_MODELS: ``dp-sgd``; ``zonal`` for a client in an LDP zone; IFCA, GP's Laplace
-sanitizing on the client), the keys that decide what a client releases are the client's own:
+In the modes whose threat model distrusts the server (each mode's ``threat_model`` and
+``owned_keys`` in :mod:`fedpriv.modes`: ``dp-sgd``; ``zonal`` for a client in an LDP
+zone; IFCA, GP's Laplace sanitizing on the client), the keys that decide what a client
+releases are the client's own:
 their values come from the node's own config — ``context.run_config`` overlaid with
 ``context.node_config`` (node config wins; a deployment SuperNode sets them with
 ``--node-config "privacy='dp-sgd' dp-sgd-noise-multiplier=1.1 ..."``) — never from the
@@ -10,7 +11,7 @@ message. A message carrying such a key with another value is refused (:func:`ref
 ClientApp replies with an error naming the key and sends nothing else. Equal values are
 fine (the server sends the values it resolved).
 
-Which keys (:data:`OWNED_KEYS`):
+Which keys (:data:`OWNED_KEYS`, gathered from each mode's ``owned_keys``):
 
 * ``dp-sgd``: the mode, z, C, δ (DP-SGD's example-level (ε, δ), Abadi et al. 2016), and the
   batch size B and local epochs E, which enter ε through q = B/n and the number of steps
@@ -29,7 +30,7 @@ Issue 26: every node, in every mode, resolves its own spec (``scenarios.node_spe
 ``"auto"`` is resolved ON THE NODE — the scenario's z, C, δ, zones and placement, and the
 node's secure defaults for the opt-ins (:data:`NODE_SECURE_DEFAULTS`: false) and its state
 folder — never delegated to the server. The allow-list is declared here, once:
-:data:`PRIVACY_KEYS` (+ :data:`MODE_PRIVACY_KEYS`, ``seed`` for a node that opted in to
+:data:`PRIVACY_KEYS` (+ the mode's ``release_keys``, ``seed`` for a node that opted in to
 seeded noise) and :data:`DERIVED_KEYS` (client task, zone level, state folder, IFCA's
 evaluation split) must equal the node's own values; :data:`MESSAGE_KEYS` (round, a zone's
 sampled clients, super-node, zone id, IFCA ledger tag) and every other training key may
@@ -48,6 +49,7 @@ __all__ = [
     "NODE_SECURE_DEFAULTS",
     "OWNED_KEYS",
     "PRIVACY_KEYS",
+    "ZONE_NODE",
     "REFUSED_CODE",
     "client_mode",
     "owned_keys",
@@ -56,48 +58,32 @@ __all__ = [
     "same",
 ]
 
+from fedpriv.modes import ModeError, base, get, name_of, names
+from fedpriv.modes import ifca as ifca_mode
+from fedpriv.modes import zonal as zonal_mode
+
 AUTO = "auto"
-OPT_INS = ("unaccounted-metrics", "reproducible-noise")
-# the keys that decide a zonal client's zone, level, z, C and δ (owned by clients and zone nodes)
-ZONE_DECIDING = (
-    "privacy",
-    "noise-placement",
-    "ldp-fraction",
-    "hdp-fraction",
-    "num-zones",
-    "zone-assignment",
-    "zone-map",
-    "num-clients",
-    "zonal-noise-multiplier",
-    "zonal-clipping-norm",
-    "zonal-delta",
-)
+OPT_INS = base.OPT_INS
+ZONE_DECIDING = zonal_mode.ZONE_DECIDING
+ZONE_NODE = "zone-node"  # the zonal party (and client task) of a zone SuperNode
 # a node resolves these opt-ins itself: "auto" (or unset) is the secure value, never the
 # scenario's; the server does not send them unless the run config sets them (wire_config)
 NODE_SECURE_DEFAULTS: dict[str, Any] = {"reproducible-noise": False, "unaccounted-metrics": False}
 REFUSED_CODE = 20  # the error code of a refused message (issue 20); Flower's own are 0-8
 
-# server-distrusting mode -> the run-config keys that decide a client's privacy
-OWNED_KEYS: dict[str, tuple[str, ...]] = {
-    "dp-sgd": (
-        "privacy",
-        "dp-sgd-noise-multiplier",
-        "l2-norm-clip",
-        "dp-sgd-delta",
-        "batch-size",
-        "local-epochs",
-        *OPT_INS,
-    ),
-    "zonal": (*ZONE_DECIDING, *OPT_INS),
-    "zone-node": (*ZONE_DECIDING, "zonal-runtime", *OPT_INS),
-    "ifca": (
-        "ifca-noise-multiplier",
-        "leakage-budget",
-        "num-clients",
-        "validation-clients",
-        *OPT_INS,
-    ),
-}
+
+def _owned() -> dict[str, tuple[str, ...]]:
+    """Role -> owned keys, from every mode's declaration (``Mode.owned_keys``): a mode's
+    ``client`` party is keyed by the mode's name, any other party by the party's name."""
+    out: dict[str, tuple[str, ...]] = {}
+    for mode in (get(n) for n in names(selectable=False)):
+        for party, keys in mode.owned_keys.items():
+            out[mode.name if party == "client" else party] = tuple(keys)
+    return out
+
+
+# server-distrusting role -> the run-config keys that decide a client's privacy
+OWNED_KEYS: dict[str, tuple[str, ...]] = _owned()
 
 # THE allow-list (issue 26), one place. What decides a release in any mode: a message whose
 # value differs from the node's own spec is refused, whatever the node's mode.
@@ -119,8 +105,6 @@ PRIVACY_KEYS: tuple[str, ...] = (
     "validation-clients",
     *OPT_INS,
 )
-# mode -> keys that decide its release on top of PRIVACY_KEYS (DP-SGD: q = B/n, steps E/q)
-MODE_PRIVACY_KEYS: dict[str, tuple[str, ...]] = {"dp-sgd": ("batch-size", "local-epochs")}
 SEEDED_KEYS = ("seed",)  # decide the noise only when the node's own reproducible-noise is true
 # what a message may carry that the node does not decide itself (any value): the round, a
 # zone node's sampled client ids, the elected super-node, the zone id, IFCA's sweep label,
@@ -145,19 +129,25 @@ DERIVED_KEYS: tuple[str, ...] = (
 
 # values the client counts itself: no message may carry them
 CLIENT_COUNTED = ("dp-sgd-participations",)
-# mode -> its client task
-TASKS = {"dp-sgd": "dp-sgd", "zonal": "zonal", "zone-node": "zone-node", "ifca": "ifca"}
-ALL_OWNED = frozenset(k for keys in OWNED_KEYS.values() for k in keys)
 
 
 def owned_keys(mode: str) -> tuple[str, ...]:
     """The keys a ``mode`` client owns (empty for a mode that trusts the server)."""
-    return OWNED_KEYS.get(mode, ())
+    return _owned().get(mode, ())
+
+
+def _mode_or_none(name: str | None) -> base.Mode | None:
+    try:
+        return get(name)
+    except ModeError:
+        return None
 
 
 def privacy_keys(mode: str | None, reproducible: bool) -> tuple[str, ...]:
-    """The keys whose message value must equal the node's own (``mode``: its mode or None)."""
-    extra = MODE_PRIVACY_KEYS.get(mode or "", ())
+    """The keys whose message value must equal the node's own (``mode``: its role or None):
+    :data:`PRIVACY_KEYS` and the mode's own ``release_keys`` (DP-SGD: q = B/n, steps E/q)."""
+    declared = _mode_or_none(mode)
+    extra = declared.release_keys if declared else ()
     return (*PRIVACY_KEYS, *extra, *(SEEDED_KEYS if reproducible else ()))
 
 
@@ -215,22 +205,24 @@ def zone_node_level(own: Mapping[str, Any], zone: int) -> str | None:
 
 
 def client_mode(own: Mapping[str, Any], partition: int, message_task: str = "") -> str | None:
-    """The client's server-distrusting mode from its OWN config (None: it trusts the server).
+    """The client's server-distrusting role from its OWN config (None: it trusts the server).
 
-    ``dp-sgd``: own ``privacy = dp-sgd``; ``zonal``: own ``privacy = zonal`` in an LDP zone;
-    ``ifca``: an own ν > 0 or an IFCA message (``message_task``: GP's untrusted server).
+    A mode whose ``client`` party owns keys and has no zones (DP-SGD): its name; the zonal
+    mode: ``zonal`` in an LDP zone, ``zone-node`` for a zone SuperNode of an LDP or HDP
+    zone; IFCA: an own ν > 0 or an IFCA message (``message_task``: GP's untrusted server).
     """
-    privacy = own.get("privacy")
-    if privacy == "dp-sgd":
-        return "dp-sgd"
-    zone_node = message_task == TASKS["zone-node"] or own.get("zonal-runtime") == "zone-nodes"
-    if privacy == "zonal" and zone_node:
-        return "zone-node" if zone_node_level(own, partition) in ("ldp", "hdp") else None
-    if privacy == "zonal" and zonal_level(own, partition) == "ldp":
-        return "zonal"
+    mode = _mode_or_none(name_of({**own, "client-task": ""}))
+    zonal = mode is zonal_mode.MODE
+    if mode is not None and mode.party_keys("client") and not zonal and mode.selectable:
+        return mode.name
+    zone_node = message_task == ZONE_NODE or own.get("zonal-runtime") == "zone-nodes"
+    if zonal and zone_node:
+        return ZONE_NODE if zone_node_level(own, partition) in ("ldp", "hdp") else None
+    if zonal and zonal_level(own, partition) == "ldp":
+        return mode.name
     nu = own.get("ifca-noise-multiplier", AUTO)
-    if (nu != AUTO and float(nu) > 0) or message_task == TASKS["ifca"]:
-        return "ifca"
+    if (nu != AUTO and float(nu) > 0) or message_task == ifca_mode.MODE.client_task:
+        return ifca_mode.MODE.name
     return None
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv.grid import Groups, RunResult, collect_results
+from fedpriv.modes import ModeError, dp_sgd, get
 from fedpriv.records import PrivacyFigures
 from fedpriv.report_plots import (  # noqa: F401  (mean_roc: part of the report's API)
     mean_roc,
@@ -143,6 +144,14 @@ def privacy_figures(run: RunResult) -> dict[str, Any]:
     }
 
 
+def _protects(mode: str) -> bool:
+    """False for a mode that protects nothing (``Mode.filters = False``, e.g. none)."""
+    try:
+        return get(mode).filters
+    except ModeError:  # a result written by a mode this install does not know
+        return True
+
+
 def privacy_table(groups: Groups, strategies: Sequence[str], modes: Sequence[str]) -> str | None:
     """Rows (strategy, privacy mode ≠ none) with z, σ, d, ε, δ (mean over seeds)."""
     rows = []
@@ -150,7 +159,7 @@ def privacy_table(groups: Groups, strategies: Sequence[str], modes: Sequence[str
         for mode in modes:
             runs = groups.get((strategy, mode), [])
             figs = [privacy_figures(r) for r in runs]
-            if mode == "none" or not any(v is not None for f in figs for v in f.values()):
+            if not _protects(mode) or not any(v is not None for f in figs for v in f.values()):
                 continue
             row = [STRATEGY_LABELS.get(strategy, strategy), PRIVACY_LABELS.get(mode, mode)]
             row.append(next((f["bound"] for f in figs if f["bound"]), DASH))
@@ -188,8 +197,8 @@ def dpsgd_client_table(groups: Groups, strategies: Sequence[str]) -> str | None:
     per_strategy = {}
     for strategy in strategies:
         eps: dict[str, list[float]] = {}
-        for run in groups.get((strategy, "dp-sgd"), []):
-            block = run.summary.get("privacy", {}).get("dp_sgd", {})
+        for run in groups.get((strategy, dp_sgd.MODE.name), []):
+            block = run.summary.get(dp_sgd.MODE.summary_key, {}).get("dp_sgd", {})
             for client, value in (block.get("epsilon_per_client") or {}).items():
                 number = from_json_number(value)
                 if number is not None:

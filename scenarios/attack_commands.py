@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedpriv.modes.registry import selected
 from fedpriv.names import STRATEGIES as STRATEGY_NAMES
 from scenarios import multirun
 from scenarios.feature import Catalog, Command
@@ -370,7 +371,7 @@ def _attack_membership(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     text = membership_report(results)
     curves = {
-        f"{r.get('strategy')} {r.get('privacy')} s{r.get('seed')}": (
+        f"{r.get('strategy')} {selected(r)} s{r.get('seed')}": (
             r["roc"]["fpr"],
             r["roc"]["tpr"],
         )
@@ -399,7 +400,7 @@ def _lira_section(args, dirs: list[Path], results: list[dict], curves: dict) -> 
             f"TPR@0.1%FPR {lira['tpr_at_0.1pct_fpr']:.3f} ({args.lira_references} reference "
             f"models x {args.lira_epochs} epochs on half the server validation split)\n"
         )
-        curves[f"LiRA {r.get('privacy')} s{r.get('seed')}"] = (
+        curves[f"LiRA {selected(r)} s{r.get('seed')}"] = (
             lira["roc"]["fpr"],
             lira["roc"]["tpr"],
         )

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from fedpriv.modes import mode_of
 from scenarios.attack_commands import ATTACK_COMMAND, CIA_KIND, cia_complete
 from scenarios.feature import Catalog, Feature, Scenario
 from scenarios.keys_attacks import KEYS
@@ -250,7 +251,7 @@ def run_cia(grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     }
     doc = {
         "strategy": cfg["strategy"],
-        "privacy": cfg["privacy"],
+        "privacy": mode_of(cfg).name,
         "info": info,
         "present": present["rounds"],
         "absent": absent["rounds"],

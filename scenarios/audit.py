@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
+from fedpriv.modes import get, global_dp, metric_dp, mode_of, names
 from scenarios.feature import Catalog, Command, Feature
 from scenarios.keys_audit import KEYS
 from scenarios.schema import ConfigError
@@ -55,9 +56,17 @@ from scenarios.schema import ConfigError
 if TYPE_CHECKING:
     from fedpriv.audit.canaries import CanarySet
 
-AUDITED_MODES = ("none", "global-dp", "metric-dp", "dp-sgd")
-DP_WRAPPER_MODES = ("global-dp", "metric-dp")  # client-level canaries through the DP wrapper
-EXAMPLE_MODES = ("dp-sgd",)  # example-level canaries (inserted examples)
+# what each mode supports is its own declaration (``Mode.audit``): client-level canaries
+# through the DP wrapper (``client``), example-level canaries (``example``, inserted
+# examples), canaries without noise (``plain``), or no audit (None)
+CLIENT_CANARIES, EXAMPLE_CANARIES = "client", "example"
+
+
+def audited_modes() -> tuple[str, ...]:
+    """The modes a canary audit supports."""
+    return tuple(n for n in names() if get(n).audit is not None)
+
+
 MEAN_STRATEGIES = ("fedavg", "fedprox")
 
 
@@ -76,18 +85,15 @@ def check_audit_config(cfg: Mapping[str, Any], catalog: Catalog) -> None:
             f"0 for scenario {cfg['scenario']!r} of kind {kind!r} (canary audits run "
             "standard-kind scenarios)",
         )
-    if audit_enabled(cfg) and cfg["privacy"] not in AUDITED_MODES:
+    mode = mode_of(cfg)
+    if audit_enabled(cfg) and mode.audit is None:
         raise ConfigError(
             "audit-canaries",
             cfg["audit-canaries"],
-            "0 with privacy = " + str(cfg["privacy"]) + " (canary audits support privacy = "
-            + " | ".join(AUDITED_MODES) + ")",
+            "0 with privacy = " + mode.name + " (canary audits support privacy = "
+            + " | ".join(audited_modes()) + ")",
         )  # fmt: skip
-    if (
-        audit_enabled(cfg)
-        and cfg["privacy"] in DP_WRAPPER_MODES
-        and cfg["dp-weighting"] != "uniform"
-    ):
+    if audit_enabled(cfg) and mode.audit == CLIENT_CANARIES and cfg["dp-weighting"] != "uniform":
         # example weights: a canary would carry the mean real weight and an "all replies"
         # denominator, so its sensitivity is not the accounted C·w_max/W (measured: 14x less)
         raise ConfigError(
@@ -117,7 +123,7 @@ def canary_set(cfg: Mapping[str, Any], weights: list[np.ndarray]) -> CanarySet:
 
 def with_canaries(strategy, cfg: Mapping[str, Any], weights: list[np.ndarray] | None):
     """``CanaryInsertion`` around the privacy-wrapped ``strategy`` when auditing."""
-    if not audit_enabled(cfg) or cfg["privacy"] in EXAMPLE_MODES:
+    if not audit_enabled(cfg) or mode_of(cfg).audit == EXAMPLE_CANARIES:
         return strategy
     if weights is None:
         raise ValueError("with_canaries needs the initial weights (the canaries' shapes)")
@@ -147,10 +153,10 @@ def _dp_history(strategy) -> list[dict]:
 
 def mechanism_text(cfg: Mapping[str, Any]) -> str:
     """What the audited mechanism is, in one line."""
-    mode = cfg["privacy"]
-    if mode == "global-dp":
+    mode = mode_of(cfg)
+    if mode is global_dp.MODE:
         return "server-side fixed clipping + Gaussian noise, sigma = z*C/m (SPEC 3.1)"
-    if mode == "metric-dp":
+    if mode is metric_dp.MODE:
         return (
             f"server-side clipping + Gaussian noise, sigma = z*C/(m*d), d on "
             f"{cfg['distance-on']} client models (SPEC 3.2; canaries move d)"
@@ -162,10 +168,10 @@ def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict
     """The accountant's figures next to the audit (module docstring)."""
     from fedpriv.audit.audit import canary_upper_bound
 
-    mode, delta = cfg["privacy"], float(cfg["dp-delta"])
+    mode, delta = mode_of(cfg), float(cfg["dp-delta"])
     z, m = float(cfg.get("noise-multiplier", 0.0)), _noise_clients(cfg)
     out: dict[str, Any] = {"epsilon_upper_bound": None, "epsilon_upper_bound_run": None}
-    if mode == "global-dp" and cfg["strategy"] in MEAN_STRATEGIES:
+    if mode is global_dp.MODE and cfg["strategy"] in MEAN_STRATEGIES:
         bound = canary_upper_bound(
             noise_multiplier=z,
             num_sampled_clients=m,
@@ -175,11 +181,11 @@ def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict
         )
         out["epsilon_upper_bound"] = None if bound is None else _num(bound["epsilon"])
         out["upper_bound"] = bound
-    elif mode == "global-dp":
+    elif mode is global_dp.MODE:
         out["upper_bound_note"] = "no canary bound: the aggregate is not a weighted mean"
-    if mode == "global-dp":
+    if mode is global_dp.MODE:
         out["epsilon_upper_bound_run"] = _run_headline(cfg, len(canary.real_reports))
-    if mode == "metric-dp":
+    if mode is metric_dp.MODE:
         clip = float(cfg["clipping-norm"])
         sigmas = [r.get("dp-sigma") for r in dp_history if r.get("dp-noised")]
         fixed = canary.denominator == "fixed m"
@@ -238,7 +244,7 @@ def audit_outcome(
     """
     if not audit_enabled(cfg):
         return None
-    if cfg["privacy"] in EXAMPLE_MODES:
+    if mode_of(cfg).audit == EXAMPLE_CANARIES:
         return example_audit(cfg, strategy, data, predict)
     canary = find_canary_wrapper(strategy)
     if canary is None:
@@ -268,7 +274,7 @@ def audit_outcome(
         "audit_failed": bool(failed),
         "delta": result["delta"],
         "mechanism": mechanism_text(cfg),
-        "privacy": cfg["privacy"],
+        "privacy": mode_of(cfg).name,
         "noise_multiplier": float(cfg.get("noise-multiplier", 0.0)),
         "adjacency": "add/remove one canary client that takes part in every round (client level)",
         "threat_model": result["threat_model"],
@@ -356,7 +362,7 @@ def example_audit(cfg: Mapping[str, Any], strategy, data: Any, predict: Any) -> 
         "upper_bound_accountant": ACCOUNTANT_TEXT,
         "upper_bound_note": "an upper bound for the batching the clients run: Poisson-sampled "
         "batches, accounted as the Poisson-subsampled Gaussian (PLD/RDP)",
-        "privacy": cfg["privacy"],
+        "privacy": mode_of(cfg).name,
         "noise_multiplier": float(cfg["dp-sgd-noise-multiplier"]),
         "adjacency": "add/remove one training example of one client (example level)",
         "threat_model": "final",

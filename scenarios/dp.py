@@ -31,6 +31,7 @@ import numpy as np
 
 from fedpriv import seeds
 from fedpriv.disclosure import unaccounted_channels
+from fedpriv.modes import global_dp, metric_dp, mode_of
 from fedpriv.participation import Participation
 from fedpriv.records import PrivacyFigures, mean_of
 from scenarios.feature import Catalog, Command, Feature
@@ -38,7 +39,10 @@ from scenarios.keys_dp import KEYS
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
 
-DP_MODES = ("global-dp", "metric-dp")
+# the server-noise modes this feature wraps (their declarations: fedpriv.modes)
+SERVER_NOISE_MODES = (global_dp.MODE, metric_dp.MODE)
+DP_MODES = tuple(m.name for m in SERVER_NOISE_MODES)
+PRIVACY_BLOCK = "privacy"  # the summary.json block of the server-noise modes
 
 SENSITIVITY_NOTE = (
     "The (epsilon, delta) accounting is of the Gaussian mechanism on the mean of the clipped "
@@ -68,7 +72,7 @@ def conditional_accounting(cfg: Mapping[str, Any]) -> bool:
 
 
 def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
-    """The DP wrapper of ``cfg["privacy"]`` around the Message-API ``strategy``.
+    """The DP wrapper of the config's privacy mode around the Message-API ``strategy``.
 
     ``rng`` (the run's sampling Generator) is deliberately not used for the noise. The noise
     Generator is OS entropy unless the run sets ``reproducible-noise`` (then the seeded
@@ -89,7 +93,7 @@ def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator)
         accept_failures=bool(cfg["accept-failures"]),
         weighting=str(cfg["dp-weighting"]),
     )
-    if cfg["privacy"] == "metric-dp":
+    if mode_of(cfg) is metric_dp.MODE:
         return MetricDP(
             strategy,
             distance_on=cfg["distance-on"],
@@ -121,9 +125,10 @@ def check_max_epsilon(cfg: Mapping[str, Any], catalog: Catalog) -> None:
     if value == 0:
         return
     allowed = "0 (no budget) unless privacy = global-dp around a mean (not fedmedian)"
-    if cfg["privacy"] != "global-dp" or catalog.kind(cfg) != "standard":
+    mode = mode_of(cfg)
+    if not mode.budgeted or catalog.kind(cfg) != "standard":
         raise ConfigError(
-            "max-epsilon", value, f"{allowed} (privacy = {cfg['privacy']}: no server-side epsilon)"
+            "max-epsilon", value, f"{allowed} (privacy = {mode.name}: no server-side epsilon)"
         )
     if cfg["strategy"] in NOT_A_MEAN_STRATEGIES:
         raise ConfigError("max-epsilon", value, f"{allowed}: {cfg['strategy']} has no epsilon")
@@ -139,7 +144,7 @@ def check_dp_config(cfg: Mapping[str, Any], catalog: Catalog) -> None:
         )
     if cfg["client-sampling"] != "poisson":
         return
-    if cfg["privacy"] not in ("none", "global-dp") or catalog.kind(cfg) != "standard":
+    if not mode_of(cfg).poisson or catalog.kind(cfg) != "standard":
         raise ConfigError(
             "client-sampling", "poisson", "fixed unless privacy = none | global-dp (standard run)"
         )
@@ -161,10 +166,12 @@ def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
     from fedpriv.accounting.rounds import global_dp_epsilon
     from fedpriv.dp import METRIC_HEURISTIC
 
-    mode = cfg["privacy"]
-    if mode == "zonal":  # zonal's figures are in summary["zonal"]; what left its clients:
-        return {"privacy": {"mode": mode, "unaccounted": unaccounted_channels(cfg)}}
-    if mode not in DP_MODES:
+    declared = mode_of(cfg)
+    mode = declared.name
+    if declared.summary_key != PRIVACY_BLOCK and declared.selectable:
+        # a mode reported in its own block (zonal): here only what left its clients
+        return {PRIVACY_BLOCK: {"mode": mode, "unaccounted": unaccounted_channels(cfg)}}
+    if declared not in SERVER_NOISE_MODES:
         return {}
     trained = [r for r in rounds if r.get("round", 0) > 0]
     noised = _noised_rounds(rounds)
@@ -185,13 +192,13 @@ def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
         "sensitivity_note": SENSITIVITY_NOTE,
         "unaccounted": unaccounted_channels(cfg),
     }
-    if mode == "global-dp" and cfg["strategy"] in NOT_A_MEAN_STRATEGIES:
+    if declared is global_dp.MODE and cfg["strategy"] in NOT_A_MEAN_STRATEGIES:
         from strategies.dp_core import NO_EPSILON_NOT_A_MEAN
 
         block["guarantee"] = NO_EPSILON_NOT_A_MEAN
         block["epsilon"] = None
         return {"privacy": block, **_figures(cfg, block, None, "no ε: not a mean (FedMedian)")}
-    if mode == "global-dp":
+    if declared is global_dp.MODE:
         report = global_dp_epsilon(
             [r.get("dp-round-noise-multiplier", r.get("dp-sum-noise-multiplier")) for r in noised],
             Participation.from_config(cfg),
@@ -225,7 +232,7 @@ def _figures(
     if report is not None:
         bound = "; ".join(dict.fromkeys(str(report.get(k, "")) for k in ("adjacency", "sampling")))
     figures = PrivacyFigures(
-        mode=cfg["privacy"],
+        mode=mode_of(cfg).name,
         bound=bound,
         noise_multiplier=float(cfg["noise-multiplier"]),
         sigma_mean=mean_of(block["sigma_per_round"]),
@@ -325,7 +332,7 @@ FEATURE = Feature(
     name="dp",
     description="Server-side global DP (sigma = z*C/m) and metric DP (sigma = z*C/(m*d)).",
     keys=KEYS,
-    privacy_modes=tuple(declare(mode, build_dp_wrapper) for mode in DP_MODES),
+    privacy_modes=tuple(declare(mode, build_dp_wrapper) for mode in SERVER_NOISE_MODES),
     summary=privacy_summary,
     checks=(check_dp_config, check_max_epsilon),
     commands=(

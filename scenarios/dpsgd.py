@@ -32,12 +32,15 @@ import numpy as np
 
 from fedpriv.disclosure import unaccounted_channels
 from fedpriv.dpsgd import ACCOUNTANT_TEXT, ADJACENCY_TEXT, SAMPLING_TEXT
+from fedpriv.modes import dp_sgd, mode_of
 from fedpriv.records import PrivacyFigures
 from scenarios.feature import Catalog, Feature
 from scenarios.keys_dpsgd import KEYS
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
 from scenarios.task_names import DPSGD_TASK as TASK
+
+DPSGD_MODE = dp_sgd.MODE
 
 
 def __getattr__(name: str) -> Any:
@@ -72,7 +75,7 @@ def dpsgd_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
     ε per client is the latest figure the client reported (its own accounting); a client
     that was never sampled has ε = 0 (its data was never used).
     """
-    if cfg["privacy"] != TASK:
+    if mode_of(cfg) is not DPSGD_MODE:
         return {}
     never = {str(p): 0.0 for p in range(int(cfg["num-clients"]))}
     bound = {**never, **_last_per_client(rounds, "dp-sgd-epsilon")}
@@ -118,7 +121,7 @@ def check_microbatches(cfg: Mapping[str, Any], catalog: Catalog) -> None:
     """``microbatches`` must be 0: DP-SGD clips each example (the option went with
     tensorflow-privacy; clipping means of several examples would double the sensitivity)."""
     del catalog
-    if cfg["privacy"] == TASK and cfg["microbatches"] != 0:
+    if mode_of(cfg) is DPSGD_MODE and cfg["microbatches"] != 0:
         raise ConfigError(
             "microbatches", cfg["microbatches"], "0 (DP-SGD clips each example on its own)"
         )
@@ -128,7 +131,7 @@ FEATURE = Feature(
     name="dp-sgd",
     description="Client-side DP-SGD (Poisson batches), example-level epsilon per client.",
     keys=KEYS,
-    privacy_modes=(declare(TASK, _wrapper),),
+    privacy_modes=(declare(DPSGD_MODE, _wrapper),),
     client_tasks=(TASK,),
     summary=dpsgd_summary,
     checks=(check_microbatches,),

@@ -61,6 +61,8 @@ from fedpriv.checkpoint import capture_state
 from fedpriv.console import round_line
 from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
+from fedpriv.modes import mode_of
+from fedpriv.modes.registry import selected
 from fedpriv.participation import Participation
 from fedpriv.plots import plot_accuracy_per_round, plot_roc
 from fedpriv.records import RoundRecord
@@ -131,7 +133,7 @@ def build_strategy(
     from scenarios.audit import with_canaries
 
     strategy = build_stock_strategy(cfg)
-    strategy = catalog.wrapper(cfg["privacy"])(strategy, cfg, rng)
+    strategy = catalog.wrapper(mode_of(cfg).name)(strategy, cfg, rng)
     strategy = with_canaries(strategy, cfg, weights)
     strategy = ValidUpdatesOnly(
         strategy, on_invalid=cfg["invalid-update"], accept_failures=cfg["accept-failures"]
@@ -215,7 +217,7 @@ def write_final_outputs(
             r.get("distributed", {}).get("accuracy", np.nan) for r in rounds if r["round"] > 0
         ],
     }
-    title = f"{cfg['scenario']} {cfg['strategy']} {cfg['privacy']} seed {cfg['seed']}"
+    title = f"{cfg['scenario']} {cfg['strategy']} {selected(cfg)} seed {cfg['seed']}"
     plot_accuracy_per_round(series, runlog.dir / "accuracy.png", title=title)
     plot_roc({"micro": micro_roc_curve(data.y_test, proba)}, runlog.dir / "roc.png", title=title)
     np.savez(runlog.dir / "test_predictions.npz", y_true=data.y_test, proba=proba)

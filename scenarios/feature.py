@@ -23,10 +23,11 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from fedpriv.modes import Mode
+from fedpriv.modes.registry import KEY as MODE_KEY
 from scenarios.schema import AUTO, ConfigError, KeySpec, choice, default_output_dir, resolve
 
 RunConfig = dict[str, Any]
-MISSING = object()  # a PrivacyMode field left undeclared
 # fn(strategy, cfg, rng) -> strategy: the privacy wrapper around the stock strategy
 WrapperBuilder = Callable[[Any, Mapping[str, Any], Any], Any]
 # fn(grid, cfg, catalog) -> None: one scenario kind's server-side run
@@ -39,58 +40,57 @@ Check = Callable[[Mapping[str, Any], "Catalog"], None]
 
 @dataclass(frozen=True)
 class PrivacyMode:
-    """One privacy mode, declared in one place (issue 20, point 8).
+    """The Flower side of one privacy mode: its registered declaration and its server wrapper.
 
-    ``wrapper`` builds its server-side strategy wrapper; ``disclosure`` is what its clients
-    may send (message kind -> metric keys, :func:`fedpriv.disclosure.policy`; ``None`` only
-    for a mode that protects nothing, listed in ``fedpriv.disclosure.UNFILTERED_MODES``);
-    ``plan(cfg, examples_per_client)`` its figures before training
-    (:func:`fedpriv.accounting.planning.privacy_plan`); ``summary_key`` the summary.json
-    block that reports it; ``threat_model`` who is trusted for what, one sentence per party;
-    ``owned_keys`` the run-config keys its clients own when the mode distrusts the server
-    (:func:`fedpriv.ownership.owned_keys`: the ClientApp refuses a message that changes one).
-    The catalog refuses a mode without a disclosure policy (fail closed).
+    ``mode`` is the mode's whole declaration (:class:`fedpriv.modes.Mode`, one module per
+    mode: parameters, threat model, ε against each party, owned keys, disclosure, planning,
+    report fields); ``wrapper`` builds its server-side strategy wrapper. The catalog refuses
+    a mode that is not the registered one (:func:`check_mode`): what the server plans and
+    wraps is what the ClientApp enforces, from one declaration.
     """
 
     name: str
     wrapper: WrapperBuilder
-    disclosure: Mapping[str, frozenset[str]] | None | object = MISSING
-    plan: Callable[..., dict] | None = None
-    summary_key: str = "privacy"
-    threat_model: Mapping[str, str] = field(default_factory=dict)
-    owned_keys: tuple[str, ...] = ()
+    mode: Mode
+
+    @property
+    def disclosure(self) -> Mapping[str, frozenset[str]] | None:
+        """What its clients may send (kind -> metric keys; None: the mode filters nothing)."""
+        return self.mode.disclosure if self.mode.filters else None
+
+    @property
+    def plan(self) -> Callable[..., dict]:
+        """``plan(cfg, examples_per_client)``: its figures before training."""
+        return self.mode.plan
+
+    @property
+    def summary_key(self) -> str:
+        """The summary.json block that reports it."""
+        return self.mode.summary_key
+
+    @property
+    def threat_model(self) -> Mapping[str, str]:
+        """Who is trusted for what, one sentence per party."""
+        return self.mode.threat_model
+
+    @property
+    def owned_keys(self) -> tuple[str, ...]:
+        """The run-config keys its clients own (empty: they trust the server)."""
+        return self.mode.party_keys("client")
 
 
 def check_mode(mode: PrivacyMode) -> PrivacyMode:
-    """``mode`` if its declaration is complete; ValueError (one line) otherwise."""
-    from fedpriv.disclosure import UNFILTERED_MODES, policy
-    from fedpriv.ownership import owned_keys
+    """``mode`` if it wraps the registered declaration of its name; ValueError otherwise."""
+    from fedpriv.modes import get
 
-    if mode.disclosure is MISSING or (
-        mode.disclosure is None and mode.name not in UNFILTERED_MODES
-    ):
+    registered = get(mode.name)  # ModeError (a ValueError) for an unregistered mode
+    if registered is not mode.mode:
         raise ValueError(
-            f"privacy mode {mode.name!r} declares no disclosure policy (what its clients may "
-            "send): refused, modes fail closed"
+            f"privacy mode {mode.name!r}: the Flower side wraps a declaration that is not the "
+            "registered one (fedpriv.modes): refused, modes fail closed"
         )
-    try:
-        enforced = policy(mode.name)
-    except ValueError as err:
-        raise ValueError(
-            f"privacy mode {mode.name!r}: the ClientApp enforces no policy: {err}"
-        ) from None
-    if enforced != mode.disclosure:
-        raise ValueError(
-            f"privacy mode {mode.name!r}: declared disclosure differs from the policy the "
-            "ClientApp enforces (fedpriv.disclosure)"
-        )
-    if tuple(mode.owned_keys) != owned_keys(mode.name):
-        raise ValueError(
-            f"privacy mode {mode.name!r}: declared client-owned keys differ from the keys the "
-            "ClientApp enforces (fedpriv.ownership)"
-        )
-    if mode.plan is None or not mode.threat_model:
-        raise ValueError(f"privacy mode {mode.name!r} needs a planning function and a threat model")
+    if not callable(mode.wrapper):
+        raise ValueError(f"privacy mode {mode.name!r} declares no server wrapper builder")
     return mode
 
 
@@ -160,8 +160,8 @@ class Catalog:
         )
         keys = _unique([(k.name, k) for f in features for k in f.keys], "key")
         modes = tuple(self.privacy_modes)
-        keys["privacy"] = replace(
-            keys["privacy"], check=choice(modes), allowed="one of " + " | ".join(modes)
+        keys[MODE_KEY] = replace(
+            keys[MODE_KEY], check=choice(modes), allowed="one of " + " | ".join(modes)
         )
         self.keys: Mapping[str, KeySpec] = MappingProxyType(keys)
         self.scenarios: Mapping[str, Scenario] = MappingProxyType(

@@ -54,6 +54,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fedpriv.modes import mode_of
+from fedpriv.modes import zonal as zonal_mode
 from fedpriv.zonal import NOISE_PLACEMENTS, WEIGHTINGS, ZONE_ASSIGNMENTS, ZonalPlan
 from scenarios.schema import boolean, choice, integer, key, real, text
 
@@ -135,7 +137,8 @@ ZONAL_RUNTIMES = (ZONE_NODES, IN_SERVER)
 
 def zone_nodes(cfg: Mapping[str, Any]) -> bool:
     """True when the run's zones are SuperNodes of their own (``zonal-runtime = zone-nodes``)."""
-    return cfg.get("privacy") == "zonal" and cfg.get("zonal-runtime", ZONE_NODES) == ZONE_NODES
+    zonal = mode_of(cfg) is zonal_mode.MODE
+    return zonal and cfg.get("zonal-runtime", ZONE_NODES) == ZONE_NODES
 
 
 def federation_size(cfg: Mapping[str, Any]) -> int:

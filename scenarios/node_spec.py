@@ -24,10 +24,10 @@ server code. ``"auto"`` resolves ON THE NODE:
   a per-run folder under ``$FEDPRIV_STATE_ROOT``.
 
 **The allow-list** (:mod:`fedpriv.ownership`, one place: ``PRIVACY_KEYS``,
-``MODE_PRIVACY_KEYS``, ``SEEDED_KEYS``, ``DERIVED_KEYS``, ``MESSAGE_KEYS``). A message may carry
-the global arrays, ``server-round``, a zone node's sampled ``zonal-clients``, the elected
-super-node, the zone id, IFCA's ledger tag, and any training key outside those lists (learning
-rate, optimizer, ...). A privacy key or a derived key (the client task the node's own mode
+each mode's ``release_keys``, ``SEEDED_KEYS``, ``DERIVED_KEYS``, ``MESSAGE_KEYS``). A message
+may carry the global arrays, ``server-round``, a zone node's sampled ``zonal-clients``, the
+elected super-node, the zone id, IFCA's ledger tag, and any training key outside those lists
+(learning rate, optimizer, ...). A privacy key or a derived key (the client task the node's own mode
 implies, its zone level, its state folder, IFCA's evaluation split) whose value differs from
 the spec gets an error reply naming the key (``REFUSED_CODE``), in every mode, for a node that
 sets nothing as for one that sets everything. ``seed`` is a privacy key only for a node whose
@@ -61,6 +61,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from fedpriv.modes import ifca, mode_of, names
+from fedpriv.modes import zonal as zonal_mode
+from fedpriv.modes.base import STANDARD_TASK
+from fedpriv.modes.registry import KEY as MODE_KEY
 from fedpriv.ownership import (
     CLIENT_COUNTED,
     DERIVED_KEYS,
@@ -86,7 +90,9 @@ from scenarios import (
     keys_zonal,
 )
 from scenarios.schema import AUTO, ConfigError, KeySpec, choice, default_output_dir, resolve
-from scenarios.task_names import DPSGD_TASK, IFCA_TASK, ZONAL_TASK, ZONE_NODE_TASK
+from scenarios.task_names import IFCA_TASK, ZONE_NODE_TASK
+
+IFCA_MODE = ifca.MODE.name  # the role of an IFCA node (fedpriv.ownership.client_mode)
 
 __all__ = ["NodeSpec", "catalog_snapshot", "node_keys", "node_spec", "resolve_node"]
 
@@ -131,13 +137,18 @@ def load_snapshot() -> Mapping[str, Any]:
 
 @lru_cache(maxsize=1)
 def node_keys() -> Mapping[str, KeySpec]:
-    """Every run-config key, declared as the server declares it (``privacy``: a known mode)."""
+    """Every run-config key, declared as the server declares it (``privacy``: a registered
+    mode, :func:`fedpriv.modes.names`, looked up when checked)."""
     keys = {spec.name: spec for module in KEY_MODULES for spec in module.KEYS}
-    modes = tuple(load_snapshot()["modes"])
-    keys["privacy"] = KeySpec(
-        "privacy", keys["privacy"].default, choice(modes), "one of " + " | ".join(modes)
+    keys[MODE_KEY] = KeySpec(
+        MODE_KEY, keys[MODE_KEY].default, _registered_mode, "a registered privacy mode"
     )
     return MappingProxyType(keys)
+
+
+def _registered_mode(value: Any) -> str:
+    """A check for one of the modes registered now (a mode a test registers included)."""
+    return choice(names())(value)
 
 
 def resolve_node(own: Mapping[str, Any]) -> dict[str, Any]:
@@ -177,7 +188,7 @@ def _plan_cells(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _expand(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """``cfg`` and the variants its own keys declare (see the module docstring)."""
     out = [cfg]
-    if _kind(cfg) == ZONAL_COMPARE and cfg["privacy"] == "zonal":
+    if _kind(cfg) == ZONAL_COMPARE and mode_of(cfg) is zonal_mode.MODE:
         try:
             runs = keys_zonal.compare_variants(cfg)
         except ValueError as err:
@@ -197,19 +208,18 @@ def node_mode(cfg: Mapping[str, Any], partition: int, message_task: str = "") ->
     """The node's server-distrusting mode in variant ``cfg`` (None: it trusts the server):
     :func:`fedpriv.ownership.client_mode` on the resolved values; IFCA by the scenario kind."""
     if _kind(cfg) == IFCA_KIND or message_task == IFCA_TASK:
-        return "ifca"
+        return IFCA_MODE
     return client_mode({**cfg, "ifca-noise-multiplier": AUTO}, partition, message_task)
 
 
 def expected_task(cfg: Mapping[str, Any], mode: str | None) -> str:
     """The client task the node's own config implies."""
-    if mode == "ifca":
+    if mode == IFCA_MODE:
         return IFCA_TASK
-    if cfg["privacy"] == DPSGD_TASK:
-        return DPSGD_TASK
-    if cfg["privacy"] == "zonal":
-        return ZONE_NODE_TASK if keys_zonal.zone_nodes(cfg) else ZONAL_TASK
-    return "standard"
+    declared = mode_of(cfg)
+    if declared is zonal_mode.MODE:
+        return ZONE_NODE_TASK if keys_zonal.zone_nodes(cfg) else declared.client_task
+    return declared.client_task
 
 
 @dataclass(frozen=True)
@@ -233,7 +243,7 @@ class NodeSpec:
     def derived(self, cfg: Mapping[str, Any], mode: str | None) -> dict[str, Any]:
         """The derived keys of variant ``cfg``: task, zone level, state folder, IFCA split."""
         out: dict[str, Any] = {"client-task": expected_task(cfg, mode)}
-        if cfg["privacy"] == "zonal":
+        if mode_of(cfg) is zonal_mode.MODE:
             level = (
                 zone_node_level(cfg, self.partition)
                 if keys_zonal.zone_nodes(cfg)
@@ -242,7 +252,7 @@ class NodeSpec:
             if level is not None:
                 out["zonal-level"] = level
         out[STATE_DIR_KEY] = self.state_dir_of(cfg)
-        if mode == "ifca":
+        if mode == IFCA_MODE:
             first = int(cfg["num-clients"]) - int(cfg["validation-clients"])
             out["ifca-eval-split"] = "all" if self.partition >= first else "test"
         return out
@@ -262,8 +272,8 @@ class NodeSpec:
         # an opt-in left out is the node's to decide (the server sends none it left at auto)
         kept = {k: self.base[k] for k in keys if k not in NODE_SECURE_DEFAULTS}
         asked = {**kept, **sent}
-        if not task and (kind == "train" or mode == "ifca"):  # IFCA has its own types
-            asked.setdefault("client-task", "standard")
+        if not task and (kind == "train" or mode == IFCA_MODE):  # IFCA has its own types
+            asked.setdefault("client-task", STANDARD_TASK)
         wanted = {k: cfg[k] for k in keys} | self.derived(cfg, mode)
         for rank, (key, value) in enumerate(wanted.items()):
             if key in asked and asked[key] != AUTO and not same(asked[key], value):

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fedpriv.modes.registry import selected
 from fedpriv.validation import check_choice, check_int, check_real
 
 AUTO = "auto"
@@ -125,7 +126,7 @@ def resolve(
 def default_output_dir(cfg: Mapping[str, Any]) -> str:
     """``runs/<scenario>-<strategy>-<privacy>-s<seed>``: the output directory of a resolved
     config that leaves ``output-dir`` empty (server and node derive it the same way)."""
-    return f"runs/{cfg['scenario']}-{cfg['strategy']}-{cfg['privacy']}-s{cfg['seed']}"
+    return f"runs/{cfg['scenario']}-{cfg['strategy']}-{selected(cfg)}-s{cfg['seed']}"
 
 
 def toml_lines(keys: Iterable[KeySpec]) -> list[str]:

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedpriv.data.resize import IMAGE_DATASETS, deviation_note
+from fedpriv.modes import dp_sgd, mode_of
 from scenarios.feature import Feature, Scenario
 from scenarios.fused import check_evaluate_in_train
 from scenarios.ifca import SCENARIOS as IFCA_SCENARIOS
@@ -102,8 +103,9 @@ def speed_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
 def check_mixed_precision(cfg: Mapping[str, Any], catalog: Any) -> None:
     """``mixed-precision`` is refused with DP-SGD (its clipping and noise stay float32)."""
     del catalog
-    if cfg.get("mixed-precision") and cfg.get("privacy") == "dp-sgd":
-        raise ConfigError("mixed-precision", True, "false with privacy = 'dp-sgd'")
+    mode = mode_of(cfg)
+    if cfg.get("mixed-precision") and mode is dp_sgd.MODE:
+        raise ConfigError("mixed-precision", True, f"false with privacy = {mode.name!r}")
 
 
 FEATURE = Feature(

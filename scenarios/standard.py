@@ -2,7 +2,7 @@
 
 Data flow of the standard kind: validated config -> federated data (server val/test) ->
 partition discovery -> initial weights (server pretraining for FedAvgM/FedOpt/FedYogi) ->
-stock strategy -> privacy wrapper (``Catalog.wrapper(cfg["privacy"])``) -> update
+stock strategy -> privacy wrapper (``Catalog.wrapper`` of the config's mode) -> update
 validation -> round recorder -> ``Strategy.start`` (resumable: a checkpoint per round,
 :mod:`scenarios.resume`) -> rounds.jsonl / summary.json / plots.
 
@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from fedpriv.data import PATH_DATASETS
+from fedpriv.modes.none import MODE as NO_MODE
 from scenarios import launch
 from scenarios.feature import Catalog, Feature, Scenario
 from scenarios.keys_standard import KEYS
@@ -139,7 +140,7 @@ FEATURE = Feature(
     name="standard",
     description="Stock strategies (FedAvg ... FedYogi) on Keras clients; the core keys.",
     keys=KEYS,
-    privacy_modes=(declare("none", lambda strategy, cfg, rng: strategy),),
+    privacy_modes=(declare(NO_MODE, lambda strategy, cfg, rng: strategy),),
     scenarios=SCENARIOS,
     runners={"standard": run_standard},
     client_tasks=("standard",),

@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedpriv import seeds
+from fedpriv.modes import mode_of
+from fedpriv.modes import zonal as zonal_mode
 from fedpriv.runlog import RunLog, read_rounds
 from fedpriv.zonal import (
     NOISE_PLACEMENTS,
@@ -68,6 +70,8 @@ from scenarios.keys_zonal import (
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
 from scenarios.task_names import ZONAL_TASK, ZONE_NODE_TASK
+
+ZONAL_MODE = zonal_mode.MODE
 
 if TYPE_CHECKING:
     from flwr.serverapp import Grid
@@ -115,9 +119,12 @@ SCENARIOS = (
 
 def check_zonal(cfg: Mapping[str, Any], catalog: Catalog) -> None:
     """Cross-key checks of the zonal feature (only when ``privacy = "zonal"``)."""
-    if cfg["privacy"] != "zonal":
+    mode = mode_of(cfg)
+    if mode is not ZONAL_MODE:
         if catalog.kind(cfg) == KIND:
-            raise ConfigError("privacy", cfg["privacy"], f"'zonal' for scenario {cfg['scenario']}")
+            raise ConfigError(
+                "privacy", mode.name, f"{ZONAL_MODE.name!r} for scenario {cfg['scenario']}"
+            )
         return
     n, s = int(cfg["num-clients"]), int(cfg["num-zones"])
     if s > n:
@@ -226,7 +233,7 @@ def build_zonal_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generat
 
 def zonal_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
     """Summary block: plan, election log and final ε of a zonal run."""
-    if cfg["privacy"] != "zonal":
+    if mode_of(cfg) is not ZONAL_MODE:
         return {}
     plan = plan_from_config(cfg)
     done = [r for r in rounds if r.get("round", 0) > 0 and "zonal" in r]
@@ -311,7 +318,7 @@ FEATURE = Feature(
     name="zonal",
     description="Zones with elected super-nodes; noise at client / super-node / server (HDP).",
     keys=KEYS,
-    privacy_modes=(declare("zonal", build_zonal_wrapper, summary_key="zonal"),),
+    privacy_modes=(declare(ZONAL_MODE, build_zonal_wrapper),),
     scenarios=SCENARIOS,
     runners={KIND: run_zonal_compare},
     client_tasks=(ZONAL_TASK, ZONE_NODE_TASK),

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fedpriv.accounting.planning import PlanError, privacy_plan
 from fedpriv.disclosure import allowed_metric_keys, filter_metrics, policy
+from fedpriv.modes import ModeError, get, names, register
+from fedpriv.modes import global_dp as global_dp_module
+from fedpriv.modes.base import PUBLIC, Mode
+from fedpriv.modes.registry import unregister
 from fedpriv.participation import Participation
 from scenarios.feature import Catalog, Feature, PrivacyMode
 from scenarios.features import CATALOG, FEATURES
@@ -20,26 +26,61 @@ def _with(mode: PrivacyMode) -> Catalog:
     return Catalog([*FEATURES, Feature(name="dummy", description="d", privacy_modes=(mode,))])
 
 
-def test_a_mode_without_a_disclosure_policy_is_refused():
-    with pytest.raises(ValueError, match="'dummy' declares no disclosure policy"):
-        _with(PrivacyMode("dummy", _identity, plan=lambda c, e=None: {}, threat_model={"s": "x"}))
-    with pytest.raises(ValueError, match="'dummy' declares no disclosure policy"):
-        _with(PrivacyMode("dummy", _identity, disclosure=None, threat_model={"s": "x"}))
+DUMMY = Mode(
+    name="dummy",
+    params=global_dp_module.GlobalDPParams,
+    threat_model={"server": "x."},
+    epsilon_against={"server": "none"},
+    plan=lambda cfg, examples=None: {},
+    disclosure={"train": PUBLIC, "evaluate": PUBLIC},
+)
 
 
-def test_a_policy_the_client_app_does_not_enforce_is_refused():
-    own = {"train": frozenset({"num-examples"}), "evaluate": frozenset()}
-    with pytest.raises(ValueError, match="ClientApp enforces no policy"):
-        _with(PrivacyMode("dummy", _identity, disclosure=own, plan=privacy_plan,
-                          threat_model={"server": "x"}))  # fmt: skip
-    with pytest.raises(ValueError, match="differs from the policy"):
-        _with(PrivacyMode("global-dp", _identity, disclosure=own, plan=privacy_plan,
-                          threat_model={"server": "x"}))  # fmt: skip
+def test_a_mode_without_a_disclosure_policy_is_refused_at_registration():
+    with pytest.raises(ModeError, match="'dummy' declares no disclosure policy"):
+        register(dataclasses.replace(DUMMY, disclosure=None))
+    with pytest.raises(ModeError, match="train and evaluate"):
+        register(dataclasses.replace(DUMMY, disclosure={"train": PUBLIC}))
+    assert "dummy" not in names()
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"threat_model": {}}, "no threat_model"),
+        ({"epsilon_against": {}}, "no epsilon_against"),
+        ({"plan": None}, "no planning function"),
+        ({"params": dict}, "frozen dataclass"),
+        ({"audit": "sometimes"}, "audit"),
+    ],
+)
+def test_an_incomplete_mode_is_refused_at_registration(change, match):
+    with pytest.raises(ModeError, match=match):
+        register(dataclasses.replace(DUMMY, **change))
+    assert "dummy" not in names()
+
+
+def test_a_flower_side_mode_must_be_the_registered_declaration():
+    with pytest.raises(ValueError, match="'dummy' is not a privacy mode"):
+        _with(PrivacyMode("dummy", _identity, DUMMY))  # never registered
+    copy = dataclasses.replace(get("global-dp"))
+    with pytest.raises(ValueError, match="not the registered one"):
+        _with(PrivacyMode("global-dp", _identity, copy))
+    register(DUMMY)
+    try:
+        assert _with(declare(DUMMY, _identity)).modes["dummy"].mode is DUMMY
+        with pytest.raises(ModeError, match="declared twice"):
+            register(dataclasses.replace(DUMMY))
+    finally:
+        unregister("dummy")
+    with pytest.raises(ModeError, match="built in"):
+        unregister("global-dp")
 
 
 def test_every_declared_mode_is_complete_and_modes_are_unique():
     for name, mode in CATALOG.modes.items():
         assert mode.plan is not None and mode.threat_model, name
+        assert mode.mode is get(name) and mode.mode.epsilon_against, name
         assert all(s.strip().endswith(".") for s in mode.threat_model.values()), name
         assert CATALOG.privacy_modes[name] is mode.wrapper
     with pytest.raises(ValueError, match="declared by two features"):
@@ -56,11 +97,11 @@ def test_zonal_threat_model_says_whom_each_runtime_trusts():
 
 def test_unknown_modes_fail_closed_in_disclosure_and_planning():
     cfg = {"privacy": "dummy"}
-    with pytest.raises(ValueError, match="'dummy' has no disclosure policy"):
+    with pytest.raises(ValueError, match="'dummy' is not a privacy mode.*no disclosure policy"):
         allowed_metric_keys(cfg, "train")
-    with pytest.raises(ValueError, match="'dummy' has no disclosure policy"):
+    with pytest.raises(ValueError, match="'dummy' is not a privacy mode.*no disclosure policy"):
         filter_metrics(cfg, "train", {"train-loss": 0.1})
-    with pytest.raises(PlanError, match="'dummy' has no planning function"):
+    with pytest.raises(PlanError, match="'dummy' is not a privacy mode.*no planning function"):
         privacy_plan(cfg)
     assert policy("none") is None  # declared: protects nothing, filters nothing
     assert filter_metrics({"privacy": "none"}, "train", {"x": 1}) == {"x": 1}

@@ -89,15 +89,18 @@ def _sends(disclosure: Mapping[str, Iterable[str]] | None) -> str:
 
 
 def threat_models_markdown(catalog: Any) -> str:
-    """Per privacy mode: a table of the parties and what each is trusted with, then the keys
-    its clients own and the metrics its clients may send (besides the model)."""
+    """Per privacy mode: a table of the parties and what each is trusted with, then the ε it
+    reports against each party, the keys its clients own and the metrics its clients may send
+    (besides the model)."""
     lines: list[str] = []
     for name, mode in catalog.modes.items():
         lines += [f"### `{name}`", ""]
         rows = [(escape(party), escape(text)) for party, text in mode.threat_model.items()]
         lines += list_table(("party", "trusted with / sees"), rows, "20 80")
         owned = ", ".join(f"`{k}`" for k in mode.owned_keys)
+        against = "; ".join(f"{p}: {escape(e)}" for p, e in mode.mode.epsilon_against.items())
         lines += [
+            f"- ε reported against each party: {against}.",
             f"- Keys its clients own: {owned or 'none (the clients take the server values)'}.",
             f"- Metrics a client may send besides the model: {_sends(mode.disclosure)}.",
             "",

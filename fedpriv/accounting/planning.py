@@ -7,7 +7,8 @@ the per-round series and notes. It imports no TensorFlow, Ray or matplotlib and 
 any population size. :func:`headline_epsilon` is the one number (config -> ε) other tools
 compare against (e.g. empirical lower bounds of an audit).
 
-Per privacy mode:
+Per privacy mode (each in its own module of :mod:`fedpriv.modes`, its ``plan``; the
+helpers shared by the Gaussian modes stay here):
 
 * ``global-dp``: client level, the server-side Gaussian (σ = z·C/m'), ``client-sampling``
   fixed (replace-one, m of N without replacement) or poisson (add/remove-one), uniform
@@ -33,45 +34,31 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import fedpriv.accounting.gaussian as gaussian
-from fedpriv.accounting.events import labels_for
 
-__all__ = ["privacy_plan", "headline_epsilon", "PlanError"]
-
-METRIC_NOTE = (
-    "metric DP is a heuristic: sigma = z*C/(m*d) with a data-dependent distance d; no "
-    "epsilon. With distance-on = clipped, sigma >= z*sqrt(L)/(2m) (L = number of layers)."
-)
+__all__ = ["privacy_plan", "headline_epsilon", "PlanError", "gaussian_plan", "json_number"]
 
 
 class PlanError(ValueError):
     """The config lacks what a figure needs (one line naming it)."""
 
 
-def _num(value: Any) -> Any:
+def json_number(value: Any) -> Any:
     """JSON-safe number: infinities as ``"inf"``."""
     if isinstance(value, float) and math.isinf(value):
         return "inf"
     return value
 
 
-def _sampled(cfg: Mapping[str, Any]) -> tuple[int, int]:
-    """(clients per round, population) of :class:`fedpriv.participation.Participation`."""
-    from fedpriv.participation import Participation
-
-    part = Participation.from_config(cfg)
-    return part.per_round, part.population
-
-
 def _series(reports: list) -> dict[str, list]:
     return {
         "round": [r.rounds for r in reports],
-        "epsilon": [_num(r.epsilon) for r in reports],
-        "epsilon_pld": [_num(r.epsilon_pld) for r in reports],
-        "epsilon_rdp": [_num(r.epsilon_rdp) for r in reports],
+        "epsilon": [json_number(r.epsilon) for r in reports],
+        "epsilon_pld": [json_number(r.epsilon_pld) for r in reports],
+        "epsilon_rdp": [json_number(r.epsilon_rdp) for r in reports],
     }
 
 
-def _gaussian_plan(
+def gaussian_plan(
     z: float, rounds: int, sampled: int, population: int, delta: float, sampling: str
 ) -> dict[str, Any]:
     reports = gaussian.epsilon_per_round_series(
@@ -85,9 +72,9 @@ def _gaussian_plan(
     )
     last = reports[-1]
     return {
-        "epsilon": _num(last.epsilon),
-        "epsilon_pld": _num(last.epsilon_pld),
-        "epsilon_rdp": _num(last.epsilon_rdp),
+        "epsilon": json_number(last.epsilon),
+        "epsilon_pld": json_number(last.epsilon_pld),
+        "epsilon_rdp": json_number(last.epsilon_rdp),
         "headline_from": last.headline_from,
         "delta": delta,
         "accountant": last.accountant,
@@ -170,7 +157,7 @@ def reply_losses(cfg: Mapping[str, Any]) -> list[str]:
     return reasons
 
 
-def _worst_case(cfg: Mapping[str, Any], z: float, rounds: int, delta: float) -> dict[str, Any]:
+def worst_case(cfg: Mapping[str, Any], z: float, rounds: int, delta: float) -> dict[str, Any]:
     """The ε of every round aggregating a single reply (weight 1 of 1: multiplier z/m'), the
     most any outcome of :func:`reply_losses` charges; {} when no reply can be left out."""
     from fedpriv.accounting.rounds import global_dp_epsilon
@@ -184,7 +171,7 @@ def _worst_case(cfg: Mapping[str, Any], z: float, rounds: int, delta: float) -> 
     z_one = z / part.noise_clients
     report = global_dp_epsilon([z_one] * rounds, part, delta=delta, weighting=weighting)
     return {
-        "epsilon_worst_case": _num(report.get("epsilon")),
+        "epsilon_worst_case": json_number(report.get("epsilon")),
         "epsilon_worst_case_condition": (
             "every outcome the config allows (" + "; ".join(reasons) + "): down to one "
             f"reply per round, multiplier z/m' = {z_one:.6g}"
@@ -192,156 +179,16 @@ def _worst_case(cfg: Mapping[str, Any], z: float, rounds: int, delta: float) -> 
     }
 
 
-def _global_dp(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Global DP by the run's own ε function, fed the worst round the config allows.
-
-    Uniform weights: the run's multiplier ``z·m/m'`` (equal to the run's figure). Example
-    weights: ``z/(m'·w_max)`` with w_max the worst over any sample of the partition's
-    example counts (loaded from the data), or w_max = 1 when they cannot be loaded — never
-    below what the run charges.
-    """
-    from fedpriv.accounting.rounds import global_dp_epsilon, is_conditional
-    from fedpriv.participation import Participation
-
-    part = Participation.from_config(cfg)
-    if str(cfg.get("strategy", "fedavg")) in NOT_A_MEAN:
-        note = "no epsilon: the median's sensitivity is not C/m (FedMedian is not a mean)"
-        return {"mode": "global-dp", "epsilon": None, "notes": [note]}
-    z = float(cfg.get("noise-multiplier", 0.0))
-    weighting = str(cfg.get("dp-weighting", "uniform"))
-    rounds, delta = int(cfg.get("num-server-rounds", 1)), float(cfg.get("dp-delta", 1e-5))
-    notes = ["client-level DP of the server-side Gaussian mechanism (every round noised)"]
-    factor, factor_notes = global_dp_round_factor(cfg)
-    z_round = z * factor
-    notes += factor_notes
-    conditional = is_conditional(weighting, part)
-    plan = _gaussian_plan(
-        z_round, rounds, part.population if conditional else part.per_round,
-        part.population, delta, part.sampling,
-    )  # fmt: skip
-    report = global_dp_epsilon([z_round] * rounds, part, delta=delta, weighting=weighting)
-    for key in ("epsilon", "epsilon_pld", "epsilon_rdp", "headline_from"):
-        plan[key] = _num(report.get(key))
-    plan.update({k: report[k] for k in ("accountant", "adjacency", "sampling")})
-    if part.noise_clients != part.per_round:
-        notes.append(
-            f"sigma is calibrated to m' = {part.noise_clients} for {part.per_round} sampled clients"
-        )
-    worst = _worst_case(cfg, z, rounds, delta)
-    if worst:
-        plan["epsilon_condition"] = ALL_REPLY_CONDITION
-        notes.append(
-            f"epsilon {plan['epsilon']} {ALL_REPLY_CONDITION}; epsilon_worst_case "
-            f"{worst['epsilon_worst_case']}: {worst['epsilon_worst_case_condition']}"
-        )
-    return {"mode": "global-dp", "round_noise_multiplier": z_round, **plan, **worst, "notes": notes}
-
-
-def _dp_sgd(cfg: Mapping[str, Any], examples: int | None) -> dict[str, Any]:
-    from fedpriv import dpsgd
-
-    rounds = int(cfg.get("num-server-rounds", 1))
-    local = int(cfg.get("local-epochs", 1))
-    out: dict[str, Any] = {
-        "mode": "dp-sgd",
-        "delta": float(cfg.get("dp-sgd-delta", 1e-5)),
-        "accountant": dpsgd.ACCOUNTANT_TEXT,
-        "adjacency": dpsgd.ADJACENCY_TEXT,
-        "sampling": dpsgd.SAMPLING_TEXT,
-        "notes": ["worst case: a client sampled in every round (epochs = local-epochs x rounds)"],
-    }
-    if examples is None:
-        out.update(epsilon=None, notes=out["notes"] + ["pass the client's example count"])
-        return out
-    batch = int(cfg.get("batch-size", 32))
-    common = dict(
-        num_examples=int(examples),
-        batch_size=batch,
-        local_epochs=local,
-        noise_multiplier=float(cfg.get("dp-sgd-noise-multiplier", 1.0)),
-        delta=out["delta"],
-    )
-    per_round = [dpsgd.client_epsilon(**common, participations=r) for r in range(1, rounds + 1)]
-    out.update(
-        epsilon=_num(per_round[-1].epsilon),
-        rounds=rounds,
-        per_round={
-            "round": list(range(1, rounds + 1)),
-            "epsilon": [_num(e.epsilon) for e in per_round],
-        },
-    )
-    return out
-
-
-def _zonal(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    sampled, population = _sampled(cfg)
-    z = float(cfg.get("zonal-noise-multiplier", 0.0))
-    rounds = int(cfg.get("num-server-rounds", 1))
-    delta = float(cfg.get("zonal-delta", 1e-5))
-    unsampled = _gaussian_plan(z, rounds, population, population, delta, "fixed")
-    amplified = _gaussian_plan(z, rounds, sampled, population, delta, "fixed")
-    return {
-        "mode": "zonal",
-        "placement": cfg.get("noise-placement"),
-        **unsampled,
-        "epsilon_with_sampling_amplification": amplified["epsilon"],
-        "notes": [
-            "headline: one noising level's Gaussian (z) for a client in every round, without "
-            "amplification by sampling - what holds against the party that samples",
-            "epsilon_with_sampling_amplification assumes the observer does not know who was "
-            "sampled; HDP's eps/sqrt(k) aggregator figures are heuristics (see docs/scenarios.md)",
-            "against whom: LDP noise (at the client) holds against everyone; HDP noise (at the "
-            "zone) only against the server beyond the zone aggregator, none against the zone "
-            "aggregator, which runs in the ServerApp; CDP noise only against observers of the "
-            "global model",
-        ],
-    }
-
-
-def _ifca(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    nu = float(cfg.get("ifca-noise-multiplier", 0.0))
-    per = None if nu == 0 else "n/nu per participation (n = number of model parameters)"
-    return {
-        "mode": "ifca",
-        "epsilon": None,
-        "leakage_per_participation": per,
-        "noise_multiplier": nu,
-        "notes": [
-            "GP leakage is a heuristic relative to the data-dependent scale ||delta||; "
-            "no (epsilon, delta) guarantee"
-            if nu
-            else "nu = 0: no sanitization"
-        ],
-    }
-
-
 def privacy_plan(cfg: Mapping[str, Any], *, examples_per_client: int | None = None) -> dict:
-    """All privacy figures the config implies (see the module docstring)."""
-    mode = str(cfg.get("privacy", "none"))
-    if "ifca-noise-multiplier" in cfg and str(cfg.get("scenario-kind", "")) == "ifca":
-        return _ifca(cfg)
-    if mode == "global-dp":
-        return _global_dp(cfg)
-    if mode == "metric-dp":
-        sampled, population = _sampled(cfg)
-        return {
-            "mode": "metric-dp",
-            "epsilon": None,
-            "heuristic": METRIC_NOTE,
-            "distance_on": cfg.get("distance-on", "clipped"),
-            **{k: v for k, v in labels_for("fixed", sampled, population).items()},
-            "accountant": "none (heuristic)",
-        }
-    if mode == "dp-sgd":
-        return _dp_sgd(cfg, examples_per_client)
-    if mode == "zonal":
-        return _zonal(cfg)
-    if mode == "none":
-        return {"mode": mode, "epsilon": "inf", "notes": ["no privacy mechanism"]}
-    raise PlanError(
-        f"privacy = {mode!r} has no planning function; expected one of "
-        "none | global-dp | metric-dp | dp-sgd | zonal"
-    )
+    """All privacy figures the config implies: its mode's own planning function
+    (``fedpriv.modes.<mode>.plan``); :class:`PlanError` for an unknown mode."""
+    from fedpriv.modes import ModeError, mode_of
+
+    try:
+        mode = mode_of(cfg)
+    except ModeError as err:
+        raise PlanError(f"{err}: it has no planning function") from None
+    return mode.plan(cfg, examples_per_client)
 
 
 def headline_epsilon(cfg: Mapping[str, Any], *, examples_per_client: int | None = None) -> float:

@@ -24,21 +24,21 @@ from typing import Any
 from fedpriv.accounting.budget import REL_TOL, smallest_noise_multiplier
 from fedpriv.accounting.planning import PlanError, global_dp_round_factor
 
-__all__ = ["epsilon_function", "noise_for_target", "TARGET_MODES"]
+__all__ = ["epsilon_function", "noise_for_target", "target_modes"]
 
-TARGET_MODES = ("global-dp", "dp-sgd", "zonal")
-NOISE_KEYS = {
-    "global-dp": "noise-multiplier",
-    "dp-sgd": "dp-sgd-noise-multiplier",
-    "zonal": "zonal-noise-multiplier",
-}
+
+def target_modes() -> tuple[str, ...]:
+    """The modes with an ε to target (``Mode.epsilon_of_z``)."""
+    from fedpriv.modes import get, names
+
+    return tuple(n for n in names() if get(n).epsilon_of_z is not None)
 
 
 def _as_float(value: Any) -> float:
     return math.inf if value == "inf" else float(value)
 
 
-def _global_dp(cfg: Mapping[str, Any]) -> Callable[[float], float]:
+def global_dp_of_z(cfg: Mapping[str, Any]) -> Callable[[float], float]:
     from fedpriv.accounting.rounds import global_dp_epsilon
     from fedpriv.participation import Participation
 
@@ -56,7 +56,7 @@ def _global_dp(cfg: Mapping[str, Any]) -> Callable[[float], float]:
     return epsilon
 
 
-def _dp_sgd(cfg: Mapping[str, Any], examples: int | None) -> Callable[[float], float]:
+def dp_sgd_of_z(cfg: Mapping[str, Any], examples: int | None) -> Callable[[float], float]:
     from fedpriv import dpsgd
 
     if examples is None:
@@ -71,7 +71,7 @@ def _dp_sgd(cfg: Mapping[str, Any], examples: int | None) -> Callable[[float], f
     return lambda z: float(dpsgd.client_epsilon(**common, noise_multiplier=z).epsilon)
 
 
-def _zonal(cfg: Mapping[str, Any]) -> Callable[[float], float]:
+def zonal_of_z(cfg: Mapping[str, Any]) -> Callable[[float], float]:
     from fedpriv.accounting.gaussian import dp_epsilon
 
     population = int(cfg.get("num-clients", 1))
@@ -85,16 +85,18 @@ def epsilon_function(
     cfg: Mapping[str, Any], *, examples_per_client: int | None = None
 ) -> Callable[[float], float]:
     """ε(z) of the config's privacy mode (module docstring); PlanError if it has none."""
-    mode = str(cfg.get("privacy", "none"))
-    if mode == "global-dp":
-        return _global_dp(cfg)
-    if mode == "dp-sgd":
-        return _dp_sgd(cfg, examples_per_client)
-    if mode == "zonal":
-        return _zonal(cfg)
-    raise PlanError(
-        f"privacy = {mode!r} has no epsilon to target; expected one of " + " | ".join(TARGET_MODES)
-    )
+    from fedpriv.modes import ModeError, mode_of, name_of
+
+    try:
+        mode = mode_of(cfg)
+    except ModeError as err:
+        raise PlanError(str(err)) from None
+    if mode.epsilon_of_z is None:
+        raise PlanError(
+            f"privacy = {name_of(cfg)!r} has no epsilon to target; expected one of "
+            + " | ".join(target_modes())
+        )
+    return mode.epsilon_of_z(cfg, examples_per_client)
 
 
 def noise_for_target(
@@ -107,10 +109,12 @@ def noise_for_target(
     """The smallest noise multiplier with ε <= ``target`` for this config, and its ε."""
     epsilon_of = epsilon_function(cfg, examples_per_client=examples_per_client)
     z, epsilon = smallest_noise_multiplier(epsilon_of, target, rel_tol=rel_tol)
-    mode = str(cfg["privacy"])
+    from fedpriv.modes import mode_of
+
+    mode = mode_of(cfg)
     return {
-        "mode": mode,
-        "key": NOISE_KEYS[mode],
+        "mode": mode.name,
+        "key": mode.noise_key,
         "noise_multiplier": z,
         "epsilon": epsilon,
         "target_epsilon": float(target),

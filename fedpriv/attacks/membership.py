@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
+from fedpriv.modes.registry import selected
+
 # Keras' epsilon: sparse categorical cross-entropy clips probabilities to [eps, 1 - eps].
 EPSILON = 1e-7
 
@@ -231,7 +233,7 @@ def membership_from_run(
         "run_dir": str(run_dir),
         "scenario": cfg.get("scenario"),
         "strategy": cfg.get("strategy"),
-        "privacy": cfg.get("privacy"),
+        "privacy": selected(cfg),
         "seed": cfg.get("seed"),
         **result.as_dict(),
     }

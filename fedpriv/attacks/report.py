@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fedpriv import reporting  # noqa: E402
+from fedpriv.modes.registry import selected  # noqa: E402
 from fedpriv.reporting import PRIVACY_LABELS, STRATEGY_LABELS, save_figure  # noqa: E402
 
 # Table labels are shared with the grid report (one place for the names).
@@ -109,8 +110,8 @@ def cia_report(
     cia_reading, n_shadow, ...) and ``wall_seconds``.
     """
     strategies = _ordered({c["strategy"] for c in cells}, list(STRATEGY_LABELS))
-    privacies = _ordered({c["privacy"] for c in cells}, list(PRIVACY_LABELS))
-    by = {(c["strategy"], c["privacy"]): c for c in cells}
+    privacies = _ordered({selected(c) for c in cells}, list(PRIVACY_LABELS))
+    by = {(c["strategy"], selected(c)): c for c in cells}
     cols = [_label(PRIVACY_LABELS, p) for p in privacies]
     out = [f"# {title}", ""]
     info = next((c.get("info") for c in cells if c.get("info")), {}) or {}
@@ -270,14 +271,14 @@ def plot_cia_auc(cells: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     """One panel per strategy: AUC per round, a colour per privacy mode, solid = target
     present, dashed = target absent; 0.5 dotted."""
     strategies = _ordered({c["strategy"] for c in cells}, list(STRATEGY_LABELS))
-    privacies = _ordered({c["privacy"] for c in cells}, list(PRIVACY_LABELS))
+    privacies = _ordered({selected(c) for c in cells}, list(PRIVACY_LABELS))
     colours = {p: f"C{i}" for i, p in enumerate(privacies)}
     ncol = min(3, len(strategies))
     nrow = math.ceil(len(strategies) / ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 2.6 * nrow + 0.5), squeeze=False)
     for ax in axes.flat[len(strategies) :]:
         ax.axis("off")
-    by = {(c["strategy"], c["privacy"]): c for c in cells}
+    by = {(c["strategy"], selected(c)): c for c in cells}
     for ax, s in zip(axes.flat, strategies):
         for p in privacies:
             cell = by.get((s, p))
@@ -385,7 +386,7 @@ def membership_report(results: Sequence[Mapping[str, Any]]) -> str:
         [
             r.get("scenario"),
             _label(STRATEGY_LABELS, str(r.get("strategy"))),
-            _label(PRIVACY_LABELS, str(r.get("privacy"))),
+            _label(PRIVACY_LABELS, str(selected(r))),
             r.get("seed"),
             r["auc"],
             r["advantage"],
@@ -426,9 +427,9 @@ def membership_report(results: Sequence[Mapping[str, Any]]) -> str:
         "",
     ]
     strategies = _ordered({str(r.get("strategy")) for r in results}, list(STRATEGY_LABELS))
-    privacies = _ordered({str(r.get("privacy")) for r in results}, list(PRIVACY_LABELS))
+    privacies = _ordered({str(selected(r)) for r in results}, list(PRIVACY_LABELS))
     if len(privacies) > 1 or len(strategies) > 1:
-        grid = {(str(r.get("strategy")), str(r.get("privacy"))): r for r in results}
+        grid = {(str(r.get("strategy")), str(selected(r))): r for r in results}
         rows = [
             [_label(STRATEGY_LABELS, s)]
             + [

@@ -29,6 +29,7 @@ import numpy as np
 from scipy import stats
 
 from fedpriv.attacks.membership import LOW_FPRS, roc_points, tpr_at_fpr
+from fedpriv.modes.registry import selected
 
 __all__ = ["logit_confidence", "offline_lira_scores", "lira_result", "lira_from_run"]
 
@@ -158,5 +159,5 @@ def lira_from_run(
         x_targets=x_t, y_targets=y_t, is_member=is_member, x_reference=data.x_val,
         y_reference=data.y_val, references=references, seed=seed,
     )  # fmt: skip
-    out.update(run_dir=str(run_dir), privacy=cfg.get("privacy"), reference_epochs=epochs)
+    out.update(run_dir=str(run_dir), privacy=selected(cfg), reference_epochs=epochs)
     return out

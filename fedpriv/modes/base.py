@@ -1,0 +1,124 @@
+"""The declaration every privacy mode makes, in its own module (issue 26, "modes as objects").
+
+A :class:`Mode` holds a mode's whole declaration: its typed parameters, who it trusts and
+the ε it reports against each party (``epsilon_against``), the run-config keys each party
+owns, what its clients may send (disclosure) and what leaves them unaccounted with the
+opt-in, its planning function (``fedpriv epsilon``) and where its figures are reported.
+The math side lives here (no Flower); the Flower side (the server wrapper builder) is
+attached by ``scenarios.privacy_modes.declare``.
+
+A declaration is checked when it is registered (:func:`fedpriv.modes.registry.register`):
+an incomplete one raises there, i.e. at import of its module (fail closed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["Mode", "ModeError", "OPT_INS", "PUBLIC", "STANDARD_TASK", "frozen"]
+
+OPT_INS = ("unaccounted-metrics", "reproducible-noise")  # every owning party owns these
+PUBLIC = frozenset({"num-examples"})  # public metadata every reply may carry (weights)
+STANDARD_TASK = "standard"  # the client task of a mode whose clients train as usual
+# fn(cfg, examples_per_client) -> the plan dict of ``fedpriv epsilon``
+Plan = Callable[[Mapping[str, Any], "int | None"], dict]
+
+
+class ModeError(ValueError):
+    """A mode that is unknown or declared incompletely (one line naming it)."""
+
+
+def frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A read-only copy of ``mapping``."""
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One privacy mode's whole declaration.
+
+    * ``params``: a frozen dataclass type with ``from_config(cfg)``, the mode's parameters;
+    * ``threat_model``: party -> who is trusted for what (one sentence each);
+    * ``epsilon_against``: party -> the ε (or "none") this mode reports against that party;
+    * ``owned_keys``: party (``client``, ``zone-node``) -> the run-config keys that party
+      owns: a message that changes one is refused (:mod:`fedpriv.ownership`);
+      ``release_keys``: keys that decide its release on top of
+      :data:`fedpriv.ownership.PRIVACY_KEYS` (a message may not change them either);
+    * ``disclosure``: message kind (``train`` | ``evaluate``) -> the metric keys a reply may
+      carry without the opt-in; ``None`` only with ``filters = False`` (a mode that protects
+      nothing, e.g. ``none``);
+    * ``unaccounted``: what its clients send with ``unaccounted-metrics = true``;
+    * ``plan``: ``plan(cfg, examples_per_client)`` -> the figures before training;
+    * ``summary_key``: the summary.json block that reports it; ``report_label`` its name in
+      tables; ``noise_key``: the run-config key of its noise multiplier and
+      ``epsilon_of_z(cfg, examples)`` its headline ε as a function of it (None: no target ε,
+      ``fedpriv epsilon --target-epsilon``); ``against``: whom its headline ε protects
+      against, one phrase (the console);
+    * ``client_task``: what its clients run; ``server_noise``: the server adds the noise
+      (a server-side DP wrapper); ``budgeted``: a server-side accountant can stop the run at
+      ``max-epsilon``; ``poisson``: Poisson client sampling is allowed; ``audit``: the canary
+      audit it supports (``client`` | ``example`` | ``plain`` | None);
+    * ``selectable``: chosen with the ``privacy`` key (False: chosen by the scenario kind).
+    """
+
+    name: str
+    params: type
+    threat_model: Mapping[str, str]
+    epsilon_against: Mapping[str, str]
+    plan: Plan
+    disclosure: Mapping[str, frozenset[str]] | None
+    unaccounted: tuple[str, ...] = ()
+    owned_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    release_keys: tuple[str, ...] = ()
+    filters: bool = True
+    summary_key: str = "privacy"
+    report_label: str = ""
+    noise_key: str | None = None
+    epsilon_of_z: Callable[[Mapping[str, Any], int | None], Callable[[float], float]] | None = None
+    against: str = ""
+    client_task: str = STANDARD_TASK
+    server_noise: bool = False
+    budgeted: bool = False
+    poisson: bool = False
+    audit: str | None = None
+    selectable: bool = True
+
+    def parameters(self, cfg: Mapping[str, Any]) -> Any:
+        """The mode's typed parameters read from a resolved config."""
+        return self.params.from_config(cfg)
+
+    def party_keys(self, party: str) -> tuple[str, ...]:
+        """The keys ``party`` owns in this mode (empty: it trusts the server)."""
+        return tuple(self.owned_keys.get(party, ()))
+
+    def check(self) -> Mode:
+        """This declaration if complete; :class:`ModeError` (one line) otherwise."""
+        missing = [n for n in ("threat_model", "epsilon_against") if not getattr(self, n)]
+        if not self.name or not isinstance(self.name, str):
+            raise ModeError(f"privacy mode {self.name!r}: a mode needs a name")
+        if missing:
+            raise ModeError(f"privacy mode {self.name!r} declares no {' and no '.join(missing)}")
+        if not callable(self.plan):
+            raise ModeError(f"privacy mode {self.name!r} declares no planning function")
+        if not (dataclasses.is_dataclass(self.params) and self.params.__dataclass_params__.frozen):
+            raise ModeError(f"privacy mode {self.name!r}: params must be a frozen dataclass type")
+        if not callable(getattr(self.params, "from_config", None)):
+            raise ModeError(f"privacy mode {self.name!r}: params need a from_config(cfg)")
+        if self.disclosure is None and self.filters:
+            raise ModeError(
+                f"privacy mode {self.name!r} declares no disclosure policy (what its clients "
+                "may send): refused, modes fail closed"
+            )
+        if self.disclosure is not None and set(self.disclosure) != {"train", "evaluate"}:
+            raise ModeError(
+                f"privacy mode {self.name!r}: disclosure must list train and evaluate replies"
+            )
+        if (self.noise_key is None) != (self.epsilon_of_z is None):
+            raise ModeError(f"privacy mode {self.name!r}: noise_key and epsilon_of_z go together")
+        if self.audit not in (None, "client", "example", "plain"):
+            raise ModeError(f"privacy mode {self.name!r}: audit = {self.audit!r} is unknown")
+        return self

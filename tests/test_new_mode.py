@@ -1,0 +1,223 @@
+"""Issue 26 must-show 7: a NEW privacy mode, defined entirely in this module, runs end to end.
+
+The mode (``fixed-sigma-test``: the server clips each update to C, averages the m sampled
+clients and adds N(0, σ²) with σ = z·C/m; a trusted server) is declared here: typed
+parameters, threat model, the ε it reports against each party, disclosure, its planning
+function and its report fields; :func:`fedpriv.modes.register` checks it. Its Flower side is a
+wrapper builder and a summary block declared here too (one :class:`Feature`). Nothing else in
+the code base names it. Then: plan (``fedpriv epsilon``'s function), a real run (the engine's
+``train_run`` on digits, 3 clients, 2 rounds, every message answered by the real ClientApp
+handlers in process: each node resolves its own spec), the run's ε against an independent
+accountant, and the console's report of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from flwr.app import Context, MessageType, RecordDict
+
+from fedpriv.modes import Mode, ModeError, mode_of, names, register
+from fedpriv.modes.base import PUBLIC
+from fedpriv.modes.registry import unregister
+from fedpriv.participation import Participation
+from fedpriv.records import PrivacyFigures
+
+NAME = "fixed-sigma-test"
+
+
+@dataclass(frozen=True)
+class FixedSigmaParams:
+    """z, C, δ of the server's Gaussian."""
+
+    noise_multiplier: float
+    clipping_norm: float
+    delta: float
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> FixedSigmaParams:
+        """From the resolved config (the global-DP keys: no new key)."""
+        return cls(
+            float(cfg["noise-multiplier"]), float(cfg["clipping-norm"]), float(cfg["dp-delta"])
+        )
+
+
+def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict:
+    """ε of ``num-server-rounds`` Gaussian rounds at multiplier z (uniform mean, fixed m)."""
+    from fedpriv.accounting.rounds import global_dp_epsilon
+
+    del examples_per_client
+    params = MODE.parameters(cfg)
+    rounds = int(cfg["num-server-rounds"])
+    report = global_dp_epsilon(
+        [params.noise_multiplier] * rounds, Participation.from_config(cfg), delta=params.delta
+    )
+    return {"mode": NAME, "epsilon": report["epsilon"], "delta": params.delta, "rounds": rounds}
+
+
+MODE = Mode(
+    name=NAME,
+    params=FixedSigmaParams,
+    threat_model={
+        "server": "trusted to clip, noise and keep its noise secret.",
+        "observers": "see only noised releases: client-level (epsilon, delta)-DP.",
+    },
+    epsilon_against={"server": "none (trusted)", "observers": "client-level (epsilon, delta)"},
+    plan=plan,
+    disclosure={"train": PUBLIC, "evaluate": PUBLIC},
+    against="observers of the released models (a test mode)",
+    audit=None,
+)
+
+
+def build_wrapper(strategy, cfg: Mapping[str, Any], rng):
+    """The Flower side: server clipping + Gaussian, noise from OS entropy."""
+    from fedpriv import seeds
+    from fedpriv.accounting.rounds import global_dp_accountant
+    from strategies.dp_wrappers import ServerSideFixedClippingDP
+
+    del rng
+    params = MODE.parameters(cfg)
+    part = Participation.from_config(cfg)
+    return ServerSideFixedClippingDP(
+        strategy,
+        noise_multiplier=params.noise_multiplier,
+        clipping_norm=params.clipping_norm,
+        num_sampled_clients=part.noise_clients,
+        rng=seeds.privacy_stream(int(cfg["seed"]), "dp-noise", reproducible=False),
+        accept_failures=False,
+        weighting="uniform",
+        accountant=global_dp_accountant(part, delta=params.delta),
+    )
+
+
+def summary_block(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
+    """The mode's report fields: ε of the released rounds and the typed figures."""
+    if mode_of(cfg) is not MODE:
+        return {}
+    noised = [r for r in rounds if r.get("round", 0) > 0 and r.get("dp-noised")]
+    epsilon = float(noised[-1]["dp-epsilon"]) if noised else None
+    params = MODE.parameters(cfg)
+    figures = PrivacyFigures(
+        mode=NAME,
+        bound="replace-one; fixed m of N",
+        noise_multiplier=params.noise_multiplier,
+        epsilon=epsilon,
+        delta=params.delta,
+    )
+    block = {"mode": NAME, "epsilon": epsilon, "released_rounds": len(noised)}
+    return {MODE.summary_key: block, PrivacyFigures.KEY: figures.to_json()}
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    """The app's catalog plus this module's feature; the mode registered for this module."""
+    from scenarios.feature import Catalog, Feature
+    from scenarios.features import FEATURES
+    from scenarios.privacy_modes import declare
+
+    register(MODE)
+    feature = Feature(
+        name="fixed-sigma-test",
+        description="a privacy mode defined in one test module",
+        privacy_modes=(declare(MODE, build_wrapper),),
+        summary=summary_block,
+    )
+    yield Catalog([*FEATURES, feature])
+    unregister(NAME)
+
+
+class InProcessGrid:
+    """Every message answered by the real ClientApp handlers, in process: each node holds
+    ``run_config`` as its ``context.run_config`` and resolves its own spec from it."""
+
+    def __init__(self, run_config: dict, nodes: Mapping[int, int], run_id: int) -> None:
+        self.run_config, self.nodes, self.run_id = dict(run_config), dict(nodes), run_id
+        self.states = {n: RecordDict() for n in nodes}
+        self.replies: list = []
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.nodes)
+
+    def send_and_receive(self, messages, timeout=None):
+        from scenarios.client_app import evaluate, train
+
+        out = []
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            ctx = Context(
+                run_id=self.run_id,
+                node_id=node,
+                node_config={"partition-id": self.nodes[node]},
+                state=self.states[node],
+                run_config=self.run_config,
+            )
+            handler = train if msg.metadata.message_type == MessageType.TRAIN else evaluate
+            reply = handler(msg, ctx)
+            self.replies.append((msg.metadata.message_type, reply))
+            out.append(reply)
+        return out
+
+
+def test_the_new_mode_is_registered_and_fails_closed_when_incomplete(catalog):
+    import dataclasses
+
+    assert NAME in names() and catalog.modes[NAME].mode is MODE
+    assert catalog.keys["privacy"].coerce(NAME) == NAME
+    with pytest.raises(ModeError, match="no disclosure policy"):
+        register(dataclasses.replace(MODE, name="fixed-sigma-broken", disclosure=None))
+
+
+def test_a_mode_defined_in_one_test_module_runs_end_to_end(catalog, tmp_path):
+    """Plan, run, ε, report for the mode above; the ClientApp enforces its disclosure."""
+    from clients.keras_client import federated_data
+    from fedpriv.accounting.planning import headline_epsilon, privacy_plan
+    from fedpriv.accounting.rounds import GaussianRoundsAccountant
+    from fedpriv.console import privacy_statement
+    from scenarios.engine import train_run
+    from scenarios.federation import PartitionGrid
+
+    run_config = {
+        "scenario": "digits", "privacy": NAME, "num-clients": 3, "clients-per-round": 3,
+        "num-server-rounds": 2, "local-epochs": 1, "noise-multiplier": 1.0,
+        "clipping-norm": 1.0, "seed": 5, "reproducible-noise": False,
+        "unaccounted-metrics": False, "output-dir": str(tmp_path / "run"),
+    }  # fmt: skip
+    cfg = catalog.resolve_run_config(run_config)
+    # plan (what `fedpriv epsilon` prints): the mode's own function, against an independent
+    # accountant of 2 Gaussian rounds at z = 1 with all 3 of 3 clients
+    planned = privacy_plan(cfg)
+    independent = GaussianRoundsAccountant(
+        sampled=3, population=3, delta=float(cfg["dp-delta"]), sampling="fixed"
+    )
+    for _ in range(2):
+        independent.step(1.0)
+    expected = float(independent.report().epsilon)
+    assert planned["mode"] == NAME
+    assert headline_epsilon(cfg) == pytest.approx(expected, rel=1e-9)
+    # run: the engine with this catalog; every node answers through the real ClientApp
+    nodes = {100 + p: p for p in range(3)}
+    grid = InProcessGrid(run_config, nodes, run_id=926_007)
+    outcome = train_run(
+        PartitionGrid(grid, nodes), cfg, federated_data(cfg), catalog, resumable=False
+    )
+    trained = [r for r in outcome.rounds if r.get("round", 0) > 0]
+    assert [r["round"] for r in trained] == [1, 2]
+    assert all(r.get("dp-noised") for r in trained)
+    # the ClientApp filtered every reply by the mode's disclosure (train-loss never left)
+    assert grid.replies and not any(reply.has_error() for _, reply in grid.replies)
+    for kind, reply in grid.replies:
+        sent = set(reply.content["metrics"].keys())
+        allowed = MODE.disclosure["train" if kind == MessageType.TRAIN else "evaluate"]
+        assert sent <= allowed, (kind, sent)
+    # ε: the run's charge equals the plan and the independent count of its releases
+    assert float(trained[-1]["dp-epsilon"]) == pytest.approx(expected, rel=1e-9)
+    block = outcome.summary[MODE.summary_key]
+    assert block["mode"] == NAME and block["released_rounds"] == 2
+    assert block["epsilon"] == pytest.approx(expected, rel=1e-9)
+    # report: the console's statement names the mode, its ε and whom it holds against
+    text = privacy_statement(outcome.summary)
+    assert text.startswith(f"{NAME}: (ε = ") and MODE.against in text
