@@ -61,8 +61,7 @@ from fedpriv.checkpoint import capture_state
 from fedpriv.console import round_line
 from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
-from fedpriv.modes import mode_of
-from fedpriv.modes.registry import selected
+from fedpriv.modes.registry import mode_of, selected
 from fedpriv.participation import Participation
 from fedpriv.plots import plot_accuracy_per_round, plot_roc
 from fedpriv.records import RoundRecord

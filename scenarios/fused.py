@@ -42,6 +42,8 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from fedpriv.modes import mode_of
+from fedpriv.modes import zonal as zonal_mode
 from fedpriv.participation import Participation
 from scenarios.schema import ConfigError
 from scenarios.task_names import EVALUATE_RECEIVED_KEY, EVALUATION_RECORD
@@ -66,8 +68,9 @@ def equivalence_gap(cfg: Mapping[str, Any], kind: str) -> str:
     """Why round t's clients evaluating model t-1 is NOT today's evaluation ("" when it is)."""
     if kind != "standard":
         return f"the standard run kind (this run's kind is {kind!r})"
-    if cfg.get("privacy") == "zonal":
-        return "a privacy mode other than 'zonal' (zones address evaluation their own way)"
+    if mode_of(cfg) is zonal_mode.MODE:
+        zonal = zonal_mode.MODE.name
+        return f"a privacy mode other than {zonal!r} (zones address evaluation their own way)"
     if not Participation.from_config(cfg).everyone:
         return "every client training every round (clients-per-round = 0 or num-clients)"
     return ""
