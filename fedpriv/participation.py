@@ -43,6 +43,18 @@ class Participation:
             raise ValueError(f"client-sampling = {self.sampling!r}: expected fixed | poisson")
 
     @classmethod
+    def from_counts(
+        cls, num_clients: int, clients_per_round: int, num_sampled: int, sampling: str
+    ) -> Participation:
+        """Resolve the "0 = all clients" / "0 = clients per round" rules of the keys
+        ``num-clients``, ``clients-per-round``, ``num-sampled-clients``, ``client-sampling``."""
+        population = int(num_clients)
+        asked = int(clients_per_round or 0)
+        per_round = asked if 0 < asked < population else population
+        noise = int(num_sampled or 0) or per_round
+        return cls(population, per_round, noise, str(sampling))
+
+    @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> Participation:
         """Resolve the "0 = all clients" / "0 = clients per round" rules of a run config."""
         population = int(cfg.get("num-clients", 1))

@@ -25,6 +25,7 @@ from fedpriv.modes.base import PUBLIC
 from fedpriv.modes.registry import unregister
 from fedpriv.participation import Participation
 from fedpriv.records import PrivacyFigures
+from fedpriv.spec import key
 
 NAME = "fixed-sigma-test"
 
@@ -33,16 +34,9 @@ NAME = "fixed-sigma-test"
 class FixedSigmaParams:
     """z, C, δ of the server's Gaussian."""
 
-    noise_multiplier: float
-    clipping_norm: float
-    delta: float
-
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> FixedSigmaParams:
-        """From the resolved config (the global-DP keys: no new key)."""
-        return cls(
-            float(cfg["noise-multiplier"]), float(cfg["clipping-norm"]), float(cfg["dp-delta"])
-        )
+    noise_multiplier: float = key("noise-multiplier")  # the global-DP keys: no new key
+    clipping_norm: float = key("clipping-norm")
+    delta: float = key("dp-delta")
 
 
 def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict:

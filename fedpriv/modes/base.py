@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from fedpriv.spec import KEY
+
 __all__ = ["Mode", "ModeError", "OPT_INS", "PUBLIC", "STANDARD_TASK", "frozen"]
 
 OPT_INS = ("unaccounted-metrics", "reproducible-noise")  # every owning party owns these
@@ -88,8 +90,10 @@ class Mode:
     selectable: bool = True
 
     def parameters(self, cfg: Mapping[str, Any]) -> Any:
-        """The mode's typed parameters read from a resolved config."""
-        return self.params.from_config(cfg)
+        """TRANSITIONAL (removed when planning takes a RunSpec): params read from ``cfg``."""
+        return self.params(
+            **{f.name: cfg[f.metadata[KEY]] for f in dataclasses.fields(self.params)}
+        )
 
     def party_keys(self, party: str) -> tuple[str, ...]:
         """The keys ``party`` owns in this mode (empty: it trusts the server)."""
@@ -106,8 +110,12 @@ class Mode:
             raise ModeError(f"privacy mode {self.name!r} declares no planning function")
         if not (dataclasses.is_dataclass(self.params) and self.params.__dataclass_params__.frozen):
             raise ModeError(f"privacy mode {self.name!r}: params must be a frozen dataclass type")
-        if not callable(getattr(self.params, "from_config", None)):
-            raise ModeError(f"privacy mode {self.name!r}: params need a from_config(cfg)")
+        unkeyed = [f.name for f in dataclasses.fields(self.params) if KEY not in f.metadata]
+        if unkeyed:
+            raise ModeError(
+                f"privacy mode {self.name!r}: params field(s) {', '.join(unkeyed)} name no "
+                "config key (declare them with fedpriv.spec.key)"
+            )
         if self.disclosure is None and self.filters:
             raise ModeError(
                 f"privacy mode {self.name!r} declares no disclosure policy (what its clients "

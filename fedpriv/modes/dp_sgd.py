@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedpriv.modes.base import OPT_INS, PUBLIC, Mode
+from fedpriv.spec import key as config_key
 
 NAME = "dp-sgd"
 UNACCOUNTED = (
@@ -25,22 +26,11 @@ UNACCOUNTED = (
 class DPSGDParams:
     """z, C, δ, B and E of the client's DP-SGD."""
 
-    noise_multiplier: float
-    l2_norm_clip: float
-    delta: float
-    batch_size: int
-    local_epochs: int
-
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> DPSGDParams:
-        """From the resolved config."""
-        return cls(
-            float(cfg.get("dp-sgd-noise-multiplier", 1.0)),
-            float(cfg.get("l2-norm-clip", 1.0)),
-            float(cfg.get("dp-sgd-delta", 1e-5)),
-            int(cfg.get("batch-size", 32)),
-            int(cfg.get("local-epochs", 1)),
-        )
+    noise_multiplier: float = config_key("dp-sgd-noise-multiplier")
+    l2_norm_clip: float = config_key("l2-norm-clip")
+    delta: float = config_key("dp-sgd-delta")
+    batch_size: int = config_key("batch-size")
+    local_epochs: int = config_key("local-epochs")
 
 
 def plan(cfg: Mapping[str, Any], examples: int | None = None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedpriv.modes.base import PUBLIC, Mode
+from fedpriv.spec import key as config_key
 
 UNACCOUNTED = (
     "train-loss: un-noised training loss of each client (aggregated into rounds.jsonl)",
@@ -24,20 +25,10 @@ UNACCOUNTED = (
 class GlobalDPParams:
     """z, C, δ and the aggregation weights."""
 
-    noise_multiplier: float
-    clipping_norm: float
-    delta: float
-    weighting: str
-
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> GlobalDPParams:
-        """From the resolved config."""
-        return cls(
-            float(cfg.get("noise-multiplier", 0.0)),
-            float(cfg.get("clipping-norm", 1.0)),
-            float(cfg.get("dp-delta", 1e-5)),
-            str(cfg.get("dp-weighting", "uniform")),
-        )
+    noise_multiplier: float = config_key("noise-multiplier")
+    clipping_norm: float = config_key("clipping-norm")
+    delta: float = config_key("dp-delta")
+    weighting: str = config_key("dp-weighting")
 
 
 def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict[str, Any]:

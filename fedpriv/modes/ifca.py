@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedpriv.modes.base import OPT_INS, Mode
+from fedpriv.spec import key as config_key
 
 NAME = "ifca"
 
@@ -21,15 +22,8 @@ NAME = "ifca"
 class IFCAParams:
     """ν and the leakage budget."""
 
-    noise_multiplier: float
-    leakage_budget: float
-
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> IFCAParams:
-        """From the resolved config."""
-        return cls(
-            float(cfg.get("ifca-noise-multiplier", 0.0)), float(cfg.get("leakage-budget", 0.0))
-        )
+    noise_multiplier: float | str = config_key("ifca-noise-multiplier")
+    leakage_budget: float = config_key("leakage-budget")
 
 
 def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedpriv.modes.base import PUBLIC, Mode
+from fedpriv.spec import key as config_key
 
 METRIC_NOTE = (
     "metric DP is a heuristic: sigma = z*C/(m*d) with a data-dependent distance d; no "
@@ -26,18 +27,9 @@ UNACCOUNTED = (
 class MetricDPParams:
     """z, C and what the distance is measured on."""
 
-    noise_multiplier: float
-    clipping_norm: float
-    distance_on: str
-
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> MetricDPParams:
-        """From the resolved config."""
-        return cls(
-            float(cfg.get("noise-multiplier", 0.0)),
-            float(cfg.get("clipping-norm", 1.0)),
-            str(cfg.get("distance-on", "clipped")),
-        )
+    noise_multiplier: float = config_key("noise-multiplier")
+    clipping_norm: float = config_key("clipping-norm")
+    distance_on: str = config_key("distance-on")
 
 
 def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict:

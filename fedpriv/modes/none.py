@@ -13,12 +13,6 @@ from fedpriv.modes.base import Mode
 class NoParams:
     """No parameters."""
 
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> NoParams:
-        """Nothing to read."""
-        del cfg
-        return cls()
-
 
 def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict:
     """ε = inf: nothing is protected."""

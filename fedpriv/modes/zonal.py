@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedpriv.modes.base import OPT_INS, PUBLIC, Mode
+from fedpriv.spec import key as config_key
 
 NAME = "zonal"
 # the keys that decide a zonal client's zone, level, z, C and δ (owned by clients and zone nodes)
@@ -43,20 +44,10 @@ UNACCOUNTED = (
 class ZonalParams:
     """z, C, δ and the placement of the zonal noise."""
 
-    noise_multiplier: float
-    clipping_norm: float
-    delta: float
-    placement: str
-
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> ZonalParams:
-        """From the resolved config."""
-        return cls(
-            float(cfg.get("zonal-noise-multiplier", 0.0)),
-            float(cfg.get("zonal-clipping-norm", 1.0)),
-            float(cfg.get("zonal-delta", 1e-5)),
-            str(cfg.get("noise-placement", "")),
-        )
+    noise_multiplier: float = config_key("zonal-noise-multiplier")
+    clipping_norm: float = config_key("zonal-clipping-norm")
+    delta: float = config_key("zonal-delta")
+    placement: str = config_key("noise-placement")
 
 
 def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict[str, Any]:
