@@ -69,6 +69,7 @@ from fedpriv.mechanisms import (
     metric_sigma_lower_bound,
     metric_stdv,
 )
+from fedpriv.modes import global_dp, metric_dp
 from fedpriv.validation import Rng, check_random_state
 
 __all__ = [
@@ -158,7 +159,7 @@ class FixedClippingGaussian:
     any n (``σ·n/C``).
     """
 
-    mode = "global-dp"
+    mode = global_dp.MODE.name
     guarantee = "(epsilon, delta)-DP, client level"
 
     def __init__(
@@ -284,7 +285,7 @@ class MetricScaledGaussian(FixedClippingGaussian):
     * Guarantee: none formal, see :data:`METRIC_HEURISTIC`.
     """
 
-    mode = "metric-dp"
+    mode = metric_dp.MODE.name
     guarantee = "heuristic (metric DP): noise scaled by a data-dependent distance; no epsilon"
 
     def __init__(

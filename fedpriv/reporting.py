@@ -14,16 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv.modes import dp_sgd, global_dp, metric_dp, none
 from fedpriv.names import STRATEGIES
 
 DASH = "—"
-PRIVACY_ORDER = ("none", "global-dp", "metric-dp", "dp-sgd")
-PRIVACY_LABELS = {
-    "none": "Vanilla FL",
-    "global-dp": "Global-DP",
-    "metric-dp": "Metric-privacy",
-    "dp-sgd": "DP-SGD",
-}
+# the MP paper's columns, in its order: names and labels from the modes' own declarations
+REPORTED_MODES = (none.MODE, global_dp.MODE, metric_dp.MODE, dp_sgd.MODE)
+PRIVACY_ORDER = tuple(mode.name for mode in REPORTED_MODES)
+PRIVACY_LABELS = {mode.name: mode.report_label for mode in REPORTED_MODES}
 STRATEGY_ORDER = STRATEGIES
 STRATEGY_LABELS = {
     "fedavg": "FedAvg",

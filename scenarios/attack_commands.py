@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedpriv.modes import global_dp, metric_dp, none
 from fedpriv.modes.registry import selected
 from fedpriv.names import STRATEGIES as STRATEGY_NAMES
 from scenarios import multirun
@@ -29,7 +30,7 @@ from scenarios.ray_cluster import federation_of
 from scenarios.schema import ConfigError
 
 CIA_KIND = "cia"
-PRIVACY_GRID = ("none", "global-dp", "metric-dp")
+PRIVACY_GRID = tuple(mode.name for mode in (none.MODE, global_dp.MODE, metric_dp.MODE))
 DLG_MODELS = ("dlg-cnn", "digits-cnn", "digits-mlp")
 
 

@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fedpriv.modes import dp_sgd, global_dp, metric_dp, none
 from fedpriv.records import mean_of, read_round_records
 from scenarios import multirun, quiet
 from scenarios.feature import Catalog
@@ -45,21 +46,23 @@ from scenarios.launch import (
 from scenarios.ray_cluster import Federation, federation_of
 from scenarios.schema import ConfigError
 
+# the audited mechanisms that are privacy modes carry the mode's registered name
+NO_DP, GLOBAL_DP, METRIC_DP, DP_SGD = (m.MODE.name for m in (none, global_dp, metric_dp, dp_sgd))
 AUDIT_NAME = "audit.json"
 DEFAULT_CANARIES = 100
 DPSGD_Z = 1.1  # the DP-SGD MNIST tutorial value (Abadi et al.), the dp-sgd default
 MECHANISMS = (
-    "zonal-ldp", "zonal-hdp", "zonal-cdp", "ifca-laplace", "global-dp", "dp-sgd", "metric-dp",
+    "zonal-ldp", "zonal-hdp", "zonal-cdp", "ifca-laplace", GLOBAL_DP, DP_SGD, METRIC_DP,
 )  # fmt: skip
 # fedpriv.audit.planted: PLANTED (global-dp) and DPSGD_PLANTED (dp-sgd)
 PLANTED_BUGS = ("fixed-batches", "no-clipping", "noise-halved", "public-seed", "sigma-2m")
-PLANTED_FOR = {"fixed-batches": "dp-sgd"}  # every other bug: global-dp
+PLANTED_FOR = {"fixed-batches": DP_SGD}  # every other bug: global-dp
 ZONAL_BUDGET = {"num_canaries": 2000, "block": 2}  # orthogonal canaries (issue 22)
 GRID_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("none", {"privacy": "none"}),
-    ("global-dp", {"privacy": "global-dp"}),
-    ("metric-dp raw", {"privacy": "metric-dp", "distance-on": "raw"}),
-    ("metric-dp clipped", {"privacy": "metric-dp", "distance-on": "clipped"}),
+    (NO_DP, {"privacy": NO_DP}),
+    (GLOBAL_DP, {"privacy": GLOBAL_DP}),
+    (f"{METRIC_DP} raw", {"privacy": METRIC_DP, "distance-on": "raw"}),
+    (f"{METRIC_DP} clipped", {"privacy": METRIC_DP, "distance-on": "clipped"}),
 )
 
 
@@ -141,7 +144,7 @@ def global_dp_audit(z: float, rounds: int, planted_bug: str | None = None) -> di
     claimed = out["accountant_epsilon"]
     failed = any(out[v]["best"] > claimed for v in ("white-box", "final-model"))
     out["accountant_epsilon"] = claimed if math.isfinite(claimed) else "inf"
-    return {"row": "global-dp", "z": z, "planted": planted_bug, **out, "audit_failed": failed}
+    return {"row": GLOBAL_DP, "z": z, "planted": planted_bug, **out, "audit_failed": failed}
 
 
 def dpsgd_audit(z: float, planted_bug: str | None = None) -> dict[str, Any]:
@@ -151,7 +154,7 @@ def dpsgd_audit(z: float, planted_bug: str | None = None) -> dict[str, Any]:
 
     schedule = planted.DPSGD_PLANTED[planted_bug] if planted_bug else "poisson"
     out = dm.audit(dm.FIXED_BATCHES.with_(noise_multiplier=z), schedule=schedule)
-    return {"row": "dp-sgd", "z": z, "planted": planted_bug, **out}
+    return {"row": DP_SGD, "z": z, "planted": planted_bug, **out}
 
 
 def metric_dp_audit(z: float, rounds: int, distance_on: str) -> dict[str, Any]:
@@ -159,16 +162,16 @@ def metric_dp_audit(z: float, rounds: int, distance_on: str) -> dict[str, Any]:
     from fedpriv.audit import metric_dp_mechanism as mm
 
     cfg = mm.MP_SETTINGS.with_(noise_multiplier=z, rounds=rounds)
-    return {"row": "metric-dp", "z": z, **mm.audit(cfg, distance_on=distance_on)}
+    return {"row": METRIC_DP, "z": z, **mm.audit(cfg, distance_on=distance_on)}
 
 
 def mechanism_audit(name: str, z: float, rounds: int) -> dict[str, Any]:
     """One mechanism-level audit (:mod:`fedpriv.audit.mechanism_audits`); z is ν for Laplace."""
     from fedpriv.audit import mechanism_audits as ma
 
-    if name == "global-dp":
+    if name == GLOBAL_DP:
         return global_dp_audit(z, rounds)
-    if name == "dp-sgd":
+    if name == DP_SGD:
         return dpsgd_audit(z)
     if name == "ifca-laplace":
         return {"row": name, "z": z, **ma.audit_laplace_sanitizer(noise_multiplier=z)}
@@ -207,7 +210,7 @@ def audit_command(args: argparse.Namespace, catalog: Catalog) -> int:
 def _mechanisms(args: argparse.Namespace) -> int:
     """``--mechanism``: one JSON line per z; 1 if a global-DP or DP-SGD audit fails, 2 for a
     bad flag."""
-    wanted = PLANTED_FOR.get(args.planted, "global-dp")
+    wanted = PLANTED_FOR.get(args.planted, GLOBAL_DP)
     values = parse_overrides(args.run_config)
     distance_on = str(values.get("distance-on", "raw"))
     if args.planted and args.mechanism != wanted:
@@ -220,7 +223,7 @@ def _mechanisms(args: argparse.Namespace) -> int:
     if error:
         print(f"fedpriv: {error}", file=sys.stderr)
         return 2
-    rounds = int(values.get("num-server-rounds", 20 if args.mechanism == "metric-dp" else 5))
+    rounds = int(values.get("num-server-rounds", 20 if args.mechanism == METRIC_DP else 5))
     failed = False
     for z in args.z:
         out = _one_mechanism(args.mechanism, z, rounds, args.planted, distance_on)
@@ -232,11 +235,11 @@ def _mechanisms(args: argparse.Namespace) -> int:
 def _one_mechanism(
     name: str, z: float, rounds: int, planted_bug: str | None, distance_on: str
 ) -> dict[str, Any]:
-    if name == "metric-dp":
+    if name == METRIC_DP:
         return metric_dp_audit(z, rounds, distance_on)
-    if name == "dp-sgd":
+    if name == DP_SGD:
         return dpsgd_audit(z, planted_bug)
-    if name == "global-dp":
+    if name == GLOBAL_DP:
         return global_dp_audit(z, rounds, planted_bug)
     return mechanism_audit(name, z, rounds)
 
@@ -255,11 +258,11 @@ def _noise_per_round(cell_dir: Path) -> dict[str, Any]:
 def grid_cells(z_values: list[float]) -> list[tuple[str, float, dict[str, Any]]]:
     """(row label, z, overrides) of the grid; the no-privacy row once (z does not apply) and
     one DP-SGD cell with example canaries at its default z."""
-    cells = [("none", 0.0, dict(GRID_ROWS[0][1]))]
+    cells = [(NO_DP, 0.0, dict(GRID_ROWS[0][1]))]
     for label, values in GRID_ROWS[1:]:
         cells += [(label, z, {**values, "noise-multiplier": z}) for z in z_values]
-    dpsgd = {"privacy": "dp-sgd", "dp-sgd-noise-multiplier": DPSGD_Z}
-    return cells + [("dp-sgd (example canaries)", DPSGD_Z, dpsgd)]
+    dpsgd = {"privacy": DP_SGD, "dp-sgd-noise-multiplier": DPSGD_Z}
+    return cells + [(f"{DP_SGD} (example canaries)", DPSGD_Z, dpsgd)]
 
 
 def cell_dir(out: Path, label: str, z: float) -> Path:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from fedpriv.data import PATH_DATASETS
+from fedpriv.modes import metric_dp
 from fedpriv.modes.none import MODE as NO_MODE
 from scenarios import launch
 from scenarios.feature import Catalog, Feature, Scenario
@@ -61,7 +62,7 @@ SCENARIOS = (
             "learning-rate": 3e-3,
             "optimizer": "adam",
             "strategy": "fedavg",
-            "privacy": "metric-dp",
+            "privacy": metric_dp.MODE.name,
         },
     ),
     Scenario(

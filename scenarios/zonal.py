@@ -94,7 +94,7 @@ HDP_DIGITS = {
     "optimizer": "sgd",
     "learning-rate": 0.02,
     "strategy": "fedavg",
-    "privacy": "zonal",
+    "privacy": zonal_mode.MODE.name,
     "noise-placement": "hdp",
     "zonal-noise-multiplier": 0.5,
     "zonal-clipping-norm": 0.5,

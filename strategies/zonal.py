@@ -52,6 +52,7 @@ from flwr.server import Grid
 from flwr.serverapp.strategy.strategy import Strategy
 
 from fedpriv import seeds
+from fedpriv.modes import zonal as zonal_mode
 from fedpriv.zonal import (
     SuperNodeElection,
     ZonalPlan,
@@ -62,7 +63,7 @@ from fedpriv.zonal import (
 from strategies.array_records import named_record
 from strategies.dp_core import inner_count_hidden
 
-ZONAL_TASK = "zonal"
+ZONAL_TASK = zonal_mode.MODE.client_task
 SEED_TAG = seeds.ZONAL_TAG  # the zonal streams of fedpriv.seeds
 DISTRIBUTED_EVAL = ("all", "sampled", "none")
 

@@ -19,10 +19,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from fedpriv.attacks.report import markdown_table  # noqa: E402
+from fedpriv.modes import global_dp, metric_dp  # noqa: E402
 
 __all__ = ["audit_grid_report", "plot_epsilon_vs_z"]
 
-PLOTTED_ROWS = ("global-dp", "metric-dp raw", "metric-dp clipped")
+# grid rows (scenarios.audit_cli.GRID_ROWS): the modes' registered names
+GLOBAL_ROW = global_dp.MODE.name
+METRIC_ROWS = tuple(f"{metric_dp.MODE.name} {on}" for on in ("raw", "clipped"))
+PLOTTED_ROWS = (GLOBAL_ROW, *METRIC_ROWS)
 COLUMNS = (
     "Mechanism",
     "z",
@@ -130,11 +134,11 @@ def _separated(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 def metric_vs_global(cells: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per z: does metric DP leak more or less than global DP (estimates, σ)?"""
     by = {(c["row"], c["z"]): c for c in cells}
-    zs = sorted({c["z"] for c in cells if c["row"] == "global-dp"})
+    zs = sorted({c["z"] for c in cells if c["row"] == GLOBAL_ROW})
     lines = []
     for z in zs:
-        g = by.get(("global-dp", z))
-        for row in ("metric-dp raw", "metric-dp clipped"):
+        g = by.get((GLOBAL_ROW, z))
+        for row in METRIC_ROWS:
             m = by.get((row, z))
             if g is None or m is None:
                 continue
