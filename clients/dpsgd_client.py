@@ -65,9 +65,9 @@ class DpSgdSettings:
     def from_config(cls, cfg: Mapping[str, Any]) -> DpSgdSettings:
         check_microbatches(int(cfg.get("microbatches", 0)))
         return cls(
-            l2_norm_clip=float(cfg["l2-norm-clip"]),
-            noise_multiplier=float(cfg["dp-sgd-noise-multiplier"]),
-            delta=float(cfg["dp-sgd-delta"]),
+            l2_norm_clip=float(cfg["clipping-norm"]),
+            noise_multiplier=float(cfg["noise-multiplier"]),
+            delta=float(cfg["dp-delta"]),
             reproducible=bool(cfg.get(REPRODUCIBLE_KEY, False)),
         )
 

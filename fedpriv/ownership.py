@@ -6,7 +6,7 @@ zone; IFCA, GP's Laplace sanitizing on the client), the keys that decide what a 
 releases are the client's own:
 their values come from the node's own config — ``context.run_config`` overlaid with
 ``context.node_config`` (node config wins; a deployment SuperNode sets them with
-``--node-config "privacy='dp-sgd' dp-sgd-noise-multiplier=1.1 ..."``) — never from the
+``--node-config "privacy='dp-sgd' noise-multiplier=1.1 ..."``) — never from the
 message. A message carrying such a key with another value is refused (:func:`refusal`): the
 ClientApp replies with an error naming the key and sends nothing else. Equal values are
 fine (the server sends the values it resolved).
@@ -96,9 +96,9 @@ PRIVACY_KEYS: tuple[str, ...] = (
     "noise-multiplier",
     "clipping-norm",
     "dp-delta",
-    "dp-sgd-noise-multiplier",
-    "l2-norm-clip",
-    "dp-sgd-delta",
+    "noise-multiplier",
+    "clipping-norm",
+    "dp-delta",
     "microbatches",
     "ifca-noise-multiplier",
     "leakage-budget",

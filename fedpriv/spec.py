@@ -30,15 +30,32 @@ __all__ = [
     "config_key",
     "key",
     "keyed_fields",
+    "mode_defaults",
 ]
 
 KEY = "config-key"  # the metadata entry that names a field's run-config key
+MODE_DEFAULT = "mode-default"  # a mode's value for a shared key left at "auto"
 
 
-def key(name: str) -> Any:
+def key(name: str, *, mode_default: Any = None) -> Any:
     """A dataclass field read from the run-config key ``name`` (no default: a spec is built
-    from a resolved config, which holds every key)."""
-    return field(metadata={KEY: name})
+    from a resolved config, which holds every key).
+
+    ``mode_default``: on a mode's params field, the value a shared key (``noise-multiplier``,
+    ``clipping-norm``) takes for this mode when the config leaves it at ``"auto"``
+    (``scenarios.schema.resolve``): one key name per idea, one default per mode.
+    """
+    meta = {KEY: name} if mode_default is None else {KEY: name, MODE_DEFAULT: mode_default}
+    return field(metadata=meta)
+
+
+def mode_defaults(params: type) -> dict[str, Any]:
+    """``{config key: value}`` a mode's params class declares for keys left at ``"auto"``."""
+    return {
+        str(f.metadata[KEY]): f.metadata[MODE_DEFAULT]
+        for f in dataclasses.fields(params)
+        if MODE_DEFAULT in f.metadata
+    }
 
 
 def keyed_fields(cls: type) -> list[dataclasses.Field]:

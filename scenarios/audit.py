@@ -341,7 +341,7 @@ def example_audit(cfg: Mapping[str, Any], strategy, data: Any, predict: Any) -> 
 
     canaries = example_canaries(cfg, data)
     scores = logit_confidence(predict(canaries.x), canaries.y)
-    delta = float(cfg["dp-sgd-delta"])
+    delta = float(cfg["dp-delta"])
     result = audit_scores(
         scores, canaries.included, probability=canaries.probability, delta=delta,
         confidence=float(cfg["audit-confidence"]), fdp=False,  # Poisson: not a Gaussian curve
@@ -363,7 +363,7 @@ def example_audit(cfg: Mapping[str, Any], strategy, data: Any, predict: Any) -> 
         "upper_bound_note": "an upper bound for the batching the clients run: Poisson-sampled "
         "batches, accounted as the Poisson-subsampled Gaussian (PLD/RDP)",
         "privacy": mode_of(cfg).name,
-        "noise_multiplier": float(cfg["dp-sgd-noise-multiplier"]),
+        "noise_multiplier": float(cfg["noise-multiplier"]),
         "adjacency": "add/remove one training example of one client (example level)",
         "threat_model": "final",
         "rounds": int(cfg["num-server-rounds"]),

@@ -261,7 +261,7 @@ def grid_cells(z_values: list[float]) -> list[tuple[str, float, dict[str, Any]]]
     cells = [(NO_DP, 0.0, dict(GRID_ROWS[0][1]))]
     for label, values in GRID_ROWS[1:]:
         cells += [(label, z, {**values, "noise-multiplier": z}) for z in z_values]
-    dpsgd = {"privacy": DP_SGD, "dp-sgd-noise-multiplier": DPSGD_Z}
+    dpsgd = {"privacy": DP_SGD, "noise-multiplier": DPSGD_Z}
     return cells + [(f"{DP_SGD} (example canaries)", DPSGD_Z, dpsgd)]
 
 

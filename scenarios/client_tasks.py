@@ -151,7 +151,7 @@ def train_zonal(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict
     update = [
         np.asarray(a, np.float64) - np.asarray(g, np.float64) for a, g in zip(trained, reference)
     ]
-    clipping_norm = float(cfg["zonal-clipping-norm"])
+    clipping_norm = float(cfg["clipping-norm"])
     level = cfg.get("zonal-level", "none")
     if level == "ldp":
         rng = seeds.privacy_rng(
@@ -159,7 +159,7 @@ def train_zonal(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict
         )
         sent, info = ldp_client_update(
             update,
-            noise_multiplier=float(cfg["zonal-noise-multiplier"]),
+            noise_multiplier=float(cfg["noise-multiplier"]),
             clipping_norm=clipping_norm,
             rng=rng,
         )

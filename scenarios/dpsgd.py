@@ -81,21 +81,21 @@ def dpsgd_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
     bound = {**never, **_last_per_client(rounds, "dp-sgd-epsilon")}
     finite = [float(v) for v in bound.values() if np.isfinite(float(v))]
     headline = max((float(v) for v in bound.values()), default=None)
-    z, clip = float(cfg["dp-sgd-noise-multiplier"]), float(cfg["l2-norm-clip"])
+    z, clip = float(cfg["noise-multiplier"]), float(cfg["clipping-norm"])
     figures = PrivacyFigures(
         mode=TASK,
         bound=f"{ADJACENCY_TEXT}; {SAMPLING_TEXT}",
         noise_multiplier=z,
         sigma_mean=z * clip,  # the noise std on the summed clipped gradients
         epsilon=headline,
-        delta=float(cfg["dp-sgd-delta"]),
+        delta=float(cfg["dp-delta"]),
     )
     return {
         PrivacyFigures.KEY: figures.to_json(),
         "privacy": {
             "mode": TASK,
             "epsilon": headline,
-            "delta": float(cfg["dp-sgd-delta"]),
+            "delta": float(cfg["dp-delta"]),
             "accountant": ACCOUNTANT_TEXT,
             "adjacency": ADJACENCY_TEXT,
             "sampling": SAMPLING_TEXT,
@@ -105,7 +105,7 @@ def dpsgd_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
                 "participations_per_client": _last_per_client(rounds, "dp-sgd-participations"),
                 "epsilon_max": headline,
                 "epsilon_mean": float(np.mean(finite)) if finite else None,
-                "delta": float(cfg["dp-sgd-delta"]),
+                "delta": float(cfg["dp-delta"]),
                 "noise_multiplier": z,
                 "l2_norm_clip": clip,
                 "batch_size": int(cfg["batch-size"]),

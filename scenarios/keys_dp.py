@@ -19,22 +19,27 @@ The default ``digits`` scenario runs ``metric-dp`` around FedAvg with these MP v
 test accuracy (seed 0, 8 rounds).
 """
 
-from scenarios.schema import boolean, choice, integer, key, real
+from scenarios.schema import AUTO, boolean, choice, integer, key, real
 
 KEYS = (
     key(
         "noise-multiplier",
-        0.01,
+        AUTO,
         real(0),
-        "a float >= 0",
-        "z of the Gaussian mechanism (sigma = z*C/m; metric DP z*C/(m*d))",
+        "a float >= 0 (auto = the mode's)",
+        "z of the mode's Gaussian: global DP sigma = z*C/m, metric DP z*C/(m*d), DP-SGD z*C "
+        "on a batch's summed gradients, zonal sigma_i = z*C/(q*W_i); auto: global/metric DP "
+        "0.01 (MP), DP-SGD 1.1 (Abadi et al.), zonal 0.5 (HDP)",
+        auto=0.01,
     ),
     key(
         "clipping-norm",
-        5.0,
+        AUTO,
         real(0, lo_open=True),
-        "a float > 0",
-        "C, flat L2 norm bound of a client's update w_i - w_g",
+        "a float > 0 (auto = the mode's)",
+        "C: flat L2 bound of a client's update (global/metric DP, zonal) or of one example's "
+        "gradient (DP-SGD); auto: global/metric DP 5 (MP), DP-SGD 1, zonal 0.5 (HDP)",
+        auto=5.0,
     ),
     key(
         "num-sampled-clients",
@@ -63,7 +68,7 @@ KEYS = (
         1e-5,
         real(0, 1, lo_open=True, hi_open=True),
         "a float in (0, 1)",
-        "delta at which epsilon is reported",
+        "delta at which epsilon is reported (every mode: global DP, DP-SGD, zonal)",
     ),
     key(
         "client-sampling",

@@ -21,10 +21,10 @@ Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
 - ``zonal-example-cap`` — ŵ of ``samples`` weighting; 0 = the largest client's train size.
 - ``supernode-failure-rate`` — probability in [0, 1) that an elected super-node fails in a
   round (seeded); it is replaced by a re-election among the zone's online clients.
-- ``zonal-noise-multiplier`` z and ``zonal-clipping-norm`` C — σ_i = z·C/(q·W_i) at a
+- ``noise-multiplier`` z and ``clipping-norm`` C — σ_i = z·C/(q·W_i) at a
   super-node, z·C at an LDP client, z·C/(q·W) at the server. Keys of their own, so the
   zonal feature does not depend on DP's ``noise-multiplier``/``clipping-norm``.
-- ``zonal-delta`` — δ of the ε reports.
+- ``dp-delta`` — δ of the ε reports.
 - ``zonal-distributed-eval`` — ``all`` clients evaluate each round, only the round's
   ``sampled`` clients, or ``none`` (server test set only; cheaper with many clients).
 - ``zonal-compare-placements`` — for the ``zonal-compare`` kind (scenario ``hdp-digits``):
@@ -93,8 +93,8 @@ def plan_from_config(cfg: Mapping[str, Any]) -> ZonalPlan:
         num_clients=int(cfg["num-clients"]),
         num_zones=int(cfg["num-zones"]),
         clients_per_round=int(cfg["clients-per-round"]),
-        noise_multiplier=float(cfg["zonal-noise-multiplier"]),
-        clipping_norm=float(cfg["zonal-clipping-norm"]),
+        noise_multiplier=float(cfg["noise-multiplier"]),
+        clipping_norm=float(cfg["clipping-norm"]),
         placement=cfg["noise-placement"],
         assignment=cfg["zone-assignment"],
         zone_map=cfg["zone-map"] or None,
@@ -207,27 +207,6 @@ KEYS = (
         real(0, 1, hi_open=True),
         "a float in [0, 1)",
         "probability that an elected super-node fails in a round",
-    ),
-    key(
-        "zonal-noise-multiplier",
-        0.5,
-        real(0),
-        "a float >= 0",
-        "z of sigma_i = z*C/(q*W_i) (client z*C, server z*C/(q*W))",
-    ),
-    key(
-        "zonal-clipping-norm",
-        0.5,
-        real(0, lo_open=True),
-        "a float > 0",
-        "C, the flat L2 bound of a client update",
-    ),
-    key(
-        "zonal-delta",
-        1e-5,
-        real(0, 1, lo_open=True, hi_open=True),
-        "a float in (0, 1)",
-        "delta of the zonal epsilon reports",
     ),
     key(
         "zonal-distributed-eval",

@@ -5,6 +5,10 @@ scalars, exactly what ``context.run_config`` holds. Resolution is layered:
 
     key defaults  <-  scenario defaults  <-  user values (any value but ``"auto"``)
 
+and a shared key still at ``"auto"`` then takes the selected mode's value (``noise-multiplier``
+and ``clipping-norm``: one key name per idea, one default per mode; the old per-mode names are
+refused naming the new one, :data:`RENAMED`),
+
 and every resolved value is checked before any training starts (SPEC §7). A failed check
 raises :class:`ConfigError`, whose message is one line naming the key, the value and
 what is allowed. Each feature declares its keys (``Feature.keys`` in
@@ -18,7 +22,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedpriv.modes.registry import selected
+from fedpriv.modes import ModeError
+from fedpriv.modes.registry import mode_of, selected
+from fedpriv.spec import mode_defaults
 from fedpriv.validation import check_choice, check_int, check_real
 
 AUTO = "auto"
@@ -42,6 +48,7 @@ class KeySpec:
     check: Callable[[Any], Any]
     allowed: str
     help: str = ""
+    auto: Scalar | None = None  # "auto" when the mode declares no value (resolve)
 
     def coerce(self, value: Any) -> Any:
         """Return the checked (and normalised) value or raise :class:`ConfigError`."""
@@ -100,9 +107,58 @@ def text(value: Any) -> str:
     return value
 
 
-def key(name: str, default: Scalar, check: Callable[[Any], Any], allowed: str, help: str = ""):
+def key(
+    name: str,
+    default: Scalar,
+    check: Callable[[Any], Any],
+    allowed: str,
+    help: str = "",
+    *,
+    auto: Scalar | None = None,
+) -> KeySpec:
     """A :class:`KeySpec` (positional shorthand for the feature declarations)."""
-    return KeySpec(name, default, check, allowed, help)
+    return KeySpec(name, default, check, allowed, help, auto)
+
+
+# one key name per idea (issue 26): the old per-mode names, refused with the new one
+RENAMED = {
+    "l2-norm-clip": "clipping-norm",
+    "zonal-clipping-norm": "clipping-norm",
+    "dp-sgd-noise-multiplier": "noise-multiplier",
+    "zonal-noise-multiplier": "noise-multiplier",
+    "dp-sgd-delta": "dp-delta",
+    "zonal-delta": "dp-delta",
+}
+
+
+def refuse_renamed(values: Mapping[str, Any]) -> None:
+    """:class:`ConfigError` naming the new key for the first old key name in ``values``."""
+    for name, value in values.items():
+        if name in RENAMED:
+            raise ConfigError(
+                name, value, f"the key {RENAMED[name]} instead (one key name per idea)"
+            )
+
+
+def mode_values(layered: Mapping[str, Any]) -> dict[str, Any]:
+    """The values the selected mode declares for its shared keys (``fedpriv.spec.key``'s
+    ``mode_default``: DP-SGD's z = 1.1, C = 1; zonal z = C = 0.5; global DP z = 0.01, C = 5);
+    empty for an unknown mode (its own check reports it)."""
+    try:
+        return mode_defaults(mode_of(layered).params)
+    except ModeError:
+        return {}
+
+
+def fill_auto(keys: Mapping[str, KeySpec], layered: dict[str, Any]) -> dict[str, Any]:
+    """``layered`` with each shared key left at ``"auto"`` set to the mode's value, else to
+    the key's ``auto`` value."""
+    declared = mode_values(layered)
+    for name, value in layered.items():
+        spec = keys.get(name)
+        if value == AUTO and spec is not None and (name in declared or spec.auto is not None):
+            layered[name] = declared.get(name, spec.auto)
+    return layered
 
 
 def resolve(
@@ -114,12 +170,14 @@ def resolve(
 
     Raises :class:`ConfigError` for an unknown key or a value that fails its check.
     """
+    refuse_renamed(run_config)
     for name in run_config:
         if name not in keys:
             raise ConfigError(name, run_config[name], "a known key (see `fedpriv keys`)")
     resolved: dict[str, Any] = {name: spec.default for name, spec in keys.items()}
     resolved.update(scenario_defaults)
     resolved.update({k: v for k, v in run_config.items() if v != AUTO})
+    resolved = fill_auto(keys, resolved)
     return {name: keys[name].coerce(value) for name, value in resolved.items()}
 
 

@@ -43,6 +43,7 @@ def complete(cfg: Mapping[str, Any]) -> dict[str, Any]:
     default (the node's resolution, :func:`scenarios.node_spec.resolve_node`, without its
     checks of the values ``cfg`` holds)."""
     from scenarios.node_spec import load_snapshot, node_keys
+    from scenarios.schema import fill_auto
 
     scenarios = load_snapshot()["scenarios"]
     name = cfg.get("scenario", "digits")
@@ -50,6 +51,7 @@ def complete(cfg: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: spec.default for k, spec in node_keys().items()}
     out.update(defaults)
     out.update(cfg)
+    out = fill_auto(node_keys(), out)
     if KIND_KEY not in out:
         out[KIND_KEY] = scenarios.get(name, {}).get("kind", "standard")
     return out

@@ -63,8 +63,8 @@ def report_markdown(
         f"{n} clients ({cfg['dataset']}, partition {cfg['partition']}), k = {k} sampled per "
         f"round (q = {k / n:g}), {cfg['num-server-rounds']} rounds, {cfg['strategy']} + "
         f"{cfg['optimizer']} lr {cfg['learning-rate']}, {cfg['local-epochs']} local epochs, "
-        f"batch {cfg['batch-size']}, model {cfg['model']}; z = {cfg['zonal-noise-multiplier']}"
-        f", C = {cfg['zonal-clipping-norm']}, delta = {cfg['zonal-delta']}, zone assignment "
+        f"batch {cfg['batch-size']}, model {cfg['model']}; z = {cfg['noise-multiplier']}"
+        f", C = {cfg['clipping-norm']}, delta = {cfg['dp-delta']}, zone assignment "
         f"{cfg['zone-assignment']}, weighting {cfg['zone-weighting']}, seed {cfg['seed']}. "
         f"Same seed and client samples in every run. Total wall time {wall:.0f} s.",
         "",
@@ -135,7 +135,7 @@ def write_compare_outputs(cfg, summaries: list[dict], out: Path, wall: float, to
     from fedpriv.plots import plot_accuracy_per_round, plot_zonal_sweep
 
     rows = [run_row(s) for s in summaries]
-    title = f"{cfg['scenario']}: accuracy per round, z = {cfg['zonal-noise-multiplier']}"
+    title = f"{cfg['scenario']}: accuracy per round, z = {cfg['noise-multiplier']}"
     plot_accuracy_per_round(
         {s["label"]: s["accuracy_per_round"] for s in summaries},
         out / "comparison.png",

@@ -214,7 +214,7 @@ def test_example_canaries_are_seeded_spread_over_clients_and_audited():
     assert np.array_equal(a.x, b.x) and np.array_equal(a.included, b.included)
     assert sum(len(a.for_client(p)[0]) for p in range(4)) == int(a.included.sum())
     cfg = {"audit-canaries": 40, "seed": 7, "num-clients": 4, "audit-canary-probability": 0.5,
-           "audit-confidence": 0.95, "dp-sgd-delta": 1e-5, "dp-sgd-noise-multiplier": 1.1,
+           "audit-confidence": 0.95, "dp-delta": 1e-5, "noise-multiplier": 1.1,
            "num-server-rounds": 2, "privacy": "dp-sgd"}  # fmt: skip
     data = SimpleNamespace(input_shape=(8, 8, 1), num_classes=10)
     x, y = with_example_canaries(cfg, data, 1, np.zeros((5, 8, 8, 1), np.float32), np.zeros(5, int))

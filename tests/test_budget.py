@@ -224,16 +224,16 @@ def test_target_epsilon_for_dp_sgd_and_zonal():
         return dpsgd.client_epsilon(
             num_examples=200, batch_size=int(cfg["batch-size"]),
             local_epochs=int(cfg["local-epochs"]), participations=3, noise_multiplier=z,
-            delta=float(cfg["dp-sgd-delta"]),
+            delta=float(cfg["dp-delta"]),
         ).epsilon  # fmt: skip
 
     assert eps(out["noise_multiplier"]) <= 3.0 < eps(out["noise_multiplier"] * (1 - REL_TOL))
-    assert out["key"] == "dp-sgd-noise-multiplier"
+    assert out["key"] == "noise-multiplier"
     zcfg = CATALOG.resolve_run_config({"scenario": "hdp-digits", "num-server-rounds": 4})
     zout = noise_for_target(zcfg, 2.0)
     from fedpriv.accounting.planning import privacy_plan
 
-    plan = privacy_plan({**zcfg, "zonal-noise-multiplier": zout["noise_multiplier"]})
+    plan = privacy_plan({**zcfg, "noise-multiplier": zout["noise_multiplier"]})
     assert plan["epsilon"] == pytest.approx(zout["epsilon"]) and plan["epsilon"] <= 2.0
 
 

@@ -87,8 +87,8 @@ def test_dp_sgd_clients_send_no_unnoised_loss(digits):
     metrics = train["metrics"]
     want = dpsgd.client_epsilon(
         num_examples=int(metrics["num-examples"]), batch_size=16, local_epochs=1,
-        participations=1, noise_multiplier=float(cfg["dp-sgd-noise-multiplier"]),
-        delta=float(cfg["dp-sgd-delta"]),
+        participations=1, noise_multiplier=float(cfg["noise-multiplier"]),
+        delta=float(cfg["dp-delta"]),
     )  # fmt: skip
     assert metrics["dp-sgd-epsilon"] == pytest.approx(want.epsilon)
 
@@ -106,7 +106,7 @@ def test_zonal_ldp_clients_send_no_norms():
     extra = {"client-task": "zonal", "zonal-level": "ldp"}
     train = send(cfg, MessageType.TRAIN, weights, extra)
     assert metric_keys(train) == {"num-examples", "zonal-noise-std"}
-    z, c = float(cfg["zonal-noise-multiplier"]), float(cfg["zonal-clipping-norm"])
+    z, c = float(cfg["noise-multiplier"]), float(cfg["clipping-norm"])
     assert train["metrics"]["zonal-noise-std"] == pytest.approx(z * c)  # config only
     sent = [a - w for a, w in zip(train["arrays"].to_numpy_ndarrays(), weights)]
     assert any(np.any(d != 0) for d in sent)

@@ -44,9 +44,9 @@ ZONE_SET = {
     "privacy": "zonal",
     "noise-placement": "hdp",
     "zonal-compare-placements": "hdp",  # this node takes part in no un-noised comparison
-    "zonal-noise-multiplier": 0.8,
-    "zonal-clipping-norm": 0.4,
-    "zonal-delta": 1e-5,
+    "noise-multiplier": 0.8,
+    "clipping-norm": 0.4,
+    "dp-delta": 1e-5,
     "num-clients": 100,
     "num-zones": 10,
     "clients-per-round": 20,
@@ -56,9 +56,9 @@ ZONE_SET = {
 DPSGD_AUTO = {**AUTO_RUN_CONFIG, "privacy": "dp-sgd"}  # the run's; the node sets nothing
 DPSGD_SET_NODE = {
     "privacy": "dp-sgd",
-    "dp-sgd-noise-multiplier": 1.3,
-    "l2-norm-clip": 0.7,
-    "dp-sgd-delta": 1e-5,
+    "noise-multiplier": 1.3,
+    "clipping-norm": 0.7,
+    "dp-delta": 1e-5,
     "batch-size": 16,
     "local-epochs": 1,
     "reproducible-noise": False,
@@ -70,8 +70,8 @@ DPSGD_SET_NODE = {
 ZONE_ATTACKS = {
     "reproducible-noise": True,
     "unaccounted-metrics": True,
-    "zonal-noise-multiplier": 0.0,
-    "zonal-clipping-norm": 1000.0,
+    "noise-multiplier": 0.0,
+    "clipping-norm": 1000.0,
     "client-task": "standard",
     "zonal-level": "none",
     "noise-placement": "none",
@@ -82,8 +82,8 @@ ZONE_ATTACKS = {
 DPSGD_ATTACKS = {
     "reproducible-noise": True,
     "unaccounted-metrics": True,
-    "dp-sgd-noise-multiplier": 0.0,
-    "l2-norm-clip": 1000.0,
+    "noise-multiplier": 0.0,
+    "clipping-norm": 1000.0,
     "batch-size": 1000,
     "local-epochs": 40,
     "client-task": "standard",
@@ -173,7 +173,7 @@ def test_a_zone_node_releases_at_its_own_sigma_with_secret_noise(zone_weights, w
     keys: the same training, fresh secret noise."""
     run_config, node = ZONE_NODES[who]
     spec = node_spec(7, run_config, {"partition-id": ZONE, **node}).base
-    z, c = float(spec["zonal-noise-multiplier"]), float(spec["zonal-clipping-norm"])
+    z, c = float(spec["noise-multiplier"]), float(spec["clipping-norm"])
     q = int(spec["clients-per-round"]) / int(spec["num-clients"])
     members = int(spec["num-clients"]) // int(spec["num-zones"])  # blocks, uniform weights
     sigma = z * c / (q * members)
@@ -238,8 +238,8 @@ def test_a_dp_sgd_client_trains_and_reports_at_its_own_settings(dpsgd_weights, d
             batch_size=int(spec["batch-size"]),
             local_epochs=int(spec["local-epochs"]),
             participations=1 + (index if "client-state-dir" in node else 0),
-            noise_multiplier=float(spec["dp-sgd-noise-multiplier"]),
-            delta=float(spec["dp-sgd-delta"]),
+            noise_multiplier=float(spec["noise-multiplier"]),
+            delta=float(spec["dp-delta"]),
         )
         assert metrics["dp-sgd-epsilon"] == pytest.approx(want.epsilon)
         sent.append(_zone_delta(reply, dpsgd_weights))
@@ -311,19 +311,19 @@ def test_the_server_does_not_send_opt_ins_the_run_config_leaves_at_auto():
     finally:
         wire_config.set_base({})
     assert not set(NODE_SECURE_DEFAULTS) & set(delta)
-    assert delta["zonal-noise-multiplier"] == cfg["zonal-noise-multiplier"]
+    assert delta["noise-multiplier"] == cfg["noise-multiplier"]
 
 
 def test_the_allow_list_is_one_declaration():
     """Every key a message may carry freely is outside the privacy and derived keys."""
     assert not set(MESSAGE_KEYS) & (set(PRIVACY_KEYS) | set(DERIVED_KEYS))
-    for key in ("zonal-noise-multiplier", "dp-sgd-noise-multiplier", "noise-multiplier"):
+    for key in ("noise-multiplier", "noise-multiplier", "noise-multiplier"):
         assert key in PRIVACY_KEYS and key in CATALOG.keys
     assert set(PRIVACY_KEYS) <= set(CATALOG.keys)
 
 
 def test_a_bad_own_value_refuses_every_message(dpsgd_weights):
-    ctx = context(AUTO_RUN_CONFIG, 0, {"dp-sgd-noise-multiplier": -1.0})
+    ctx = context(AUTO_RUN_CONFIG, 0, {"noise-multiplier": -1.0})
     msg = server_message(AUTO_RUN_CONFIG, {}, dpsgd_weights, {})
     reply = app(msg, ctx)
-    assert reply.has_error() and "dp-sgd-noise-multiplier = -1.0" in reply.error.reason
+    assert reply.has_error() and "noise-multiplier = -1.0" in reply.error.reason

@@ -279,8 +279,8 @@ def test_summary_block_and_keys():
     from scenarios.registry import resolve_run_config
 
     cfg = resolve_run_config({"scenario": "digits", "privacy": "dp-sgd"})
-    assert (cfg["l2-norm-clip"], cfg["dp-sgd-noise-multiplier"]) == (1.0, 1.1)
-    assert (cfg["microbatches"], cfg["dp-sgd-delta"]) == (0, 1e-5)
+    assert (cfg["clipping-norm"], cfg["noise-multiplier"]) == (1.0, 1.1)
+    assert (cfg["microbatches"], cfg["dp-delta"]) == (0, 1e-5)
     rounds = [
         {"round": 1, "dp-sgd-epsilon": {"0": 1.0, "1": 1.5}},
         {"round": 2, "dp-sgd-epsilon": {"0": 2.0}, "dp-sgd-participations": {"0": 2, "1": 1}},
@@ -296,7 +296,7 @@ def test_summary_block_and_keys():
     for value in (4, 5, 32):
         with pytest.raises(ConfigError, match=f"microbatches = {value}"):
             resolve_run_config({"privacy": "dp-sgd", "batch-size": 16, "microbatches": value})
-    for key, value in [("l2-norm-clip", 0), ("dp-sgd-delta", 1.0), ("dp-sgd-noise-multiplier", -1)]:
+    for key, value in [("clipping-norm", 0), ("dp-delta", 1.0), ("noise-multiplier", -1)]:
         with pytest.raises(ConfigError, match=key):
             resolve_run_config({"privacy": "dp-sgd", key: value})
 
@@ -305,7 +305,7 @@ def test_plan_is_the_clients_epsilon():
     from fedpriv.accounting.planning import privacy_plan
 
     cfg = {"privacy": "dp-sgd", "num-server-rounds": 8, "local-epochs": 2, "batch-size": 16,
-           "dp-sgd-noise-multiplier": 1.1, "dp-sgd-delta": 1e-5}  # fmt: skip
+           "noise-multiplier": 1.1, "dp-delta": 1e-5}  # fmt: skip
     plan = privacy_plan(cfg, examples_per_client=287)
     want = dpsgd.client_epsilon(num_examples=287, participations=8, **DIGITS)
     assert plan["epsilon"] == pytest.approx(want.epsilon)

@@ -144,7 +144,7 @@ def _fedpriv(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
 def real_grid(tmp_path_factory):
     out = tmp_path_factory.mktemp("grid")
     # seeded noise (reproducible-noise): the grid is compared with its recorded baseline
-    run_config = f"num-server-rounds={ROUNDS} dp-sgd-noise-multiplier={Z} reproducible-noise=true"
+    run_config = f"num-server-rounds={ROUNDS} noise-multiplier={Z} reproducible-noise=true"
     extra = ("--run-config", run_config, "--report")
     first = _fedpriv(*_grid_argv(out, extra=extra))
     second = _fedpriv(*_grid_argv(out, extra=extra))

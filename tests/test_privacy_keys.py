@@ -30,21 +30,21 @@ OPT_INS = {"unaccounted-metrics": True, "reproducible-noise": True}
 # mode -> owned key -> a weakened value the server might send
 WEAKER = {
     "dp-sgd": {
-        "privacy": "none", "dp-sgd-noise-multiplier": 0.0, "l2-norm-clip": 100.0,
-        "dp-sgd-delta": 0.5, "batch-size": 10_000, "local-epochs": 50, **OPT_INS,
+        "privacy": "none", "noise-multiplier": 0.0, "clipping-norm": 100.0,
+        "dp-delta": 0.5, "batch-size": 10_000, "local-epochs": 50, **OPT_INS,
         "client-task": "standard", "dp-sgd-participations": 1,
     },
     "zonal": {
         "privacy": "none", "noise-placement": "hdp", "ldp-fraction": 0.5, "hdp-fraction": 0.5,
         "num-zones": 1, "zone-assignment": "round-robin", "zone-map": "0:0,1:0",
-        "num-clients": 2, "zonal-noise-multiplier": 0.0, "zonal-clipping-norm": 100.0,
-        "zonal-delta": 0.5, **OPT_INS, "client-task": "standard", "zonal-level": "hdp",
+        "num-clients": 2, "noise-multiplier": 0.0, "clipping-norm": 100.0,
+        "dp-delta": 0.5, **OPT_INS, "client-task": "standard", "zonal-level": "hdp",
     },
     "zone-node": {  # issue 21: a zone SuperNode of an LDP (or HDP) zone
         "privacy": "none", "noise-placement": "hdp", "ldp-fraction": 0.5, "hdp-fraction": 0.5,
         "num-zones": 1, "zone-assignment": "round-robin", "zone-map": "0:0,1:0",
-        "num-clients": 2, "zonal-noise-multiplier": 0.0, "zonal-clipping-norm": 100.0,
-        "zonal-delta": 0.5, "zonal-runtime": "in-server", **OPT_INS, "client-task": "zonal",
+        "num-clients": 2, "noise-multiplier": 0.0, "clipping-norm": 100.0,
+        "dp-delta": 0.5, "zonal-runtime": "in-server", **OPT_INS, "client-task": "zonal",
         "zonal-level": "hdp",
     },
     "ifca": {
@@ -177,7 +177,7 @@ def test_equal_values_are_accepted(own, weights, hypotheses):
     cfg = own["dp-sgd"]
     ctx = context(cfg)
     sent = {k: cfg[k] for k in WEAKER["dp-sgd"] if k in cfg} | {"client-task": "dp-sgd"}
-    sent["dp-sgd-noise-multiplier"] = 1.1  # the resolved float of the client's own 1.1
+    sent["noise-multiplier"] = 1.1  # the resolved float of the client's own 1.1
     reply = app(
         message(cfg, MessageType.TRAIN, sent, {"arrays": ArrayRecord(weights["dp-sgd"])}), ctx
     )
@@ -190,7 +190,7 @@ def test_equal_values_are_accepted(own, weights, hypotheses):
     reply = app(zmsg, context(zcfg))
     assert not reply.has_error(), reply.error
     assert set(reply.content["metrics"].keys()) == {"num-examples", "zonal-noise-std"}
-    z, c = float(zcfg["zonal-noise-multiplier"]), float(zcfg["zonal-clipping-norm"])
+    z, c = float(zcfg["noise-multiplier"]), float(zcfg["clipping-norm"])
     assert z * c > 0 and reply.content["metrics"]["zonal-noise-std"] == pytest.approx(z * c)
     ncfg = own["zone-node"]  # a zone node: its clients' zone aggregate, counts, sigma
     nsent = {"client-task": "zone-node", "privacy": "zonal", "zonal-clients": [0, 1]}
@@ -219,7 +219,7 @@ def test_equal_values_are_accepted(own, weights, hypotheses):
 def test_node_config_overrides_run_config(own, weights):
     """A SuperNode's ``--node-config`` sets the privacy keys; the server's value is refused."""
     cfg = own["dp-sgd"]
-    ctx = context(cfg, node={"dp-sgd-noise-multiplier": 2.0})
+    ctx = context(cfg, node={"noise-multiplier": 2.0})
     arrays = {"arrays": ArrayRecord(weights["dp-sgd"])}
     reply = app(message(cfg, MessageType.TRAIN, {"client-task": "dp-sgd"}, arrays), ctx)
     assert not reply.has_error(), reply.error
@@ -228,10 +228,10 @@ def test_node_config_overrides_run_config(own, weights):
         local_epochs=1, participations=1, noise_multiplier=2.0, delta=1e-5,
     )  # fmt: skip
     assert reply.content["metrics"]["dp-sgd-epsilon"] == pytest.approx(want.epsilon)
-    ctx = context(cfg, node={"dp-sgd-noise-multiplier": 2.0})
-    sent = {"client-task": "dp-sgd", "dp-sgd-noise-multiplier": 1.1}  # the run config's z
+    ctx = context(cfg, node={"noise-multiplier": 2.0})
+    sent = {"client-task": "dp-sgd", "noise-multiplier": 1.1}  # the run config's z
     assert_refused(
-        app(message(cfg, MessageType.TRAIN, sent, arrays), ctx), "dp-sgd-noise-multiplier", ctx
+        app(message(cfg, MessageType.TRAIN, sent, arrays), ctx), "noise-multiplier", ctx
     )
     # the node's own mode decides: a run configured without privacy cannot train it plainly
     plain = resolve_run_config({**FAST, "privacy": "none"})
@@ -242,10 +242,10 @@ def test_node_config_overrides_run_config(own, weights):
 def test_a_digestless_full_config_with_a_weakened_key_is_refused(own, weights):
     cfg = own["dp-sgd"]
     arrays = ArrayRecord(weights["dp-sgd"])
-    full = {**cfg, "client-task": "dp-sgd", "server-round": 1, "dp-sgd-noise-multiplier": 0.0}
+    full = {**cfg, "client-task": "dp-sgd", "server-round": 1, "noise-multiplier": 0.0}
     ctx = context(cfg)
     msg = Message(RecordDict({"arrays": arrays, "config": ConfigRecord(full)}), 1, "train")
-    assert_refused(app(msg, ctx), "dp-sgd-noise-multiplier", ctx)
+    assert_refused(app(msg, ctx), "noise-multiplier", ctx)
 
 
 def test_modes_that_trust_the_server_take_its_training_keys_not_its_privacy_keys(own, weights):

@@ -40,7 +40,7 @@ def test_headline_for_audits_and_modes_without_a_guarantee() -> None:
         headline_epsilon({"privacy": "metric-dp"})
     assert headline_epsilon({"privacy": "none"}) == math.inf
     dpsgd = {"privacy": "dp-sgd", "num-server-rounds": 3, "local-epochs": 1, "batch-size": 10,
-             "dp-sgd-noise-multiplier": 1.0}  # fmt: skip
+             "noise-multiplier": 1.0}  # fmt: skip
     plan = privacy_plan(dpsgd, examples_per_client=200)
     from fedpriv.dpsgd import client_epsilon
 

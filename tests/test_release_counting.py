@@ -231,8 +231,8 @@ def expected_epsilon(cfg: dict, n: int, participations: int) -> float:
         batch_size=int(cfg["batch-size"]),
         local_epochs=int(cfg["local-epochs"]),
         participations=participations,
-        noise_multiplier=float(cfg["dp-sgd-noise-multiplier"]),
-        delta=float(cfg["dp-sgd-delta"]),
+        noise_multiplier=float(cfg["noise-multiplier"]),
+        delta=float(cfg["dp-delta"]),
     ).epsilon
 
 

@@ -343,8 +343,8 @@ def test_ldp_client_message_carries_the_noise():
             "num-clients": 20,
             "num-zones": 4,
             "local-epochs": 1,
-            "zonal-noise-multiplier": 0.3,
-            "zonal-clipping-norm": 0.2,
+            "noise-multiplier": 0.3,
+            "clipping-norm": 0.2,
         }
     )
     glob = initial_weights(cfg, federated_data(cfg))

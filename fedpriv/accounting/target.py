@@ -66,7 +66,7 @@ def dp_sgd_of_z(cfg: Mapping[str, Any], examples: int | None) -> Callable[[float
         batch_size=int(cfg.get("batch-size", 32)),
         local_epochs=int(cfg.get("local-epochs", 1)),
         participations=int(cfg.get("num-server-rounds", 1)),
-        delta=float(cfg.get("dp-sgd-delta", 1e-5)),
+        delta=float(cfg.get("dp-delta", 1e-5)),
     )
     return lambda z: float(dpsgd.client_epsilon(**common, noise_multiplier=z).epsilon)
 
@@ -75,7 +75,7 @@ def zonal_of_z(cfg: Mapping[str, Any]) -> Callable[[float], float]:
     from fedpriv.accounting.gaussian import dp_epsilon
 
     population = int(cfg.get("num-clients", 1))
-    rounds, delta = int(cfg.get("num-server-rounds", 1)), float(cfg.get("zonal-delta", 1e-5))
+    rounds, delta = int(cfg.get("num-server-rounds", 1)), float(cfg.get("dp-delta", 1e-5))
     return lambda z: float(
         dp_epsilon(z, rounds=rounds, sampled=population, population=population, delta=delta).epsilon
     )

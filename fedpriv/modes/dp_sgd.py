@@ -26,9 +26,9 @@ UNACCOUNTED = (
 class DPSGDParams:
     """z, C, δ, B and E of the client's DP-SGD."""
 
-    noise_multiplier: float = config_key("dp-sgd-noise-multiplier")
-    l2_norm_clip: float = config_key("l2-norm-clip")
-    delta: float = config_key("dp-sgd-delta")
+    noise_multiplier: float = config_key("noise-multiplier", mode_default=1.1)
+    l2_norm_clip: float = config_key("clipping-norm", mode_default=1.0)
+    delta: float = config_key("dp-delta")
     batch_size: int = config_key("batch-size")
     local_epochs: int = config_key("local-epochs")
 
@@ -96,9 +96,9 @@ MODE = Mode(
     owned_keys={
         "client": (
             "privacy",
-            "dp-sgd-noise-multiplier",
-            "l2-norm-clip",
-            "dp-sgd-delta",
+            "noise-multiplier",
+            "clipping-norm",
+            "dp-delta",
             "batch-size",
             "local-epochs",
             *OPT_INS,
@@ -106,7 +106,7 @@ MODE = Mode(
     },
     release_keys=("batch-size", "local-epochs"),
     report_label="DP-SGD",
-    noise_key="dp-sgd-noise-multiplier",
+    noise_key="noise-multiplier",
     epsilon_of_z=epsilon_of_z,
     against="the server and observers (each client's example-level ε)",
     client_task=NAME,

@@ -25,8 +25,8 @@ UNACCOUNTED = (
 class GlobalDPParams:
     """z, C, δ and the aggregation weights."""
 
-    noise_multiplier: float = config_key("noise-multiplier")
-    clipping_norm: float = config_key("clipping-norm")
+    noise_multiplier: float = config_key("noise-multiplier", mode_default=0.01)
+    clipping_norm: float = config_key("clipping-norm", mode_default=5.0)
     delta: float = config_key("dp-delta")
     weighting: str = config_key("dp-weighting")
 

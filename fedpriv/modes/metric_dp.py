@@ -27,8 +27,8 @@ UNACCOUNTED = (
 class MetricDPParams:
     """z, C and what the distance is measured on."""
 
-    noise_multiplier: float = config_key("noise-multiplier")
-    clipping_norm: float = config_key("clipping-norm")
+    noise_multiplier: float = config_key("noise-multiplier", mode_default=0.01)
+    clipping_norm: float = config_key("clipping-norm", mode_default=5.0)
     distance_on: str = config_key("distance-on")
 
 

@@ -26,9 +26,9 @@ ZONE_DECIDING = (
     "zone-assignment",
     "zone-map",
     "num-clients",
-    "zonal-noise-multiplier",
-    "zonal-clipping-norm",
-    "zonal-delta",
+    "noise-multiplier",
+    "clipping-norm",
+    "dp-delta",
 )
 UNACCOUNTED = (
     "train-loss: un-noised training loss",
@@ -44,9 +44,9 @@ UNACCOUNTED = (
 class ZonalParams:
     """z, C, δ and the placement of the zonal noise."""
 
-    noise_multiplier: float = config_key("zonal-noise-multiplier")
-    clipping_norm: float = config_key("zonal-clipping-norm")
-    delta: float = config_key("zonal-delta")
+    noise_multiplier: float = config_key("noise-multiplier", mode_default=0.5)
+    clipping_norm: float = config_key("clipping-norm", mode_default=0.5)
+    delta: float = config_key("dp-delta")
     placement: str = config_key("noise-placement")
 
 
@@ -119,7 +119,7 @@ MODE = Mode(
     },
     summary_key="zonal",
     report_label="Zonal",
-    noise_key="zonal-noise-multiplier",
+    noise_key="noise-multiplier",
     epsilon_of_z=epsilon_of_z,
     client_task=NAME,
 )
