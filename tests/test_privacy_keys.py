@@ -230,9 +230,7 @@ def test_node_config_overrides_run_config(own, weights):
     assert reply.content["metrics"]["dp-sgd-epsilon"] == pytest.approx(want.epsilon)
     ctx = context(cfg, node={"noise-multiplier": 2.0})
     sent = {"client-task": "dp-sgd", "noise-multiplier": 1.1}  # the run config's z
-    assert_refused(
-        app(message(cfg, MessageType.TRAIN, sent, arrays), ctx), "noise-multiplier", ctx
-    )
+    assert_refused(app(message(cfg, MessageType.TRAIN, sent, arrays), ctx), "noise-multiplier", ctx)
     # the node's own mode decides: a run configured without privacy cannot train it plainly
     plain = resolve_run_config({**FAST, "privacy": "none"})
     ctx = context(plain, node={"privacy": "dp-sgd"})
