@@ -8,11 +8,11 @@ the client owns.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fedpriv.modes.base import OPT_INS, PUBLIC, Mode
+from fedpriv.spec import RunSpec
 from fedpriv.spec import key as config_key
 
 NAME = "dp-sgd"
@@ -33,14 +33,14 @@ class DPSGDParams:
     local_epochs: int = config_key("local-epochs")
 
 
-def plan(cfg: Mapping[str, Any], examples: int | None = None) -> dict[str, Any]:
+def plan(spec: RunSpec, examples: int | None = None) -> dict[str, Any]:
     """Example level per client, ``epochs = local-epochs x rounds`` (a client sampled every
     round, the worst case); needs the client's example count."""
     from fedpriv import dpsgd
     from fedpriv.accounting.planning import json_number
 
-    params: DPSGDParams = MODE.parameters(cfg)
-    rounds = int(cfg.get("num-server-rounds", 1))
+    params: DPSGDParams = spec.params
+    rounds = spec.rounds
     out: dict[str, Any] = {
         "mode": NAME,
         "delta": params.delta,
@@ -71,11 +71,11 @@ def plan(cfg: Mapping[str, Any], examples: int | None = None) -> dict[str, Any]:
     return out
 
 
-def epsilon_of_z(cfg: Mapping[str, Any], examples: int | None = None):
+def epsilon_of_z(spec: RunSpec, examples: int | None = None):
     """ε(z) of a client in every round (:func:`fedpriv.accounting.target.dp_sgd_of_z`)."""
     from fedpriv.accounting.target import dp_sgd_of_z
 
-    return dp_sgd_of_z(cfg, examples)
+    return dp_sgd_of_z(spec, examples)
 
 
 MODE = Mode(
@@ -106,7 +106,7 @@ MODE = Mode(
     },
     release_keys=("batch-size", "local-epochs"),
     report_label="DP-SGD",
-    noise_key="dp-sgd-noise-multiplier",
+    noise_field="noise_multiplier",
     epsilon_of_z=epsilon_of_z,
     against="the server and observers (each client's example-level ε)",
     client_task=NAME,
