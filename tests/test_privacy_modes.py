@@ -140,3 +140,16 @@ def test_participation_refuses_bad_values_naming_the_key():
         Participation(10, 4, 4, "sometimes")
     with pytest.raises(ValueError, match="clients-per-round"):
         Participation(10, 11, 4)
+
+
+def test_with_noise_sets_only_its_own_modes_noise_field():
+    spec = run_spec({"privacy": "global-dp", "noise-multiplier": 1.0})
+    at_z = get("global-dp").with_noise(spec, 2.5)
+    assert at_z.params == dataclasses.replace(spec.params, noise_multiplier=2.5)
+    assert dataclasses.replace(at_z, params=spec.params) == spec  # nothing else changed
+    assert get("global-dp").noise_key == "noise-multiplier"
+    assert get("dp-sgd").noise_key == "dp-sgd-noise-multiplier" and get("none").noise_key is None
+    with pytest.raises(ModeError, match="no noise multiplier"):
+        get("metric-dp").with_noise(run_spec({"privacy": "metric-dp"}), 1.0)
+    with pytest.raises(ModeError, match="no noise multiplier"):
+        get("zonal").with_noise(spec, 1.0)  # a global-dp spec: not zonal's params

@@ -61,3 +61,28 @@ def test_plan_imports_no_tensorflow_ray_or_matplotlib() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("cfg", "examples"),
+    [
+        ({"privacy": "global-dp", "num-clients": 20, "clients-per-round": 5,
+          "num-sampled-clients": 4, "num-server-rounds": 6}, None),
+        ({"privacy": "global-dp", "num-clients": 6, "clients-per-round": 3,
+          "dp-weighting": "examples", "num-server-rounds": 4}, None),
+        ({"privacy": "dp-sgd", "num-server-rounds": 3, "batch-size": 10}, 200),
+        ({"scenario": "hdp-digits", "num-server-rounds": 4}, None),
+    ],
+)  # fmt: skip
+def test_epsilon_of_z_is_the_plan_of_the_spec_at_z(cfg, examples) -> None:
+    """The target search's ε(z) equals the plan of the spec whose params' noise field is z
+    (``Mode.with_noise``), for every mode with an ε to target."""
+    spec = run_spec(cfg)
+    epsilon_of = spec.mode.epsilon_of_z(spec, examples)
+    field = spec.mode.noise_field
+    for z in (0.7, 1.3, 4.0):
+        at_z = spec.mode.with_noise(spec, z)
+        assert getattr(at_z.params, field) == z and at_z.participation == spec.participation
+        plan = privacy_plan(at_z, examples_per_client=examples)
+        assert epsilon_of(z) == pytest.approx(float(plan["epsilon"]), rel=1e-12)
+    assert epsilon_of(1.3) > epsilon_of(4.0)  # more noise, smaller ε
