@@ -2,17 +2,16 @@
 
 A run config says ``num-clients`` N, ``clients-per-round`` (0 = all clients),
 ``num-sampled-clients`` (the m of ``σ = z·C/m``; 0 = the clients sampled per round) and
-``client-sampling`` (fixed | poisson). :class:`Participation` turns them into numbers once;
-the sampler (``scenarios.recorder``), σ's m (the DP wrappers), the accountant, summary.json,
-planning (``fedpriv epsilon``) and the audit all read this one object instead of repeating
-the "0 = all" rule.
+``client-sampling`` (fixed | poisson). :class:`Participation` turns them into numbers once
+(:meth:`Participation.from_counts`; a run's is ``RunSpec.participation``); the sampler
+(``scenarios.recorder``), σ's m (the DP wrappers), the accountant, summary.json, planning
+(``fedpriv epsilon``) and the audit all read this one object instead of repeating the
+"0 = all" rule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 __all__ = ["Participation", "SAMPLING"]
 
@@ -53,15 +52,6 @@ class Participation:
         per_round = asked if 0 < asked < population else population
         noise = int(num_sampled or 0) or per_round
         return cls(population, per_round, noise, str(sampling))
-
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> Participation:
-        """Resolve the "0 = all clients" / "0 = clients per round" rules of a run config."""
-        population = int(cfg.get("num-clients", 1))
-        asked = int(cfg.get("clients-per-round", 0) or 0)
-        per_round = asked if 0 < asked < population else population
-        noise = int(cfg.get("num-sampled-clients", 0) or 0) or per_round
-        return cls(population, per_round, noise, str(cfg.get("client-sampling", "fixed")))
 
     @property
     def everyone(self) -> bool:

@@ -207,9 +207,9 @@ def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict
 
 
 def _noise_clients(cfg: Mapping[str, Any]) -> int:
-    from fedpriv.participation import Participation
+    from scenarios.specs import run_spec
 
-    return Participation.from_config(cfg).noise_clients
+    return run_spec(cfg).participation.noise_clients
 
 
 def _run_headline(cfg: Mapping[str, Any], rounds: int) -> Any:
@@ -217,9 +217,9 @@ def _run_headline(cfg: Mapping[str, Any], rounds: int) -> Any:
     for each of ``rounds`` rounds (the canary run's history is not used: its replies include
     the canaries)."""
     from fedpriv.accounting.rounds import global_dp_epsilon
-    from fedpriv.participation import Participation
+    from scenarios.specs import run_spec
 
-    part = Participation.from_config(cfg)
+    part = run_spec(cfg).participation
     z = float(cfg["noise-multiplier"])
     charged = [z * part.per_round / part.noise_clients] * rounds
     report = global_dp_epsilon(

@@ -34,10 +34,12 @@ from fedpriv.disclosure import unaccounted_channels
 from fedpriv.modes import global_dp, metric_dp, mode_of
 from fedpriv.participation import Participation
 from fedpriv.records import PrivacyFigures, mean_of
+from fedpriv.spec import RunSpec
 from scenarios.feature import Catalog, Command, Feature
 from scenarios.keys_dp import KEYS
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
+from scenarios.specs import run_spec
 
 # the server-noise modes this feature wraps (their declarations: fedpriv.modes)
 SERVER_NOISE_MODES = (global_dp.MODE, metric_dp.MODE)
@@ -54,21 +56,26 @@ SENSITIVITY_NOTE = (
 NOT_A_MEAN_STRATEGIES = ("fedmedian",)
 
 
+def participation(cfg: Mapping[str, Any]) -> Participation:
+    """Who takes part in a round (the run spec's :class:`fedpriv.participation.Participation`)."""
+    return run_spec(cfg).participation
+
+
 def sampled_per_round(cfg: Mapping[str, Any]) -> int:
     """Clients actually sampled per round (:class:`fedpriv.participation.Participation`)."""
-    return Participation.from_config(cfg).per_round
+    return participation(cfg).per_round
 
 
 def noise_clients(cfg: Mapping[str, Any]) -> int:
     """m of σ = z·C/m (:class:`fedpriv.participation.Participation`)."""
-    return Participation.from_config(cfg).noise_clients
+    return participation(cfg).noise_clients
 
 
 def conditional_accounting(cfg: Mapping[str, Any]) -> bool:
     """Examples weighting with sampling: account each round given the realised sample."""
     from fedpriv.accounting.rounds import is_conditional
 
-    return is_conditional(str(cfg["dp-weighting"]), Participation.from_config(cfg))
+    return is_conditional(str(cfg["dp-weighting"]), participation(cfg))
 
 
 def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
@@ -101,7 +108,7 @@ def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator)
             **common,
         )
     accountant = global_dp_accountant(
-        Participation.from_config(cfg),
+        participation(cfg),
         delta=float(cfg["dp-delta"]),
         weighting=str(cfg["dp-weighting"]),
     )
@@ -201,7 +208,7 @@ def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
     if declared is global_dp.MODE:
         report = global_dp_epsilon(
             [r.get("dp-round-noise-multiplier", r.get("dp-sum-noise-multiplier")) for r in noised],
-            Participation.from_config(cfg),
+            participation(cfg),
             delta=float(cfg["dp-delta"]),
             weighting=str(cfg["dp-weighting"]),
         )
@@ -295,16 +302,15 @@ def _epsilon(args: argparse.Namespace, catalog: Catalog) -> int:
     except ConfigError as err:
         print(f"fedpriv: {err}", file=sys.stderr)
         return 2
+    spec = run_spec({**cfg, "scenario-kind": catalog.kind(cfg)})
     if args.target_epsilon is not None:
-        return _target(cfg, args.target_epsilon, args.examples_per_client)
-    plan = privacy_plan(
-        {**cfg, "scenario-kind": catalog.kind(cfg)}, examples_per_client=args.examples_per_client
-    )
+        return _target(spec, args.target_epsilon, args.examples_per_client)
+    plan = privacy_plan(spec, examples_per_client=args.examples_per_client)
     print(json.dumps(plan, indent=2, sort_keys=True))
     return 0
 
 
-def _target(cfg: Mapping[str, Any], text: str, examples: int | None) -> int:
+def _target(spec: RunSpec, text: str, examples: int | None) -> int:
     """``fedpriv epsilon --target-epsilon E``: one JSON line ``{"key", "noise_multiplier",
     "epsilon", ...}`` (:func:`fedpriv.accounting.target.noise_for_target`), or a one-line
     error and exit status 2."""
@@ -320,7 +326,7 @@ def _target(cfg: Mapping[str, Any], text: str, examples: int | None) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     try:
-        result = noise_for_target(cfg, target, examples_per_client=examples)
+        result = noise_for_target(spec, target, examples_per_client=examples)
     except (PlanError, ValueError) as err:
         print(f"fedpriv: --target-epsilon: {err}", file=sys.stderr)
         return 2

@@ -62,7 +62,6 @@ from fedpriv.console import round_line
 from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
 from fedpriv.modes.registry import mode_of, selected
-from fedpriv.participation import Participation
 from fedpriv.plots import plot_accuracy_per_round, plot_roc
 from fedpriv.records import RoundRecord
 from fedpriv.runlog import RunLog, read_rounds
@@ -70,6 +69,7 @@ from scenarios.feature import Catalog
 from scenarios.federation import PartitionGrid
 from scenarios.fused import EVALUATE_RECEIVED_KEY, evaluate_in_train, split_evaluations
 from scenarios.recorder import RoundRecorder, wrapper_chain
+from scenarios.specs import run_spec
 from scenarios.wire_config import wire_config
 from strategies.factory import build_stock_strategy, needs_initial_pretraining
 from strategies.validating import ValidUpdatesOnly
@@ -141,7 +141,7 @@ def build_strategy(
         strategy,
         grid=grid,
         num_clients=int(cfg["num-clients"]),
-        clients_per_round=Participation.from_config(cfg).sampler_per_round,
+        clients_per_round=run_spec(cfg).participation.sampler_per_round,
         rng=rng,
         sampling=str(cfg["client-sampling"]),
         evaluate_sampled_only=bool(cfg.get("evaluate-sampled-only", False)),

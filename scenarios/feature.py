@@ -60,7 +60,8 @@ class PrivacyMode:
 
     @property
     def plan(self) -> Callable[..., dict]:
-        """``plan(cfg, examples_per_client)``: its figures before training."""
+        """``plan(spec, examples_per_client)``: its figures before training (``spec``: the
+        run's :class:`fedpriv.spec.RunSpec`, ``scenarios.specs.run_spec(cfg)``)."""
         return self.mode.plan
 
     @property

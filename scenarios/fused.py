@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 from fedpriv.modes import mode_of
 from fedpriv.modes import zonal as zonal_mode
-from fedpriv.participation import Participation
 from scenarios.schema import ConfigError
+from scenarios.specs import run_spec
 from scenarios.task_names import EVALUATE_RECEIVED_KEY, EVALUATION_RECORD
 
 if TYPE_CHECKING:  # the CLI imports this module for its config check: no Flower there
@@ -71,7 +71,7 @@ def equivalence_gap(cfg: Mapping[str, Any], kind: str) -> str:
     if mode_of(cfg) is zonal_mode.MODE:
         zonal = zonal_mode.MODE.name
         return f"a privacy mode other than {zonal!r} (zones address evaluation their own way)"
-    if not Participation.from_config(cfg).everyone:
+    if not run_spec(cfg).participation.everyone:
         return "every client training every round (clients-per-round = 0 or num-clients)"
     return ""
 

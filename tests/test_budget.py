@@ -22,6 +22,7 @@ from fedpriv.participation import Participation
 from fedpriv.zonal import ZonalPlan, epsilon_at_aggregator
 from scenarios.features import CATALOG
 from scenarios.schema import ConfigError
+from scenarios.specs import run_spec
 from strategies.dp_wrappers import ServerSideFixedClippingDP
 from strategies.legacy_dp import LegacyServerSideFixedClippingDP
 from tests.test_dp_wrappers import client_models, fit_results, global_model, replies
@@ -199,26 +200,26 @@ def test_bisection_on_a_known_function():
 )  # fmt: skip
 def test_target_noise_multiplier_is_the_smallest_that_meets_the_target(run_config):
     cfg = CATALOG.resolve_run_config(run_config)
-    part = Participation.from_config(cfg)
+    part = run_spec(cfg).participation
     factor = part.per_round / part.noise_clients
     rounds = int(cfg["num-server-rounds"])
 
     def eps(z: float) -> float:  # independently: the run's accountant, fed the rounds
         return _eps([z * factor] * rounds, part)
 
-    out = noise_for_target(cfg, 2.0)
+    out = noise_for_target(run_spec(cfg), 2.0)
     z = out["noise_multiplier"]
     assert out["epsilon"] == pytest.approx(eps(z)) and eps(z) <= 2.0
     assert eps(z * (1 - REL_TOL)) > 2.0
     # monotone: a larger target needs less noise
-    assert noise_for_target(cfg, 4.0)["noise_multiplier"] < z
+    assert noise_for_target(run_spec(cfg), 4.0)["noise_multiplier"] < z
 
 
 def test_target_epsilon_for_dp_sgd_and_zonal():
     from fedpriv import dpsgd
 
     cfg = CATALOG.resolve_run_config({"privacy": "dp-sgd", "num-server-rounds": 3})
-    out = noise_for_target(cfg, 3.0, examples_per_client=200)
+    out = noise_for_target(run_spec(cfg), 3.0, examples_per_client=200)
 
     def eps(z: float) -> float:
         return dpsgd.client_epsilon(
@@ -230,11 +231,17 @@ def test_target_epsilon_for_dp_sgd_and_zonal():
     assert eps(out["noise_multiplier"]) <= 3.0 < eps(out["noise_multiplier"] * (1 - REL_TOL))
     assert out["key"] == "noise-multiplier"
     zcfg = CATALOG.resolve_run_config({"scenario": "hdp-digits", "num-server-rounds": 4})
-    zout = noise_for_target(zcfg, 2.0)
+    zspec = run_spec(zcfg)
+    zout = noise_for_target(zspec, 2.0)
     from fedpriv.accounting.planning import privacy_plan
 
-    plan = privacy_plan({**zcfg, "noise-multiplier": zout["noise_multiplier"]})
+    # the spec at the found z (its params' noise field replaced) plans what the config at z does
+    at_z = zspec.mode.with_noise(zspec, zout["noise_multiplier"])
+    assert at_z.params.noise_multiplier == zout["noise_multiplier"] != zspec.params.noise_multiplier
+    plan = privacy_plan(at_z)
     assert plan["epsilon"] == pytest.approx(zout["epsilon"]) and plan["epsilon"] <= 2.0
+    by_config = run_spec({**zcfg, "noise-multiplier": zout["noise_multiplier"]})
+    assert by_config == at_z and privacy_plan(by_config)["epsilon"] == plan["epsilon"]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -253,7 +260,7 @@ def test_cli_target_epsilon_prints_one_line():
     assert out["key"] == "noise-multiplier" and out["epsilon"] <= 3.0
     cfg = CATALOG.resolve_run_config({"privacy": "global-dp", "num-server-rounds": 5})
     assert out["epsilon"] == pytest.approx(
-        _eps([out["noise_multiplier"]] * 5, Participation.from_config(cfg))
+        _eps([out["noise_multiplier"]] * 5, run_spec(cfg).participation)
     )
 
 

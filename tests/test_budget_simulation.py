@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from fedpriv.accounting.rounds import global_dp_epsilon
-from fedpriv.participation import Participation
 from scenarios.features import CATALOG
+from scenarios.specs import run_spec
 from tests.simulate import run_fedpriv
 
 pytestmark = pytest.mark.simulation
@@ -26,7 +26,7 @@ def test_max_epsilon_stops_a_global_dp_run_before_the_budget_is_passed(tmp_path)
         "seed": 0,
     }
     cfg = CATALOG.resolve_run_config(overrides)
-    part, delta = Participation.from_config(cfg), float(cfg["dp-delta"])
+    part, delta = run_spec(cfg).participation, float(cfg["dp-delta"])
 
     def eps(rounds: int) -> float:  # independently: the accountant fed `rounds` full rounds
         return float(global_dp_epsilon([1.0] * rounds, part, delta=delta)["epsilon"])

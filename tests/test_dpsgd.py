@@ -303,10 +303,11 @@ def test_summary_block_and_keys():
 
 def test_plan_is_the_clients_epsilon():
     from fedpriv.accounting.planning import privacy_plan
+    from scenarios.specs import run_spec
 
     cfg = {"privacy": "dp-sgd", "num-server-rounds": 8, "local-epochs": 2, "batch-size": 16,
            "noise-multiplier": 1.1, "dp-delta": 1e-5}  # fmt: skip
-    plan = privacy_plan(cfg, examples_per_client=287)
+    plan = privacy_plan(run_spec(cfg), examples_per_client=287)
     want = dpsgd.client_epsilon(num_examples=287, participations=8, **DIGITS)
     assert plan["epsilon"] == pytest.approx(want.epsilon)
 

@@ -24,6 +24,7 @@ from scenarios.cli import main
 from scenarios.dp import build_dp_wrapper
 from scenarios.federation import sample_partitions
 from scenarios.registry import resolve_run_config
+from scenarios.specs import run_spec
 from strategies.array_records import named_record
 from strategies.factory import build_stock_strategy
 from tests.flower_reference import act_as_serverapp_task
@@ -130,6 +131,6 @@ def test_planning_without_the_data_assumes_one_client_takes_all_weight():
     cfg = resolve_run_config({**BASE, "dp-weighting": "examples"})
     cfg["data-path"] = "/nonexistent"
     cfg["dataset"] = "no-such-dataset"
-    plan = privacy_plan(cfg)
+    plan = privacy_plan(run_spec(cfg))
     assert plan["round_noise_multiplier"] == pytest.approx(1.0 / 4)
     assert any("no counts" in n for n in plan["notes"])

@@ -23,9 +23,9 @@ from flwr.app import Context, MessageType, RecordDict
 from fedpriv.modes import Mode, ModeError, mode_of, names, register
 from fedpriv.modes.base import PUBLIC
 from fedpriv.modes.registry import unregister
-from fedpriv.participation import Participation
 from fedpriv.records import PrivacyFigures
-from fedpriv.spec import key
+from fedpriv.spec import RunSpec, key
+from scenarios.specs import run_spec
 
 NAME = "fixed-sigma-test"
 
@@ -39,17 +39,23 @@ class FixedSigmaParams:
     delta: float = key("dp-delta")
 
 
-def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict:
-    """ε of ``num-server-rounds`` Gaussian rounds at multiplier z (uniform mean, fixed m)."""
+def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict:
+    """ε of ``spec.rounds`` Gaussian rounds at multiplier z (uniform mean, fixed m)."""
     from fedpriv.accounting.rounds import global_dp_epsilon
 
     del examples_per_client
-    params = MODE.parameters(cfg)
-    rounds = int(cfg["num-server-rounds"])
+    params: FixedSigmaParams = spec.params
     report = global_dp_epsilon(
-        [params.noise_multiplier] * rounds, Participation.from_config(cfg), delta=params.delta
+        [params.noise_multiplier] * spec.rounds, spec.participation, delta=params.delta
     )
-    return {"mode": NAME, "epsilon": report["epsilon"], "delta": params.delta, "rounds": rounds}
+    return {
+        "mode": NAME, "epsilon": report["epsilon"], "delta": params.delta, "rounds": spec.rounds
+    }  # fmt: skip
+
+
+def epsilon_of_z(spec: RunSpec, examples_per_client: int | None = None):
+    """ε(z): the plan of the spec with its noise multiplier replaced by z."""
+    return lambda z: float(plan(MODE.with_noise(spec, z), examples_per_client)["epsilon"])
 
 
 MODE = Mode(
@@ -62,6 +68,8 @@ MODE = Mode(
     epsilon_against={"server": "none (trusted)", "observers": "client-level (epsilon, delta)"},
     plan=plan,
     disclosure={"train": PUBLIC, "evaluate": PUBLIC},
+    noise_field="noise_multiplier",
+    epsilon_of_z=epsilon_of_z,
     against="observers of the released models (a test mode)",
     audit=None,
 )
@@ -74,8 +82,8 @@ def build_wrapper(strategy, cfg: Mapping[str, Any], rng):
     from strategies.dp_wrappers import ServerSideFixedClippingDP
 
     del rng
-    params = MODE.parameters(cfg)
-    part = Participation.from_config(cfg)
+    spec = run_spec(cfg)  # the Flower side keeps its dict; the spec is built at the boundary
+    params, part = spec.params, spec.participation
     return ServerSideFixedClippingDP(
         strategy,
         noise_multiplier=params.noise_multiplier,
@@ -94,7 +102,7 @@ def summary_block(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
         return {}
     noised = [r for r in rounds if r.get("round", 0) > 0 and r.get("dp-noised")]
     epsilon = float(noised[-1]["dp-epsilon"]) if noised else None
-    params = MODE.parameters(cfg)
+    params = run_spec(cfg).params
     figures = PrivacyFigures(
         mode=NAME,
         bound="replace-one; fixed m of N",
@@ -168,8 +176,10 @@ def test_the_new_mode_is_registered_and_fails_closed_when_incomplete(catalog):
 def test_a_mode_defined_in_one_test_module_runs_end_to_end(catalog, tmp_path):
     """Plan, run, ε, report for the mode above; the ClientApp enforces its disclosure."""
     from clients.keras_client import federated_data
+    from fedpriv.accounting.budget import REL_TOL
     from fedpriv.accounting.planning import headline_epsilon, privacy_plan
     from fedpriv.accounting.rounds import GaussianRoundsAccountant
+    from fedpriv.accounting.target import noise_for_target
     from fedpriv.console import privacy_statement
     from scenarios.engine import train_run
     from scenarios.federation import PartitionGrid
@@ -183,15 +193,26 @@ def test_a_mode_defined_in_one_test_module_runs_end_to_end(catalog, tmp_path):
     cfg = catalog.resolve_run_config(run_config)
     # plan (what `fedpriv epsilon` prints): the mode's own function, against an independent
     # accountant of 2 Gaussian rounds at z = 1 with all 3 of 3 clients
-    planned = privacy_plan(cfg)
-    independent = GaussianRoundsAccountant(
-        sampled=3, population=3, delta=float(cfg["dp-delta"]), sampling="fixed"
-    )
-    for _ in range(2):
-        independent.step(1.0)
-    expected = float(independent.report().epsilon)
+    spec = run_spec(cfg)
+    assert spec.mode is MODE and spec.params == FixedSigmaParams(1.0, 1.0, float(cfg["dp-delta"]))
+    planned = privacy_plan(spec)
+
+    def independent_epsilon(z: float) -> float:
+        independent = GaussianRoundsAccountant(
+            sampled=3, population=3, delta=float(cfg["dp-delta"]), sampling="fixed"
+        )
+        for _ in range(2):
+            independent.step(z)
+        return float(independent.report().epsilon)
+
+    expected = independent_epsilon(1.0)
     assert planned["mode"] == NAME
-    assert headline_epsilon(cfg) == pytest.approx(expected, rel=1e-9)
+    assert headline_epsilon(spec) == pytest.approx(expected, rel=1e-9)
+    # target ε (`fedpriv epsilon --target-epsilon`): the smallest z with ε(z) <= 2 x expected
+    target = noise_for_target(spec, 2 * expected)
+    assert target["key"] == "noise-multiplier" and target["mode"] == NAME
+    assert independent_epsilon(target["noise_multiplier"]) <= 2 * expected
+    assert independent_epsilon(target["noise_multiplier"] * (1 - REL_TOL)) > 2 * expected
     # run: the engine with this catalog; every node answers through the real ClientApp
     nodes = {100 + p: p for p in range(3)}
     grid = InProcessGrid(run_config, nodes, run_id=926_007)

@@ -25,6 +25,7 @@ from scenarios.engine import build_strategy, run_config_as_record
 from scenarios.features import CATALOG
 from scenarios.federation import PartitionGrid
 from scenarios.registry import resolve_run_config
+from scenarios.specs import run_spec
 
 M, Z, T, DELTA = 4, 2.0, 10, 1e-5
 NODES = {100 + p: p for p in range(M)}
@@ -69,8 +70,8 @@ def charged_multiplier_with_three_dropped(cfg: dict) -> tuple[float, dict]:
 
 def test_the_plan_bounds_three_of_four_dropped_replies_and_says_when_its_headline_holds():
     cfg = _cfg()
-    assert reply_losses(cfg)  # the default invalid-update = drop lets a round lose replies
-    plan = privacy_plan(cfg)
+    assert reply_losses(run_spec(cfg))  # the default invalid-update = drop: a round loses replies
+    plan = privacy_plan(run_spec(cfg))
     assert plan["epsilon_condition"] == ALL_REPLY_CONDITION
     assert "one reply per round" in plan["epsilon_worst_case_condition"]
     z_round, _ = charged_multiplier_with_three_dropped(cfg)
@@ -83,8 +84,8 @@ def test_the_plan_bounds_three_of_four_dropped_replies_and_says_when_its_headlin
 
 def test_without_a_way_to_lose_replies_the_plan_has_one_unconditional_figure():
     cfg = _cfg(**{"invalid-update": "fail", "accept-failures": False})
-    assert reply_losses(cfg) == []
-    plan = privacy_plan(cfg)
+    assert reply_losses(run_spec(cfg)) == []
+    plan = privacy_plan(run_spec(cfg))
     assert "epsilon_worst_case" not in plan and "epsilon_condition" not in plan
-    lenient = privacy_plan(_cfg(**{"invalid-update": "fail", "accept-failures": True}))
+    lenient = privacy_plan(run_spec(_cfg(**{"invalid-update": "fail", "accept-failures": True})))
     assert "accept-failures = true" in lenient["epsilon_worst_case_condition"]

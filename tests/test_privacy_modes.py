@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from fedpriv.accounting.planning import PlanError, privacy_plan
+from fedpriv.accounting.planning import privacy_plan
 from fedpriv.disclosure import allowed_metric_keys, filter_metrics, policy
 from fedpriv.modes import ModeError, get, names, register
 from fedpriv.modes import global_dp as global_dp_module
@@ -16,6 +16,7 @@ from fedpriv.participation import Participation
 from scenarios.feature import Catalog, Feature, PrivacyMode
 from scenarios.features import CATALOG, FEATURES
 from scenarios.privacy_modes import declare
+from scenarios.specs import run_spec
 
 
 def _identity(strategy, cfg, rng):
@@ -31,7 +32,7 @@ DUMMY = Mode(
     params=global_dp_module.GlobalDPParams,
     threat_model={"server": "x."},
     epsilon_against={"server": "none"},
-    plan=lambda cfg, examples=None: {},
+    plan=lambda spec, examples=None: {},
     disclosure={"train": PUBLIC, "evaluate": PUBLIC},
 )
 
@@ -52,6 +53,11 @@ def test_a_mode_without_a_disclosure_policy_is_refused_at_registration():
         ({"plan": None}, "no planning function"),
         ({"params": dict}, "frozen dataclass"),
         ({"audit": "sometimes"}, "audit"),
+        ({"noise_field": "noise_multiplier"}, "noise_field and epsilon_of_z go together"),
+        (
+            {"noise_field": "sigma", "epsilon_of_z": lambda spec, examples=None: float},
+            "noise_field = 'sigma' is not a field of GlobalDPParams",
+        ),
     ],
 )
 def test_an_incomplete_mode_is_refused_at_registration(change, match):
@@ -101,11 +107,12 @@ def test_unknown_modes_fail_closed_in_disclosure_and_planning():
         allowed_metric_keys(cfg, "train")
     with pytest.raises(ValueError, match="'dummy' is not a privacy mode.*no disclosure policy"):
         filter_metrics(cfg, "train", {"train-loss": 0.1})
-    with pytest.raises(PlanError, match="'dummy' is not a privacy mode.*no planning function"):
-        privacy_plan(cfg)
+    # no spec (hence no plan) for an unknown mode: the spec holds the registered mode object
+    with pytest.raises(ModeError, match="'dummy' is not a privacy mode; expected one of"):
+        run_spec(cfg)
     assert policy("none") is None  # declared: protects nothing, filters nothing
     assert filter_metrics({"privacy": "none"}, "train", {"x": 1}) == {"x": 1}
-    assert privacy_plan({"privacy": "none"})["epsilon"] == "inf"
+    assert privacy_plan(run_spec({"privacy": "none"}))["epsilon"] == "inf"
 
 
 @pytest.mark.parametrize(
@@ -119,7 +126,11 @@ def test_unknown_modes_fail_closed_in_disclosure_and_planning():
     ],
 )
 def test_participation_resolves_zero_means_all_once(cfg, want):
-    part = Participation.from_config(cfg)
+    counts = {"num-sampled-clients": 0, "clients-per-round": 0, **cfg}
+    part = Participation.from_counts(
+        counts["num-clients"], counts["clients-per-round"], counts["num-sampled-clients"], "fixed"
+    )
+    assert run_spec(cfg).participation == part  # the run spec resolves it the same way
     assert (part.population, part.per_round, part.noise_clients) == want
     assert part.sampler_per_round == (0 if want[1] == want[0] else want[1])
 
@@ -129,3 +140,16 @@ def test_participation_refuses_bad_values_naming_the_key():
         Participation(10, 4, 4, "sometimes")
     with pytest.raises(ValueError, match="clients-per-round"):
         Participation(10, 11, 4)
+
+
+def test_with_noise_sets_only_its_own_modes_noise_field():
+    spec = run_spec({"privacy": "global-dp", "noise-multiplier": 1.0})
+    at_z = get("global-dp").with_noise(spec, 2.5)
+    assert at_z.params == dataclasses.replace(spec.params, noise_multiplier=2.5)
+    assert dataclasses.replace(at_z, params=spec.params) == spec  # nothing else changed
+    assert get("global-dp").noise_key == "noise-multiplier"
+    assert get("dp-sgd").noise_key == "dp-sgd-noise-multiplier" and get("none").noise_key is None
+    with pytest.raises(ModeError, match="no noise multiplier"):
+        get("metric-dp").with_noise(run_spec({"privacy": "metric-dp"}), 1.0)
+    with pytest.raises(ModeError, match="no noise multiplier"):
+        get("zonal").with_noise(spec, 1.0)  # a global-dp spec: not zonal's params

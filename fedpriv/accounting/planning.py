@@ -1,11 +1,12 @@
-"""The privacy figures a run config implies, before any data or training (``fedpriv epsilon``).
+"""The privacy figures a run implies, before any data or training (``fedpriv epsilon``).
 
-:func:`privacy_plan` takes a *resolved* run config (a mapping of the run-config keys) and
-returns one JSON-ready dict: the headline ``epsilon`` (a valid upper bound, or ``None`` for
-mechanisms without a guarantee), ``delta``, ``accountant``, ``adjacency``, ``sampling``,
-the per-round series and notes. It imports no TensorFlow, Ray or matplotlib and works for
-any population size. :func:`headline_epsilon` is the one number (config -> ε) other tools
-compare against (e.g. empirical lower bounds of an audit).
+:func:`privacy_plan` takes a run's typed spec (:class:`fedpriv.spec.RunSpec`, built from a
+resolved run config by ``scenarios.specs.run_spec``) and returns one JSON-ready dict: the
+headline ``epsilon`` (a valid upper bound, or ``None`` for mechanisms without a guarantee),
+``delta``, ``accountant``, ``adjacency``, ``sampling``, the per-round series and notes. It
+imports no TensorFlow, Ray or matplotlib and works for any population size.
+:func:`headline_epsilon` is the one number (spec -> ε) other tools compare against (e.g.
+empirical lower bounds of an audit).
 
 Per privacy mode (each in its own module of :mod:`fedpriv.modes`, its ``plan``; the
 helpers shared by the Gaussian modes stay here):
@@ -29,11 +30,13 @@ helpers shared by the Gaussian modes stay here):
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import fedpriv.accounting.gaussian as gaussian
+from fedpriv.spec import DataSpec, RunSpec
 
 __all__ = ["privacy_plan", "headline_epsilon", "PlanError", "gaussian_plan", "json_number"]
 
@@ -97,38 +100,29 @@ def worst_case_weight(counts: Sequence[int], per_round: int) -> float:
     return 1.0 if total <= 0 else top / total
 
 
-def example_counts(cfg: Mapping[str, Any]) -> tuple[list[int] | None, str]:
-    """Every client's training-example count from the config's data (``fedpriv.data``), or
+def example_counts(data: DataSpec) -> tuple[list[int] | None, str]:
+    """Every client's training-example count from the run's data (``fedpriv.data``), or
     None and why (the data may be absent where the plan is made)."""
     try:
         from fedpriv.data import load_federated
 
-        data = load_federated(
-            str(cfg["dataset"]), partition=str(cfg["partition"]),
-            num_clients=int(cfg["num-clients"]), seed=int(cfg["seed"]),
-            data_path=str(cfg.get("data-path", "")),
-            data_format=str(cfg.get("data-format", "auto")),
-            dirichlet_alpha=float(cfg.get("dirichlet-alpha", 0.5)),
-            image_size=int(cfg.get("image-size", 128)),
-        )  # fmt: skip
+        federated = load_federated(**dataclasses.asdict(data))
     except Exception as err:  # noqa: BLE001 - any failure falls back to the worst case
         return None, f"{type(err).__name__}: {err}"
-    return [len(c.x_train) for c in data.clients], ""
+    return [len(c.x_train) for c in federated.clients], ""
 
 
-def global_dp_round_factor(cfg: Mapping[str, Any]) -> tuple[float, list[str]]:
-    """``z_round / z`` of the worst round the config allows, and what it assumed.
+def global_dp_round_factor(spec: RunSpec) -> tuple[float, list[str]]:
+    """``z_round / z`` of the worst round the spec allows, and what it assumed.
 
     Uniform weights: ``m'/m`` (the run's ``z·m'/m``, σ = z·C/m, m' sampled). Example
-    weights: ``1/(m·w_max)`` with w_max the worst over any sample of the partition's example
-    counts (loaded from the data), or w_max = 1 when they cannot be loaded.
+    weights: ``1/(m·w_max)`` with w_max the worst over any sample of the partition's
+    example counts (loaded from the data), or w_max = 1 when they cannot be loaded.
     """
-    from fedpriv.participation import Participation
-
-    part = Participation.from_config(cfg)
-    if str(cfg.get("dp-weighting", "uniform")) != "examples":
+    part = spec.participation
+    if spec.dp_weighting != "examples":
         return part.per_round / part.noise_clients, []
-    counts, why = example_counts(cfg)
+    counts, why = example_counts(spec.data)
     w_max = 1.0 if counts is None else worst_case_weight(counts, part.per_round)
     note = (
         f"dp-weighting = examples: worst case over samples, w_max = {w_max:.6g} "
@@ -144,32 +138,30 @@ ALL_REPLY_CONDITION = (
 )
 
 
-def reply_losses(cfg: Mapping[str, Any]) -> list[str]:
-    """Why the config lets a round aggregate fewer replies than it sampled ([]: it cannot,
+def reply_losses(spec: RunSpec) -> list[str]:
+    """Why the spec lets a round aggregate fewer replies than it sampled ([]: it cannot,
     or the denominator is fixed, so fewer replies do not raise the charge)."""
-    if str(cfg.get("client-sampling", "fixed")) == "poisson":
+    if spec.participation.sampling == "poisson":
         return []  # the clipped sum is divided by the fixed m: the multiplier stays z
     reasons = []
-    if str(cfg.get("invalid-update", "drop")) == "drop":
+    if spec.invalid_update == "drop":
         reasons.append("invalid-update = drop (an invalid reply is left out)")
-    if bool(cfg.get("accept-failures", False)):
+    if spec.strategy.accept_failures:
         reasons.append("accept-failures = true (a failed reply is left out)")
     return reasons
 
 
-def worst_case(cfg: Mapping[str, Any], z: float, rounds: int, delta: float) -> dict[str, Any]:
+def worst_case(spec: RunSpec, z: float, rounds: int, delta: float) -> dict[str, Any]:
     """The ε of every round aggregating a single reply (weight 1 of 1: multiplier z/m'), the
     most any outcome of :func:`reply_losses` charges; {} when no reply can be left out."""
     from fedpriv.accounting.rounds import global_dp_epsilon
-    from fedpriv.participation import Participation
 
-    reasons = reply_losses(cfg)
+    reasons = reply_losses(spec)
     if not reasons:
         return {}
-    part = Participation.from_config(cfg)
-    weighting = str(cfg.get("dp-weighting", "uniform"))
+    part = spec.participation
     z_one = z / part.noise_clients
-    report = global_dp_epsilon([z_one] * rounds, part, delta=delta, weighting=weighting)
+    report = global_dp_epsilon([z_one] * rounds, part, delta=delta, weighting=spec.dp_weighting)
     return {
         "epsilon_worst_case": json_number(report.get("epsilon")),
         "epsilon_worst_case_condition": (
@@ -179,21 +171,15 @@ def worst_case(cfg: Mapping[str, Any], z: float, rounds: int, delta: float) -> d
     }
 
 
-def privacy_plan(cfg: Mapping[str, Any], *, examples_per_client: int | None = None) -> dict:
-    """All privacy figures the config implies: its mode's own planning function
-    (``fedpriv.modes.<mode>.plan``); :class:`PlanError` for an unknown mode."""
-    from fedpriv.modes import ModeError, mode_of
-
-    try:
-        mode = mode_of(cfg)
-    except ModeError as err:
-        raise PlanError(f"{err}: it has no planning function") from None
-    return mode.plan(cfg, examples_per_client)
+def privacy_plan(spec: RunSpec, *, examples_per_client: int | None = None) -> dict:
+    """All privacy figures the spec implies: its mode's own planning function
+    (``fedpriv.modes.<mode>.plan``)."""
+    return spec.mode.plan(spec, examples_per_client)
 
 
-def headline_epsilon(cfg: Mapping[str, Any], *, examples_per_client: int | None = None) -> float:
-    """The headline ε (a valid upper bound) of a resolved config; ValueError if it has none."""
-    plan = privacy_plan(cfg, examples_per_client=examples_per_client)
+def headline_epsilon(spec: RunSpec, *, examples_per_client: int | None = None) -> float:
+    """The headline ε (a valid upper bound) of a run's spec; :class:`PlanError` if it has none."""
+    plan = privacy_plan(spec, examples_per_client=examples_per_client)
     value = plan.get("epsilon")
     if value is None:
         raise PlanError(f"privacy = {plan['mode']!r} has no epsilon guarantee (see its notes)")

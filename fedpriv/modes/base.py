@@ -19,15 +19,26 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from fedpriv.spec import KEY
+from fedpriv.spec import KEY, RunSpec
 
-__all__ = ["Mode", "ModeError", "OPT_INS", "PUBLIC", "STANDARD_TASK", "frozen"]
+__all__ = [
+    "EpsilonOfZ",
+    "Mode",
+    "ModeError",
+    "OPT_INS",
+    "PUBLIC",
+    "Plan",
+    "STANDARD_TASK",
+    "frozen",
+]
 
 OPT_INS = ("unaccounted-metrics", "reproducible-noise")  # every owning party owns these
 PUBLIC = frozenset({"num-examples"})  # public metadata every reply may carry (weights)
 STANDARD_TASK = "standard"  # the client task of a mode whose clients train as usual
-# fn(cfg, examples_per_client) -> the plan dict of ``fedpriv epsilon``
-Plan = Callable[[Mapping[str, Any], "int | None"], dict]
+# plan(spec, examples_per_client) -> the plan dict of ``fedpriv epsilon``
+Plan = Callable[[RunSpec, "int | None"], dict]
+# epsilon_of_z(spec, examples_per_client) -> ε(z), the headline ε at noise multiplier z
+EpsilonOfZ = Callable[[RunSpec, "int | None"], Callable[[float], float]]
 
 
 class ModeError(ValueError):
@@ -43,7 +54,8 @@ def frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
 class Mode:
     """One privacy mode's whole declaration.
 
-    * ``params``: a frozen dataclass type with ``from_config(cfg)``, the mode's parameters;
+    * ``params``: a frozen dataclass type, the mode's parameters (each field names its
+      config key, :func:`fedpriv.spec.key`; a run's values are ``RunSpec.params``);
     * ``threat_model``: party -> who is trusted for what (one sentence each);
     * ``epsilon_against``: party -> the ε (or "none") this mode reports against that party;
     * ``owned_keys``: party (``client``, ``zone-node``) -> the run-config keys that party
@@ -54,12 +66,14 @@ class Mode:
       carry without the opt-in; ``None`` only with ``filters = False`` (a mode that protects
       nothing, e.g. ``none``);
     * ``unaccounted``: what its clients send with ``unaccounted-metrics = true``;
-    * ``plan``: ``plan(cfg, examples_per_client)`` -> the figures before training;
+    * ``plan``: ``plan(spec, examples_per_client)`` -> the figures before training, read
+      from the run's :class:`fedpriv.spec.RunSpec` (``spec.params``, ``spec.participation``,
+      ``spec.rounds``, ...);
     * ``summary_key``: the summary.json block that reports it; ``report_label`` its name in
-      tables; ``noise_key``: the run-config key of its noise multiplier and
-      ``epsilon_of_z(cfg, examples)`` its headline ε as a function of it (None: no target ε,
-      ``fedpriv epsilon --target-epsilon``); ``against``: whom its headline ε protects
-      against, one phrase (the console);
+      tables; ``noise_field``: the field of ``params`` that holds its noise multiplier and
+      ``epsilon_of_z(spec, examples)`` its headline ε as a function of it (None: no target
+      ε, ``fedpriv epsilon --target-epsilon``; :meth:`with_noise` is the spec at another
+      z); ``against``: whom its headline ε protects against, one phrase (the console);
     * ``client_task``: what its clients run; ``server_noise``: the server adds the noise
       (a server-side DP wrapper); ``budgeted``: a server-side accountant can stop the run at
       ``max-epsilon``; ``poisson``: Poisson client sampling is allowed; ``audit``: the canary
@@ -79,8 +93,8 @@ class Mode:
     filters: bool = True
     summary_key: str = "privacy"
     report_label: str = ""
-    noise_key: str | None = None
-    epsilon_of_z: Callable[[Mapping[str, Any], int | None], Callable[[float], float]] | None = None
+    noise_field: str | None = None
+    epsilon_of_z: EpsilonOfZ | None = None
     against: str = ""
     client_task: str = STANDARD_TASK
     server_noise: bool = False
@@ -89,11 +103,23 @@ class Mode:
     audit: str | None = None
     selectable: bool = True
 
-    def parameters(self, cfg: Mapping[str, Any]) -> Any:
-        """TRANSITIONAL (removed when planning takes a RunSpec): params read from ``cfg``."""
-        return self.params(
-            **{f.name: cfg[f.metadata[KEY]] for f in dataclasses.fields(self.params)}
+    @property
+    def noise_key(self) -> str | None:
+        """The run-config key of the noise multiplier (``noise_field``'s key), or None."""
+        if self.noise_field is None:
+            return None
+        return next(
+            str(f.metadata[KEY])
+            for f in dataclasses.fields(self.params)
+            if f.name == self.noise_field
         )
+
+    def with_noise(self, spec: RunSpec, z: float) -> RunSpec:
+        """``spec`` with its noise multiplier (``params.<noise_field>``) set to ``z``."""
+        if self.noise_field is None or spec.mode is not self:
+            raise ModeError(f"privacy mode {self.name!r}: no noise multiplier of this spec to set")
+        params = dataclasses.replace(spec.params, **{self.noise_field: z})
+        return dataclasses.replace(spec, params=params)
 
     def party_keys(self, party: str) -> tuple[str, ...]:
         """The keys ``party`` owns in this mode (empty: it trusts the server)."""
@@ -125,8 +151,14 @@ class Mode:
             raise ModeError(
                 f"privacy mode {self.name!r}: disclosure must list train and evaluate replies"
             )
-        if (self.noise_key is None) != (self.epsilon_of_z is None):
-            raise ModeError(f"privacy mode {self.name!r}: noise_key and epsilon_of_z go together")
+        if (self.noise_field is None) != (self.epsilon_of_z is None):
+            raise ModeError(f"privacy mode {self.name!r}: noise_field and epsilon_of_z go together")
+        fields = {f.name for f in dataclasses.fields(self.params)}
+        if self.noise_field is not None and self.noise_field not in fields:
+            raise ModeError(
+                f"privacy mode {self.name!r}: noise_field = {self.noise_field!r} is not a "
+                f"field of {self.params.__name__}"
+            )
         if self.audit not in (None, "client", "example", "plain"):
             raise ModeError(f"privacy mode {self.name!r}: audit = {self.audit!r} is unknown")
         return self

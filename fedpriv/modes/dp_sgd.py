@@ -8,11 +8,11 @@ the client owns.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fedpriv.modes.base import OPT_INS, PUBLIC, Mode
+from fedpriv.spec import RunSpec
 from fedpriv.spec import key as config_key
 
 NAME = "dp-sgd"
@@ -26,21 +26,21 @@ UNACCOUNTED = (
 class DPSGDParams:
     """z, C, δ, B and E of the client's DP-SGD."""
 
-    noise_multiplier: float = config_key("noise-multiplier", mode_default=1.1)
-    l2_norm_clip: float = config_key("clipping-norm", mode_default=1.0)
+    noise_multiplier: float = config_key("noise-multiplier")
+    l2_norm_clip: float = config_key("clipping-norm")
     delta: float = config_key("dp-delta")
     batch_size: int = config_key("batch-size")
     local_epochs: int = config_key("local-epochs")
 
 
-def plan(cfg: Mapping[str, Any], examples: int | None = None) -> dict[str, Any]:
+def plan(spec: RunSpec, examples: int | None = None) -> dict[str, Any]:
     """Example level per client, ``epochs = local-epochs x rounds`` (a client sampled every
     round, the worst case); needs the client's example count."""
     from fedpriv import dpsgd
     from fedpriv.accounting.planning import json_number
 
-    params: DPSGDParams = MODE.parameters(cfg)
-    rounds = int(cfg.get("num-server-rounds", 1))
+    params: DPSGDParams = spec.params
+    rounds = spec.rounds
     out: dict[str, Any] = {
         "mode": NAME,
         "delta": params.delta,
@@ -71,11 +71,11 @@ def plan(cfg: Mapping[str, Any], examples: int | None = None) -> dict[str, Any]:
     return out
 
 
-def epsilon_of_z(cfg: Mapping[str, Any], examples: int | None = None):
+def epsilon_of_z(spec: RunSpec, examples: int | None = None):
     """ε(z) of a client in every round (:func:`fedpriv.accounting.target.dp_sgd_of_z`)."""
     from fedpriv.accounting.target import dp_sgd_of_z
 
-    return dp_sgd_of_z(cfg, examples)
+    return dp_sgd_of_z(spec, examples)
 
 
 MODE = Mode(
@@ -106,7 +106,7 @@ MODE = Mode(
     },
     release_keys=("batch-size", "local-epochs"),
     report_label="DP-SGD",
-    noise_key="noise-multiplier",
+    noise_field="noise_multiplier",
     epsilon_of_z=epsilon_of_z,
     against="the server and observers (each client's example-level ε)",
     client_task=NAME,

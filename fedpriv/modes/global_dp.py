@@ -8,11 +8,11 @@ released models. Planning: the run's own ε function fed the worst round the con
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fedpriv.modes.base import PUBLIC, Mode
+from fedpriv.spec import RunSpec
 from fedpriv.spec import key as config_key
 
 UNACCOUNTED = (
@@ -31,8 +31,8 @@ class GlobalDPParams:
     weighting: str = config_key("dp-weighting")
 
 
-def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict[str, Any]:
-    """Global DP by the run's own ε function, fed the worst round the config allows.
+def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict[str, Any]:
+    """Global DP by the run's own ε function, fed the worst round the spec allows.
 
     Uniform weights: the run's multiplier ``z·m/m'`` (equal to the run's figure). Example
     weights: ``z/(m'·w_max)`` with w_max the worst over any sample of the partition's
@@ -41,18 +41,17 @@ def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict
     """
     from fedpriv.accounting import planning as pl
     from fedpriv.accounting.rounds import global_dp_epsilon, is_conditional
-    from fedpriv.participation import Participation
 
     del examples_per_client
-    part = Participation.from_config(cfg)
-    if str(cfg.get("strategy", "fedavg")) in pl.NOT_A_MEAN:
+    part = spec.participation
+    if spec.strategy.strategy in pl.NOT_A_MEAN:
         note = "no epsilon: the median's sensitivity is not C/m (FedMedian is not a mean)"
         return {"mode": MODE.name, "epsilon": None, "notes": [note]}
-    params: GlobalDPParams = MODE.parameters(cfg)
+    params: GlobalDPParams = spec.params
     z, delta, weighting = params.noise_multiplier, params.delta, params.weighting
-    rounds = int(cfg.get("num-server-rounds", 1))
+    rounds = spec.rounds
     notes = ["client-level DP of the server-side Gaussian mechanism (every round noised)"]
-    factor, factor_notes = pl.global_dp_round_factor(cfg)
+    factor, factor_notes = pl.global_dp_round_factor(spec)
     z_round = z * factor
     notes += factor_notes
     conditional = is_conditional(weighting, part)
@@ -68,7 +67,7 @@ def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict
         notes.append(
             f"sigma is calibrated to m' = {part.noise_clients} for {part.per_round} sampled clients"
         )
-    worst = pl.worst_case(cfg, z, rounds, delta)
+    worst = pl.worst_case(spec, z, rounds, delta)
     if worst:
         plan_["epsilon_condition"] = pl.ALL_REPLY_CONDITION
         notes.append(
@@ -78,12 +77,12 @@ def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict
     return {"mode": MODE.name, "round_noise_multiplier": z_round, **plan_, **worst, "notes": notes}
 
 
-def epsilon_of_z(cfg: Mapping[str, Any], examples: int | None = None):
+def epsilon_of_z(spec: RunSpec, examples: int | None = None):
     """ε(z) of the run's rounds at z·f (:func:`fedpriv.accounting.target.global_dp_of_z`)."""
     from fedpriv.accounting.target import global_dp_of_z
 
     del examples
-    return global_dp_of_z(cfg)
+    return global_dp_of_z(spec)
 
 
 MODE = Mode(
@@ -102,7 +101,7 @@ MODE = Mode(
     disclosure={"train": PUBLIC, "evaluate": PUBLIC},
     unaccounted=UNACCOUNTED,
     report_label="Global-DP",
-    noise_key="noise-multiplier",
+    noise_field="noise_multiplier",
     epsilon_of_z=epsilon_of_z,
     against="clients and observers of the model (the server is trusted)",
     server_noise=True,

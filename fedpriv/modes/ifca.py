@@ -8,11 +8,11 @@ make a user a validation user.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fedpriv.modes.base import OPT_INS, Mode
+from fedpriv.spec import RunSpec
 from fedpriv.spec import key as config_key
 
 NAME = "ifca"
@@ -26,10 +26,11 @@ class IFCAParams:
     leakage_budget: float = config_key("leakage-budget")
 
 
-def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict[str, Any]:
+def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict[str, Any]:
     """GP's heuristic leakage n/ν per participation, no ε."""
     del examples_per_client
-    nu = MODE.parameters(cfg).noise_multiplier
+    params: IFCAParams = spec.params
+    nu = params.noise_multiplier
     per = None if nu == 0 else "n/nu per participation (n = number of model parameters)"
     return {
         "mode": NAME,

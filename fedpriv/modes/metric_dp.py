@@ -6,11 +6,10 @@ A heuristic (no ε): the distance d depends on the data. With ``distance-on = cl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from fedpriv.modes.base import PUBLIC, Mode
+from fedpriv.spec import RunSpec
 from fedpriv.spec import key as config_key
 
 METRIC_NOTE = (
@@ -32,18 +31,18 @@ class MetricDPParams:
     distance_on: str = config_key("distance-on")
 
 
-def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict:
+def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict:
     """No ε (a heuristic); the sampling labels of the run."""
     from fedpriv.accounting.events import labels_for
-    from fedpriv.participation import Participation
 
     del examples_per_client
-    part = Participation.from_config(cfg)
+    part = spec.participation
+    params: MetricDPParams = spec.params
     return {
         "mode": MODE.name,
         "epsilon": None,
         "heuristic": METRIC_NOTE,
-        "distance_on": MODE.parameters(cfg).distance_on,
+        "distance_on": params.distance_on,
         **labels_for("fixed", part.per_round, part.population),
         "accountant": "none (heuristic)",
     }

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from fedpriv.modes.base import Mode
+from fedpriv.spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -14,9 +13,9 @@ class NoParams:
     """No parameters."""
 
 
-def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict:
+def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict:
     """ε = inf: nothing is protected."""
-    del cfg, examples_per_client
+    del spec, examples_per_client
     return {"mode": MODE.name, "epsilon": "inf", "notes": ["no privacy mechanism"]}
 
 

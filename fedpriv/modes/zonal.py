@@ -8,11 +8,11 @@ a client in every round, with and without amplification by sampling.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fedpriv.modes.base import OPT_INS, PUBLIC, Mode
+from fedpriv.spec import RunSpec
 from fedpriv.spec import key as config_key
 
 NAME = "zonal"
@@ -44,28 +44,27 @@ UNACCOUNTED = (
 class ZonalParams:
     """z, C, δ and the placement of the zonal noise."""
 
-    noise_multiplier: float = config_key("noise-multiplier", mode_default=0.5)
-    clipping_norm: float = config_key("clipping-norm", mode_default=0.5)
+    noise_multiplier: float = config_key("noise-multiplier")
+    clipping_norm: float = config_key("clipping-norm")
     delta: float = config_key("dp-delta")
     placement: str = config_key("noise-placement")
 
 
-def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict[str, Any]:
+def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict[str, Any]:
     """A level's Gaussian (z, k of n per round), with and without amplification by sampling
     (the latter is what holds against the party that samples)."""
     from fedpriv.accounting.planning import gaussian_plan
-    from fedpriv.participation import Participation
 
     del examples_per_client
-    part = Participation.from_config(cfg)
-    params: ZonalParams = MODE.parameters(cfg)
+    part = spec.participation
+    params: ZonalParams = spec.params
     z, delta = params.noise_multiplier, params.delta
-    rounds = int(cfg.get("num-server-rounds", 1))
+    rounds = spec.rounds
     unsampled = gaussian_plan(z, rounds, part.population, part.population, delta, "fixed")
     amplified = gaussian_plan(z, rounds, part.per_round, part.population, delta, "fixed")
     return {
         "mode": NAME,
-        "placement": cfg.get("noise-placement"),
+        "placement": params.placement,
         **unsampled,
         "epsilon_with_sampling_amplification": amplified["epsilon"],
         "notes": [
@@ -81,12 +80,12 @@ def plan(cfg: Mapping[str, Any], examples_per_client: int | None = None) -> dict
     }
 
 
-def epsilon_of_z(cfg: Mapping[str, Any], examples: int | None = None):
+def epsilon_of_z(spec: RunSpec, examples: int | None = None):
     """ε(z) of one level's Gaussian (:func:`fedpriv.accounting.target.zonal_of_z`)."""
     from fedpriv.accounting.target import zonal_of_z
 
     del examples
-    return zonal_of_z(cfg)
+    return zonal_of_z(spec)
 
 
 MODE = Mode(
@@ -119,7 +118,7 @@ MODE = Mode(
     },
     summary_key="zonal",
     report_label="Zonal",
-    noise_key="noise-multiplier",
+    noise_field="noise_multiplier",
     epsilon_of_z=epsilon_of_z,
     client_task=NAME,
 )
