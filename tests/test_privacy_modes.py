@@ -148,7 +148,7 @@ def test_with_noise_sets_only_its_own_modes_noise_field():
     assert at_z.params == dataclasses.replace(spec.params, noise_multiplier=2.5)
     assert dataclasses.replace(at_z, params=spec.params) == spec  # nothing else changed
     assert get("global-dp").noise_key == "noise-multiplier"
-    assert get("dp-sgd").noise_key == "dp-sgd-noise-multiplier" and get("none").noise_key is None
+    assert get("dp-sgd").noise_key == "noise-multiplier" and get("none").noise_key is None
     with pytest.raises(ModeError, match="no noise multiplier"):
         get("metric-dp").with_noise(run_spec({"privacy": "metric-dp"}), 1.0)
     with pytest.raises(ModeError, match="no noise multiplier"):

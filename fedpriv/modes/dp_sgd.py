@@ -26,8 +26,8 @@ UNACCOUNTED = (
 class DPSGDParams:
     """z, C, δ, B and E of the client's DP-SGD."""
 
-    noise_multiplier: float = config_key("noise-multiplier")
-    l2_norm_clip: float = config_key("clipping-norm")
+    noise_multiplier: float = config_key("noise-multiplier", mode_default=1.1)
+    l2_norm_clip: float = config_key("clipping-norm", mode_default=1.0)
     delta: float = config_key("dp-delta")
     batch_size: int = config_key("batch-size")
     local_epochs: int = config_key("local-epochs")

@@ -44,8 +44,8 @@ UNACCOUNTED = (
 class ZonalParams:
     """z, C, δ and the placement of the zonal noise."""
 
-    noise_multiplier: float = config_key("noise-multiplier")
-    clipping_norm: float = config_key("clipping-norm")
+    noise_multiplier: float = config_key("noise-multiplier", mode_default=0.5)
+    clipping_norm: float = config_key("clipping-norm", mode_default=0.5)
     delta: float = config_key("dp-delta")
     placement: str = config_key("noise-placement")
 
