@@ -24,6 +24,7 @@ from scenarios.cli import main
 from scenarios.dp import build_dp_wrapper
 from scenarios.federation import sample_partitions
 from scenarios.registry import resolve_run_config
+from scenarios.specs import run_spec
 from strategies.array_records import named_record
 from strategies.factory import build_stock_strategy
 from tests.flower_reference import act_as_serverapp_task
@@ -62,7 +63,7 @@ def run_headline(overrides: dict, seed: int = 3) -> float:
     """ε after the config's rounds, charged by the real wrapper's accountant."""
     cfg = resolve_run_config(overrides)
     counts = [len(c.x_train) for c in federated_data(cfg).clients]
-    wrapper = build_dp_wrapper(build_stock_strategy(cfg), cfg, None)
+    wrapper = build_dp_wrapper(build_stock_strategy(run_spec(cfg).strategy), cfg, None)
     rng = np.random.default_rng(seed)
     w = [np.zeros(s, np.float32) for s in SHAPES]
     for t in range(1, int(cfg["num-server-rounds"]) + 1):

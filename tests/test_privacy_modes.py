@@ -98,13 +98,15 @@ def test_zonal_threat_model_says_whom_each_runtime_trusts():
 def test_unknown_modes_fail_closed_in_disclosure_and_planning():
     cfg = {"privacy": "dummy"}
     with pytest.raises(ValueError, match="'dummy' is not a privacy mode.*no disclosure policy"):
-        allowed_metric_keys(cfg, "train")
+        allowed_metric_keys("dummy", "train", opted_in=False)
     with pytest.raises(ValueError, match="'dummy' is not a privacy mode.*no disclosure policy"):
-        filter_metrics(cfg, "train", {"train-loss": 0.1})
+        filter_metrics("dummy", "train", {"train-loss": 0.1}, opted_in=False)
+    with pytest.raises(ValueError, match="'dummy' is not a privacy mode.*no disclosure policy"):
+        filter_metrics("dummy", "train", {"train-loss": 0.1}, opted_in=True)  # no opt-out either
     with pytest.raises(PlanError, match="'dummy' is not a privacy mode.*no planning function"):
         privacy_plan(cfg)
     assert policy("none") is None  # declared: protects nothing, filters nothing
-    assert filter_metrics({"privacy": "none"}, "train", {"x": 1}) == {"x": 1}
+    assert filter_metrics("none", "train", {"x": 1}, opted_in=False) == {"x": 1}
     assert privacy_plan({"privacy": "none"})["epsilon"] == "inf"
 
 
