@@ -68,7 +68,7 @@ from clients.releases import (  # noqa: E402
     sequence_of,
 )
 from fedpriv.accounting import laplace_leakage  # noqa: E402
-from fedpriv.disclosure import sends_unaccounted  # noqa: E402
+from fedpriv.disclosure import OPT_IN_KEY, sends_unaccounted  # noqa: E402
 from fedpriv.ifca import (  # noqa: E402
     HYPOTHESES_KEY,
     LEDGER_KEY,
@@ -79,8 +79,9 @@ from fedpriv.ifca import (  # noqa: E402
     unpack_hypotheses,
 )
 from fedpriv.mechanisms import sanitize_laplace  # noqa: E402
+from fedpriv.modes import name_of  # noqa: E402
 from fedpriv.releases import ReleaseCounter  # noqa: E402
-from fedpriv.seeds import privacy_rng, reproducible  # noqa: E402
+from fedpriv.seeds import REPRODUCIBLE_KEY, privacy_rng  # noqa: E402
 
 TRAIN_STREAM, NOISE_STREAM = 0, 1
 EMPTY_LEDGER = {"spent": 0.0, "participations": 0, "declined": 0}
@@ -219,7 +220,9 @@ def _release(
     j = choose_hypothesis(hypothesis_losses(model, hypotheses, client.x_train, client.y_train))
     settings = TrainSettings.from_config(cfg, seed=call_seed(cfg, partition, TRAIN_STREAM))
     local, _ = train_local(model, hypotheses[j], client.x_train, client.y_train, settings)
-    rng = privacy_rng(call_seed(cfg, partition, NOISE_STREAM), reproducible=reproducible(cfg))
+    rng = privacy_rng(
+        call_seed(cfg, partition, NOISE_STREAM), reproducible=bool(cfg.get(REPRODUCIBLE_KEY, False))
+    )
     released, _info = sanitize_laplace(local, hypotheses[j], nu, rng)
     return RecordDict({REPLY_KEY: ArrayRecord([np.asarray(a) for a in released])})
 
@@ -235,7 +238,10 @@ def ifca_evaluate(msg: Message, cfg: Mapping[str, Any], partition: int) -> Recor
     user (``"test"``) answers only when the run opted in with ``unaccounted-metrics =
     true``; otherwise it declines with an empty reply.
     """
-    if str(cfg.get("ifca-eval-split", "test")) != "all" and not sends_unaccounted(cfg):
+    opted_in = bool(cfg.get(OPT_IN_KEY, False))
+    if str(cfg.get("ifca-eval-split", "test")) != "all" and not sends_unaccounted(
+        name_of(cfg), opted_in=opted_in
+    ):
         return RecordDict()
     hypotheses = unpack_hypotheses(msg.content[HYPOTHESES_KEY])
     data = federated_data(cfg)

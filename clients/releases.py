@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from fedpriv.releases import ReleaseCounter, Rewind, Ticket, state_dir
+from fedpriv.releases import STATE_DIR_KEY, ReleaseCounter, Rewind, Ticket, state_dir
 
 __all__ = [
     "ReleaseRefused",
@@ -37,7 +37,10 @@ class ReleaseRefused(ValueError):
 def node_counter(context: Context, party: str) -> ReleaseCounter:
     """The ledger of this node's ``party`` in its own state directory, keyed by its own
     ``partition-id`` (a zone node: its zone id)."""
-    folder = state_dir(context.node_config, context.run_config, int(context.run_id))
+    own = (str(c.get(STATE_DIR_KEY, "") or "") for c in (context.node_config, context.run_config))
+    own_dir = next((d for d in own if d and d != "auto"), "")
+    output_dir = str(context.run_config.get("output-dir", "") or "")
+    folder = state_dir(own_dir, output_dir, int(context.run_id))
     return ReleaseCounter(folder, party, int(context.node_config["partition-id"]))
 
 

@@ -10,11 +10,11 @@ checkpoint or the new one, never half of one). It holds
   super-node assignments and election Generator — whatever the objects hold), captured
   generically by :func:`capture_state`; the sampling and noise Generators only when the
   run sets ``reproducible-noise`` (see below);
-- ``fingerprint``: the config it belongs to.
+- ``fingerprint``: the config it belongs to (``scenarios.manifest.fingerprint``).
 
 Next to it, ``run-config.json`` (written when a run starts) names the config of the
-directory; :func:`recorded_config` and :func:`config_differences` let the launcher decide
-(``scenarios.preflight.run_state``): new, resume, finished, or refused.
+directory: :mod:`scenarios.manifest` writes, hashes and compares it (a question about the
+run-config mapping, so it is answered in the Flower app, not here).
 
 What is *not* here: node-held state (IFCA leakage ledgers, DP-SGD participations, zone nodes'
 releases) stays with the nodes, which keep their own release ledgers in their own state
@@ -43,8 +43,6 @@ checkpoint is only ever read by the code that wrote it, from the user's own dire
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import pickle
 from collections.abc import Iterable, Mapping
@@ -54,27 +52,8 @@ from typing import Any, Optional
 from fedpriv.seeds import SecretGenerator
 
 CHECKPOINT = "checkpoint.pkl"
-MANIFEST = "run-config.json"
-SUMMARY = "summary.json"
-# keys that name where or how loudly a run writes, not what it computes
-NEUTRAL_KEYS = frozenset({"output-dir", "verbose"})
 # attributes that link objects (the chain itself, the grid) or hold nothing of the run
 LINK_ATTRIBUTES = frozenset({"strategy", "grid", "_grid", "evaluate_fn"})
-
-
-def fingerprint_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The config values that determine the results (JSON-safe)."""
-    return {k: _jsonable(v) for k, v in sorted(cfg.items()) if k not in NEUTRAL_KEYS}
-
-
-def fingerprint(cfg: Mapping[str, Any]) -> str:
-    """A short hash of :func:`fingerprint_config`."""
-    text = json.dumps(fingerprint_config(cfg), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _jsonable(value: Any) -> Any:
-    return value if isinstance(value, (str, int, bool)) or value is None else repr(value)
 
 
 # --- state of the strategy chain ----------------------------------------------------------------
@@ -144,29 +123,3 @@ def load_checkpoint(output_dir: str | Path) -> Optional[dict[str, Any]]:
 
     with path.open("rb") as fh:
         return pickle.load(fh)
-
-
-def write_manifest(output_dir: str | Path, cfg: Mapping[str, Any]) -> None:
-    """``run-config.json``: the config this directory holds a run of."""
-    path = Path(output_dir)
-    path.mkdir(parents=True, exist_ok=True)
-    content = {"fingerprint": fingerprint(cfg), "config": fingerprint_config(cfg)}
-    (path / MANIFEST).write_text(json.dumps(content, indent=1, sort_keys=True))
-
-
-def recorded_config(output_dir: str | Path) -> Optional[dict[str, Any]]:
-    """The config a directory says it holds (manifest, else summary.json's), or None."""
-    path = Path(output_dir)
-    if (path / MANIFEST).exists():
-        return json.loads((path / MANIFEST).read_text())["config"]
-    if (path / SUMMARY).exists():
-        config = json.loads((path / SUMMARY).read_text()).get("config")
-        return fingerprint_config(config) if isinstance(config, dict) else None
-    return None
-
-
-def config_differences(recorded: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[str]:
-    """``"key old -> new"`` for every result-relevant key where ``cfg`` differs."""
-    wanted = fingerprint_config(cfg)
-    keys = sorted(k for k in set(wanted) | set(recorded) if wanted.get(k) != recorded.get(k))
-    return [f"{k} {recorded.get(k)!r} -> {wanted.get(k)!r}" for k in keys]

@@ -67,44 +67,45 @@ def reply_keys() -> dict[str, Mapping[str, frozenset[str]]]:
     return {m.name: m.disclosure for m in modes if m.filters and m.disclosure is not None}
 
 
-def sends_unaccounted(cfg: Mapping[str, Any]) -> bool:
-    """True when the run opted in to unaccounted client metrics (or accounts nothing).
+def sends_unaccounted(mode: str, *, opted_in: bool) -> bool:
+    """True when a run of ``mode`` sends unaccounted client metrics: it opted in
+    (``opted_in``: its ``unaccounted-metrics``, :attr:`fedpriv.spec.RunSpec.unaccounted_metrics`)
+    or its mode accounts nothing.
 
     Raises ValueError for a mode without a disclosure policy (:func:`policy`)."""
-    from fedpriv.modes import name_of
-
-    value = cfg.get(OPT_IN_KEY, False)
-    return policy(name_of(cfg)) is None or bool(value)
+    return policy(mode) is None or bool(opted_in)
 
 
-def allowed_metric_keys(cfg: Mapping[str, Any], kind: str) -> frozenset[str] | None:
-    """Metric keys a ``kind`` (``train`` | ``evaluate``) reply may carry; None = anything."""
+def allowed_metric_keys(mode: str, kind: str, *, opted_in: bool) -> frozenset[str] | None:
+    """Metric keys a ``kind`` (``train`` | ``evaluate``) reply of a ``mode`` client may
+    carry; None = anything."""
     if kind not in ("train", "evaluate"):
         raise ValueError(f"kind = {kind!r} is not allowed; expected train | evaluate")
-    from fedpriv.modes import name_of
-
-    if sends_unaccounted(cfg):
+    if sends_unaccounted(mode, opted_in=opted_in):
         return None
-    return (policy(name_of(cfg)) or {})[kind]
+    return (policy(mode) or {})[kind]
 
 
-def filter_metrics(cfg: Mapping[str, Any], kind: str, metrics: Mapping[str, Any]) -> dict:
+def filter_metrics(
+    mode: str, kind: str, metrics: Mapping[str, Any], *, opted_in: bool
+) -> dict[str, Any]:
     """``metrics`` restricted to :func:`allowed_metric_keys` (unchanged with the opt-in)."""
-    allowed = allowed_metric_keys(cfg, kind)
+    allowed = allowed_metric_keys(mode, kind, opted_in=opted_in)
     if allowed is None:
         return dict(metrics)
     return {k: v for k, v in metrics.items() if k in allowed}
 
 
-def unaccounted_channels(cfg: Mapping[str, Any], *, mode: str | None = None) -> list[str]:
-    """What summary.json lists under ``privacy.unaccounted`` (empty without the opt-in)."""
-    from fedpriv.modes import ModeError, get, name_of
+def unaccounted_channels(mode: str, *, opted_in: bool) -> list[str]:
+    """What summary.json lists under ``privacy.unaccounted`` for a run of ``mode`` (empty
+    without the opt-in, for a mode that filters nothing, and for an unknown mode)."""
+    from fedpriv.modes import ModeError, get
 
     try:
-        declared = get(mode or name_of(cfg))
+        declared = get(mode)
     except ModeError:
         return []
-    if not declared.filters or not bool(cfg.get(OPT_IN_KEY, False)):
+    if not declared.filters or not bool(opted_in):
         return []
     return list(declared.unaccounted)
 
@@ -114,8 +115,9 @@ def unaccounted_channels(cfg: Mapping[str, Any], *, mode: str | None = None) -> 
 GP_FINAL_EVALUATION = {OPT_IN_KEY: True}
 
 
-def ifca_privacy_block(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """summary.json ``privacy`` of an IFCA run: no ε, GP's heuristic, unaccounted channels."""
+def ifca_privacy_block(*, opted_in: bool) -> dict[str, Any]:
+    """summary.json ``privacy`` of an IFCA run: no ε, GP's heuristic, unaccounted channels
+    (``opted_in``: the run's ``unaccounted-metrics``)."""
     from fedpriv.accounting.leakage import LEAKAGE_LABEL
     from fedpriv.modes.ifca import MODE
 
@@ -124,5 +126,5 @@ def ifca_privacy_block(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "mode": mode,
         "epsilon": None,
         "heuristic": LEAKAGE_LABEL,
-        "unaccounted": unaccounted_channels(cfg, mode=mode),
+        "unaccounted": unaccounted_channels(mode, opted_in=opted_in),
     }

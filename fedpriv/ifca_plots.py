@@ -153,8 +153,13 @@ def plot_validation_loss(
     return _save(fig, path)
 
 
+def run_title(scenario: str, num_hypotheses: int, noise_multiplier: float, seed: int) -> str:
+    """The title of one IFCA run's figures: scenario, k hypotheses, GP's ν, seed."""
+    return f"{scenario} k={num_hypotheses} nu={noise_multiplier:g} seed {seed}"
+
+
 def write_run_plots(
-    cfg: Mapping[str, Any],
+    title: str,
     rounds: Sequence[Mapping[str, Any]],
     summary: Mapping[str, Any],
     out_dir: Path,
@@ -164,11 +169,8 @@ def write_run_plots(
     best_round: Optional[int],
 ) -> None:
     """The GP-style figures of one IFCA run (leakage histogram and per cluster, parameter
-    scatter for 2-parameter models, validation loss) into ``out_dir``."""
-    title = (
-        f"{cfg['scenario']} k={cfg['num-hypotheses']} nu={cfg['ifca-noise-multiplier']:g} "
-        f"seed {cfg['seed']}"
-    )
+    scatter for 2-parameter models, validation loss) into ``out_dir``, titled ``title``
+    (:func:`run_title`); ``rounds`` and ``summary`` are the run's records."""
     per_client = summary["leakage"]["per_client"]
     if per_client is not None:
         plot_leakage_histogram(

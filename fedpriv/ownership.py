@@ -36,11 +36,12 @@ evaluation split) must equal the node's own values; :data:`MESSAGE_KEYS` (round,
 sampled clients, super-node, zone id, IFCA ledger tag) and every other training key may
 come from the message; :data:`CLIENT_COUNTED` never. :data:`OWNED_KEYS` (what each
 server-distrusting mode declares, ``PrivacyMode.owned_keys``) is a subset of that list.
+Which role a node plays (``client_mode``) and its zone's level are read from the node's own
+config, so they live with the node's resolution, in :mod:`scenarios.node_roles`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
@@ -51,15 +52,13 @@ __all__ = [
     "PRIVACY_KEYS",
     "ZONE_NODE",
     "REFUSED_CODE",
-    "client_mode",
     "owned_keys",
     "privacy_keys",
     "reason",
     "same",
 ]
 
-from fedpriv.modes import ModeError, base, get, name_of, names
-from fedpriv.modes import ifca as ifca_mode
+from fedpriv.modes import ModeError, base, get, names
 from fedpriv.modes import zonal as zonal_mode
 
 AUTO = "auto"
@@ -149,81 +148,6 @@ def privacy_keys(mode: str | None, reproducible: bool) -> tuple[str, ...]:
     declared = _mode_or_none(mode)
     extra = declared.release_keys if declared else ()
     return (*PRIVACY_KEYS, *extra, *(SEEDED_KEYS if reproducible else ()))
-
-
-def _set(own: Mapping[str, Any], key: str) -> bool:
-    return key in own and own[key] != AUTO
-
-
-def zonal_level(own: Mapping[str, Any], partition: int) -> str | None:
-    """The noise level of this client's zone from its own config (None: not decided by it)."""
-    placement = own.get("noise-placement")
-    if placement in ("none", "ldp", "hdp", "cdp"):
-        return str(placement)
-    if placement != "mixed" or not all(_set(own, k) for k in ("num-clients", "num-zones")):
-        return None
-    from fedpriv.zonal import assign_zones, zone_levels
-
-    zones = int(own["num-zones"])
-    try:
-        zone_of = assign_zones(
-            int(own["num-clients"]),
-            zones,
-            method=str(own.get("zone-assignment", "blocks")),
-            zone_map=str(own.get("zone-map", "")) or None,
-        )
-        levels = zone_levels(
-            zones,
-            "mixed",
-            hdp_fraction=float(own.get("hdp-fraction", 0.0)),
-            ldp_fraction=float(own.get("ldp-fraction", 0.0)),
-        )
-        return levels[zone_of[partition]]
-    except (ValueError, IndexError):
-        return None
-
-
-def zone_node_level(own: Mapping[str, Any], zone: int) -> str | None:
-    """The level of zone ``zone`` from a zone node's own config (None: not decided by it)."""
-    placement = own.get("noise-placement")
-    if placement in ("none", "ldp", "hdp", "cdp"):
-        return str(placement)
-    if placement != "mixed" or not _set(own, "num-zones"):
-        return None
-    from fedpriv.zonal import zone_levels
-
-    try:
-        levels = zone_levels(
-            int(own["num-zones"]),
-            "mixed",
-            hdp_fraction=float(own.get("hdp-fraction", 0.0)),
-            ldp_fraction=float(own.get("ldp-fraction", 0.0)),
-        )
-        return levels[int(zone)]
-    except (ValueError, IndexError):
-        return None
-
-
-def client_mode(own: Mapping[str, Any], partition: int, message_task: str = "") -> str | None:
-    """The client's server-distrusting role from its OWN config (None: it trusts the server).
-
-    A mode whose ``client`` party owns keys and has no zones (DP-SGD): its name; the zonal
-    mode: ``zonal`` in an LDP zone, ``zone-node`` for a zone SuperNode of an LDP or HDP
-    zone; IFCA: an own ν > 0 or an IFCA message (``message_task``: GP's untrusted server).
-    """
-    mode = _mode_or_none(name_of({**own, "client-task": ""}))
-    zonal = mode is zonal_mode.MODE
-    if mode is not None and mode.party_keys("client") and not zonal and mode.selectable:
-        return mode.name
-    zone_node = message_task == ZONE_NODE or own.get("zonal-runtime") == "zone-nodes"
-    if zonal and zone_node:
-        return ZONE_NODE if zone_node_level(own, partition) in ("ldp", "hdp") else None
-    if zonal and zonal_level(own, partition) == "ldp":
-        return mode.name
-    nu = own.get("ifca-noise-multiplier", AUTO)
-    if (nu != AUTO and float(nu) > 0) or message_task == ifca_mode.MODE.client_task:
-        return ifca_mode.MODE.name
-    return None
 
 
 def same(a: Any, b: Any) -> bool:

@@ -5,8 +5,9 @@ released, in a state directory it owns (never one named by a message), and decid
 whether a request may produce a new release:
 
 * **Where.** :func:`state_dir`: the node's own ``client-state-dir`` (its ``node_config``,
-  else its ``run_config``); else ``<output-dir>/client-state`` when its ``run_config`` names
-  an ``output-dir`` (a simulation started with one: a resumed run finds the ledgers again);
+  else its ``run_config``, read by ``clients.releases.node_counter``); else
+  ``<output-dir>/client-state`` when its ``run_config`` names an ``output-dir`` (a
+  simulation started with one: a resumed run finds the ledgers again);
   else ``$FEDPRIV_STATE_ROOT`` (default ``<tempdir>/fedpriv-state-<uid>``) ``/run-<run_id>``:
   one directory per run, keyed by the run id the node's runtime gives it. One file per
   party and identity in it, ``<party>-<identity>.json`` (identity: the node's own
@@ -72,18 +73,20 @@ def default_root() -> Path:
     return Path(tempfile.gettempdir()) / f"fedpriv-state-{os.getuid()}"
 
 
-def state_dir(node_config: Mapping[str, Any], run_config: Mapping[str, Any], run_id: int) -> Path:
-    """The node's own state directory: ``client-state-dir`` of its ``node_config``, else of its
-    ``run_config``, else ``<output-dir>/client-state`` of its ``run_config``, else
-    ``default_root()/run-<run_id>`` (never a message's value)."""
-    for source in (node_config, run_config):
-        value = str(source.get(STATE_DIR_KEY, "") or "")
-        if value and value != "auto":
-            return Path(value)
-    output = str(run_config.get("output-dir", "") or "")
-    if output and output != "auto":
-        return Path(output) / CLIENT_STATE_DIR
+def state_dir(own_dir: str, output_dir: str, run_id: int) -> Path:
+    """The node's own state directory: ``own_dir`` (its own ``client-state-dir``), else
+    ``<output_dir>/client-state``, else ``default_root()/run-<run_id>`` (never a message's
+    value). ``""`` and ``"auto"`` name no directory. The node resolves ``own_dir`` and
+    ``output_dir`` from its own config (``clients.releases.node_counter``)."""
+    if _names_a_folder(own_dir):
+        return Path(own_dir)
+    if _names_a_folder(output_dir):
+        return Path(output_dir) / CLIENT_STATE_DIR
     return default_root() / f"run-{int(run_id)}"
+
+
+def _names_a_folder(value: str | None) -> bool:
+    return bool(value) and value != "auto"
 
 
 def atomic_write(path: Path, data: bytes) -> None:

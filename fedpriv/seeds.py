@@ -73,8 +73,7 @@ client calls a tag of their own would change every training run's numbers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -149,19 +148,15 @@ class SecretGenerator(np.random.Generator):
     reader of a checkpoint can regenerate the draws after it."""
 
 
-def reproducible(cfg: Mapping[str, Any]) -> bool:
-    """Whether the run opted in to seeded privacy randomness (``reproducible-noise``)."""
-    return bool(cfg.get(REPRODUCIBLE_KEY, False))
+def noise_label(reproducible: bool) -> str:
+    """The label every round record and summary carries: where the noise came from
+    (``reproducible``: the run's ``reproducible-noise``, ``RunSpec.reproducible_noise``)."""
+    return SEEDED_LABEL if reproducible else SECRET_LABEL
 
 
-def noise_label(cfg: Mapping[str, Any]) -> str:
-    """The label every round record and summary carries: where the noise came from."""
-    return SEEDED_LABEL if reproducible(cfg) else SECRET_LABEL
-
-
-def noise_labels(cfg: Mapping[str, Any]) -> dict[str, str]:
+def noise_labels(reproducible: bool) -> dict[str, str]:
     """``{"noise-randomness": label}``: what a run's round lines and summary carry."""
-    return {NOISE_LABEL_KEY: noise_label(cfg)}
+    return {NOISE_LABEL_KEY: noise_label(reproducible)}
 
 
 def privacy_rng(entropy: int | Sequence[int], *, reproducible: bool) -> np.random.Generator:

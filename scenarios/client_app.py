@@ -63,6 +63,7 @@ from scenarios.client_tasks import (  # noqa: E402
 from scenarios.federation import QUERY_KEY  # noqa: E402
 from scenarios.node_spec import node_spec  # noqa: E402
 from scenarios.schema import ConfigError  # noqa: E402
+from scenarios.specs import run_spec  # noqa: E402
 from scenarios.task_names import (  # noqa: E402
     EVALUATE_RECEIVED_KEY,
     EVALUATION_RECORD,
@@ -91,9 +92,14 @@ def partition_id(context: Context) -> int:
 
 def disclose(cfg: dict, kind: str, content: RecordDict) -> RecordDict:
     """``content`` with every MetricRecord restricted to what ``kind`` may carry in this mode."""
+    spec = run_spec(cfg)
     return RecordDict(
         {
-            name: MetricRecord(filter_metrics(cfg, kind, dict(record)))
+            name: MetricRecord(
+                filter_metrics(
+                    spec.mode_name, kind, dict(record), opted_in=spec.unaccounted_metrics
+                )
+            )
             if isinstance(record, MetricRecord)
             else record
             for name, record in content.items()
@@ -164,7 +170,8 @@ def evaluation(msg: Message, cfg: dict, partition: int) -> RecordDict:
     restricted to what an evaluate reply may carry in this mode (:func:`disclose`); the
     evaluation is not run when its metrics may not be sent. The same for an evaluate
     message and for a train message that asks for it (``evaluate-received``, issue 27)."""
-    allowed = allowed_metric_keys(cfg, "evaluate")
+    spec = run_spec(cfg)
+    allowed = allowed_metric_keys(spec.mode_name, "evaluate", opted_in=spec.unaccounted_metrics)
     if cfg.get("client-task") == ZONE_NODE_TASK:  # a zone SuperNode evaluates its clients
         return disclose(cfg, "evaluate", evaluate_zone(msg, cfg, partition, allowed))
     data = federated_data(cfg)

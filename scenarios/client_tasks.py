@@ -29,6 +29,7 @@ from fedpriv.ifca import ACTION as IFCA_ACTION
 from fedpriv.mechanisms import clip_update, flat_norm
 from fedpriv.releases import Ticket
 from fedpriv.zonal import ldp_client_update
+from scenarios.specs import run_spec
 from scenarios.task_names import (  # noqa: F401  (re-exported: the names tasks are known by)
     DPSGD_STATE_KEY,
     DPSGD_TASK,
@@ -155,7 +156,8 @@ def train_zonal(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict
     level = cfg.get("zonal-level", "none")
     if level == "ldp":
         rng = seeds.privacy_rng(
-            [call_seed(cfg, partition), *seeds.ZONAL_LDP_TAGS], reproducible=seeds.reproducible(cfg)
+            [call_seed(cfg, partition), *seeds.ZONAL_LDP_TAGS],
+            reproducible=run_spec(cfg).reproducible_noise,
         )
         sent, info = ldp_client_update(
             update,

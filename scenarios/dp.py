@@ -95,7 +95,7 @@ def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator)
         clipping_norm=float(cfg["clipping-norm"]),
         num_sampled_clients=noise_clients(cfg),
         rng=seeds.privacy_stream(
-            int(cfg["seed"]), "dp-noise", reproducible=seeds.reproducible(cfg)
+            int(cfg["seed"]), "dp-noise", reproducible=run_spec(cfg).reproducible_noise
         ),
         accept_failures=bool(cfg["accept-failures"]),
         weighting=str(cfg["dp-weighting"]),
@@ -174,10 +174,12 @@ def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
     from fedpriv.dp import METRIC_HEURISTIC
 
     declared = mode_of(cfg)
-    mode = declared.name
+    mode, opted = declared.name, run_spec(cfg).unaccounted_metrics
     if declared.summary_key != PRIVACY_BLOCK and declared.selectable:
         # a mode reported in its own block (zonal): here only what left its clients
-        return {PRIVACY_BLOCK: {"mode": mode, "unaccounted": unaccounted_channels(cfg)}}
+        return {
+            PRIVACY_BLOCK: {"mode": mode, "unaccounted": unaccounted_channels(mode, opted_in=opted)}
+        }
     if declared not in SERVER_NOISE_MODES:
         return {}
     trained = [r for r in rounds if r.get("round", 0) > 0]
@@ -197,7 +199,7 @@ def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
         "noised_rounds": len(noised),
         "underfilled_rounds": [r["round"] for r in noised if "dp-underfilled" in r],
         "sensitivity_note": SENSITIVITY_NOTE,
-        "unaccounted": unaccounted_channels(cfg),
+        "unaccounted": unaccounted_channels(mode, opted_in=opted),
     }
     if declared is global_dp.MODE and cfg["strategy"] in NOT_A_MEAN_STRATEGIES:
         from strategies.dp_core import NO_EPSILON_NOT_A_MEAN

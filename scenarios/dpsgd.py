@@ -38,6 +38,7 @@ from scenarios.feature import Catalog, Feature
 from scenarios.keys_dpsgd import KEYS
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
+from scenarios.specs import run_spec
 from scenarios.task_names import DPSGD_TASK as TASK
 
 DPSGD_MODE = dp_sgd.MODE
@@ -77,6 +78,7 @@ def dpsgd_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
     """
     if mode_of(cfg) is not DPSGD_MODE:
         return {}
+    spec = run_spec(cfg)
     never = {str(p): 0.0 for p in range(int(cfg["num-clients"]))}
     bound = {**never, **_last_per_client(rounds, "dp-sgd-epsilon")}
     finite = [float(v) for v in bound.values() if np.isfinite(float(v))]
@@ -99,7 +101,7 @@ def dpsgd_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
             "accountant": ACCOUNTANT_TEXT,
             "adjacency": ADJACENCY_TEXT,
             "sampling": SAMPLING_TEXT,
-            "unaccounted": unaccounted_channels(cfg),
+            "unaccounted": unaccounted_channels(spec.mode_name, opted_in=spec.unaccounted_metrics),
             "dp_sgd": {
                 "epsilon_per_client": bound,
                 "participations_per_client": _last_per_client(rounds, "dp-sgd-participations"),

@@ -131,7 +131,7 @@ def build_strategy(
     """
     from scenarios.audit import with_canaries
 
-    strategy = build_stock_strategy(cfg)
+    strategy = build_stock_strategy(run_spec(cfg).strategy)
     strategy = catalog.wrapper(mode_of(cfg).name)(strategy, cfg, rng)
     strategy = with_canaries(strategy, cfg, weights)
     strategy = ValidUpdatesOnly(
@@ -149,10 +149,9 @@ def build_strategy(
 
 
 def sampling_rng(cfg: Mapping[str, Any]) -> np.random.Generator:
-    """The client-sampling Generator of a run: OS entropy, or ``default_rng(seed)`` when the
-    run sets ``reproducible-noise``. A party that knows the schedule voids amplification by
-    sampling, so it is secret by default (:func:`fedpriv.seeds.privacy_rng`)."""
-    return seeds.privacy_rng(int(cfg["seed"]), reproducible=seeds.reproducible(cfg))
+    """The client-sampling Generator: OS entropy, or ``default_rng(seed)`` with reproducible-noise
+    (secret by default: knowing the schedule voids amplification; :func:`seeds.privacy_rng`)."""
+    return seeds.privacy_rng(int(cfg["seed"]), reproducible=run_spec(cfg).reproducible_noise)
 
 
 def summarise(cfg: Mapping[str, Any], rounds: list[dict], final: dict, extra: dict) -> dict:
@@ -444,7 +443,7 @@ def train_run(
     runlog = RunLog(
         cfg["output-dir"],
         keep_rounds=first_round - 1 - (charged is not None) if first_round > 1 else None,
-        labels=seeds.noise_labels(cfg),
+        labels=seeds.noise_labels(run_spec(cfg).reproducible_noise),
     )
     if first_round > 1 and not previous_rounds:
         previous_rounds = read_rounds(cfg["output-dir"])

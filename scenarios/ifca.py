@@ -72,6 +72,7 @@ from scenarios.keys_ifca import (  # noqa: F401  (parse_sweep: re-exported)
     sweep_overrides,
 )
 from scenarios.schema import ConfigError
+from scenarios.specs import run_spec
 from scenarios.task_names import IFCA_TASK
 from scenarios.wire_config import wire_config
 
@@ -233,7 +234,8 @@ def final_evaluation(
     (None, {})."""
     from strategies.ifca import EVALUATE_TYPE, summarise_evaluation
 
-    if not sends_unaccounted(cfg):
+    spec = run_spec(cfg)
+    if not sends_unaccounted(spec.mode_name, opted_in=spec.unaccounted_metrics):
         return None, {}
     messages = strategy.make_messages(
         strategy.train_partitions,
@@ -274,7 +276,7 @@ def run_one(
     runlog = RunLog(
         cfg["output-dir"],
         keep_rounds=done if checkpoint is not None else None,
-        labels=seeds.noise_labels(cfg),
+        labels=seeds.noise_labels(run_spec(cfg).reproducible_noise),
     )
     data = federated_data(cfg)
     n_clients, n_val = int(cfg["num-clients"]), int(cfg["validation-clients"])
@@ -323,10 +325,12 @@ def run_one(
     summary = build_summary(cfg, data, strategy, result.arrays, final, per_client, rounds)
     summary["wall_seconds"] = time.time() - t0
     runlog.write_summary(summary)
-    from fedpriv.ifca_plots import write_run_plots
+    from fedpriv.ifca_plots import run_title, write_run_plots
 
+    nu, k = float(cfg["ifca-noise-multiplier"]), int(cfg["num-hypotheses"])
     write_run_plots(
-        cfg, rounds, summary, runlog.dir, theta_star=data.info.get("theta_star"),
+        run_title(cfg["scenario"], k, nu, int(cfg["seed"])), rounds, summary, runlog.dir,
+        theta_star=data.info.get("theta_star"),
         per_participation=strategy.leakage_per_participation(), best_round=strategy.best_round,
     )  # fmt: skip
     return summary
@@ -346,7 +350,7 @@ def run_ifca(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     if not sweep:
         run_one(pgrid, cfg)
         return
-    runlog = RunLog(cfg["output-dir"], labels=seeds.noise_labels(cfg))
+    runlog = RunLog(cfg["output-dir"], labels=seeds.noise_labels(run_spec(cfg).reproducible_noise))
     cells = [multirun.Cell(f"sweep-{i:02d}", sub) for i, (_, sub) in enumerate(sweep)]
 
     def run_cell(cell: multirun.Cell) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import numpy as np
 from fedpriv.disclosure import ifca_privacy_block
 from fedpriv.ifca import flatten, match_hypotheses
 from scenarios.client_tasks import IFCA_TASK as KIND
+from scenarios.specs import run_spec
 from strategies.ifca import SMALL_MODEL, LaplaceIFCA, hypotheses_from_record
 
 
@@ -25,7 +26,7 @@ def build_summary(cfg, data, strategy: LaplaceIFCA, best, final, per_client, rou
         "config": dict(cfg),
         "final": final or {},
         "per_client": per_client,
-        "privacy": ifca_privacy_block(cfg),
+        "privacy": ifca_privacy_block(opted_in=run_spec(cfg).unaccounted_metrics),
         "best_round": strategy.best_round,
         "rounds_run": strategy.rounds_run,
         "stopped": strategy.stopped,

@@ -158,7 +158,7 @@ def run_plan(grid: Any, cfg: Mapping[str, Any], catalog: Catalog) -> None:
         raise ConfigError("run-plan", cfg["run-plan"], "cells with num-clients of the simulation")
 
     def run_one(cell: Cell) -> dict[str, Any]:
-        from fedpriv.checkpoint import write_manifest
+        from scenarios.manifest import write_manifest
 
         write_manifest(cell.cfg["output-dir"], cell.cfg)  # what a single run records too
         catalog.runners[catalog.kind(cell.cfg)](grid, dict(cell.cfg), catalog)

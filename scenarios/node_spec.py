@@ -69,12 +69,9 @@ from fedpriv.ownership import (
     CLIENT_COUNTED,
     DERIVED_KEYS,
     NODE_SECURE_DEFAULTS,
-    client_mode,
     privacy_keys,
     reason,
     same,
-    zonal_level,
-    zone_node_level,
 )
 from fedpriv.releases import CLIENT_STATE_DIR, STATE_DIR_KEY
 from scenarios import (
@@ -89,10 +86,11 @@ from scenarios import (
     keys_standard,
     keys_zonal,
 )
+from scenarios.node_roles import client_mode, zonal_level, zone_node_level
 from scenarios.schema import AUTO, ConfigError, KeySpec, choice, default_output_dir, resolve
 from scenarios.task_names import IFCA_TASK, ZONE_NODE_TASK
 
-IFCA_MODE = ifca.MODE.name  # the role of an IFCA node (fedpriv.ownership.client_mode)
+IFCA_MODE = ifca.MODE.name  # the role of an IFCA node (scenarios.node_roles.client_mode)
 
 __all__ = ["NodeSpec", "catalog_snapshot", "node_keys", "node_spec", "resolve_node"]
 
@@ -206,7 +204,7 @@ def _expand(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 
 def node_mode(cfg: Mapping[str, Any], partition: int, message_task: str = "") -> str | None:
     """The node's server-distrusting mode in variant ``cfg`` (None: it trusts the server):
-    :func:`fedpriv.ownership.client_mode` on the resolved values; IFCA by the scenario kind."""
+    :func:`scenarios.node_roles.client_mode` on the resolved values; IFCA by the scenario kind."""
     if _kind(cfg) == IFCA_KIND or message_task == IFCA_TASK:
         return IFCA_MODE
     return client_mode({**cfg, "ifca-noise-multiplier": AUTO}, partition, message_task)

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from fedpriv.checkpoint import config_differences, load_checkpoint, recorded_config
+from fedpriv.checkpoint import load_checkpoint
+from scenarios.manifest import config_differences, recorded_config
 from scenarios.schema import ConfigError
 
 OUTPUT_DIR_ALLOWED = "a writable directory path (not a file)"

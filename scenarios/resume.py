@@ -40,8 +40,9 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 from flwr.serverapp.strategy.strategy import Strategy
 
-from fedpriv.checkpoint import capture_state, fingerprint, load_checkpoint, restore_state
+from fedpriv.checkpoint import capture_state, load_checkpoint, restore_state
 from fedpriv.checkpoint import save_checkpoint as write_checkpoint
+from scenarios.manifest import fingerprint
 from scenarios.recorder import wrapper_chain
 from strategies.array_records import named_record
 

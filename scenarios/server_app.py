@@ -16,10 +16,10 @@ from flwr.app import Context  # noqa: E402
 from flwr.common import log  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
-from fedpriv.checkpoint import write_manifest  # noqa: E402
 from fedpriv.data import DataError  # noqa: E402
 from scenarios.features import CATALOG  # noqa: E402
 from scenarios.federation import FederationError  # noqa: E402
+from scenarios.manifest import write_manifest  # noqa: E402
 from scenarios.multirun import run_plan  # noqa: E402
 from scenarios.preflight import run_state  # noqa: E402
 from scenarios.schema import ConfigError  # noqa: E402

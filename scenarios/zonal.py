@@ -69,6 +69,7 @@ from scenarios.keys_zonal import (
 )
 from scenarios.privacy_modes import declare
 from scenarios.schema import ConfigError
+from scenarios.specs import run_spec
 from scenarios.task_names import ZONAL_TASK, ZONE_NODE_TASK
 
 ZONAL_MODE = zonal_mode.MODE
@@ -222,7 +223,7 @@ def build_zonal_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generat
         strategy,
         plan=plan,
         seed=int(cfg["seed"]),
-        reproducible_noise=seeds.reproducible(cfg),
+        reproducible_noise=run_spec(cfg).reproducible_noise,
         failure_rate=float(cfg["supernode-failure-rate"]),
         placement=cfg["noise-placement"],
         distributed_eval=cfg["zonal-distributed-eval"],
@@ -291,7 +292,7 @@ def run_zonal_compare(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None
     from scenarios.zonal_report import write_compare_outputs
 
     t0 = time.time()
-    top = RunLog(cfg["output-dir"], labels=seeds.noise_labels(cfg))
+    top = RunLog(cfg["output-dir"], labels=seeds.noise_labels(run_spec(cfg).reproducible_noise))
     data = federated_data(cfg)
     pgrid = federation_grid(grid, cfg)
     variants = compare_variants(cfg)

@@ -53,6 +53,7 @@ from clients.releases import (
 from fedpriv import seeds
 from fedpriv.zonal.release import ZONE_CLIENTS_KEY, client_contribution, zone_release
 from scenarios.keys_zonal import plan_from_config
+from scenarios.specs import run_spec
 
 ZONE_PARTY = "zone-node"
 MIN_ZONE_CLIENTS_KEY = "min-zone-clients"
@@ -175,7 +176,7 @@ def _release(
     record = msg.content["arrays"]
     received = record.to_numpy_ndarrays()  # trained from as received (float32: one trace)
     glob = [np.asarray(a, np.float64) for a in received]
-    rep, z, c = seeds.reproducible(cfg), plan.noise_multiplier, plan.clipping_norm
+    rep, z, c = run_spec(cfg).reproducible_noise, plan.noise_multiplier, plan.clipping_norm
     terms, rows, clipped = [], [], 0
     for p in clients:
         client = data.clients[p]

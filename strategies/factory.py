@@ -1,4 +1,4 @@
-"""The six stock Flower strategies (Message API), built by name from a resolved config.
+"""The six stock Flower strategies (Message API), built by name from a :class:`StrategySpec`.
 
 Settings follow the MP paper where it gives them and are documented where it does not
 (SPEC §5):
@@ -18,7 +18,6 @@ stock strategy is built to take every node the grid offers (fractions 1.0, minim
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from flwr.serverapp.strategy import FedAvg, FedAvgM, FedMedian, FedProx, FedYogi
@@ -26,6 +25,7 @@ from flwr.serverapp.strategy.fedopt import FedOpt
 from flwr.serverapp.strategy.strategy import Strategy
 
 from fedpriv.names import STRATEGIES
+from fedpriv.spec import StrategySpec
 
 PRETRAINED_STRATEGIES = ("fedavgm", "fedopt", "fedyogi")
 
@@ -35,8 +35,8 @@ def needs_initial_pretraining(strategy: str) -> bool:
     return strategy in PRETRAINED_STRATEGIES
 
 
-def build_stock_strategy(cfg: Mapping[str, Any]) -> Strategy:
-    """Build ``cfg["strategy"]`` with the config's hyper-parameters."""
+def build_stock_strategy(spec: StrategySpec) -> Strategy:
+    """Build ``spec.strategy`` with the spec's server-side hyper-parameters."""
     common: dict[str, Any] = dict(
         fraction_train=1.0,
         fraction_evaluate=1.0,
@@ -44,25 +44,25 @@ def build_stock_strategy(cfg: Mapping[str, Any]) -> Strategy:
         min_evaluate_nodes=1,
         min_available_nodes=1,
     )
-    name = cfg["strategy"]
+    name = spec.strategy
     if name == "fedavg":
         return FedAvg(**common)
     if name == "fedavgm":
         return FedAvgM(
             **common,
-            server_learning_rate=float(cfg["server-learning-rate"]),
-            server_momentum=float(cfg["server-momentum"]),
+            server_learning_rate=float(spec.server_learning_rate),
+            server_momentum=float(spec.server_momentum),
         )
     if name == "fedmedian":
         return FedMedian(**common)
     if name == "fedprox":
-        return FedProx(**common, proximal_mu=float(cfg["proximal-mu"]))
+        return FedProx(**common, proximal_mu=float(spec.proximal_mu))
     opt = dict(
-        eta=float(cfg["eta"]),
-        eta_l=float(cfg["eta-l"]),
-        beta_1=float(cfg["beta-1"]),
-        beta_2=float(cfg["beta-2"]),
-        tau=float(cfg["tau"]),
+        eta=float(spec.eta),
+        eta_l=float(spec.eta_l),
+        beta_1=float(spec.beta_1),
+        beta_2=float(spec.beta_2),
+        tau=float(spec.tau),
     )
     if name == "fedopt":
         return FedOpt(**common, **opt)

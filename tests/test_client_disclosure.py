@@ -19,6 +19,7 @@ from fedpriv.ifca import CONFIG_KEY, HYPOTHESES_KEY, REPLY_KEY
 from scenarios.client_app import app
 from scenarios.federation import QUERY_KEY
 from scenarios.registry import resolve_run_config
+from scenarios.specs import run_spec
 
 FAST = {"num-server-rounds": 1, "local-epochs": 1, "num-clients": 4}
 NEVER_UNDER_DP = {"train-loss", "loss", "accuracy", "zonal-update-norm", "zonal-clipped",
@@ -72,7 +73,8 @@ def test_opt_in_sends_the_labelled_extras_and_the_summary_lists_them(digits):
     cfg = resolve_run_config({**FAST, "privacy": "global-dp", "unaccounted-metrics": True})
     assert {"train-loss", "num-examples"} <= metric_keys(send(cfg, MessageType.TRAIN, digits))
     assert "accuracy" in metric_keys(send(cfg, MessageType.EVALUATE, digits))
-    listed = unaccounted_channels(cfg)
+    spec = run_spec(cfg)
+    listed = unaccounted_channels(spec.mode_name, opted_in=spec.unaccounted_metrics)
     assert any("train-loss" in u for u in listed) and any("evaluation" in u for u in listed)
     none = resolve_run_config({**FAST, "privacy": "none"})  # no mechanism: nothing withheld
     assert "train-loss" in metric_keys(send(none, MessageType.TRAIN, digits))
@@ -139,7 +141,8 @@ def test_ifca_training_users_send_only_the_sanitized_vector():
     assert "hypothesis" in metric_keys(reply.content)
     default = resolve_run_config({"scenario": "gp-synthetic"})
     assert default["unaccounted-metrics"] is True
-    assert unaccounted_channels(default, mode="ifca")
+    assert run_spec(default).mode_name == "ifca" and run_spec(default).unaccounted_metrics
+    assert unaccounted_channels("ifca", opted_in=run_spec(default).unaccounted_metrics)
 
 
 def test_nothing_a_dp_client_sent_above_is_a_forbidden_side_channel():

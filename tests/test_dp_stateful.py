@@ -174,10 +174,11 @@ def test_fedmedian_is_noised_after_its_aggregate_and_reports_no_epsilon():
 
 @pytest.mark.parametrize("strategy", ["fedavgm", "fedprox", "fedopt", "fedyogi"])
 def test_the_run_config_path_reports_epsilon_for_every_mean_strategy(strategy):
+    from scenarios.specs import run_spec
     from strategies.factory import build_stock_strategy
 
     cfg = resolve_run_config({"privacy": "global-dp", "strategy": strategy, "num-clients": 3})
-    wrapper = build_dp_wrapper(build_stock_strategy(cfg), cfg, None)
+    wrapper = build_dp_wrapper(build_stock_strategy(run_spec(cfg).strategy), cfg, None)
     assert wrapper.noise_first
     list(wrapper.configure_train(1, _record(_client_models([np.zeros(s) for s in SHAPES], 0)[0]),
                                  ConfigRecord(), _Grid()))  # fmt: skip

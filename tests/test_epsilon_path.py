@@ -63,7 +63,7 @@ def run_headline(overrides: dict, seed: int = 3) -> float:
     """ε after the config's rounds, charged by the real wrapper's accountant."""
     cfg = resolve_run_config(overrides)
     counts = [len(c.x_train) for c in federated_data(cfg).clients]
-    wrapper = build_dp_wrapper(build_stock_strategy(cfg), cfg, None)
+    wrapper = build_dp_wrapper(build_stock_strategy(run_spec(cfg).strategy), cfg, None)
     rng = np.random.default_rng(seed)
     w = [np.zeros(s, np.float32) for s in SHAPES]
     for t in range(1, int(cfg["num-server-rounds"]) + 1):

@@ -19,8 +19,9 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, R
 from clients.keras_client import federated_data, initial_weights
 from fedpriv import dpsgd
 from fedpriv.ifca import HYPOTHESES_KEY, METRICS_KEY, REPLY_KEY
-from fedpriv.ownership import REFUSED_CODE, client_mode
+from fedpriv.ownership import REFUSED_CODE
 from scenarios.client_app import app
+from scenarios.node_roles import client_mode
 from scenarios.registry import resolve_run_config
 from scenarios.task_names import DPSGD_STATE_KEY
 from scenarios.wire_config import DIGEST_KEY, digest

@@ -104,14 +104,16 @@ def test_zonal_threat_model_says_whom_each_runtime_trusts():
 def test_unknown_modes_fail_closed_in_disclosure_and_planning():
     cfg = {"privacy": "dummy"}
     with pytest.raises(ValueError, match="'dummy' is not a privacy mode.*no disclosure policy"):
-        allowed_metric_keys(cfg, "train")
+        allowed_metric_keys("dummy", "train", opted_in=False)
     with pytest.raises(ValueError, match="'dummy' is not a privacy mode.*no disclosure policy"):
-        filter_metrics(cfg, "train", {"train-loss": 0.1})
+        filter_metrics("dummy", "train", {"train-loss": 0.1}, opted_in=False)
+    with pytest.raises(ValueError, match="'dummy' is not a privacy mode.*no disclosure policy"):
+        filter_metrics("dummy", "train", {"train-loss": 0.1}, opted_in=True)  # no opt-out either
     # no spec (hence no plan) for an unknown mode: the spec holds the registered mode object
     with pytest.raises(ModeError, match="'dummy' is not a privacy mode; expected one of"):
         run_spec(cfg)
     assert policy("none") is None  # declared: protects nothing, filters nothing
-    assert filter_metrics({"privacy": "none"}, "train", {"x": 1}) == {"x": 1}
+    assert filter_metrics("none", "train", {"x": 1}, opted_in=False) == {"x": 1}
     assert privacy_plan(run_spec({"privacy": "none"}))["epsilon"] == "inf"
 
 

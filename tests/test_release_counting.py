@@ -361,16 +361,24 @@ def test_a_kill_between_configure_evaluate_and_the_checkpoint_never_releases_unc
 
 
 def test_the_state_dir_is_the_nodes_own():
+    from clients.releases import node_counter
     from fedpriv.releases import STATE_ROOT_ENV, state_dir
 
-    assert state_dir({STATE_DIR_KEY: "/n"}, {STATE_DIR_KEY: "/r", "output-dir": "/o"}, 4) == (
+    def folder(node: dict, run_config: dict, run: int) -> Path:
+        return node_counter(context(run_config, node=node, run=run), "p").directory
+
+    assert folder({STATE_DIR_KEY: "/n"}, {STATE_DIR_KEY: "/r", "output-dir": "/o"}, 4) == (
         Path("/n")
     )
-    assert state_dir({}, {STATE_DIR_KEY: "/r", "output-dir": "/o"}, 4) == Path("/r")
-    assert state_dir({}, {"output-dir": "/o"}, 4) == Path("/o/client-state")
+    assert folder({}, {STATE_DIR_KEY: "/r", "output-dir": "/o"}, 4) == Path("/r")
+    assert folder({}, {"output-dir": "/o"}, 4) == Path("/o/client-state")
     root = Path(os.environ[STATE_ROOT_ENV])  # tests/conftest.py: one root per test
-    assert state_dir({}, {"output-dir": "auto"}, 4) == root / "run-4"
-    assert state_dir({STATE_DIR_KEY: "auto"}, {}, 5) == root / "run-5"
+    assert folder({}, {"output-dir": "auto"}, 4) == root / "run-4"
+    assert folder({STATE_DIR_KEY: "auto"}, {}, 5) == root / "run-5"
+    # the typed resolution below scenarios/: the node's own folder, its output-dir, the run's
+    assert state_dir("/n", "/o", 4) == Path("/n")
+    assert state_dir("auto", "/o", 4) == Path("/o/client-state")
+    assert state_dir("", "", 6) == root / "run-6"
 
 
 def test_a_release_is_charged_before_it_is_computed(tmp_path):

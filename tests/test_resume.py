@@ -21,16 +21,12 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
-from fedpriv.checkpoint import (
-    capture_state,
-    fingerprint,
-    save_checkpoint,
-    write_manifest,
-)
+from fedpriv.checkpoint import capture_state, save_checkpoint
 from fedpriv.runlog import RunLog, read_rounds
 from scenarios.engine import RoundState, build_strategy, run_config_as_record
 from scenarios.features import CATALOG
 from scenarios.federation import PartitionGrid, ZoneGrid
+from scenarios.manifest import fingerprint, write_manifest
 from scenarios.preflight import run_state
 from scenarios.recorder import wrapper_chain
 from scenarios.registry import resolve_run_config

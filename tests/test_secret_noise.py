@@ -36,6 +36,7 @@ from scenarios.federation import PartitionGrid, sample_partitions
 from scenarios.recorder import wrapper_chain
 from scenarios.registry import resolve_run_config
 from scenarios.resume import restore
+from scenarios.specs import run_spec
 from strategies.array_records import named_record
 from strategies.factory import build_stock_strategy
 from tests.flower_reference import act_as_serverapp_task
@@ -88,9 +89,9 @@ def _replies(server_round: int, w: list[np.ndarray]) -> list[Message]:
 def released_noise(cfg: dict, rounds: int = 2) -> tuple[list[list[np.ndarray]], float]:
     """The noise in each round's release: the run's wrapper minus a noiseless twin fed the
     same replies (σ from the wrapper's round report)."""
-    noisy = build_dp_wrapper(build_stock_strategy(cfg), cfg, None)
+    noisy = build_dp_wrapper(build_stock_strategy(run_spec(cfg).strategy), cfg, None)
     clean_cfg = {**cfg, "noise-multiplier": 0.0}
-    clean = build_dp_wrapper(build_stock_strategy(clean_cfg), clean_cfg, None)
+    clean = build_dp_wrapper(build_stock_strategy(run_spec(clean_cfg).strategy), clean_cfg, None)
     w = [np.zeros(s, np.float32) for s in SHAPES]
     noise = []
     for t in range(1, rounds + 1):

@@ -1,0 +1,99 @@
+"""A node's role and zone level, read from its OWN config (issue 20, issue 26).
+
+These read a node's own run config (``context.run_config`` overlaid with its
+``node_config``), keys possibly still ``"auto"`` (then the value is not decided by the node):
+the node-side resolution is the Flower app's job, so they live here, next to
+:mod:`scenarios.node_spec` (their caller), not below ``scenarios/``. The allow-list they
+serve and the refusal line are declared in :mod:`fedpriv.ownership`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fedpriv.modes import ModeError, get, name_of
+from fedpriv.modes import ifca as ifca_mode
+from fedpriv.modes import zonal as zonal_mode
+from fedpriv.ownership import AUTO, ZONE_NODE
+from fedpriv.zonal import assign_zones, zone_levels
+
+__all__ = ["client_mode", "zonal_level", "zone_node_level"]
+
+FIXED_LEVELS = ("none", "ldp", "hdp", "cdp")  # a placement that is one level for every zone
+
+
+def _set(own: Mapping[str, Any], key: str) -> bool:
+    return key in own and own[key] != AUTO
+
+
+def _mixed_levels(own: Mapping[str, Any]) -> list[str]:
+    """The zone levels of a ``mixed`` placement (HDP paper §III) from the node's own keys."""
+    return zone_levels(
+        int(own["num-zones"]),
+        "mixed",
+        hdp_fraction=float(own.get("hdp-fraction", 0.0)),
+        ldp_fraction=float(own.get("ldp-fraction", 0.0)),
+    )
+
+
+def zonal_level(own: Mapping[str, Any], partition: int) -> str | None:
+    """The noise level of this client's zone from its own config (None: not decided by it)."""
+    placement = own.get("noise-placement")
+    if placement in FIXED_LEVELS:
+        return str(placement)
+    if placement != "mixed" or not all(_set(own, k) for k in ("num-clients", "num-zones")):
+        return None
+    zones = int(own["num-zones"])
+    try:
+        zone_of = assign_zones(
+            int(own["num-clients"]),
+            zones,
+            method=str(own.get("zone-assignment", "blocks")),
+            zone_map=str(own.get("zone-map", "")) or None,
+        )
+        return _mixed_levels(own)[zone_of[partition]]
+    except (ValueError, IndexError):
+        return None
+
+
+def zone_node_level(own: Mapping[str, Any], zone: int) -> str | None:
+    """The level of zone ``zone`` from a zone node's own config (None: not decided by it)."""
+    placement = own.get("noise-placement")
+    if placement in FIXED_LEVELS:
+        return str(placement)
+    if placement != "mixed" or not _set(own, "num-zones"):
+        return None
+    try:
+        return _mixed_levels(own)[int(zone)]
+    except (ValueError, IndexError):
+        return None
+
+
+def _mode_or_none(name: str) -> Any:
+    try:
+        return get(name)
+    except ModeError:
+        return None
+
+
+def client_mode(own: Mapping[str, Any], partition: int, message_task: str = "") -> str | None:
+    """The client's server-distrusting role from its OWN config (None: it trusts the server).
+
+    A mode whose ``client`` party owns keys and has no zones (DP-SGD): its name; the zonal
+    mode: ``zonal`` in an LDP zone, ``zone-node`` for a zone SuperNode of an LDP or HDP
+    zone; IFCA: an own ν > 0 or an IFCA message (``message_task``: GP's untrusted server).
+    """
+    mode = _mode_or_none(name_of({**own, "client-task": ""}))
+    zonal = mode is zonal_mode.MODE
+    if mode is not None and mode.party_keys("client") and not zonal and mode.selectable:
+        return mode.name
+    zone_node = message_task == ZONE_NODE or own.get("zonal-runtime") == "zone-nodes"
+    if zonal and zone_node:
+        return ZONE_NODE if zone_node_level(own, partition) in ("ldp", "hdp") else None
+    if zonal and zonal_level(own, partition) == "ldp":
+        return mode.name
+    nu = own.get("ifca-noise-multiplier", AUTO)
+    if (nu != AUTO and float(nu) > 0) or message_task == ifca_mode.MODE.client_task:
+        return ifca_mode.MODE.name
+    return None
