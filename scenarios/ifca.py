@@ -231,7 +231,8 @@ def final_evaluation(
     """Training users pick their best hypothesis (training split) and report test metrics —
     only with ``unaccounted-metrics = true`` in the run's config ``cfg`` (issue 11; ``config``,
     the record sent, holds only what differs from ``run_config``). Returns (summary, rows) |
-    (None, {})."""
+    (None, {}); the summary's ``declined`` counts the users whose own opt-in is off (each node
+    decides its own, so a scenario's opt-in alone gets empty replies)."""
     from strategies.ifca import EVALUATE_TYPE, summarise_evaluation
 
     spec = run_spec(cfg)
@@ -246,12 +247,13 @@ def final_evaluation(
         {"ifca-eval-split": "test"},
     )
     replies = grid.send_and_receive(messages)
-    rows = {}
-    for reply in replies:
-        if not reply.has_error():
-            part = grid.partition_of(reply)
-            rows[str(part)] = dict(reply.content[METRICS_KEY])
-    return summarise_evaluation(replies, strategy.k), rows
+    answered = [r for r in replies if not r.has_error() and METRICS_KEY in r.content.metric_records]
+    rows = {str(grid.partition_of(r)): dict(r.content[METRICS_KEY]) for r in answered}
+    final = summarise_evaluation(answered, strategy.k) or {"clients": 0}
+    # a node decides its own opt-in (fedpriv.ownership.NODE_SECURE_DEFAULTS): one that leaves
+    # unaccounted-metrics unset answers with an empty reply, counted here, not read
+    final["declined"] = len(replies) - len(answered)
+    return final, rows
 
 
 def run_one(

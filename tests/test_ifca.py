@@ -404,6 +404,10 @@ class LocalGrid:
         self.own = {"client-state-dir": str(state_dir)} if state_dir else {}
         self.released: dict[int, list[bytes]] = {}
 
+    def partition_of(self, message: Message) -> int:
+        """The partition a reply comes from (its sender node)."""
+        return message.metadata.src_node_id - 100
+
     def send_and_receive(self, messages, timeout=None):
         out = []
         for m in messages:
@@ -673,3 +677,29 @@ def test_unwritable_state_dir_refuses_the_release(tmp_path):
     with pytest.raises(OSError):
         ifca_train(train_message(cfg), cfg, 0, ctx)
     assert read_ledger(ctx.state, LEDGER_KEY)["participations"] == 0
+
+
+@pytest.mark.parametrize("node_opt_in", [False, True])
+def test_final_evaluation_counts_the_users_whose_own_opt_in_is_off(
+    tmp_path, wire_base, node_opt_in
+):
+    """gp-synthetic opts in to GP's final test evaluation on the server; each node decides its
+    own (issue 26). Nodes that leave ``unaccounted-metrics`` at auto answer with an empty reply:
+    the run counts them as declined instead of failing; nodes that opt in report metrics."""
+    from scenarios.ifca import final_evaluation
+
+    run_config = gp_run_config(tmp_path, **({"unaccounted-metrics": True} if node_opt_in else {}))
+    cfg = resolve_run_config(run_config)
+    assert cfg["unaccounted-metrics"] is True  # the scenario's opt-in, on the server
+    wire_base(run_config)
+    strategy = make_strategy()
+    grid = LocalGrid(range(6), run_config)
+    final, rows = final_evaluation(
+        grid, strategy, hypotheses_record(HYPS), cfg, config_record(cfg, "")
+    )
+    users = len(list(strategy.train_partitions))
+    if node_opt_in:
+        assert final["declined"] == 0 and final["clients"] == users and len(rows) == users
+        assert sum(final["choices"]) == users
+    else:
+        assert final == {"clients": 0, "declined": users} and rows == {}
