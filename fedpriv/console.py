@@ -136,8 +136,8 @@ def round_line(record: Mapping[str, Any], total_rounds: int, seconds: float) -> 
 
 def privacy_statement(summary: Mapping[str, Any]) -> str:
     """Mode, ε and δ and against whom — or "no formal guarantee" — from summary.json."""
-    cfg = summary.get("config") or {}
-    mode = name_of(cfg)
+    recorded = summary.get("config") or {}  # the run config summary.json records
+    mode = name_of(recorded)
     try:
         declared = get(mode)
     except ModeError:  # a summary written by a mode this install does not know
@@ -149,7 +149,7 @@ def privacy_statement(summary: Mapping[str, Any]) -> str:
     if isinstance(leakage, Mapping):  # IFCA
         return _leakage_statement(leakage)
     if isinstance(summary.get("zonal"), Mapping):
-        zonal = {**summary["zonal"], "placement": cfg.get("noise-placement")}
+        zonal = {**summary["zonal"], "placement": recorded.get("noise-placement")}
         return f"zonal, {_zonal_figure(zonal)}"
     if declared is not None and not declared.filters:  # a mode that protects nothing
         return f"{mode}: {NO_GUARANTEE} (no noise is added)"

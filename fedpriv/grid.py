@@ -171,12 +171,12 @@ def load_run(path: str | Path) -> RunResult | None:
         summary = json.loads((path / SUMMARY).read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    config = summary.get("config", {}) if isinstance(summary, dict) else {}
+    recorded = summary.get("config", {}) if isinstance(summary, dict) else {}  # a record
     match = _SEED_DIR.match(path.name)
-    seed = config.get("seed", summary.get("seed", int(match.group(1)) if match else 0))
+    seed = recorded.get("seed", summary.get("seed", int(match.group(1)) if match else 0))
     return RunResult(
-        strategy=str(config.get("strategy", path.parent.parent.name)),
-        privacy=str(selected(config) or path.parent.name),
+        strategy=str(recorded.get("strategy", path.parent.parent.name)),
+        privacy=str(selected(recorded) or path.parent.name),
         seed=int(seed),
         path=path,
         summary=summary,
