@@ -22,6 +22,7 @@ from fedpriv.ifca import HYPOTHESES_KEY, METRICS_KEY, REPLY_KEY
 from fedpriv.ownership import REFUSED_CODE, client_mode
 from scenarios.client_app import app
 from scenarios.registry import resolve_run_config
+from scenarios.specs import data_spec, train_spec
 from scenarios.task_names import DPSGD_STATE_KEY
 from scenarios.wire_config import DIGEST_KEY, digest
 
@@ -100,7 +101,7 @@ def own():
 @pytest.fixture(scope="module")
 def weights(own):
     return {
-        mode: initial_weights(cfg, federated_data(cfg))
+        mode: initial_weights(train_spec(cfg), federated_data(data_spec(cfg)))
         for mode, cfg in own.items()
         if mode != "ifca"
     }
@@ -112,7 +113,7 @@ def hypotheses(own):
     from strategies.ifca import hypotheses_record
 
     cfg = own["ifca"]
-    return hypotheses_record(initial_hypotheses(cfg, federated_data(cfg)))
+    return hypotheses_record(initial_hypotheses(cfg, federated_data(data_spec(cfg))))
 
 
 def test_the_declared_owned_keys_are_the_ones_refused_here():
