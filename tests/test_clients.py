@@ -32,6 +32,25 @@ def test_model_is_built_once_per_process(digits_setup):
     assert federated_data(data_spec(cfg)) is data
 
 
+def test_caches_key_on_the_typed_specs_not_on_the_config(digits_setup):
+    """Configs that differ outside the data (a training key, a message's round) share the
+    process's data; a variant that differs only in keys the model does not depend on
+    shares its model; another model or learning rate is another cache entry."""
+    from dataclasses import replace
+
+    cfg, data, _ = digits_setup
+    variant = {**cfg, "local-epochs": 7, "server-round": 3, "attack": "scale"}
+    assert data_spec(variant) == data_spec(cfg) and hash(data_spec(variant)) == hash(data_spec(cfg))
+    assert federated_data(data_spec(variant)) is data
+    assert model_for(train_spec(variant), data) is model_for(train_spec(cfg), data)
+    other = replace(train_spec(cfg), learning_rate=0.5 * train_spec(cfg).learning_rate)
+    assert model_for(other, data) is not model_for(train_spec(cfg), data)
+    settings = TrainSettings.from_spec(train_spec(variant), seed=9)
+    assert (settings.epochs, settings.seed, settings.proximal_mu) == (7, 9, 0.0)
+    prox = TrainSettings.from_spec(train_spec({**cfg, "strategy": "fedprox"}), seed=0)
+    assert prox.proximal_mu == float(cfg["proximal-mu"]) > 0  # μ only under FedProx
+
+
 def test_fedprox_term_pulls_local_solution_towards_global(digits_setup):
     cfg, data, w0 = digits_setup
     client = data.clients[0]
