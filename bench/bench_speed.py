@@ -150,6 +150,7 @@ from flwr.app import ArrayRecord, Context, Message, RecordDict
 import scenarios.client_app as ca
 from clients.keras_client import federated_data, initial_weights
 from scenarios.registry import resolve_run_config
+from scenarios.specs import data_spec, train_spec
 from scenarios.engine import run_config_as_record
 from scenarios.cli import app_config
 from scenarios.wire_config import set_base
@@ -161,8 +162,8 @@ except ImportError:
 run_config = app_config(json.loads({json.dumps(json.dumps(cfg_values))}))
 cfg = resolve_run_config(run_config)
 set_base(run_config)
-data = federated_data(cfg)
-w = initial_weights(cfg, data)
+data = federated_data(data_spec(cfg))
+w = initial_weights(train_spec(cfg), data)
 rec = run_config_as_record({{**cfg, "server-round": 1}})
 n = int(cfg["num-clients"])
 ctx = [Context(run_id=1, node_id=p, node_config={{"partition-id": p}}, state=RecordDict(),

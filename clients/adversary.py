@@ -35,12 +35,13 @@ adapter on a Flower ``RecordDict``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from fedpriv import seeds
+from fedpriv.spec import RunSpec
 
 ATTACKS = (
     "none",
@@ -116,34 +117,36 @@ def _unit(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return g / norm if norm > 0 else np.ones(shape) / np.sqrt(max(1, g.size))
 
 
-def is_malicious(cfg: Mapping[str, Any], partition: int) -> bool:
-    """Whether ``partition`` attacks in this run (``attack`` set and listed)."""
-    if str(cfg.get("attack", "none")) == "none":
+def is_malicious(spec: RunSpec, partition: int) -> bool:
+    """Whether ``partition`` attacks in this run (``attack`` set and listed in
+    ``malicious-clients``)."""
+    if str(spec.attack) == "none":
         return False
-    return partition in parse_partitions(
-        str(cfg.get("malicious-clients", "")), int(cfg["num-clients"])
-    )
+    return partition in parse_partitions(str(spec.malicious_clients), int(spec.data.num_clients))
 
 
-def tamper_reply(content: Any, reference: Sequence[np.ndarray], cfg: Mapping[str, Any], partition):
+def tamper_reply(
+    content: Any, reference: Sequence[np.ndarray], spec: RunSpec, partition: int, server_round: int
+) -> Any:
     """A copy of the honest reply ``content`` (a Flower RecordDict) as the attacker sends it.
 
     Honest partitions get ``content`` back unchanged. Every ArrayRecord is attacked with
-    the same rule; metrics are kept (an honest ``num-examples``).
+    the same rule (the attack's stream of (seed, ``server_round``, partition)); metrics are
+    kept (an honest ``num-examples``).
     """
-    if not is_malicious(cfg, partition):
+    if not is_malicious(spec, partition):
         return content
     from flwr.app import Array, ArrayRecord, RecordDict
 
-    rng = attack_rng(int(cfg["seed"]), int(cfg.get("server-round", 0)), partition)
+    rng = attack_rng(int(spec.seed), int(server_round), partition)
     records = {}
     for name, record in content.items():
         if isinstance(record, ArrayRecord):
             arrays = attack_weights(
                 record.to_numpy_ndarrays(),
                 reference,
-                str(cfg["attack"]),
-                factor=float(cfg["attack-factor"]),
+                str(spec.attack),
+                factor=float(spec.attack_factor),
                 rng=rng,
             )
             record = ArrayRecord(OrderedDict(zip(record.keys(), map(Array, arrays))))

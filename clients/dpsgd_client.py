@@ -31,10 +31,9 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from collections.abc import Mapping, Sequence  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from functools import lru_cache  # noqa: E402
-from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -43,18 +42,19 @@ from clients.keras_client import TrainSettings  # noqa: E402
 from fedpriv.dpsgd import (  # noqa: E402
     PoissonSchedule,
     call_randomness,
-    check_microbatches,
     client_epsilon,
     per_example_loss,
     poisson_schedule,
 )
 from fedpriv.models import CLASSIFIERS, build_model, make_optimizer  # noqa: E402
-from fedpriv.seeds import REPRODUCIBLE_KEY  # noqa: E402
+from fedpriv.modes.dp_sgd import DPSGDParams  # noqa: E402
+from fedpriv.spec import TrainSpec  # noqa: E402
 
 
 @dataclass(frozen=True)
 class DpSgdSettings:
-    """The DP-SGD keys of the client's resolved run config."""
+    """The client's own DP-SGD mechanism: C, z, δ (its :class:`DPSGDParams`) and whether its
+    noise is seeded (``reproducible-noise``, an opt-in of its own spec)."""
 
     l2_norm_clip: float
     noise_multiplier: float
@@ -62,13 +62,13 @@ class DpSgdSettings:
     reproducible: bool = False
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> DpSgdSettings:
-        check_microbatches(int(cfg.get("microbatches", 0)))
+    def from_params(cls, params: DPSGDParams, *, reproducible: bool) -> DpSgdSettings:
+        """The settings of the node's DP-SGD ``params``."""
         return cls(
-            l2_norm_clip=float(cfg["clipping-norm"]),
-            noise_multiplier=float(cfg["noise-multiplier"]),
-            delta=float(cfg["dp-delta"]),
-            reproducible=bool(cfg.get(REPRODUCIBLE_KEY, False)),
+            l2_norm_clip=float(params.l2_norm_clip),
+            noise_multiplier=float(params.noise_multiplier),
+            delta=float(params.delta),
+            reproducible=bool(reproducible),
         )
 
 
@@ -96,17 +96,19 @@ def _cached_trainer(
     )
 
 
-def dp_trainer_for(cfg: Mapping[str, Any], input_shape: tuple, num_classes: int) -> DpTrainer:
-    """The process's DP trainer for this config (built once, reused every round)."""
-    dp = DpSgdSettings.from_config(cfg)
+def dp_trainer_for(
+    train: TrainSpec, params: DPSGDParams, input_shape: tuple, num_classes: int
+) -> DpTrainer:
+    """The process's DP trainer of ``train``'s model under ``params`` (C, z): built and traced
+    once per (model, shape, optimizer, learning rate, C, z), reused every round."""
     return _cached_trainer(
-        cfg["model"],
+        str(train.model),
         tuple(input_shape),
         int(num_classes),
-        cfg["optimizer"],
-        float(cfg["learning-rate"]),
-        dp.l2_norm_clip,
-        dp.noise_multiplier,
+        str(train.optimizer),
+        float(train.learning_rate),
+        float(params.l2_norm_clip),
+        float(params.noise_multiplier),
     )
 
 

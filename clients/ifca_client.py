@@ -3,7 +3,8 @@
 Training (message type ``train.ifca``), for user c:
 
 1. receive all k hypotheses (one ArrayRecord, keys ``"<j>/<layer>"``, see
-   :mod:`fedpriv.ifca`) and the run config;
+   :mod:`fedpriv.ifca`) and the round; ν, the budget, the model and the data come from the
+   node's own :class:`fedpriv.spec.RunSpec` (``params``: :class:`fedpriv.modes.ifca.IFCAParams`);
 2. check the client's OWN leakage ledger (its own file, see below): one participation
    costs ``n/ν`` (GP §3.2), known before any work; if ``spent + n/ν > leakage-budget`` the
    client declines: the reply content is an EMPTY RecordDict (no parameters); otherwise it
@@ -42,7 +43,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import math  # noqa: E402
-from collections.abc import Mapping, Sequence  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -68,7 +69,7 @@ from clients.releases import (  # noqa: E402
     sequence_of,
 )
 from fedpriv.accounting import laplace_leakage  # noqa: E402
-from fedpriv.disclosure import OPT_IN_KEY, sends_unaccounted  # noqa: E402
+from fedpriv.disclosure import sends_unaccounted  # noqa: E402
 from fedpriv.ifca import (  # noqa: E402
     HYPOTHESES_KEY,
     LEDGER_KEY,
@@ -79,9 +80,9 @@ from fedpriv.ifca import (  # noqa: E402
     unpack_hypotheses,
 )
 from fedpriv.mechanisms import sanitize_laplace  # noqa: E402
-from fedpriv.modes import name_of  # noqa: E402
 from fedpriv.releases import ReleaseCounter  # noqa: E402
-from fedpriv.seeds import REPRODUCIBLE_KEY, privacy_rng  # noqa: E402
+from fedpriv.seeds import privacy_rng  # noqa: E402
+from fedpriv.spec import RunSpec  # noqa: E402
 
 TRAIN_STREAM, NOISE_STREAM = 0, 1
 EMPTY_LEDGER = {"spent": 0.0, "participations": 0, "declined": 0}
@@ -164,11 +165,9 @@ def hypothesis_losses(
     return [local_metrics(model, h, x, y)["loss"] for h in hypotheses]
 
 
-def call_seed(cfg: Mapping[str, Any], partition: int, stream: int) -> int:
+def call_seed(seed: int, server_round: int, partition: int, stream: int) -> int:
     """Seed of one (run seed, round, partition, stream) call: reproducible and distinct."""
-    seq = np.random.SeedSequence(
-        [int(cfg["seed"]), int(cfg.get("server-round", 0)), int(partition), int(stream), 4]
-    )
+    seq = np.random.SeedSequence([int(seed), int(server_round), int(partition), int(stream), 4])
     return int(seq.generate_state(1)[0] % (2**31 - 1))
 
 
@@ -176,31 +175,36 @@ def call_seed(cfg: Mapping[str, Any], partition: int, stream: int) -> int:
 
 
 def ifca_train(
-    msg: Message, cfg: Mapping[str, Any], partition: int, context: Optional[Context] = None
+    msg: Message,
+    spec: RunSpec,
+    partition: int,
+    server_round: int,
+    context: Optional[Context] = None,
 ) -> RecordDict:
-    """One IFCA participation of ``partition``; returns the reply content (see module doc).
+    """One IFCA participation of ``partition`` in round ``server_round``; returns the reply
+    content (see module doc). ν and the budget are the node's own (``spec.params``).
 
     ``context``: the node's Flower context (its state directory, run id and ``context.state``);
     None (a direct call) keeps the ledger in the default per-run directory of run 0. The
-    Laplace noise is the client's own OS entropy unless the run sets ``reproducible-noise``
+    Laplace noise is the client's own OS entropy unless its spec sets ``reproducible-noise``
     (then seeded per (seed, round, partition), ``call_seed``).
     """
     if context is None:
         context = Context(0, 0, {"partition-id": partition}, RecordDict(), {})
-    nu = float(cfg["ifca-noise-multiplier"])
-    budget = float(cfg["leakage-budget"])
+    nu = float(spec.params.noise_multiplier)
+    budget = float(spec.params.leakage_budget)
     hypotheses = unpack_hypotheses(msg.content[HYPOTHESES_KEY])
     dim = num_params(hypotheses[0])
     cost = laplace_leakage(dim, nu) if nu > 0 else 0.0
     counter = node_counter(context, IFCA_PARTY)
-    server_round = int(cfg.get("server-round", 0))
+    server_round = int(server_round)
     try:
         return guarded_release(
             counter,
             sequence_of(int(context.run_id), {"nu": nu, "dim": dim}),
             server_round,
             request_digest(msg, server_round),
-            lambda _ticket: _release(hypotheses, cfg, partition, nu),
+            lambda _ticket: _release(hypotheses, spec, partition, server_round, nu),
             cost=cost,
             budget=budget if budget > 0 else None,
             rewind="charge",
@@ -211,43 +215,51 @@ def ifca_train(
 
 
 def _release(
-    hypotheses: Sequence[Sequence[np.ndarray]], cfg: Mapping[str, Any], partition: int, nu: float
+    hypotheses: Sequence[Sequence[np.ndarray]],
+    spec: RunSpec,
+    partition: int,
+    server_round: int,
+    nu: float,
 ) -> RecordDict:
     """Lines 5-7 of one charged participation: pick j̄, train θ_j̄, sanitize, reply θ̂."""
-    data = federated_data(cfg)
+    data = federated_data(spec.data)
     client = data.clients[partition]
-    model = model_for(cfg, data)
+    model = model_for(spec.train, data)
     j = choose_hypothesis(hypothesis_losses(model, hypotheses, client.x_train, client.y_train))
-    settings = TrainSettings.from_config(cfg, seed=call_seed(cfg, partition, TRAIN_STREAM))
+    seed = call_seed(spec.seed, server_round, partition, TRAIN_STREAM)
+    settings = TrainSettings.from_spec(spec.train, seed=seed)
     local, _ = train_local(model, hypotheses[j], client.x_train, client.y_train, settings)
-    rng = privacy_rng(
-        call_seed(cfg, partition, NOISE_STREAM), reproducible=bool(cfg.get(REPRODUCIBLE_KEY, False))
-    )
+    noise_seed = call_seed(spec.seed, server_round, partition, NOISE_STREAM)
+    rng = privacy_rng(noise_seed, reproducible=bool(spec.reproducible_noise))
     released, _info = sanitize_laplace(local, hypotheses[j], nu, rng)
     return RecordDict({REPLY_KEY: ArrayRecord([np.asarray(a) for a in released])})
 
 
-def ifca_evaluate(msg: Message, cfg: Mapping[str, Any], partition: int) -> RecordDict:
+def may_report(spec: RunSpec) -> bool:
+    """Whether a training user may send its unaccounted evaluation metrics: its mode has no
+    disclosure policy, or it opted in itself (``unaccounted-metrics = true``; the rule of
+    :func:`fedpriv.disclosure.sends_unaccounted`)."""
+    return sends_unaccounted(spec.mode_name, opted_in=spec.unaccounted_metrics)
+
+
+def ifca_evaluate(msg: Message, spec: RunSpec, partition: int, eval_split: str) -> RecordDict:
     """The user's best hypothesis and its metrics (validation / final report).
 
-    ``config["ifca-eval-split"]``: ``"all"`` (held-out validation users: choose and measure
-    on all local data) or ``"test"`` (training users: choose on the training split, measure
-    on the test split).
+    ``eval_split`` (the node's derived ``ifca-eval-split``): ``"all"`` (held-out validation
+    users: choose and measure on all local data) or ``"test"`` (training users: choose on the
+    training split, measure on the test split).
 
     Issue 11 / GP's rule (only the sanitized vector leaves a training user): a training
-    user (``"test"``) answers only when the run opted in with ``unaccounted-metrics =
-    true``; otherwise it declines with an empty reply.
+    user (``"test"``) answers only when it opted in with ``unaccounted-metrics = true``
+    (:func:`may_report`); otherwise it declines with an empty reply.
     """
-    opted_in = bool(cfg.get(OPT_IN_KEY, False))
-    if str(cfg.get("ifca-eval-split", "test")) != "all" and not sends_unaccounted(
-        name_of(cfg), opted_in=opted_in
-    ):
+    if eval_split != "all" and not may_report(spec):
         return RecordDict()
     hypotheses = unpack_hypotheses(msg.content[HYPOTHESES_KEY])
-    data = federated_data(cfg)
+    data = federated_data(spec.data)
     client = data.clients[partition]
-    model = model_for(cfg, data)
-    if str(cfg.get("ifca-eval-split", "test")) == "all":
+    model = model_for(spec.train, data)
+    if eval_split == "all":
         x = np.concatenate([client.x_train, client.x_test])
         y = np.concatenate([client.y_train, client.y_test])
         x_choose, y_choose, x_eval, y_eval = x, y, x, y
@@ -267,23 +279,17 @@ def _partition(context: Context) -> int:
     return int(context.node_config["partition-id"])
 
 
-def train_handler(msg: Message, cfg: Mapping[str, Any], context: Context) -> Message:
+def train_handler(msg: Message, spec: RunSpec, context: Context, *, server_round: int) -> Message:
     """``@app.train("ifca")``: an IFCA participation with the node's persistent ledger.
 
-    ``cfg`` is the message's full config: the ClientApp merges the keys the server sent into
-    this node's ``context.run_config`` (``scenarios.client_app``, as for every message).
+    ``spec``: the node's own resolved spec for this message (``scenarios.client_app`` resolves
+    it and refuses a message whose privacy keys differ); ``server_round``: the message's round.
     """
-    return Message(content=ifca_train(msg, cfg, _partition(context), context), reply_to=msg)
+    content = ifca_train(msg, spec, _partition(context), server_round, context)
+    return Message(content=content, reply_to=msg)
 
 
-def evaluate_handler(msg: Message, cfg: Mapping[str, Any], context: Context) -> Message:
-    """``@app.evaluate("ifca")``: best-hypothesis metrics of this user (``cfg``: as above)."""
-    return Message(content=ifca_evaluate(msg, cfg, _partition(context)), reply_to=msg)
-
-
-def train_task(
-    msg: Message, cfg: dict[str, Any], partition: int, context: Optional[Context] = None
-) -> RecordDict:
-    """Client task ``ifca`` (a plain ``train`` message with ``client-task = ifca``): the same
-    participation, with the node's own ledger (the ClientApp passes its ``Context``)."""
-    return ifca_train(msg, cfg, partition, context)
+def evaluate_handler(msg: Message, spec: RunSpec, context: Context, *, eval_split: str) -> Message:
+    """``@app.evaluate("ifca")``: best-hypothesis metrics of this user (``eval_split``: the
+    node's own ``ifca-eval-split``, :func:`ifca_evaluate`)."""
+    return Message(content=ifca_evaluate(msg, spec, _partition(context), eval_split), reply_to=msg)

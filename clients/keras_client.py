@@ -19,26 +19,26 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # the same for JAX
 
-from collections.abc import Mapping, Sequence  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from functools import lru_cache  # noqa: E402
-from typing import Any  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from clients.backend_loop import to_numpy  # noqa: E402
 from clients.compiled import CompiledTrainer, build_policy_model, set_op_determinism  # noqa: E402
-from clients.partitions import _cached_data, data_key, federated_data  # noqa: E402,F401
+from clients.partitions import federated_data  # noqa: E402,F401
 from fedpriv.data import FederatedData  # noqa: E402
 from fedpriv.models import build_model  # noqa: E402
+from fedpriv.spec import TrainSpec  # noqa: E402
 
 set_op_determinism(True)
 
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """What local training needs from the resolved run config."""
+    """What one local training call needs (:class:`fedpriv.spec.TrainSpec` plus the call's seed)."""
 
     epochs: int
     batch_size: int
@@ -49,16 +49,17 @@ class TrainSettings:
     jit_compile: bool = False
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any], *, seed: int) -> TrainSettings:
-        mu = float(cfg["proximal-mu"]) if cfg["strategy"] == "fedprox" else 0.0
+    def from_spec(cls, train: TrainSpec, *, seed: int) -> TrainSettings:
+        """The settings of one call of ``train`` with the call's ``seed`` (FedProx's μ only
+        under ``strategy = fedprox``, :attr:`fedpriv.spec.TrainSpec.fedprox_mu`)."""
         return cls(
-            epochs=int(cfg["local-epochs"]),
-            batch_size=int(cfg["batch-size"]),
-            learning_rate=float(cfg["learning-rate"]),
-            optimizer=str(cfg["optimizer"]),
-            proximal_mu=mu,
-            seed=seed,
-            jit_compile=bool(cfg.get("jit-compile", False)),
+            epochs=int(train.local_epochs),
+            batch_size=int(train.batch_size),
+            learning_rate=float(train.learning_rate),
+            optimizer=str(train.optimizer),
+            proximal_mu=train.fedprox_mu,
+            seed=int(seed),
+            jit_compile=bool(train.jit_compile),
         )
 
 
@@ -83,30 +84,31 @@ def _cached_model(
     )
 
 
-def model_for(cfg: Mapping[str, Any], data: FederatedData) -> keras.Model:
-    """The process's model for this config (built once; weights are passed per call).
+def model_for(train: TrainSpec, data: FederatedData) -> keras.Model:
+    """The process's model for ``train`` on ``data`` (built once per model, shape, optimizer,
+    learning rate and precision; weights are passed per call).
 
-    ``op-determinism`` (default on) and ``mixed-precision`` (default off) are read here:
-    the first is process wide, the second picks a model built under ``mixed_float16``.
+    ``op_determinism`` (default on) is process wide; ``mixed_precision`` (default off) picks a
+    model built under ``mixed_float16``.
     """
-    set_op_determinism(bool(cfg.get("op-determinism", True)))
+    set_op_determinism(bool(train.op_determinism))
     return _cached_model(
-        cfg["model"],
+        str(train.model),
         tuple(data.input_shape),
-        data.num_classes,
-        cfg["optimizer"],
-        float(cfg["learning-rate"]),
-        bool(cfg.get("mixed-precision", False)),
+        int(data.num_classes),
+        str(train.optimizer),
+        float(train.learning_rate),
+        bool(train.mixed_precision),
     )
 
 
-def initial_weights(cfg: Mapping[str, Any], data: FederatedData) -> list[np.ndarray]:
-    """Initial global weights: a fresh model seeded with the run seed."""
+def initial_weights(train: TrainSpec, data: FederatedData) -> list[np.ndarray]:
+    """Initial global weights: a fresh ``train.model`` seeded with the run seed."""
     model = build_model(
-        cfg["model"],
+        str(train.model),
         input_shape=tuple(data.input_shape),
         num_classes=data.num_classes,
-        seed=int(cfg["seed"]),
+        seed=int(train.seed),
     )
     return [np.array(to_numpy(v.value), copy=True) for v in model.weights]
 

@@ -1,48 +1,37 @@
-"""The federated data of a run config, loaded once per process (no Keras, no Flower).
+"""The federated data of a run, loaded once per process (no Keras, no Flower).
 
 Kept apart from :mod:`clients.keras_client` so that the preflight checks of ``fedpriv run``
 (the data source opens and decodes) import no Keras backend: a config or data error prints one
 line and no TensorFlow/JAX start-up output.
+
+The cache key is the run's :class:`fedpriv.spec.DataSpec` (frozen, hashable): two configs that
+describe the same data share one :class:`fedpriv.data.FederatedData` per process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
 
 from fedpriv.data import FederatedData, load_federated
+from fedpriv.spec import DataSpec
 
 
-def data_key(cfg: Mapping[str, Any]) -> tuple:
-    """The config values that determine the federated data (the cache key)."""
-    return (
-        cfg["dataset"],
-        cfg["partition"],
-        int(cfg["num-clients"]),
-        int(cfg["seed"]),
-        cfg["data-path"],
-        cfg["data-format"],
-        float(cfg["dirichlet-alpha"]),
-        int(cfg.get("image-size", 128)),
+def load_data(spec: DataSpec) -> FederatedData:
+    """The federated data ``spec`` describes, loaded now (no cache)."""
+    return load_federated(
+        spec.dataset,
+        partition=spec.partition,
+        num_clients=int(spec.num_clients),
+        seed=int(spec.seed),
+        data_path=spec.data_path,
+        data_format=spec.data_format,
+        dirichlet_alpha=float(spec.dirichlet_alpha),
+        image_size=int(spec.image_size),
     )
 
 
 @lru_cache(maxsize=4)
-def _cached_data(key: tuple) -> FederatedData:
-    dataset, partition, num_clients, seed, path, fmt, alpha, image_size = key
-    return load_federated(
-        dataset,
-        partition=partition,
-        num_clients=num_clients,
-        seed=seed,
-        data_path=path,
-        data_format=fmt,
-        dirichlet_alpha=alpha,
-        image_size=image_size,
-    )
-
-
-def federated_data(cfg: Mapping[str, Any]) -> FederatedData:
-    """Load (once per process) the federated data the config describes."""
-    return _cached_data(data_key(cfg))
+def federated_data(spec: DataSpec) -> FederatedData:
+    """Load (once per process) the federated data ``spec`` describes
+    (``federated_data.cache_clear()`` drops the process's copies)."""
+    return load_data(spec)

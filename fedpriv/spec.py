@@ -166,7 +166,7 @@ class RunSpec:
     invalid_update: str = key("invalid-update")
     attack: str = key("attack")
     attack_factor: float = key("attack-factor")
-    malicious_clients: int = key("malicious-clients")
+    malicious_clients: str = key("malicious-clients")
     audit_canaries: int = key("audit-canaries")
     audit_canary_probability: float = key("audit-canary-probability")
 

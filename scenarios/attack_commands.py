@@ -18,6 +18,7 @@ from typing import Any
 from fedpriv.modes import global_dp, metric_dp, none
 from fedpriv.modes.registry import selected
 from fedpriv.names import STRATEGIES as STRATEGY_NAMES
+from fedpriv.spec import RunSpec
 from scenarios import multirun
 from scenarios.feature import Catalog, Command
 from scenarios.launch import (
@@ -28,6 +29,7 @@ from scenarios.launch import (
 )
 from scenarios.ray_cluster import federation_of
 from scenarios.schema import ConfigError
+from scenarios.specs import run_spec
 
 CIA_KIND = "cia"
 PRIVACY_GRID = tuple(mode.name for mode in (none.MODE, global_dp.MODE, metric_dp.MODE))
@@ -367,7 +369,8 @@ def _attack_membership(args: argparse.Namespace) -> int:
     from fedpriv.attacks.membership import membership_from_run
     from fedpriv.attacks.report import membership_report
 
-    results = [membership_from_run(d) for d in dirs]
+    specs = [recorded_spec(d) for d in dirs]
+    results = [membership_from_run(d, spec) for d, spec in zip(dirs, specs)]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     text = membership_report(results)
@@ -379,7 +382,7 @@ def _attack_membership(args: argparse.Namespace) -> int:
         for r in results
     }
     if args.lira_references:
-        text += _lira_section(args, dirs, results, curves)
+        text += _lira_section(args, dirs, specs, results, curves)
     (out / "membership.md").write_text(text)
     from fedpriv.plots import plot_roc
 
@@ -389,13 +392,23 @@ def _attack_membership(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lira_section(args, dirs: list[Path], results: list[dict], curves: dict) -> str:
+def recorded_spec(run_dir: Path) -> RunSpec:
+    """The :class:`fedpriv.spec.RunSpec` of a finished run, from the config its
+    ``summary.json`` records."""
+    from fedpriv.attacks.membership import read_run_config
+
+    return run_spec(read_run_config(run_dir))
+
+
+def _lira_section(
+    args, dirs: list[Path], specs: list[RunSpec], results: list[dict], curves: dict
+) -> str:
     """Offline LiRA on every run (``fedpriv.audit.lira``): AUC and TPR at low FPR, ROC curves."""
     from fedpriv.audit.lira import lira_from_run
 
     text = "\n## Offline LiRA (reference models)\n\n"
-    for d, r in zip(dirs, results):
-        lira = lira_from_run(d, references=args.lira_references, epochs=args.lira_epochs)
+    for d, spec, r in zip(dirs, specs, results):
+        lira = lira_from_run(d, spec, references=args.lira_references, epochs=args.lira_epochs)
         text += (
             f"- {d}: AUC {lira['auc']:.3f}, TPR@1%FPR {lira['tpr_at_1pct_fpr']:.3f}, "
             f"TPR@0.1%FPR {lira['tpr_at_0.1pct_fpr']:.3f} ({args.lira_references} reference "

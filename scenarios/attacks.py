@@ -200,6 +200,7 @@ def run_cia(grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     from fedpriv.attacks.cia import CIAAttacker, check_cia_roles, shadow_indices
     from fedpriv.seeds import derive_seed
     from scenarios.federation import discover_partitions
+    from scenarios.specs import data_spec, train_spec
 
     t0 = time.time()
     cfg = {**cfg, "local-epochs": int(cfg["cia-local-epochs"])}
@@ -207,14 +208,14 @@ def run_cia(grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     attacker_id, target_id = check_cia_roles(
         attacker=cfg["attacker-client"], target=cfg["target-client"], num_clients=n
     )
-    data = federated_data(cfg)
+    data = federated_data(data_spec(cfg))
     target = data.clients[target_id]
     idx = shadow_indices(
         target.y_train,
         float(cfg["shadow-fraction"]),
         seed=derive_seed(int(cfg["seed"]), "cia-shadow", target_id),
     )
-    model = model_for(cfg, data)
+    model = model_for(train_spec(cfg), data)
     attacker = CIAAttacker(
         lambda w, x: predict_proba(model, w, x),
         x_shadow=target.x_train[idx],

@@ -338,8 +338,9 @@ def example_audit(cfg: Mapping[str, Any], strategy, data: Any, predict: Any) -> 
     from fedpriv.audit.example_canaries import example_canaries
     from fedpriv.audit.lira import logit_confidence
     from fedpriv.dpsgd import ACCOUNTANT_TEXT
+    from scenarios.specs import run_spec
 
-    canaries = example_canaries(cfg, data)
+    canaries = example_canaries(run_spec(cfg), data)
     scores = logit_confidence(predict(canaries.x), canaries.y)
     delta = float(cfg["dp-delta"])
     result = audit_scores(

@@ -279,7 +279,7 @@ def _run_grid(
     """The cells without an ``audit.json`` (a finished cell is kept: resume), all in ONE
     simulation (:func:`scenarios.multirun.launch_plan`: one progress line per cell); 2 when
     a cell's config or data is bad (checked before training)."""
-    from clients.partitions import _cached_data
+    from clients.partitions import federated_data
     from fedpriv.data import DataError
 
     todo, top = [], {}
@@ -293,7 +293,7 @@ def _run_grid(
     except (ConfigError, DataError) as err:
         print(f"fedpriv: {err}", file=sys.stderr)
         return 2
-    _cached_data.cache_clear()  # the simulation loads the data in its own processes
+    federated_data.cache_clear()  # the simulation loads the data in its own processes
     if todo:
         rc = multirun.launch_plan(out, todo, top, federation, catalog)
         if rc:

@@ -82,7 +82,7 @@ def plan_cells(
     ``targets`` maps a target name to its overrides (:func:`target_overrides`); ``common``
     are the overrides of every run. Raises ConfigError / DataError (one line).
     """
-    from clients.partitions import _cached_data
+    from clients.partitions import federated_data
 
     check_common(common)
     cells = []
@@ -93,7 +93,7 @@ def plan_cells(
             launch.run_config_text(run)  # a value with a single quote: one line
             cfg = launch.preflight(launch.app_config(run), catalog)
             cells.append(BaselineCell(target, seed, run, cfg))
-        _cached_data.cache_clear()  # the simulation opens the data in its own processes
+        federated_data.cache_clear()  # the simulation opens the data in its own processes
     return cells
 
 

@@ -59,6 +59,7 @@ from scenarios.client_tasks import (  # noqa: E402
     TASKS,
     Handler,
     call_seed,
+    server_round,
 )
 from scenarios.federation import QUERY_KEY  # noqa: E402
 from scenarios.node_spec import node_spec  # noqa: E402
@@ -149,8 +150,10 @@ def train(msg: Message, context: Context) -> Message:
         content = disclose(cfg, "train", TASKS[name](msg, cfg, partition, *node))
     except ReleaseRefused as err:  # issue 26: the node's own release counter says no
         return Message(Error(code=REFUSED_CODE, reason=str(err)), reply_to=msg)
-    if is_malicious(cfg, partition) and "arrays" in msg.content:  # issue 12: adversaries
-        content = tamper_reply(content, msg.content["arrays"].to_numpy_ndarrays(), cfg, partition)
+    spec = run_spec(cfg)
+    if is_malicious(spec, partition) and "arrays" in msg.content:  # issue 12: adversaries
+        reference = msg.content["arrays"].to_numpy_ndarrays()
+        content = tamper_reply(content, reference, spec, partition, server_round(cfg))
     if evaluated is not None:
         content = RecordDict({**content, EVALUATION_RECORD: evaluated["metrics"]})
     return Message(content=content, reply_to=msg)
@@ -174,12 +177,14 @@ def evaluation(msg: Message, cfg: dict, partition: int) -> RecordDict:
     allowed = allowed_metric_keys(spec.mode_name, "evaluate", opted_in=spec.unaccounted_metrics)
     if cfg.get("client-task") == ZONE_NODE_TASK:  # a zone SuperNode evaluates its clients
         return disclose(cfg, "evaluate", evaluate_zone(msg, cfg, partition, allowed))
-    data = federated_data(cfg)
+    spec = run_spec(cfg)
+    data = federated_data(spec.data)
     client = data.clients[partition]
     metrics = {"num-examples": len(client.x_test)}
     if allowed is None or "accuracy" in allowed:
         weights = msg.content["arrays"].to_numpy_ndarrays()
-        metrics |= evaluate_local(model_for(cfg, data), weights, client.x_test, client.y_test)
+        model = model_for(spec.train, data)
+        metrics |= evaluate_local(model, weights, client.x_test, client.y_test)
     return disclose(cfg, "evaluate", RecordDict({"metrics": MetricRecord(metrics)}))
 
 

@@ -28,8 +28,9 @@ from fedpriv import seeds
 from fedpriv.ifca import ACTION as IFCA_ACTION
 from fedpriv.mechanisms import clip_update, flat_norm
 from fedpriv.releases import Ticket
+from fedpriv.spec import RunSpec
 from fedpriv.zonal import ldp_client_update
-from scenarios.specs import run_spec
+from scenarios.specs import build, complete, run_spec
 from scenarios.task_names import (  # noqa: F401  (re-exported: the names tasks are known by)
     DPSGD_STATE_KEY,
     DPSGD_TASK,
@@ -43,17 +44,23 @@ from scenarios.zone_node import train_zone
 Task = Callable[[Message, dict[str, Any], int], RecordDict]
 
 
+def server_round(cfg: Mapping[str, Any]) -> int:
+    """The message's round (0 when it names none)."""
+    return int(cfg.get("server-round", 0))
+
+
 def call_seed(cfg: Mapping[str, Any], partition: int) -> int:
     """A per-(seed, round, partition) seed: reproducible and distinct per call."""
-    return seeds.client_seed(int(cfg["seed"]), int(cfg.get("server-round", 0)), partition)
+    return seeds.client_seed(int(cfg["seed"]), server_round(cfg), partition)
 
 
 def train_standard(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict:
     """Local Keras training from the received global weights (FedProx term if fedprox)."""
-    data = federated_data(cfg)
+    spec = run_spec(cfg)
+    data = federated_data(spec.data)
     client = data.clients[partition]
-    model = model_for(cfg, data)
-    settings = TrainSettings.from_config(cfg, seed=call_seed(cfg, partition))
+    model = model_for(spec.train, data)
+    settings = TrainSettings.from_spec(spec.train, seed=call_seed(cfg, partition))
     weights = msg.content["arrays"].to_numpy_ndarrays()
     new_weights, metrics = train_local(model, weights, client.x_train, client.y_train, settings)
     metrics["num-examples"] = len(client.x_train)
@@ -89,15 +96,20 @@ def train_dpsgd(
     in the default state root.
     """
     from clients.dpsgd_client import DpSgdSettings
+    from fedpriv.dpsgd import check_microbatches
+    from fedpriv.modes.dp_sgd import DPSGDParams
 
     if context is None:
         context = Context(0, 0, {"partition-id": partition}, RecordDict(), {})
-    settings = TrainSettings.from_config(cfg, seed=call_seed(cfg, partition))
-    dp = DpSgdSettings.from_config(cfg)
-    server_round = int(cfg.get("server-round", 0))
+    check_microbatches(int(cfg.get("microbatches", 0)))
+    spec = run_spec(cfg)
+    params = build(DPSGDParams, complete(cfg))
+    settings = TrainSettings.from_spec(spec.train, seed=call_seed(cfg, partition))
+    dp = DpSgdSettings.from_params(params, reproducible=spec.reproducible_noise)
+    round_ = server_round(cfg)
 
     def release(ticket: Ticket) -> RecordDict:
-        content = _dpsgd_release(msg, cfg, partition, settings, dp, ticket.releases)
+        content = _dpsgd_release(msg, spec, params, partition, settings, dp, ticket.releases)
         state = context.state
         state[DPSGD_STATE_KEY] = MetricRecord({"participations": ticket.releases})
         return content
@@ -105,8 +117,8 @@ def train_dpsgd(
     return guarded_release(
         node_counter(context, DPSGD_PARTY),
         dpsgd_sequence(context, dp, settings),
-        server_round,
-        request_digest(msg, server_round),
+        round_,
+        request_digest(msg, round_),
         release,
         rewind="charge",
     )
@@ -114,7 +126,8 @@ def train_dpsgd(
 
 def _dpsgd_release(
     msg: Message,
-    cfg: dict[str, Any],
+    spec: RunSpec,
+    params: Any,
     partition: int,
     settings: TrainSettings,
     dp: Any,
@@ -124,11 +137,11 @@ def _dpsgd_release(
     from clients.dpsgd_client import dp_trainer_for, train_dpsgd
     from fedpriv.audit.example_canaries import with_example_canaries
 
-    data = federated_data(cfg)
+    data = federated_data(spec.data)
     client = data.clients[partition]
-    trainer = dp_trainer_for(cfg, tuple(data.input_shape), data.num_classes)
+    trainer = dp_trainer_for(spec.train, params, tuple(data.input_shape), data.num_classes)
     weights = msg.content["arrays"].to_numpy_ndarrays()
-    x_train, y_train = with_example_canaries(cfg, data, partition, client.x_train, client.y_train)
+    x_train, y_train = with_example_canaries(spec, data, partition, client.x_train, client.y_train)
     new_weights, metrics = train_dpsgd(
         trainer, weights, x_train, y_train, settings, dp, participations=participations
     )
@@ -194,13 +207,34 @@ def train_zonal(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict
     return RecordDict({"arrays": ArrayRecord(arrays), "metrics": MetricRecord(metrics)})
 
 
+def train_ifca(
+    msg: Message, cfg: dict[str, Any], partition: int, context: Context | None = None
+) -> RecordDict:
+    """Client task ``ifca`` (a plain ``train`` message with ``client-task = ifca``): the IFCA
+    participation of :func:`clients.ifca_client.ifca_train`, with the node's own ledger."""
+    return ifca_client.ifca_train(msg, run_spec(cfg), partition, server_round(cfg), context)
+
+
+def ifca_train_handler(msg: Message, cfg: dict[str, Any], context: Context) -> Message:
+    """``@app.train("ifca")``: :func:`clients.ifca_client.train_handler` with the node's
+    spec and the message's round."""
+    return ifca_client.train_handler(msg, run_spec(cfg), context, server_round=server_round(cfg))
+
+
+def ifca_evaluate_handler(msg: Message, cfg: dict[str, Any], context: Context) -> Message:
+    """``@app.evaluate("ifca")``: :func:`clients.ifca_client.evaluate_handler` with the node's
+    spec and its own evaluation split (a derived key, ``scenarios.node_spec``)."""
+    split = str(cfg.get("ifca-eval-split", "test"))
+    return ifca_client.evaluate_handler(msg, run_spec(cfg), context, eval_split=split)
+
+
 # The client-side list: task name -> implementation (the features name the same tasks).
 TASKS: Mapping[str, Task] = {
     "standard": train_standard,
     DPSGD_TASK: train_dpsgd,
     ZONAL_TASK: train_zonal,
     ZONE_NODE_TASK: train_zone,
-    IFCA_TASK: ifca_client.train_task,
+    IFCA_TASK: train_ifca,
 }
 
 # Tasks that also take the node's ``Context`` (``task(msg, cfg, partition, context)``): they
@@ -211,6 +245,6 @@ STATEFUL_TASKS: frozenset[str] = frozenset({DPSGD_TASK, ZONE_NODE_TASK, IFCA_TAS
 # ``handler(msg, cfg, context)`` gets the message's full config (``scenarios.client_app``).
 Handler = Callable[[Message, dict[str, Any], Context], Message]
 MESSAGE_HANDLERS: tuple[tuple[str, str, Handler], ...] = (
-    ("train", IFCA_ACTION, ifca_client.train_handler),
-    ("evaluate", IFCA_ACTION, ifca_client.evaluate_handler),
+    ("train", IFCA_ACTION, ifca_train_handler),
+    ("evaluate", IFCA_ACTION, ifca_evaluate_handler),
 )

@@ -69,7 +69,7 @@ from scenarios.feature import Catalog
 from scenarios.federation import PartitionGrid
 from scenarios.fused import EVALUATE_RECEIVED_KEY, evaluate_in_train, split_evaluations
 from scenarios.recorder import RoundRecorder, wrapper_chain
-from scenarios.specs import run_spec
+from scenarios.specs import run_spec, train_spec
 from scenarios.wire_config import wire_config
 from strategies.factory import build_stock_strategy, needs_initial_pretraining
 from strategies.validating import ValidUpdatesOnly
@@ -85,18 +85,17 @@ def run_config_as_record(cfg: Mapping[str, Any]) -> ConfigRecord:
 
 def pretrain(cfg: Mapping[str, Any], data: FederatedData, weights: list) -> list:
     """Server-side pretraining of initial parameters on the validation split (MP)."""
-    model = model_for(cfg, data)
-    settings = TrainSettings.from_config(cfg, seed=int(cfg["seed"]))
-    settings = TrainSettings(
-        **{**settings.__dict__, "epochs": int(cfg["pretrain-epochs"]), "proximal_mu": 0.0}
-    )
+    spec = train_spec(cfg)
+    model = model_for(spec, data)
+    settings = replace(TrainSettings.from_spec(spec, seed=spec.seed), proximal_mu=0.0)
+    settings = replace(settings, epochs=int(cfg["pretrain-epochs"]))
     new_weights, _ = train_local(model, weights, data.x_val, data.y_val, settings)
     return [w.copy() for w in new_weights]
 
 
 def start_weights(cfg: Mapping[str, Any], data: FederatedData) -> list:
     """The seeded initial model, pretrained on the server for FedAvgM/FedOpt/FedYogi."""
-    weights = initial_weights(cfg, data)
+    weights = initial_weights(train_spec(cfg), data)
     if needs_initial_pretraining(cfg["strategy"]) and cfg["pretrain-epochs"] > 0:
         weights = pretrain(cfg, data, weights)
     return weights
@@ -104,7 +103,7 @@ def start_weights(cfg: Mapping[str, Any], data: FederatedData) -> list:
 
 def server_evaluator(cfg: Mapping[str, Any], data: FederatedData):
     """Server test-set metrics of a weight list (classification report + loss)."""
-    model = model_for(cfg, data)
+    model = model_for(train_spec(cfg), data)
 
     def evaluate(weights: list) -> dict[str, float]:
         proba = predict_proba(model, weights, data.x_test)
@@ -199,7 +198,7 @@ def write_final_outputs(
     cfg, data, weights, rounds, runlog: RunLog, extra: dict, catalog: Catalog
 ) -> dict:
     """summary.json (with every feature's summary block), final model, accuracy/ROC plots."""
-    model = model_for(cfg, data)
+    model = model_for(train_spec(cfg), data)
     proba = predict_proba(model, weights, data.x_test)
     final = classification_report(data.y_test, proba)
     summary = summarise(cfg, rounds, final, extra)

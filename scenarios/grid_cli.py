@@ -98,14 +98,14 @@ def plan(
         overrides = cell_overrides(args.scenario, cell, extra)
         cell_run_config(overrides)
         configs.append(catalog.resolve_run_config(cli.app_config(overrides)))
-    from clients.partitions import _cached_data
+    from clients.partitions import federated_data
 
     for seed in seeds:  # open the data once per seed (partitions depend on it)
         cli.preflight(
             cli.app_config(cell_overrides(args.scenario, cells[0], extra) | {"seed": seed}),
             catalog,
         )
-        _cached_data.cache_clear()  # the simulation loads it in its own processes
+        federated_data.cache_clear()  # the simulation loads it in its own processes
     return cells, extra, configs
 
 

@@ -192,9 +192,10 @@ def initial_hypotheses(cfg: Mapping[str, Any], data: FederatedData) -> list[list
     """
     from clients.keras_client import initial_weights  # the simulation extra: at run time
     from fedpriv.models import build_model
+    from scenarios.specs import train_spec
 
     k, seed = int(cfg["num-hypotheses"]), int(cfg["seed"])
-    template = initial_weights(cfg, data)
+    template = initial_weights(train_spec(cfg), data)
     if cfg["model"] == "linear":
         return gaussian_hypotheses(template, k, seeds.stream(seed, "ifca-init"))
     out = [template]
@@ -270,6 +271,7 @@ def run_one(
     from scenarios.engine import RoundState
     from scenarios.ifca_outputs import build_summary
     from scenarios.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
+    from scenarios.specs import data_spec
     from strategies.ifca import LaplaceIFCA, hypotheses_record
 
     t0 = time.time()
@@ -280,7 +282,7 @@ def run_one(
         keep_rounds=done if checkpoint is not None else None,
         labels=seeds.noise_labels(run_spec(cfg).reproducible_noise),
     )
-    data = federated_data(cfg)
+    data = federated_data(data_spec(cfg))
     n_clients, n_val = int(cfg["num-clients"]), int(cfg["validation-clients"])
     rounds: list[dict[str, Any]] = read_rounds(cfg["output-dir"]) if done else []
     for record in rounds if sink is not None else ():

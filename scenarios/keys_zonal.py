@@ -87,8 +87,12 @@ def plan_from_config(cfg: Mapping[str, Any]) -> ZonalPlan:
     counts = None
     if cfg["zone-weighting"] == "samples":
         from clients.partitions import federated_data
+        from fedpriv.spec import KEY, DataSpec, keyed_fields
 
-        counts = [len(c.x_train) for c in federated_data(cfg).clients]
+        # a resolved config has every key (scenarios.specs.build; not imported here: the
+        # node's key declarations import this module)
+        data = DataSpec(**{f.name: cfg[f.metadata[KEY]] for f in keyed_fields(DataSpec)})
+        counts = [len(c.x_train) for c in federated_data(data).clients]
     return ZonalPlan.build(
         num_clients=int(cfg["num-clients"]),
         num_zones=int(cfg["num-zones"]),

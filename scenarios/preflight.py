@@ -117,6 +117,7 @@ def check_environment(
     :func:`run_state`), then the data (loading it is the decodability check; errors name
     the file). Returns what the run will do."""
     from clients.partitions import federated_data
+    from scenarios.specs import data_spec
 
     check_output_dir(str(cfg["output-dir"]))
     state = run_state(cfg["output-dir"], cfg, complete)
@@ -124,5 +125,5 @@ def check_environment(
         return state
     if cfg["data-path"] and not Path(cfg["data-path"]).expanduser().exists():
         raise ConfigError("data-path", cfg["data-path"], "an existing file or directory")
-    federated_data(cfg)
+    federated_data(data_spec(cfg))
     return state

@@ -110,8 +110,9 @@ def run_standard(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     from clients.partitions import federated_data
     from scenarios.engine import RunHooks, train_run
     from scenarios.federation import federation_grid
+    from scenarios.specs import data_spec
 
-    data = federated_data(cfg)
+    data = federated_data(data_spec(cfg))
     pgrid = federation_grid(grid, cfg)
     hooks = RunHooks(summary_extra=None, after_run=audit_hook)
     train_run(pgrid, cfg, data, catalog, hooks=hooks, resumable=True)
@@ -122,8 +123,9 @@ def audit_hook(end: Any) -> dict:
     put into summary.json (``{}`` when the run has no canaries)."""
     from clients.keras_client import model_for, predict_proba
     from scenarios.audit import audit_outcome, membership_block, write_audit
+    from scenarios.specs import train_spec
 
-    model = model_for(end.cfg, end.data)
+    model = model_for(train_spec(end.cfg), end.data)
 
     def predict(x):
         return predict_proba(model, end.weights, x)

@@ -289,11 +289,12 @@ def run_zonal_compare(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None
     """Every placement (and zone count) in one simulation, then the comparison report."""
     from clients.partitions import federated_data
     from scenarios.federation import federation_grid
+    from scenarios.specs import data_spec
     from scenarios.zonal_report import write_compare_outputs
 
     t0 = time.time()
     top = RunLog(cfg["output-dir"], labels=seeds.noise_labels(run_spec(cfg).reproducible_noise))
-    data = federated_data(cfg)
+    data = federated_data(data_spec(cfg))
     pgrid = federation_grid(grid, cfg)
     variants = compare_variants(cfg)
     cells = [multirun.Cell(v["_label"], v) for v in variants]

@@ -171,16 +171,17 @@ def _release(
 ) -> RecordDict:
     """Train the sampled clients, clip and noise per the zone's level: ``θ + Δ(i)``."""
     level = plan.levels[zone]
-    data = federated_data(cfg)
-    model = model_for(cfg, data)
+    spec = run_spec(cfg)
+    data = federated_data(spec.data)
+    model = model_for(spec.train, data)
     record = msg.content["arrays"]
     received = record.to_numpy_ndarrays()  # trained from as received (float32: one trace)
     glob = [np.asarray(a, np.float64) for a in received]
-    rep, z, c = run_spec(cfg).reproducible_noise, plan.noise_multiplier, plan.clipping_norm
+    rep, z, c = spec.reproducible_noise, plan.noise_multiplier, plan.clipping_norm
     terms, rows, clipped = [], [], 0
     for p in clients:
         client = data.clients[p]
-        settings = TrainSettings.from_config(cfg, seed=_client_seed(cfg, p))
+        settings = TrainSettings.from_spec(spec.train, seed=_client_seed(cfg, p))
         new, metrics = train_local(model, received, client.x_train, client.y_train, settings)
         update = [np.asarray(a, np.float64) - g for a, g in zip(new, glob)]
         entropy = [_client_seed(cfg, p), *seeds.ZONAL_LDP_TAGS]
@@ -194,7 +195,7 @@ def _release(
         terms.append(term)
         clipped += int(was)
         rows.append((len(client.x_train), metrics))
-    server_round, seed = int(cfg.get("server-round", 0)), int(cfg["seed"])
+    server_round, seed = int(cfg.get("server-round", 0)), int(spec.seed)
     release = zone_release(
         terms,
         [plan.weights[p] for p in clients],
@@ -225,11 +226,12 @@ def evaluate_zone(
     """The zone's listed clients evaluate the global model on their test splits."""
     plan = plan_from_config(cfg)
     clients = zone_clients(cfg, zone, plan.members[zone])
-    data = federated_data(cfg)
+    spec = run_spec(cfg)
+    data = federated_data(spec.data)
     examples = int(sum(len(data.clients[p].x_test) for p in clients))
     metrics: dict[str, float] = {"num-examples": examples}
     if allowed is None or "accuracy" in allowed:
-        model = model_for(cfg, data)
+        model = model_for(spec.train, data)
         weights = msg.content["arrays"].to_numpy_ndarrays()
         rows = [
             (len(data.clients[p].x_test), evaluate_local(model, weights, *_test(data, p)))

@@ -12,6 +12,7 @@ exactly as the ClientApp does. References are computed independently in numpy.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from scenarios.engine import build_strategy, run_config_as_record
 from scenarios.features import CATALOG
 from scenarios.federation import PartitionGrid
 from scenarios.registry import resolve_run_config
+from scenarios.specs import run_spec
 
 SHAPES = [(4, 3), (3,), (2, 2, 2)]
 M = 4
@@ -76,7 +78,7 @@ def run_round(cfg: dict, *, attacker_absent: bool = False):
                 "metrics": MetricRecord({"num-examples": 10}),
             }
         )
-        content = tamper_reply(content, g, {**cfg, "server-round": 1}, partition)
+        content = tamper_reply(content, g, run_spec(cfg), partition, 1)
         replies.append(Message(content=content, reply_to=msg))
     arrays, _ = recorder.aggregate_train(
         1, sorted(replies, key=lambda m: NODES[m.metadata.src_node_id])
@@ -198,9 +200,10 @@ def test_honest_partitions_and_attack_none_are_untouched():
     content = RecordDict({"arrays": ArrayRecord(honest[1])})
     cfg = {"attack": "scale", "attack-factor": 9.0, "malicious-clients": "0,2", "num-clients": 4,
            "seed": 0, "server-round": 1}  # fmt: skip
-    assert tamper_reply(content, g, cfg, 1) is content
-    assert tamper_reply(content, g, {**cfg, "attack": "none"}, 0) is content
-    attacked = tamper_reply(content, g, cfg, 2)["arrays"].to_numpy_ndarrays()
+    spec = run_spec(cfg)
+    assert tamper_reply(content, g, spec, 1, 1) is content
+    assert tamper_reply(content, g, replace(spec, attack="none"), 0, 1) is content
+    attacked = tamper_reply(content, g, spec, 2, 1)["arrays"].to_numpy_ndarrays()
     np.testing.assert_allclose(attacked[0], g[0] + 9.0 * (honest[1][0] - g[0]), rtol=1e-5)
 
 

@@ -494,11 +494,16 @@ def test_membership_from_run_directory(tmp_path, digits):
     (tmp_path / "summary.json").write_text(json.dumps({"config": cfg}))
     model = build_model("digits-mlp", input_shape=(8, 8, 1), num_classes=10, seed=0)
     np.savez(tmp_path / "final_weights.npz", *model.get_weights())
-    out = membership.membership_from_run(tmp_path)
+    from scenarios.attack_commands import recorded_spec
+
+    out = membership.membership_from_run(tmp_path, recorded_spec(tmp_path))
     assert 0.3 < out["auc"] < 0.7  # untrained model: no membership signal
     assert out["n_members"] > out["n_nonmembers"] > 0
+    assert (out["scenario"], out["strategy"], out["privacy"], out["seed"]) == (
+        "digits", "fedavg", "none", 0
+    )  # fmt: skip
     with pytest.raises(ValueError, match="no summary.json"):
-        membership.membership_from_run(tmp_path / "missing")
+        recorded_spec(tmp_path / "missing")
 
 
 MEMBERSHIP_ON_JAX = """
@@ -507,15 +512,17 @@ from pathlib import Path
 import keras, numpy as np
 from fedpriv.attacks import membership
 from fedpriv.models import build_model
+from scenarios.specs import run_spec
 run = Path(sys.argv[1])
-from_npz = membership.membership_from_run(run)["auc"]
+spec = run_spec(membership.read_run_config(run))
+from_npz = membership.membership_from_run(run, spec)["auc"]
 with np.load(run / "final_weights.npz") as data:
     weights = [data[f"arr_{i}"] for i in range(len(data.files))]
 model = build_model("digits-mlp", input_shape=(8, 8, 1), num_classes=10, seed=1)
 model.set_weights(weights)
 model.save(run / "final_model.keras")  # the .keras path of _load_weights
 (run / "final_weights.npz").unlink()
-from_keras = membership.membership_from_run(run)["auc"]
+from_keras = membership.membership_from_run(run, spec)["auc"]
 print(json.dumps({"backend": keras.backend.backend(), "auc": [from_npz, from_keras]}))
 """
 
@@ -538,7 +545,9 @@ def test_membership_from_run_directory_on_the_jax_backend(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"config": cfg}))
     weights = build_model("digits-mlp", input_shape=(8, 8, 1), num_classes=10, seed=0)
     np.savez(tmp_path / "final_weights.npz", *weights.get_weights())
-    on_tf = membership.membership_from_run(tmp_path)["auc"]
+    from scenarios.attack_commands import recorded_spec
+
+    on_tf = membership.membership_from_run(tmp_path, recorded_spec(tmp_path))["auc"]
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(root), JAX_PLATFORMS="cpu")
     proc = subprocess.run(

@@ -208,6 +208,7 @@ def test_example_canaries_are_seeded_spread_over_clients_and_audited():
 
     from fedpriv.audit.example_canaries import ExampleCanaries, with_example_canaries
     from scenarios.audit import example_audit
+    from scenarios.specs import run_spec
 
     a = ExampleCanaries(40, 7, (8, 8, 1), 10, 4)
     b = ExampleCanaries(40, 7, (8, 8, 1), 10, 4)
@@ -217,7 +218,8 @@ def test_example_canaries_are_seeded_spread_over_clients_and_audited():
            "audit-confidence": 0.95, "dp-delta": 1e-5, "noise-multiplier": 1.1,
            "num-server-rounds": 2, "privacy": "dp-sgd"}  # fmt: skip
     data = SimpleNamespace(input_shape=(8, 8, 1), num_classes=10)
-    x, y = with_example_canaries(cfg, data, 1, np.zeros((5, 8, 8, 1), np.float32), np.zeros(5, int))
+    x0, y0 = np.zeros((5, 8, 8, 1), np.float32), np.zeros(5, int)
+    x, y = with_example_canaries(run_spec(cfg), data, 1, x0, y0)
     assert len(x) == 5 + len(a.for_client(1)[0]) and np.array_equal(y[5:], a.for_client(1)[1])
 
     def memorising_model(xs):  # the canaries' label gets 0.99 if included, 0.1 otherwise

@@ -19,7 +19,7 @@ from fedpriv.ifca import CONFIG_KEY, HYPOTHESES_KEY, REPLY_KEY
 from scenarios.client_app import app
 from scenarios.federation import QUERY_KEY
 from scenarios.registry import resolve_run_config
-from scenarios.specs import run_spec
+from scenarios.specs import data_spec, run_spec, train_spec
 
 FAST = {"num-server-rounds": 1, "local-epochs": 1, "num-clients": 4}
 NEVER_UNDER_DP = {"train-loss", "loss", "accuracy", "zonal-update-norm", "zonal-clipped",
@@ -53,7 +53,7 @@ def metric_keys(content: RecordDict) -> set[str]:
 @pytest.fixture(scope="module")
 def digits():
     cfg = resolve_run_config(FAST)
-    return initial_weights(cfg, federated_data(cfg))
+    return initial_weights(train_spec(cfg), federated_data(data_spec(cfg)))
 
 
 @pytest.mark.parametrize("mode", ["global-dp", "metric-dp"])
@@ -104,7 +104,7 @@ def test_zonal_ldp_clients_send_no_norms():
             "zonal-runtime": "in-server",
         }  # one SuperNode per client  # fmt: skip
     )
-    weights = initial_weights(cfg, federated_data(cfg))
+    weights = initial_weights(train_spec(cfg), federated_data(data_spec(cfg)))
     extra = {"client-task": "zonal", "zonal-level": "ldp"}
     train = send(cfg, MessageType.TRAIN, weights, extra)
     assert metric_keys(train) == {"num-examples", "zonal-noise-std"}
@@ -121,7 +121,7 @@ def test_ifca_training_users_send_only_the_sanitized_vector():
     cfg = resolve_run_config(  # the client keeps secret noise
         {"scenario": "gp-synthetic", "unaccounted-metrics": False, "reproducible-noise": False}
     )
-    hyps = hypotheses_record(initial_hypotheses(cfg, federated_data(cfg)))
+    hyps = hypotheses_record(initial_hypotheses(cfg, federated_data(data_spec(cfg))))
     base = {**cfg, "client-task": "ifca", "ifca-ledger-tag": "", "server-round": 1}
 
     def ifca(kind: str, extra: dict) -> RecordDict:

@@ -33,6 +33,7 @@ from scenarios.features import CATALOG
 from scenarios.keys_zonal import plan_from_config
 from scenarios.node_spec import catalog_snapshot, load_snapshot, node_spec, resolve_node
 from scenarios.schema import ConfigError
+from scenarios.specs import data_spec, train_spec
 
 AUTO_RUN_CONFIG = {key: "auto" for key in CATALOG.keys}  # pyproject.toml: every key "auto"
 ZONE = 0
@@ -134,13 +135,13 @@ def zone_extra(run_config: dict, node: dict) -> dict:
 @pytest.fixture(scope="module")
 def zone_weights():
     cfg = CATALOG.resolve_run_config(ZONE_AUTO)
-    return initial_weights(cfg, federated_data(cfg))
+    return initial_weights(train_spec(cfg), federated_data(data_spec(cfg)))
 
 
 @pytest.fixture(scope="module")
 def dpsgd_weights():
     cfg = CATALOG.resolve_run_config(DPSGD_AUTO)
-    return initial_weights(cfg, federated_data(cfg))
+    return initial_weights(train_spec(cfg), federated_data(data_spec(cfg)))
 
 
 ZONE_NODES = {"auto": (ZONE_AUTO, {}), "set": (ZONE_SET, dict(ZONE_SET))}

@@ -320,15 +320,17 @@ def digits_client():
     from clients.dpsgd_client import DpSgdSettings, dp_trainer_for
     from clients.keras_client import TrainSettings, federated_data, initial_weights
     from scenarios.registry import resolve_run_config
+    from scenarios.specs import run_spec
 
     cfg = resolve_run_config({"privacy": "dp-sgd", "num-clients": 4, "local-epochs": 1})
-    data = federated_data(cfg)
-    trainer = dp_trainer_for(cfg, tuple(data.input_shape), data.num_classes)
-    settings = TrainSettings.from_config(cfg, seed=5)
+    spec = run_spec(cfg)
+    data = federated_data(spec.data)
+    trainer = dp_trainer_for(spec.train, spec.params, tuple(data.input_shape), data.num_classes)
+    settings = TrainSettings.from_spec(spec.train, seed=5)
+    dp = DpSgdSettings.from_params(spec.params, reproducible=spec.reproducible_noise)
     client = data.clients[0]
     return dict(cfg=cfg, trainer=trainer, settings=settings, x=client.x_train,
-                y=client.y_train, w0=initial_weights(cfg, data),
-                dp=DpSgdSettings.from_config(cfg))  # fmt: skip
+                y=client.y_train, w0=initial_weights(spec.train, data), dp=dp)  # fmt: skip
 
 
 def test_client_training_reports_its_own_epsilon_and_draws_secret_noise(digits_client):

@@ -24,7 +24,7 @@ from scenarios.cli import main
 from scenarios.dp import build_dp_wrapper
 from scenarios.federation import sample_partitions
 from scenarios.registry import resolve_run_config
-from scenarios.specs import run_spec
+from scenarios.specs import data_spec, run_spec
 from strategies.array_records import named_record
 from strategies.factory import build_stock_strategy
 from tests.flower_reference import act_as_serverapp_task
@@ -62,7 +62,7 @@ def planned(cfg: dict) -> dict:
 def run_headline(overrides: dict, seed: int = 3) -> float:
     """ε after the config's rounds, charged by the real wrapper's accountant."""
     cfg = resolve_run_config(overrides)
-    counts = [len(c.x_train) for c in federated_data(cfg).clients]
+    counts = [len(c.x_train) for c in federated_data(data_spec(cfg)).clients]
     wrapper = build_dp_wrapper(build_stock_strategy(run_spec(cfg).strategy), cfg, None)
     rng = np.random.default_rng(seed)
     w = [np.zeros(s, np.float32) for s in SHAPES]
@@ -111,7 +111,9 @@ def test_planning_with_example_weights_is_at_least_the_run_and_says_worst_case()
     assert max(runs) > 15.2
     assert any("worst case" in n for n in plan["notes"])
     # and the plan is tight: the worst sample (the largest client with the smallest three)
-    counts = sorted(len(c.x_train) for c in federated_data(resolve_run_config(cfg)).clients)
+    counts = sorted(
+        len(c.x_train) for c in federated_data(data_spec(resolve_run_config(cfg))).clients
+    )
     w_max = counts[-1] / (counts[-1] + sum(counts[:3]))
     assert plan["round_noise_multiplier"] == pytest.approx(1.0 / (4 * w_max))
 

@@ -23,6 +23,7 @@ from scenarios.features import CATALOG
 from scenarios.fused import EVALUATION_RECORD, evaluate_in_train, split_evaluations
 from scenarios.registry import resolve_run_config
 from scenarios.schema import ConfigError
+from scenarios.specs import data_spec, train_spec
 from tests.flower_reference import act_as_serverapp_task
 
 act_as_serverapp_task()
@@ -89,7 +90,7 @@ def run(tmp_path, name: str, fused, kill_at=None, **overrides):
     grid = ClientAppGrid(run_config, int(cfg["num-clients"]), kill_at)
     nodes = {n: n - 100 for n in grid.nodes}
     outcome = train_run(
-        PartitionGrid(grid, nodes), cfg, federated_data(cfg), CATALOG, resumable=True
+        PartitionGrid(grid, nodes), cfg, federated_data(data_spec(cfg)), CATALOG, resumable=True
     )
     return outcome, grid
 
@@ -151,10 +152,13 @@ def _train_message(cfg: dict, asks: bool) -> Message:
 
     from clients.keras_client import initial_weights
 
-    data = federated_data(cfg)
+    data = federated_data(data_spec(cfg))
     config = {**cfg, "server-round": 2, **({"evaluate-received": True} if asks else {})}
     content = RecordDict(
-        {"arrays": ArrayRecord(initial_weights(cfg, data)), "config": ConfigRecord(config)}
+        {
+            "arrays": ArrayRecord(initial_weights(train_spec(cfg), data)),
+            "config": ConfigRecord(config),
+        }
     )
     return Message(content=content, dst_node_id=101, message_type=MessageType.TRAIN)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fedpriv.runlog import read_rounds
+from scenarios.specs import data_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = 5
@@ -166,7 +167,7 @@ def test_dpsgd_run_reports_epsilon_per_client_and_keeps_accuracy(real_grid):
     plain, private = _summary(out, "none"), _summary(out, "dp-sgd")
     block = private["privacy"]["dp_sgd"]
     cfg = resolve_run_config(private["config"])
-    data = federated_data(cfg)
+    data = federated_data(data_spec(cfg))
     assert set(block["epsilon_per_client"]) == {"0", "1", "2", "3"}
     for pid, eps in block["epsilon_per_client"].items():
         n = len(data.clients[int(pid)].x_train)

@@ -16,7 +16,6 @@ from clients.ifca_client import (
     ifca_train,
     read_ledger,
     train_handler,
-    train_task,
 )
 from clients.keras_client import federated_data
 from fedpriv.accounting import laplace_leakage
@@ -39,10 +38,12 @@ from fedpriv.ifca import (
 )
 from fedpriv.releases import ReleaseCounter
 from scenarios.client_app import with_config
+from scenarios.client_tasks import ifca_evaluate_handler, ifca_train_handler, train_ifca
 from scenarios.ifca import config_record, parse_sweep
 from scenarios.ifca_outputs import sweep_table
 from scenarios.registry import resolve_run_config
 from scenarios.schema import ConfigError
+from scenarios.specs import data_spec, run_spec
 from strategies.ifca import TRAIN_TYPE, LaplaceIFCA, hypotheses_from_record, hypotheses_record
 
 HYPS = [[np.array([[5.5], [5.0]], np.float32)], [np.array([[3.0], [-4.0]], np.float32)]]
@@ -69,6 +70,11 @@ def node_context(partition: int) -> Context:
     )  # fmt: skip
 
 
+def ifca_round(cfg: dict, partition: int, context: Context | None) -> RecordDict:
+    """:func:`ifca_train` of the node spec of ``cfg`` in its round."""
+    return ifca_train(train_message(cfg), run_spec(cfg), partition, cfg["server-round"], context)
+
+
 def train_message(cfg: dict, hyps=HYPS, node: int = 1) -> Message:
     content = RecordDict({HYPOTHESES_KEY: hypotheses_record(hyps), CONFIG_KEY: ConfigRecord(cfg)})
     return Message(content, node, TRAIN_TYPE)
@@ -86,7 +92,7 @@ def plain_sgd_step(theta: np.ndarray, x: np.ndarray, y: np.ndarray, lr: float) -
 def test_client_reply_is_exactly_one_array_record_with_the_parameter_vector():
     cfg = gp_cfg()
     node = node_context(0)
-    content = ifca_train(train_message(cfg), cfg, 0, node)
+    content = ifca_round(cfg, 0, node)
     assert list(content.array_records) == [REPLY_KEY]
     assert len(content.metric_records) == 0 and len(content.config_records) == 0
     arrays = content.array_records[REPLY_KEY].to_numpy_ndarrays()
@@ -102,12 +108,12 @@ def test_client_reply_is_exactly_one_array_record_with_the_parameter_vector():
 def test_nu_zero_reply_is_local_sgd_from_the_best_hypothesis():
     """Independent check of argmin choice + LocalUpdate: numpy MSE and one SGD step."""
     cfg = gp_cfg(**{"ifca-noise-multiplier": 0.0})
-    client = federated_data(cfg).clients[3]
+    client = federated_data(data_spec(cfg)).clients[3]
     x, y = client.x_train.astype(np.float64), client.y_train.astype(np.float64)
     thetas = [flatten(h) for h in HYPS]
     best = int(np.argmin([np.mean((x @ t - y) ** 2) for t in thetas]))
     expected = plain_sgd_step(thetas[best], x, y, cfg["learning-rate"])
-    content = ifca_train(train_message(cfg), cfg, 3, node_context(3))
+    content = ifca_round(cfg, 3, node_context(3))
     got = flatten(content.array_records[REPLY_KEY].to_numpy_ndarrays())
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
@@ -115,7 +121,7 @@ def test_nu_zero_reply_is_local_sgd_from_the_best_hypothesis():
 def test_noise_norm_is_nu_times_delta_norm_on_average():
     """E‖ρ‖ = n/ε = ν‖δ‖ (GP §3.2) with δ measured from the CHOSEN hypothesis."""
     cfg0 = gp_cfg(**{"ifca-noise-multiplier": 0.0})
-    client = federated_data(cfg0).clients[5]
+    client = federated_data(data_spec(cfg0)).clients[5]
     x, y = client.x_train, client.y_train
     thetas = [flatten(h) for h in HYPS]
     best = int(np.argmin([np.mean((x @ t - y) ** 2) for t in thetas]))
@@ -124,11 +130,7 @@ def test_noise_norm_is_nu_times_delta_norm_on_average():
     ratios = []
     for r in range(1, 25):
         cfg = {**gp_cfg(), "server-round": r}
-        got = flatten(
-            ifca_train(train_message(cfg), cfg, 5, None)
-            .array_records[REPLY_KEY]
-            .to_numpy_ndarrays()
-        )
+        got = flatten(ifca_round(cfg, 5, None).array_records[REPLY_KEY].to_numpy_ndarrays())
         ratios.append(np.linalg.norm(got - local) / delta)
     # ‖ρ‖/‖δ‖ ~ Gamma(2, ν/2): mean ν = 5, std 5/√2/√24 ≈ 0.72 for the mean of 24
     assert 5.0 - 2.2 < np.mean(ratios) < 5.0 + 2.2
@@ -143,7 +145,8 @@ def test_handler_keeps_a_copy_of_its_own_ledger_in_context_state():
     replies = []
     for r in (1, 2, 3, 3):
         cfg = {**gp_cfg(), "server-round": r}
-        replies.append(train_handler(train_message(cfg, node=7), cfg, context))
+        msg = train_message(cfg, node=7)
+        replies.append(train_handler(msg, run_spec(cfg), context, server_round=r))
         assert list(replies[-1].content.array_records) == [REPLY_KEY]
     last, again = (flatten(r.content[REPLY_KEY].to_numpy_ndarrays()) for r in replies[2:])
     np.testing.assert_array_equal(again, last)
@@ -155,17 +158,14 @@ def test_leakage_per_participation_is_n_over_nu():
     assert laplace_leakage(2, 5.0) == 0.4
     node = node_context(1)
     cfg = gp_cfg()
-    ifca_train(train_message(cfg), cfg, 1, node)
+    ifca_round(cfg, 1, node)
     assert read_ledger(node.state, LEDGER_KEY)["spent"] == 0.4
 
 
 def test_budget_one_allows_two_participations_then_declines_with_empty_content():
     cfg = gp_cfg(**{"leakage-budget": 1.0})
     node = node_context(4)
-    replies = [
-        ifca_train(train_message({**cfg, "server-round": r}), {**cfg, "server-round": r}, 4, node)
-        for r in range(1, 6)
-    ]
+    replies = [ifca_round({**cfg, "server-round": r}, 4, node) for r in range(1, 6)]
     sent = [REPLY_KEY in c.array_records for c in replies]
     assert sent == [True, True, False, False, False]
     for declined in replies[2:]:  # a decline carries nothing at all
@@ -180,9 +180,9 @@ def test_the_plain_train_task_keeps_the_same_ledger():
     """Client task ``ifca`` on a plain train message: the node's own ledger and budget too."""
     cfg = gp_cfg(**{"leakage-budget": 0.4})
     node = node_context(0)
-    first = train_task(train_message(cfg), cfg, 0, node)
+    first = train_ifca(train_message(cfg), cfg, 0, node)
     cfg2 = {**cfg, "server-round": 2}
-    second = train_task(train_message(cfg2), cfg2, 0, node)
+    second = train_ifca(train_message(cfg2), cfg2, 0, node)
     assert list(first.array_records) == [REPLY_KEY] and not second.array_records
     assert read_ledger(node.state, LEDGER_KEY) == {
         "spent": 0.4, "participations": 1, "declined": 1
@@ -191,13 +191,14 @@ def test_the_plain_train_task_keeps_the_same_ledger():
 
 def test_evaluate_reply_reports_the_best_hypothesis():
     cfg = {**gp_cfg(), "ifca-eval-split": "all"}
-    data = federated_data(cfg)
+    data = federated_data(data_spec(cfg))
     cluster = data.info["cluster_of_client"][0]
     hyps = [[np.array([[5.0], [6.0]], np.float32)], [np.array([[4.0], [-4.5]], np.float32)]]
     context = Context(
         run_id=1, node_id=3, node_config={"partition-id": 0}, state=RecordDict(), run_config={}
     )
-    metrics = evaluate_handler(train_message(cfg, hyps, node=3), cfg, context).content["metrics"]
+    msg = train_message(cfg, hyps, node=3)
+    metrics = evaluate_handler(msg, run_spec(cfg), context, eval_split="all").content["metrics"]
     assert metrics["hypothesis"] == cluster  # θ*_cluster fits its own data best
     assert metrics["rmse"] == pytest.approx(math.sqrt(metrics["loss"]))
     assert 0.2 < metrics["rmse"] < 1.0  # residual u ~ U[0, 1]: RMSE ≈ sqrt(1/3)
@@ -420,7 +421,9 @@ class LocalGrid:
                 run_config=self.run_config,
             )
             train = m.metadata.message_type == TRAIN_TYPE  # registered as the ClientApp does
-            kind, handler = ("train", train_handler) if train else ("evaluate", evaluate_handler)
+            kind, handler = (
+                ("train", ifca_train_handler) if train else ("evaluate", ifca_evaluate_handler)
+            )
             reply = with_config(handler, kind, ACTION)(m, ctx)
             if not reply.has_error() and REPLY_KEY in reply.content:
                 vector = flatten(reply.content[REPLY_KEY].to_numpy_ndarrays()).tobytes()
@@ -524,7 +527,7 @@ def test_ifca_messages_carry_only_what_differs_from_run_config(tmp_path, wire_ba
         run_config=run_config,
     )  # fmt: skip
     handler = with_config(
-        lambda m, c, ctx: seen.append(c) or train_handler(m, c, ctx), "train", ACTION
+        lambda m, c, ctx: seen.append(c) or ifca_train_handler(m, c, ctx), "train", ACTION
     )
     assert list(handler(msg, context).content.array_records) == [REPLY_KEY]
     # issue 26: the node runs the old config except what it owns: its opt-in, which the run
@@ -675,7 +678,7 @@ def test_unwritable_state_dir_refuses_the_release(tmp_path):
         state=RecordDict(), run_config={},
     )  # fmt: skip
     with pytest.raises(OSError):
-        ifca_train(train_message(cfg), cfg, 0, ctx)
+        ifca_round(cfg, 0, ctx)
     assert read_ledger(ctx.state, LEDGER_KEY)["participations"] == 0
 
 

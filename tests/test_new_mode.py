@@ -25,7 +25,7 @@ from fedpriv.modes.base import PUBLIC
 from fedpriv.modes.registry import unregister
 from fedpriv.records import PrivacyFigures
 from fedpriv.spec import RunSpec, key
-from scenarios.specs import run_spec
+from scenarios.specs import data_spec, run_spec
 
 NAME = "fixed-sigma-test"
 
@@ -217,7 +217,7 @@ def test_a_mode_defined_in_one_test_module_runs_end_to_end(catalog, tmp_path):
     nodes = {100 + p: p for p in range(3)}
     grid = InProcessGrid(run_config, nodes, run_id=926_007)
     outcome = train_run(
-        PartitionGrid(grid, nodes), cfg, federated_data(cfg), catalog, resumable=False
+        PartitionGrid(grid, nodes), cfg, federated_data(data_spec(cfg)), catalog, resumable=False
     )
     trained = [r for r in outcome.rounds if r.get("round", 0) > 0]
     assert [r["round"] for r in trained] == [1, 2]

@@ -23,6 +23,7 @@ from fedpriv.ownership import REFUSED_CODE
 from scenarios.client_app import app
 from scenarios.node_roles import client_mode
 from scenarios.registry import resolve_run_config
+from scenarios.specs import data_spec, train_spec
 from scenarios.task_names import DPSGD_STATE_KEY
 from scenarios.wire_config import DIGEST_KEY, digest
 
@@ -101,7 +102,7 @@ def own():
 @pytest.fixture(scope="module")
 def weights(own):
     return {
-        mode: initial_weights(cfg, federated_data(cfg))
+        mode: initial_weights(train_spec(cfg), federated_data(data_spec(cfg)))
         for mode, cfg in own.items()
         if mode != "ifca"
     }
@@ -113,7 +114,7 @@ def hypotheses(own):
     from strategies.ifca import hypotheses_record
 
     cfg = own["ifca"]
-    return hypotheses_record(initial_hypotheses(cfg, federated_data(cfg)))
+    return hypotheses_record(initial_hypotheses(cfg, federated_data(data_spec(cfg))))
 
 
 def test_the_declared_owned_keys_are_the_ones_refused_here():

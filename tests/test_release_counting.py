@@ -36,6 +36,7 @@ from fedpriv.releases import STATE_DIR_KEY, ReleaseCounter
 from scenarios.client_app import app
 from scenarios.registry import resolve_run_config
 from scenarios.schema import ConfigError
+from scenarios.specs import data_spec, train_spec
 from scenarios.wire_config import DIGEST_KEY, digest
 
 SECRET = {"reproducible-noise": False}
@@ -80,7 +81,7 @@ def refused(reply: Message) -> bool:
 @pytest.fixture(scope="module")
 def zone():
     cfg = resolve_run_config(ZONE_NODE)
-    return cfg, initial_weights(cfg, federated_data(cfg))
+    return cfg, initial_weights(train_spec(cfg), federated_data(data_spec(cfg)))
 
 
 def zone_message(cfg, weights, server_round, clients=(0, 1)) -> Message:
@@ -154,7 +155,7 @@ def ifca():
     from strategies.ifca import hypotheses_record
 
     base = resolve_run_config(IFCA)
-    record = hypotheses_record(initial_hypotheses(base, federated_data(base)))
+    record = hypotheses_record(initial_hypotheses(base, federated_data(data_spec(base))))
     nu = float(base["ifca-noise-multiplier"])
     cost = laplace_leakage(num_params(unpack_hypotheses(record)[0]), nu)
     return base, record, cost
@@ -217,7 +218,7 @@ def test_ifca_rewound_rounds_are_charged_and_an_identical_repeat_is_the_cached_v
 @pytest.fixture(scope="module")
 def dp():
     cfg = resolve_run_config(DPSGD)
-    return cfg, initial_weights(cfg, federated_data(cfg))
+    return cfg, initial_weights(train_spec(cfg), federated_data(data_spec(cfg)))
 
 
 def dpsgd_message(cfg, weights, server_round, **sent) -> Message:
@@ -338,7 +339,7 @@ def test_a_kill_between_configure_evaluate_and_the_checkpoint_never_releases_unc
 
     budget = (independent(3) + independent(4)) / 2  # 3 rounds fit, a 4th does not
     cfg = resolve_run_config({**base, "max-epsilon": budget})
-    data = federated_data(cfg)
+    data = federated_data(data_spec(cfg))
     nodes = {100 + p: p for p in range(6)}
     killed = AnsweringGrid(list(nodes), kill_at=3)
     with pytest.raises(Killed):

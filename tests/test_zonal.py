@@ -32,6 +32,7 @@ from fedpriv.zonal import (
     zone_levels,
 )
 from scenarios.schema import ConfigError
+from scenarios.specs import data_spec, train_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = [(6, 5), (5,), (5, 3), (3,)]
@@ -347,7 +348,7 @@ def test_ldp_client_message_carries_the_noise():
             "clipping-norm": 0.2,
         }
     )
-    glob = initial_weights(cfg, federated_data(cfg))
+    glob = initial_weights(train_spec(cfg), federated_data(data_spec(cfg)))
 
     def call(level):
         config = ConfigRecord(

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from fedpriv.runlog import read_rounds
+from scenarios.specs import data_spec, train_spec
 from tests.simulate import run_fedpriv
 
 pytestmark = pytest.mark.simulation
@@ -83,12 +84,12 @@ def client_updates(cfg: dict, server_round: int, glob: list[np.ndarray], clients
     from clients.keras_client import TrainSettings, federated_data, model_for, train_local
     from fedpriv import seeds
 
-    data = federated_data(cfg)
-    model = model_for(cfg, data)
+    data = federated_data(data_spec(cfg))
+    model = model_for(train_spec(cfg), data)
     out = {}
     for p in clients:
         seed = seeds.client_seed(int(cfg["seed"]), server_round, p)
-        settings = TrainSettings.from_config(cfg, seed=seed)
+        settings = TrainSettings.from_spec(train_spec(cfg), seed=seed)
         client = data.clients[p]
         new, _ = train_local(model, glob, client.x_train, client.y_train, settings)
         out[p] = [np.asarray(a, np.float64) - g for a, g in zip(new, glob)]

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from fedpriv.modes.registry import selected
+from fedpriv.spec import DataSpec, RunSpec
 
 # Keras' epsilon: sparse categorical cross-entropy clips probabilities to [eps, 1 - eps].
 EPSILON = 1e-7
@@ -184,46 +184,55 @@ def read_run_config(run_dir: str | Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text())["config"])
 
 
+def load_run_data(spec: DataSpec) -> Any:
+    """The federated data of a run's :class:`fedpriv.spec.DataSpec` (the same seed gives the
+    same splits as in the run)."""
+    from fedpriv.data import load_federated
+
+    return load_federated(
+        spec.dataset,
+        partition=spec.partition,
+        num_clients=int(spec.num_clients),
+        seed=int(spec.seed),
+        data_path=spec.data_path,
+        data_format=spec.data_format,
+        dirichlet_alpha=float(spec.dirichlet_alpha),
+        image_size=int(spec.image_size),
+    )
+
+
+Predict = Callable[[str, Any, list[np.ndarray], np.ndarray], np.ndarray]
+
+
 def membership_from_run(
-    run_dir: str | Path,
-    *,
-    predict: Callable[[dict[str, Any], Any, list[np.ndarray], np.ndarray], np.ndarray]
-    | None = None,
+    run_dir: str | Path, spec: RunSpec, *, predict: Predict | None = None
 ) -> dict[str, Any]:
     """Loss-threshold attack on the final global model of a finished run.
 
-    Members: every client's training split; non-members: every client's test split (held out
-    by the client, never trained on). The data are rebuilt from the recorded config with
-    :func:`fedpriv.data.load_federated` (the same seed gives the same splits). Returns the
-    result plus ``scenario``, ``strategy``, ``privacy``, ``seed``, ``run_dir``.
+    ``spec``: the run's spec, built from its recorded config (``read_run_config``) by the
+    caller (``scenarios``). Members: every client's training split; non-members: every
+    client's test split (held out by the client, never trained on). The data are rebuilt
+    from ``spec.data`` (:func:`load_run_data`). ``predict(model, data, weights, x)``: class
+    probabilities (default: the Keras model ``model``). Returns the result plus ``scenario``,
+    ``strategy``, ``privacy``, ``seed``, ``run_dir``.
     """
-    from fedpriv.data import load_federated
-
     run_dir = Path(run_dir)
-    cfg = read_run_config(run_dir)
     weights = _load_weights(run_dir)
-    data = load_federated(
-        cfg["dataset"],
-        partition=cfg["partition"],
-        num_clients=int(cfg["num-clients"]),
-        seed=int(cfg["seed"]),
-        data_path=cfg.get("data-path", ""),
-        data_format=cfg.get("data-format", "auto"),
-        dirichlet_alpha=float(cfg.get("dirichlet-alpha", 0.5)),
-    )
+    data = load_run_data(spec.data)
     if data.num_classes < 2 or not np.issubdtype(data.clients[0].y_train.dtype, np.integer):
         raise ValueError(
-            f"dataset {cfg['dataset']!r} is not a classification task; the loss-threshold "
+            f"dataset {spec.data.dataset!r} is not a classification task; the loss-threshold "
             "attack needs class labels"
         )
     predict = predict or _keras_predict
+    model = str(spec.train.model)
     member_losses, nonmember_losses = [], []
     for client in data.clients:
         member_losses.append(
-            per_example_loss(predict(cfg, data, weights, client.x_train), client.y_train)
+            per_example_loss(predict(model, data, weights, client.x_train), client.y_train)
         )
         nonmember_losses.append(
-            per_example_loss(predict(cfg, data, weights, client.x_test), client.y_test)
+            per_example_loss(predict(model, data, weights, client.x_test), client.y_test)
         )
     mem, non = np.concatenate(member_losses), np.concatenate(nonmember_losses)
     result = loss_threshold_attack(mem, non)
@@ -231,10 +240,10 @@ def membership_from_run(
     return {
         "roc": {"fpr": fpr.tolist(), "tpr": tpr.tolist()},
         "run_dir": str(run_dir),
-        "scenario": cfg.get("scenario"),
-        "strategy": cfg.get("strategy"),
-        "privacy": selected(cfg),
-        "seed": cfg.get("seed"),
+        "scenario": spec.scenario,
+        "strategy": spec.strategy.strategy,
+        "privacy": spec.mode_name,
+        "seed": spec.seed,
         **result.as_dict(),
     }
 
@@ -242,15 +251,16 @@ def membership_from_run(
 _MODELS: dict[tuple, Any] = {}
 
 
-def _keras_predict(cfg: dict[str, Any], data: Any, weights: list[np.ndarray], x: np.ndarray):
-    """Class probabilities of ``weights`` with the run's model (built once per config)."""
+def _keras_predict(model: str, data: Any, weights: list[np.ndarray], x: np.ndarray):
+    """Class probabilities of ``weights`` with the run's ``model`` (built once per model and
+    data shape)."""
     from fedpriv.models import build_model
 
-    key = (cfg["model"], tuple(data.input_shape), data.num_classes)
+    key = (model, tuple(data.input_shape), data.num_classes)
     if key not in _MODELS:
         _MODELS[key] = build_model(
-            cfg["model"], input_shape=tuple(data.input_shape), num_classes=data.num_classes
+            model, input_shape=tuple(data.input_shape), num_classes=data.num_classes
         )
-    model = _MODELS[key]
-    model.set_weights(weights)
-    return model.predict(x, verbose=0, batch_size=256)
+    keras_model = _MODELS[key]
+    keras_model.set_weights(weights)
+    return keras_model.predict(x, verbose=0, batch_size=256)

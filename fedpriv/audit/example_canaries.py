@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from fedpriv import seeds
+from fedpriv.spec import RunSpec
 
 __all__ = ["ExampleCanaries", "with_example_canaries"]
 
@@ -63,25 +64,25 @@ class ExampleCanaries:
         return self.x[mask], self.y[mask]
 
 
-def example_canaries(cfg: Any, data: Any) -> ExampleCanaries:
+def example_canaries(spec: RunSpec, data: Any) -> ExampleCanaries:
     """The run's example canaries (``audit-canaries``, ``audit-canary-probability``, seed)."""
     return ExampleCanaries(
-        count=int(cfg["audit-canaries"]),
-        seed=int(cfg["seed"]),
+        count=int(spec.audit_canaries),
+        seed=int(spec.seed),
         input_shape=tuple(data.input_shape),
         num_classes=int(data.num_classes),
-        num_clients=int(cfg["num-clients"]),
-        probability=float(cfg["audit-canary-probability"]),
+        num_clients=int(spec.data.num_clients),
+        probability=float(spec.audit_canary_probability),
     )
 
 
 def with_example_canaries(
-    cfg: Any, data: Any, partition: int, x: np.ndarray, y: np.ndarray
+    spec: RunSpec, data: Any, partition: int, x: np.ndarray, y: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """``x, y`` plus this client's included canaries when the run audits (else unchanged)."""
-    if int(cfg.get("audit-canaries", 0)) <= 0:
+    if int(spec.audit_canaries) <= 0:
         return x, y
-    cx, cy = example_canaries(cfg, data).for_client(partition)
+    cx, cy = example_canaries(spec, data).for_client(partition)
     if not len(cx):
         return x, y
     return np.concatenate([x, cx.astype(x.dtype)]), np.concatenate([y, cy.astype(y.dtype)])

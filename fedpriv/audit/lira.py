@@ -29,7 +29,7 @@ import numpy as np
 from scipy import stats
 
 from fedpriv.attacks.membership import LOW_FPRS, roc_points, tpr_at_fpr
-from fedpriv.modes.registry import selected
+from fedpriv.spec import RunSpec
 
 __all__ = ["logit_confidence", "offline_lira_scores", "lira_result", "lira_from_run"]
 
@@ -122,36 +122,33 @@ def lira_attack(
 
 
 def lira_from_run(
-    run_dir: str | Path, *, references: int = 4, epochs: int = 10, seed: int = 0
+    run_dir: str | Path, spec: RunSpec, *, references: int = 4, epochs: int = 10, seed: int = 0
 ) -> dict[str, Any]:
     """Offline LiRA on a finished run's final model (members = clients' training splits,
-    non-members = their test splits, reference data = the server's validation split)."""
-    from fedpriv.attacks.membership import _keras_predict, _load_weights, read_run_config
-    from fedpriv.data import load_federated
+    non-members = their test splits, reference data = the server's validation split).
+
+    ``spec``: the run's spec, built from its recorded config by the caller (``scenarios``);
+    the reference models use its model, optimizer, learning rate and batch size."""
+    from fedpriv.attacks.membership import _keras_predict, _load_weights, load_run_data
     from fedpriv.models import build_model
 
-    cfg = read_run_config(run_dir)
-    data = load_federated(
-        cfg["dataset"], partition=cfg["partition"], num_clients=int(cfg["num-clients"]),
-        seed=int(cfg["seed"]), data_path=cfg.get("data-path", ""),
-        data_format=cfg.get("data-format", "auto"),
-        dirichlet_alpha=float(cfg.get("dirichlet-alpha", 0.5)),
-    )  # fmt: skip
+    data = load_run_data(spec.data)
+    train_spec = spec.train
     x_t = np.concatenate([c.x_train for c in data.clients] + [c.x_test for c in data.clients])
     y_t = np.concatenate([c.y_train for c in data.clients] + [c.y_test for c in data.clients])
     n_mem = sum(len(c.x_train) for c in data.clients)
     is_member = np.arange(len(x_t)) < n_mem
 
     def predict(weights: list[np.ndarray], x: np.ndarray) -> np.ndarray:
-        return _keras_predict(cfg, data, weights, x)
+        return _keras_predict(str(train_spec.model), data, weights, x)
 
     def train(x: np.ndarray, y: np.ndarray, s: int) -> list[np.ndarray]:
         model = build_model(
-            cfg["model"], input_shape=tuple(data.input_shape), num_classes=data.num_classes,
-            optimizer=cfg.get("optimizer", "adam"),
-            learning_rate=float(cfg.get("learning-rate", 1e-3)), seed=s,
+            str(train_spec.model), input_shape=tuple(data.input_shape),
+            num_classes=data.num_classes, optimizer=str(train_spec.optimizer),
+            learning_rate=float(train_spec.learning_rate), seed=s,
         )  # fmt: skip
-        model.fit(x, y, epochs=epochs, batch_size=int(cfg.get("batch-size", 32)), verbose=0)
+        model.fit(x, y, epochs=epochs, batch_size=int(train_spec.batch_size), verbose=0)
         return model.get_weights()
 
     out = lira_attack(
@@ -159,5 +156,5 @@ def lira_from_run(
         x_targets=x_t, y_targets=y_t, is_member=is_member, x_reference=data.x_val,
         y_reference=data.y_val, references=references, seed=seed,
     )  # fmt: skip
-    out.update(run_dir=str(run_dir), privacy=selected(cfg), reference_epochs=epochs)
+    out.update(run_dir=str(run_dir), privacy=spec.mode_name, reference_epochs=epochs)
     return out
