@@ -39,6 +39,7 @@ not the sanitized training channel.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -180,12 +181,14 @@ def ifca_train(
     partition: int,
     server_round: int,
     context: Optional[Context] = None,
+    state_folder: Optional[Path] = None,
 ) -> RecordDict:
     """One IFCA participation of ``partition`` in round ``server_round``; returns the reply
     content (see module doc). ν and the budget are the node's own (``spec.params``).
 
-    ``context``: the node's Flower context (its state directory, run id and ``context.state``);
-    None (a direct call) keeps the ledger in the default per-run directory of run 0. The
+    ``context``: the node's Flower context (its run id and ``context.state``); None (a direct
+    call) is run 0. ``state_folder``: the node's own state directory (its ledger), resolved by
+    the ClientApp from the node's configs; None: the default per-run directory. The
     Laplace noise is the client's own OS entropy unless its spec sets ``reproducible-noise``
     (then seeded per (seed, round, partition), ``call_seed``).
     """
@@ -196,7 +199,7 @@ def ifca_train(
     hypotheses = unpack_hypotheses(msg.content[HYPOTHESES_KEY])
     dim = num_params(hypotheses[0])
     cost = laplace_leakage(dim, nu) if nu > 0 else 0.0
-    counter = node_counter(context, IFCA_PARTY)
+    counter = node_counter(context, IFCA_PARTY, state_folder)
     server_round = int(server_round)
     try:
         return guarded_release(
@@ -279,13 +282,21 @@ def _partition(context: Context) -> int:
     return int(context.node_config["partition-id"])
 
 
-def train_handler(msg: Message, spec: RunSpec, context: Context, *, server_round: int) -> Message:
+def train_handler(
+    msg: Message,
+    spec: RunSpec,
+    context: Context,
+    *,
+    server_round: int,
+    state_folder: Optional[Path] = None,
+) -> Message:
     """``@app.train("ifca")``: an IFCA participation with the node's persistent ledger.
 
     ``spec``: the node's own resolved spec for this message (``scenarios.client_app`` resolves
-    it and refuses a message whose privacy keys differ); ``server_round``: the message's round.
+    it and refuses a message whose privacy keys differ); ``server_round``: the message's round;
+    ``state_folder``: the node's own state directory (:func:`ifca_train`).
     """
-    content = ifca_train(msg, spec, _partition(context), server_round, context)
+    content = ifca_train(msg, spec, _partition(context), server_round, context, state_folder)
     return Message(content=content, reply_to=msg)
 
 

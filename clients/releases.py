@@ -14,12 +14,13 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from fedpriv.releases import STATE_DIR_KEY, ReleaseCounter, Rewind, Ticket, state_dir
+from fedpriv.releases import ReleaseCounter, Rewind, Ticket, state_dir
 
 __all__ = [
     "ReleaseRefused",
@@ -34,13 +35,13 @@ class ReleaseRefused(ValueError):
     """A request the node's own counter does not allow (the reason is one line)."""
 
 
-def node_counter(context: Context, party: str) -> ReleaseCounter:
-    """The ledger of this node's ``party`` in its own state directory, keyed by its own
-    ``partition-id`` (a zone node: its zone id)."""
-    own = (str(c.get(STATE_DIR_KEY, "") or "") for c in (context.node_config, context.run_config))
-    own_dir = next((d for d in own if d and d != "auto"), "")
-    output_dir = str(context.run_config.get("output-dir", "") or "")
-    folder = state_dir(own_dir, output_dir, int(context.run_id))
+def node_counter(context: Context, party: str, folder: Path | None = None) -> ReleaseCounter:
+    """The ledger of this node's ``party`` in ``folder`` (the node's own state directory,
+    resolved from its own configs by ``scenarios.node_roles.node_state_dir``; None: the
+    per-run folder under ``$FEDPRIV_STATE_ROOT``), keyed by its own ``partition-id`` (a zone
+    node: its zone id)."""
+    if folder is None:
+        folder = state_dir("", "", int(context.run_id))
     return ReleaseCounter(folder, party, int(context.node_config["partition-id"]))
 
 

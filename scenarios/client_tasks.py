@@ -30,6 +30,7 @@ from fedpriv.mechanisms import clip_update, flat_norm
 from fedpriv.releases import Ticket
 from fedpriv.spec import RunSpec
 from fedpriv.zonal import ldp_client_update
+from scenarios.node_roles import node_state_dir
 from scenarios.specs import build, complete, run_spec
 from scenarios.task_names import (  # noqa: F401  (re-exported: the names tasks are known by)
     DPSGD_STATE_KEY,
@@ -115,7 +116,7 @@ def train_dpsgd(
         return content
 
     return guarded_release(
-        node_counter(context, DPSGD_PARTY),
+        node_counter(context, DPSGD_PARTY, node_state_dir(context)),
         dpsgd_sequence(context, dp, settings),
         round_,
         request_digest(msg, round_),
@@ -212,13 +213,21 @@ def train_ifca(
 ) -> RecordDict:
     """Client task ``ifca`` (a plain ``train`` message with ``client-task = ifca``): the IFCA
     participation of :func:`clients.ifca_client.ifca_train`, with the node's own ledger."""
-    return ifca_client.ifca_train(msg, run_spec(cfg), partition, server_round(cfg), context)
+    folder = node_state_dir(context) if context is not None else None
+    spec = run_spec(cfg)
+    return ifca_client.ifca_train(msg, spec, partition, server_round(cfg), context, folder)
 
 
 def ifca_train_handler(msg: Message, cfg: dict[str, Any], context: Context) -> Message:
     """``@app.train("ifca")``: :func:`clients.ifca_client.train_handler` with the node's
     spec and the message's round."""
-    return ifca_client.train_handler(msg, run_spec(cfg), context, server_round=server_round(cfg))
+    return ifca_client.train_handler(
+        msg,
+        run_spec(cfg),
+        context,
+        server_round=server_round(cfg),
+        state_folder=node_state_dir(context),
+    )
 
 
 def ifca_evaluate_handler(msg: Message, cfg: dict[str, Any], context: Context) -> Message:

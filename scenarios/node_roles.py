@@ -10,15 +10,19 @@ serve and the refusal line are declared in :mod:`fedpriv.ownership`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+from flwr.app import Context
 
 from fedpriv.modes import ModeError, get, name_of
 from fedpriv.modes import ifca as ifca_mode
 from fedpriv.modes import zonal as zonal_mode
 from fedpriv.ownership import AUTO, ZONE_NODE
+from fedpriv.releases import STATE_DIR_KEY, state_dir
 from fedpriv.zonal import assign_zones, zone_levels
 
-__all__ = ["client_mode", "zonal_level", "zone_node_level"]
+__all__ = ["client_mode", "node_state_dir", "zonal_level", "zone_node_level"]
 
 FIXED_LEVELS = ("none", "ldp", "hdp", "cdp")  # a placement that is one level for every zone
 
@@ -97,3 +101,15 @@ def client_mode(own: Mapping[str, Any], partition: int, message_task: str = "") 
     if (nu != AUTO and float(nu) > 0) or message_task == ifca_mode.MODE.client_task:
         return ifca_mode.MODE.name
     return None
+
+
+def node_state_dir(context: Context) -> Path:
+    """The node's own state directory (its release ledgers, :mod:`fedpriv.releases`): its
+    ``node_config``'s ``client-state-dir``, else its ``run_config``'s, else
+    ``<output-dir>/client-state`` of its ``run_config``, else a per-run folder under
+    ``$FEDPRIV_STATE_ROOT``. Never a message's."""
+    configs = (context.node_config, context.run_config)
+    own = (str(c.get(STATE_DIR_KEY, "") or "") for c in configs)
+    own_dir = next((d for d in own if d and d != AUTO), "")
+    output_dir = str(context.run_config.get("output-dir", "") or "")
+    return state_dir(own_dir, output_dir, int(context.run_id))

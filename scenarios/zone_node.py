@@ -53,6 +53,7 @@ from clients.releases import (
 from fedpriv import seeds
 from fedpriv.zonal.release import ZONE_CLIENTS_KEY, client_contribution, zone_release
 from scenarios.keys_zonal import plan_from_config
+from scenarios.node_roles import node_state_dir
 from scenarios.specs import run_spec
 
 ZONE_PARTY = "zone-node"
@@ -156,7 +157,7 @@ def train_zone(
     }
     server_round = int(cfg.get("server-round", 0))
     return guarded_release(
-        node_counter(context, ZONE_PARTY),
+        node_counter(context, ZONE_PARTY, node_state_dir(context)),
         sequence_of(int(context.run_id), mechanism),
         server_round,
         request_digest(msg, server_round),

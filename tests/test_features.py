@@ -95,11 +95,13 @@ def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
     # issue 26: each node resolves its own spec (scenarios.node_spec) from the key
     # declarations (the scenarios.keys_* modules, declarations only) - still client-side;
     # issue 28: scenarios.quiet sets the worker's log levels (logging and os only);
-    # issue 26: scenarios.specs builds the node's typed RunSpec from its resolved config
+    # issue 26: scenarios.specs builds the node's typed RunSpec from its resolved config, and
+    # scenarios.node_roles reads the node's role, zone level and state folder from its own
     keys = [f"scenarios.keys_{name}" for name in
             ("attacks", "audit", "dp", "dpsgd", "faults", "grid", "ifca", "speed", "standard",
              "zonal")]  # fmt: skip
     assert loaded == ["scenarios", "scenarios.client_app", "scenarios.client_tasks",
-                      "scenarios.federation", *keys, "scenarios.node_spec", "scenarios.quiet",
+                      "scenarios.federation", *keys, "scenarios.node_roles", "scenarios.node_spec",
+                      "scenarios.quiet",
                       "scenarios.schema", "scenarios.specs", "scenarios.task_names",
                       "scenarios.wire_config", "scenarios.zone_node"]  # fmt: skip

@@ -13,7 +13,6 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 
 from clients.ifca_client import (
     evaluate_handler,
-    ifca_train,
     read_ledger,
     train_handler,
 )
@@ -71,8 +70,9 @@ def node_context(partition: int) -> Context:
 
 
 def ifca_round(cfg: dict, partition: int, context: Context | None) -> RecordDict:
-    """:func:`ifca_train` of the node spec of ``cfg`` in its round."""
-    return ifca_train(train_message(cfg), run_spec(cfg), partition, cfg["server-round"], context)
+    """:func:`ifca_train` of the node spec of ``cfg`` in its round, with the node's own state
+    directory as the ClientApp resolves it (:func:`scenarios.client_tasks.train_ifca`)."""
+    return train_ifca(train_message(cfg), cfg, partition, context)
 
 
 def train_message(cfg: dict, hyps=HYPS, node: int = 1) -> Message:

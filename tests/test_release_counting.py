@@ -362,11 +362,11 @@ def test_a_kill_between_configure_evaluate_and_the_checkpoint_never_releases_unc
 
 
 def test_the_state_dir_is_the_nodes_own():
-    from clients.releases import node_counter
     from fedpriv.releases import STATE_ROOT_ENV, state_dir
+    from scenarios.node_roles import node_state_dir
 
     def folder(node: dict, run_config: dict, run: int) -> Path:
-        return node_counter(context(run_config, node=node, run=run), "p").directory
+        return node_state_dir(context(run_config, node=node, run=run))
 
     assert folder({STATE_DIR_KEY: "/n"}, {STATE_DIR_KEY: "/r", "output-dir": "/o"}, 4) == (
         Path("/n")

@@ -55,7 +55,9 @@ def _key_read(node: ast.AST) -> str | None:
         target, index = node.func.value, node.args[0]
     else:
         return None
-    named = isinstance(target, ast.Name) and target.id in CONFIG_NAMES
+    named = (isinstance(target, ast.Name) and target.id in CONFIG_NAMES) or (
+        isinstance(target, ast.Attribute) and target.attr in CONFIG_NAMES
+    )  # cfg["seed"], context.run_config["seed"]
     keyed = isinstance(index, ast.Constant) and index.value in DECLARED
     return str(index.value) if named and keyed else None
 
@@ -82,8 +84,9 @@ def test_the_scan_catches_a_config_parameter_and_a_key_read():
     bad = (
         "def f(cfg: Mapping[str, Any]) -> int:\n    return cfg['seed']\n"
         "def g(*, config: dict[str, Any]):\n    return config.get('num-clients', 1)\n"
+        "def h(context):\n    return context.run_config['output-dir']\n"
     )
-    assert sorted(line for line, _ in violations(ast.parse(bad))) == [1, 2, 3, 4]
+    assert sorted(line for line, _ in violations(ast.parse(bad))) == [1, 2, 3, 4, 6]
     good = (
         "def f(spec: RunSpec) -> int:\n    return spec.seed\n"
         "def g(metrics: Mapping[str, Any]):\n    return metrics['accuracy']\n"
