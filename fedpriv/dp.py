@@ -156,10 +156,8 @@ class FixedClippingGaussian(GaussianMechanism):
     ``σ = z·C/m`` (``noise_multiplier`` z >= 0, ``clipping_norm`` C > 0,
     ``num_sampled_clients`` m >= 1), Flower's ``compute_stdv``. The noise multiplier on the
     sum of updates is z when n = m clients report; :meth:`sum_noise_multiplier` gives it for
-    any n (``σ·n/C``). A :class:`fedpriv.privacy_mechanism.Mechanism` (``constrain``,
-    ``add_noise`` with denominator m, ``event``) placed centrally: the wrappers of
-    ``strategies/`` run the same steps through :meth:`clip`, :meth:`noise_stdv` and
-    :meth:`add_noise_stdv`.
+    any n (``σ·n/C``). A :class:`fedpriv.privacy_mechanism.GaussianMechanism` placed
+    centrally (``add_noise`` with denominator m); the wrappers call :meth:`add_noise_stdv`.
     """
 
     mode = global_dp.MODE.name
@@ -203,13 +201,9 @@ class FixedClippingGaussian(GaussianMechanism):
         return ClippedRound(clipped, [flag for _, flag in pairs], stdv, info)
 
     def add_noise_stdv(self, arrays: Sequence[np.ndarray], stdv: float, rng: Rng) -> NDArrays:
-        """New arrays ``a + N(0, σ²)`` for a given σ; layer by layer, ``rng.normal(0, σ, shape)``.
-
-        Through ``fedpriv.mechanisms.add_gaussian_noise``: a Generator, or a RandomState
-        (cast to each layer's dtype, then added), which reproduces Flower's
-        ``add_gaussian_noise_inplace`` bit for bit after ``np.random.seed``. (The protocol's
-        :meth:`add_noise` takes the denominator and computes σ itself.)
-        """
+        """New arrays ``a + N(0, σ²)`` for a given σ (``fedpriv.mechanisms.add_gaussian_noise``;
+        a RandomState reproduces Flower's ``add_gaussian_noise_inplace`` after
+        ``np.random.seed``). The protocol's :meth:`add_noise` computes σ from a denominator."""
         return add_gaussian_noise(arrays, _number("stdv", stdv), check_rng(rng))
 
     def sum_noise_multiplier(self, stdv: float, num_reports: int) -> float:
@@ -261,7 +255,6 @@ class FixedClippingGaussian(GaussianMechanism):
 
     def round_fields(self, info: dict[str, Any]) -> dict[str, Any]:
         """The mechanism's own keys of a round's report (:func:`round_report`): none."""
-        del info
         return {}
 
 
@@ -394,7 +387,6 @@ class MetricScaledGaussian(FixedClippingGaussian):
 
     def event(self, **kwargs: Any) -> None:
         """No ``DpEvent``: metric DP is a heuristic (:data:`METRIC_HEURISTIC`)."""
-        del kwargs
 
     def round_fields(self, info: dict[str, Any]) -> dict[str, Any]:
         """Metric DP's keys of a round's report: d used and measured, the fallback, the σ

@@ -239,11 +239,11 @@ class Placement:
         *,
         denominator: float,
         rng: Optional[Rng],
-        party: Optional[str] = None,
     ) -> tuple[NDArrays, Metrics]:
-        """A round at one aggregating ``party`` (default: this placement's; the client
-        placement's clients draw from ``rng`` in order, and its sum is released as is):
-        ``Σ_k w_k·term_k / denominator`` (float64), then :meth:`release`."""
+        """One round in one place (pfl's ``CentrallyAppliedPrivacyMechanism``): each term
+        from :meth:`contribute` (the client placement's clients draw from ``rng`` in order),
+        ``Σ_k w_k·term_k / denominator`` in float64, then noised once by the zone or the
+        server placement (the client placement's sum is released as it is)."""
         if len(updates) != len(weights):
             raise ValueError(f"{len(updates)} updates but {len(weights)} weights")
         terms = [self.contribute(u, rng=rng) for u in updates]
@@ -252,8 +252,10 @@ class Placement:
             for acc, layer in zip(total, term):
                 acc += float(w) * np.asarray(layer, np.float64)
         mean = [acc / denominator for acc in total]
-        where = party or ("zone" if self.party == "client" else self.party)
-        out, metrics = self.release(mean, party=where, denominator=denominator, rng=rng)
+        if self.party == "client":  # the clients noised their terms: the sum goes as it is
+            out, metrics = mean, {"sigma": 0.0, "noise_norm": 0.0}
+        else:
+            out, metrics = self.release(mean, party=self.party, denominator=denominator, rng=rng)
         metrics["clipped"] = [bool(m["clipped"]) for _, m in terms]
         return out, metrics
 
