@@ -37,12 +37,10 @@ sensitivity C at every placement (uniform weights), so all three have the same e
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Optional, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Protocol, runtime_checkable
 
-import dp_accounting
 import numpy as np
 
-from fedpriv.accounting.events import client_round_event
 from fedpriv.mechanisms import add_gaussian_noise, clip_model_to_reference, clip_update, flat_norm
 from fedpriv.validation import Rng, check_choice, check_real
 
@@ -58,6 +56,9 @@ __all__ = [
     "ZonePlacement",
     "CentralPlacement",
 ]
+
+if TYPE_CHECKING:  # dp_accounting (and scipy) load when an event is built, not on import:
+    import dp_accounting  # the zonal plan and the CLI's help import this module
 
 NDArrays = list[np.ndarray]
 Metrics = dict[str, Any]
@@ -183,6 +184,8 @@ class GaussianMechanism:
     ) -> Optional[dp_accounting.DpEvent]:
         """``client_round_event(z)`` of one release; ``noise_multiplier`` overrides z (a
         round whose largest weight or report count leaves another multiplier)."""
+        from fedpriv.accounting.events import client_round_event
+
         z = self.noise_multiplier if noise_multiplier is None else noise_multiplier
         return client_round_event(z, sampled=sampled, population=population, sampling=sampling)
 
