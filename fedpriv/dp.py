@@ -11,7 +11,7 @@ of Flower's records. One round, for a global model ``w_g`` and client models ``w
 2. the clipped models are averaged (FedAvg's arithmetic: uniform, or by example counts);
 3. Gaussian noise ``N(0, σ²)`` is added to every element of that mean, which the inner
    strategy (its server optimizer) then receives as its only reply
-   (:meth:`FixedClippingGaussian.add_noise`), with
+   (:meth:`FixedClippingGaussian.add_noise_stdv`), with
 
    * global DP (:class:`FixedClippingGaussian`): ``σ = z·C/m``;
    * metric DP (:class:`MetricScaledGaussian`): ``σ = z·C/(m·d)``, d the maximum pairwise
@@ -59,7 +59,6 @@ from typing import Any, Optional
 import dp_accounting
 import numpy as np
 
-from fedpriv.accounting.events import client_round_event
 from fedpriv.accounting.rounds import GaussianRoundsAccountant, epsilon_for_rounds
 from fedpriv.distance import max_pairwise_layer_distance
 from fedpriv.mechanisms import (
@@ -70,6 +69,7 @@ from fedpriv.mechanisms import (
     metric_stdv,
 )
 from fedpriv.modes import global_dp, metric_dp
+from fedpriv.privacy_mechanism import Cohort, GaussianMechanism, Metrics, noise_norm
 from fedpriv.validation import Rng, check_random_state
 
 __all__ = [
@@ -150,13 +150,14 @@ class ClippedRound:
         return int(sum(self.clipped))
 
 
-class FixedClippingGaussian:
+class FixedClippingGaussian(GaussianMechanism):
     """Server-side fixed clipping + Gaussian noise, global DP (SPEC §3.1, MP §6).
 
     ``σ = z·C/m`` (``noise_multiplier`` z >= 0, ``clipping_norm`` C > 0,
     ``num_sampled_clients`` m >= 1), Flower's ``compute_stdv``. The noise multiplier on the
     sum of updates is z when n = m clients report; :meth:`sum_noise_multiplier` gives it for
-    any n (``σ·n/C``).
+    any n (``σ·n/C``). A :class:`fedpriv.privacy_mechanism.GaussianMechanism` placed
+    centrally (``add_noise`` with denominator m); the wrappers call :meth:`add_noise_stdv`.
     """
 
     mode = global_dp.MODE.name
@@ -165,8 +166,10 @@ class FixedClippingGaussian:
     def __init__(
         self, *, noise_multiplier: float, clipping_norm: float, num_sampled_clients: int
     ) -> None:
-        self.noise_multiplier = _number("noise_multiplier", noise_multiplier)
-        self.clipping_norm = _number("clipping_norm", clipping_norm, lo_open=True)
+        super().__init__(
+            noise_multiplier=_number("noise_multiplier", noise_multiplier),
+            clipping_norm=_number("clipping_norm", clipping_norm, lo_open=True),
+        )
         self.num_sampled_clients = _count("num_sampled_clients", num_sampled_clients)
 
     def __repr__(self) -> str:
@@ -197,25 +200,11 @@ class FixedClippingGaussian:
         stdv, info = self.noise_stdv(raw, clipped)
         return ClippedRound(clipped, [flag for _, flag in pairs], stdv, info)
 
-    def add_noise(self, arrays: Sequence[np.ndarray], stdv: float, rng: Rng) -> NDArrays:
-        """New arrays ``a + N(0, σ²)``; layer by layer in order, ``rng.normal(0, σ, shape)``.
-
-        A Generator goes through ``fedpriv.mechanisms.add_gaussian_noise``; a RandomState is
-        drawn the same way (cast to each layer's dtype, then added), which reproduces
-        Flower's ``add_gaussian_noise_inplace`` bit for bit after ``np.random.seed``.
-        """
-        if isinstance(rng, np.random.Generator):
-            return add_gaussian_noise(arrays, stdv, rng)
-        rng = check_rng(rng)
-        stdv = _number("stdv", stdv)
-        out: NDArrays = []
-        for array in arrays:
-            noisy = np.array(array, copy=True)
-            if not np.issubdtype(noisy.dtype, np.inexact):
-                noisy = noisy.astype(np.float64)
-            noisy += rng.normal(0, stdv, noisy.shape).astype(noisy.dtype)
-            out.append(noisy)
-        return out
+    def add_noise_stdv(self, arrays: Sequence[np.ndarray], stdv: float, rng: Rng) -> NDArrays:
+        """New arrays ``a + N(0, σ²)`` for a given σ (``fedpriv.mechanisms.add_gaussian_noise``;
+        a RandomState reproduces Flower's ``add_gaussian_noise_inplace`` after
+        ``np.random.seed``). The protocol's :meth:`add_noise` computes σ from a denominator."""
+        return add_gaussian_noise(arrays, _number("stdv", stdv), check_rng(rng))
 
     def sum_noise_multiplier(self, stdv: float, num_reports: int) -> float:
         """Noise multiplier on the sum of n uniformly weighted updates: ``σ·n/C``."""
@@ -255,13 +244,18 @@ class FixedClippingGaussian:
         population: int,
         sampling: str = "fixed",
         weights: Optional[Sequence[float]] = None,
-    ) -> dp_accounting.DpEvent:
-        """The ``DpEvent`` this round spent (``fedpriv.accounting.events.client_round_event``
-        with :meth:`round_noise_multiplier`), for one accountant to compose."""
+    ) -> Optional[dp_accounting.DpEvent]:
+        """The ``DpEvent`` this round spent (:meth:`event` with
+        :meth:`round_noise_multiplier`), for one accountant to compose; None when the
+        mechanism is not :attr:`accountable`."""
         z_round = self.round_noise_multiplier(stdv, num_reports, weights)
-        return client_round_event(
-            z_round, sampled=sampled, population=population, sampling=sampling
+        return self.event(
+            noise_multiplier=z_round, sampled=sampled, population=population, sampling=sampling
         )
+
+    def round_fields(self, info: dict[str, Any]) -> dict[str, Any]:
+        """The mechanism's own keys of a round's report (:func:`round_report`): none."""
+        return {}
 
 
 class MetricScaledGaussian(FixedClippingGaussian):
@@ -287,6 +281,7 @@ class MetricScaledGaussian(FixedClippingGaussian):
 
     mode = metric_dp.MODE.name
     guarantee = "heuristic (metric DP): noise scaled by a data-dependent distance; no epsilon"
+    accountable = False  # event() is None: no formal guarantee, no epsilon
 
     def __init__(
         self,
@@ -368,6 +363,42 @@ class MetricScaledGaussian(FixedClippingGaussian):
         }
         return stdv, info
 
+    def add_noise(
+        self,
+        aggregate: Sequence[np.ndarray],
+        *,
+        denominator: float,
+        rng: Optional[Rng],
+        cohort: Optional[Cohort] = None,
+    ) -> tuple[NDArrays, Metrics]:
+        """The protocol's noise step: ``aggregate + N(0, σ²)``, ``σ = (z/d)·C/denominator``.
+
+        d from ``cohort`` = (raw models, clipped models) of the round (:meth:`distance`; no
+        cohort: the fallback d = ``min_distance``, the largest σ). With denominator m this is
+        :meth:`noise_stdv`'s σ exactly. Metrics: ``sigma``, ``noise_norm`` and the info of
+        :meth:`noise_stdv` (d, fallback).
+        """
+        raw, clipped = cohort if cohort is not None else ([], [])
+        den = _number("denominator", denominator, lo_open=True)
+        _, info = self.noise_stdv(raw, clipped)
+        sigma = ((self.noise_multiplier / info["distance"]) * self.clipping_norm) / den
+        noised = add_gaussian_noise(aggregate, sigma, check_rng(rng))
+        return noised, {**info, "sigma": sigma, "noise_norm": noise_norm(noised, aggregate)}
+
+    def event(self, **kwargs: Any) -> None:
+        """No ``DpEvent``: metric DP is a heuristic (:data:`METRIC_HEURISTIC`)."""
+
+    def round_fields(self, info: dict[str, Any]) -> dict[str, Any]:
+        """Metric DP's keys of a round's report: d used and measured, the fallback, the σ
+        floor and the heuristic's label."""
+        return {
+            "dp-distance": info.get("distance"),
+            "dp-distance-measured": info.get("distance_measured"),
+            "dp-fallback": info.get("fallback"),
+            "dp-sigma-lower-bound": info.get("sigma_lower_bound"),
+            "dp-heuristic": "metric DP: no epsilon (noise scaled by a data-dependent d)",
+        }
+
     def sum_noise_multiplier(self, stdv: float, num_reports: int) -> float:
         """``σ·n/C`` — the noise multiplier on the sum that the same σ gives (comparison)."""
         return stdv * num_reports / self.clipping_norm
@@ -417,12 +448,7 @@ def round_report(
     }
     if skipped:
         out["dp-skipped"] = skipped
-    if isinstance(mechanism, MetricScaledGaussian):
-        out["dp-distance"] = info.get("distance")
-        out["dp-distance-measured"] = info.get("distance_measured")
-        out["dp-fallback"] = info.get("fallback")
-        out["dp-sigma-lower-bound"] = info.get("sigma_lower_bound")
-        out["dp-heuristic"] = "metric DP: no epsilon (noise scaled by a data-dependent d)"
+    out.update(mechanism.round_fields(info))
     if noised and stdv is not None:
         out["dp-sum-noise-multiplier"] = mechanism.sum_noise_multiplier(stdv, num_reports)
         if round_noise_multiplier is not None:
@@ -435,7 +461,7 @@ def round_report(
         )
     if no_epsilon:
         out["dp-no-epsilon"] = no_epsilon
-    if epsilon is not None and not isinstance(mechanism, MetricScaledGaussian):
+    if epsilon is not None and mechanism.accountable:
         for key in ("epsilon", "epsilon_pld", "epsilon_rdp"):
             out["dp-" + key.replace("_", "-")] = epsilon.get(key)
         out["dp-delta"] = epsilon.get("delta")

@@ -203,7 +203,8 @@ def _release(
         level=level,
         sampling_rate=plan.sampling_rate,
         zone_weight=plan.zone_weight(zone),
-        sigma=plan.sigma_zone(zone),
+        noise_multiplier=z,
+        clipping_norm=c,
         zone_rng=lambda: seeds.privacy_stream(
             seed, "zonal-zone-noise", server_round, zone, reproducible=rep
         ),

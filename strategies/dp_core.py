@@ -179,7 +179,7 @@ class DPWrapperCore:
         if self.accountant is None or not self.noise_first:
             raise not_allowed("max_epsilon", max_epsilon, "None without an epsilon to bound "
                               "(no accountant, or an aggregator that is not a mean)")  # fmt: skip
-        if isinstance(self.mechanism, MetricScaledGaussian):
+        if not self.mechanism.accountable:
             raise not_allowed("max_epsilon", max_epsilon, "None for metric DP (no epsilon)")
         return EpsilonBudget(max_epsilon)  # type: ignore[arg-type]
 
@@ -297,7 +297,7 @@ class DPWrapperCore:
         n = self.mechanism.num_sampled_clients if self.fixed_denominator else len(ids)
         z_round = self.mechanism.round_noise_multiplier(stdv, n, weights)
         out: dict[str, Any] = {"round_noise_multiplier": z_round}
-        if self.accountant is None or isinstance(self.mechanism, MetricScaledGaussian):
+        if self.accountant is None or not self.mechanism.accountable:
             return out
         if not self.noise_first:
             return {**out, "no_epsilon": NO_EPSILON_NOT_A_MEAN}

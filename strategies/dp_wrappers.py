@@ -176,7 +176,7 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
         mean = aggregate_arrayrecords(contents, key)
         if self.fixed_denominator:
             mean = self._fixed_denominator(mean, len(clipped))
-        noisy = self.mechanism.add_noise(mean.to_numpy_ndarrays(), stdv, self.rng)
+        noisy = self.mechanism.add_noise_stdv(mean.to_numpy_ndarrays(), stdv, self.rng)
         self.noised_mean = named_record(mean.keys(), noisy)
         one = _one_reply(clipped[0], self.noised_mean, key)
         with inner_count_hidden():  # not "Received 1 results": record_round says what came
@@ -191,7 +191,7 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
         """Not a mean (FedMedian): the wrapped strategy aggregates, the noise comes after."""
         arrays, metrics = self.strategy.aggregate_train(server_round, clipped)
         if arrays:
-            noisy = self.mechanism.add_noise(arrays.to_numpy_ndarrays(), stdv, self.rng)
+            noisy = self.mechanism.add_noise_stdv(arrays.to_numpy_ndarrays(), stdv, self.rng)
             arrays = named_record(arrays.keys(), noisy)
         return arrays, metrics
 
@@ -226,7 +226,9 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
         stdv, info = self.mechanism.noise_stdv([], [])
         if self.withhold(server_round, stdv, 0, None):
             return None, None
-        noisy = self.mechanism.add_noise(self.current_arrays.to_numpy_ndarrays(), stdv, self.rng)
+        noisy = self.mechanism.add_noise_stdv(
+            self.current_arrays.to_numpy_ndarrays(), stdv, self.rng
+        )
         record = self.record_round(stdv, info, ids=[], flags=[], weights=None, noised=True)
         record["dp-empty-sample"] = True
         return named_record(self.current_arrays.keys(), noisy), MetricRecord()

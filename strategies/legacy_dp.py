@@ -110,7 +110,9 @@ class LegacyServerSideFixedClippingDP(DPWrapperCore, Strategy):
         else:
             params, metrics = self.strategy.aggregate_fit(server_round, clipped_results, failures)
             if params:
-                noisy = self.mechanism.add_noise(parameters_to_ndarrays(params), rnd.stdv, self.rng)
+                noisy = self.mechanism.add_noise_stdv(
+                    parameters_to_ndarrays(params), rnd.stdv, self.rng
+                )
                 params = ndarrays_to_parameters(noisy)
         noised = bool(params)
         ids = [getattr(proxy, "node_id", i) for i, (proxy, _) in enumerate(results)]
@@ -124,7 +126,7 @@ class LegacyServerSideFixedClippingDP(DPWrapperCore, Strategy):
         """``w_g + mean Δ + N(0, σ²)`` (legacy FedAvg's in-place arithmetic for the mean),
         handed to the wrapped strategy as one result of weight 1; metrics from ``clipped``."""
         mean = aggregate_inplace(clipped)  # fresh arrays: the results are not modified
-        noisy = self.mechanism.add_noise(mean, stdv, self.rng)
+        noisy = self.mechanism.add_noise_stdv(mean, stdv, self.rng)
         proxy, res = clipped[0]
         one = [(proxy, _with_parameters(res, noisy, unit_weight=True))]
         params, _ = self.strategy.aggregate_fit(server_round, one, [])

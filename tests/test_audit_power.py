@@ -86,7 +86,7 @@ def test_two_sided_counts_follow_guesses_from_scores():
 
 def test_simulated_rounds_are_the_wrapper_math():
     """The vectorised rounds equal a per-client loop through FixedClippingGaussian.process
-    (clip relative to the global model), the fixed-m mean and add_noise, same generator."""
+    (clip relative to the global model), the fixed-m mean and add_noise_stdv, same generator."""
     cfg, signs = SMALL, np.array([1, -1, 1, 1, -1, -1])
     got = gdm.simulate_releases(cfg, signs, np.random.default_rng(9))
     mech = FixedClippingGaussian(noise_multiplier=12.6, clipping_norm=1.0, num_sampled_clients=100)
@@ -101,7 +101,7 @@ def test_simulated_rounds_are_the_wrapper_math():
         done = mech.process([[w + u] for u in updates], [w])
         assert done.num_clipped == len(updates)  # every update had norm > C
         mean = w + sum(model[0] - w for model in done.models) / 100
-        new = mech.add_noise([mean], done.stdv, rng)[0]
+        new = mech.add_noise_stdv([mean], done.stdv, rng)[0]
         np.testing.assert_allclose(got[t], new - w, atol=1e-12)
         w = new
 

@@ -8,7 +8,7 @@ model vector of ``d = K·b`` parameters with ``K`` canary clients and a few real
    canaries with the same formula vectorised, cross-checked in the tests);
 2. the clipped deltas are summed and divided by the FIXED denominator m, so one canary has a
    real client's sensitivity ``C/m`` on the mean (``2C/m`` replace-one);
-3. :meth:`FixedClippingGaussian.add_noise` adds ``N(0, σ²)``, ``σ = z·C/m``
+3. :meth:`FixedClippingGaussian.add_noise_stdv` adds ``N(0, σ²)``, ``σ = z·C/m``
    (:meth:`FixedClippingGaussian.noise_stdv`), to every coordinate; that is ``w_{t+1}``.
 
 Canaries (replace-one, the adjacency the accountant uses for ``fixed`` sampling): canary j
@@ -153,7 +153,7 @@ def _real_total(cfg: GlobalDPAudit, clip: bool) -> np.ndarray:
 def correct_round(mech: FixedClippingGaussian, total: np.ndarray, m: int, rng) -> np.ndarray:
     """Mean over the fixed m plus ``N(0, σ²)``, σ from the mechanism (:mod:`fedpriv.dp`)."""
     stdv, _ = mech.noise_stdv([], [])
-    return mech.add_noise([total / m], stdv, rng)[0]
+    return mech.add_noise_stdv([total / m], stdv, rng)[0]
 
 
 def simulate_releases(

@@ -117,7 +117,7 @@ def simulate_releases(
     sigma, _ = round_sigma(cfg, signs, distance_on)
 
     def step(mech, total: np.ndarray, m: int, rng) -> np.ndarray:
-        return mech.add_noise([total / m], sigma, rng)[0]
+        return mech.add_noise_stdv([total / m], sigma, rng)[0]
 
     return gdm.simulate_releases(cfg, signs, rng, round_fn=step)
 

@@ -35,7 +35,7 @@ __all__ = ["PLANTED", "DPSGD_PLANTED", "public_seed_noise", "VIEWS"]
 
 def _noise_halved(mech: FixedClippingGaussian, total: np.ndarray, m: int, rng) -> np.ndarray:
     stdv, _ = mech.noise_stdv([], [])
-    return mech.add_noise([total / m], stdv / 2.0, rng)[0]
+    return mech.add_noise_stdv([total / m], stdv / 2.0, rng)[0]
 
 
 def _sigma_2m(mech: FixedClippingGaussian, total: np.ndarray, m: int, rng) -> np.ndarray:
@@ -45,7 +45,7 @@ def _sigma_2m(mech: FixedClippingGaussian, total: np.ndarray, m: int, rng) -> np
         num_sampled_clients=2 * m,
     )
     stdv, _ = wrong.noise_stdv([], [])
-    return mech.add_noise([total / m], stdv, rng)[0]
+    return mech.add_noise_stdv([total / m], stdv, rng)[0]
 
 
 def _public_rng(cfg: GlobalDPAudit) -> np.random.Generator:

@@ -10,9 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.mechanisms import add_gaussian_noise, clip_update, flat_norm
 from fedpriv.validation import check_int, check_real
-from fedpriv.zonal.plan import ZonalPlan, client_sigma
+from fedpriv.zonal.plan import ZonalPlan, level_placement
 
 # --- aggregation ------------------------------------------------------------------------------
 
@@ -56,20 +55,13 @@ def ldp_client_update(
 ) -> tuple[list[np.ndarray], dict[str, Any]]:
     """What an LDP client sends: ``clip(Δ, C) + N(0, (z·C)²)`` (HDP §IV-C lemma, C1).
 
-    Returns ``(noised update, info)`` with ``info = {"update_norm", "clipped", "sigma",
-    "noise_norm"}``.
+    The client placement of the Gaussian mechanism
+    (:class:`fedpriv.privacy_mechanism.ClientPlacement`: constrain, then noise with
+    denominator 1). Returns ``(noised update, info)`` with ``info = {"update_norm",
+    "clipped", "sigma", "noise_norm"}``.
     """
-    sigma = client_sigma(noise_multiplier, clipping_norm)
-    norm = flat_norm(update)
-    clipped, was_clipped = clip_update(update, clipping_norm)
-    noised = add_gaussian_noise(clipped, sigma, rng)
-    noise_norm = flat_norm([np.subtract(a, b, dtype=np.float64) for a, b in zip(noised, clipped)])
-    return noised, {
-        "update_norm": norm,
-        "clipped": bool(was_clipped),
-        "sigma": sigma,
-        "noise_norm": noise_norm,
-    }
+    placement = level_placement("ldp", noise_multiplier, clipping_norm)
+    return placement.contribute(update, rng=rng)
 
 
 @dataclass
@@ -125,10 +117,13 @@ def aggregate_round(
     ``zone_rng(i)`` is the super-node's Generator (HDP noise), ``server_rng`` the server's
     (CDP noise). A zone whose super-node is ``None`` (no online client) has no updates and
     adds no noise; every other HDP zone adds its noise, even with no sampled client.
+    Clipping and noise are the placements of the plan's one Gaussian mechanism
+    (:meth:`ZonalPlan.placement`: zone for ``hdp``, server for ``cdp``).
     """
     zones: list[ZoneResult] = []
     total = _zeros_like(template)
     members = plan.members
+    placed = {lv: plan.placement(lv) for lv in set(plan.levels) if lv != "none"}
     ldp_weight_sq = 0.0
     hdp_noised = 0
     for zone in range(plan.num_zones):
@@ -139,8 +134,8 @@ def aggregate_round(
         for p in parts:
             upd = updates[p]
             if clip and level in ("hdp", "cdp"):
-                upd, was = clip_update(upd, plan.clipping_norm)
-                if was:
+                upd, constrained = placed[level].contribute(upd)
+                if constrained["clipped"]:
                     clipped.append(p)
             zone_updates.append(upd)
         w = [plan.weights[p] for p in parts]
@@ -156,11 +151,12 @@ def aggregate_round(
         supernode = None if supernodes is None else supernodes.get(zone)
         sigma, noise_norm = 0.0, 0.0
         has_supernode = supernodes is None or supernode is not None
-        if level == "hdp" and has_supernode:
-            sigma = plan.sigma_zone(zone)
-            noised = add_gaussian_noise(delta_i, sigma, zone_rng(zone))
-            noise_norm = flat_norm([a - b for a, b in zip(noised, delta_i)])
-            delta_i = noised
+        if level == "hdp" and has_supernode:  # σ_i = z·C/(q·W_i)
+            den = plan.zone_denominator(zone)
+            delta_i, noise = placed[level].release(
+                delta_i, party="zone", denominator=den, rng=zone_rng(zone)
+            )
+            sigma, noise_norm = noise["sigma"], noise["noise_norm"]
             hdp_noised += 1
         share = plan.zone_share(zone)
         for acc, layer in zip(total, delta_i):
@@ -172,11 +168,11 @@ def aggregate_round(
         )
     server_noise = "cdp" in plan.levels
     s_sigma, s_norm = 0.0, 0.0
-    if server_noise:
-        s_sigma = plan.sigma_server
-        noised = add_gaussian_noise(total, s_sigma, server_rng)
-        s_norm = flat_norm([a - b for a, b in zip(noised, total)])
-        total = noised
+    if server_noise:  # σ_S = z·C/(q·W), once
+        total, noise = placed["cdp"].release(
+            total, party="server", denominator=plan.server_denominator, rng=server_rng
+        )
+        s_sigma, s_norm = noise["sigma"], noise["noise_norm"]
     z_agg = aggregator_noise_multiplier(
         plan.noise_multiplier,
         ldp_weight_sq=ldp_weight_sq,

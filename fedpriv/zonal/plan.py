@@ -8,6 +8,13 @@ from typing import Any
 
 import numpy as np
 
+from fedpriv.privacy_mechanism import (
+    CentralPlacement,
+    ClientPlacement,
+    GaussianMechanism,
+    Placement,
+    ZonePlacement,
+)
 from fedpriv.validation import check_choice, check_int, check_real
 from fedpriv.zonal.zones import (
     ZONE_LEVELS,
@@ -46,6 +53,23 @@ def server_sigma(
     return zone_sigma(
         noise_multiplier, clipping_norm, sampling_rate=sampling_rate, zone_weight=total_weight
     )
+
+
+# a zone's noise level as the placement of the one Gaussian mechanism (none: no mechanism)
+LEVEL_PLACEMENT: dict[str, type[Placement]] = {
+    "ldp": ClientPlacement,
+    "hdp": ZonePlacement,
+    "cdp": CentralPlacement,
+}
+
+
+def level_placement(level: str, noise_multiplier: float, clipping_norm: float) -> Placement:
+    """The placement of ``level`` around ONE Gaussian mechanism (z, C): ``ldp`` → client
+    (``clip(Δ_k, C) + N(0, (z·C)²)``), ``hdp`` → zone (``σ_i = z·C/(q·W_i)`` on Δ(i)),
+    ``cdp`` → server (``σ_S = z·C/(q·W)`` on the aggregate); HDP Algorithm 1 line 14."""
+    check_choice("level", level, tuple(LEVEL_PLACEMENT))
+    mechanism = GaussianMechanism(noise_multiplier=noise_multiplier, clipping_norm=clipping_norm)
+    return LEVEL_PLACEMENT[level](mechanism)
 
 
 # --- the plan of a run ------------------------------------------------------------------------
@@ -145,6 +169,19 @@ class ZonalPlan:
     def zone_share(self, zone: int) -> float:
         """``π_i = W_i/W`` (= 1/s for equal zones, HDP line 15)."""
         return self.zone_weight(zone) / self.total_weight
+
+    def placement(self, level: str) -> Placement:
+        """:func:`level_placement` of ``level`` with the plan's z and C."""
+        return level_placement(level, self.noise_multiplier, self.clipping_norm)
+
+    def zone_denominator(self, zone: int) -> float:
+        """``q·W_i``: Δ(i)'s fixed denominator (HDP Algorithm 1 line 12)."""
+        return self.sampling_rate * self.zone_weight(zone)
+
+    @property
+    def server_denominator(self) -> float:
+        """``q·W``: the aggregate's fixed denominator (all zones as one)."""
+        return self.sampling_rate * self.total_weight
 
     def sigma_zone(self, zone: int) -> float:
         """``σ_i = z·C/(q·W_i)`` (HDP Algorithm 1 line 14)."""

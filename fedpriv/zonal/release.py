@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.mechanisms import add_gaussian_noise, clip_update, flat_norm
 from fedpriv.zonal.aggregation import (
     RoundResult,
     ZoneResult,
@@ -33,7 +32,7 @@ from fedpriv.zonal.aggregation import (
     ldp_client_update,
     zone_average,
 )
-from fedpriv.zonal.plan import ZonalPlan
+from fedpriv.zonal.plan import ZonalPlan, level_placement
 
 ZONE_CLIENTS_KEY = "zonal-clients"  # a zone message's sampled client ids (server -> zone node)
 
@@ -71,7 +70,8 @@ def client_contribution(
     """One client's term of Δ(i) at its zone's ``level``: (Δ_k to sum, clipped?).
 
     ``none``: Δ_k; ``ldp``: ``clip(Δ_k, C) + N(0, (z·C)²)`` from ``rng()`` (the client's own
-    Generator); ``hdp`` / ``cdp``: ``clip(Δ_k, C)``.
+    Generator); ``hdp`` / ``cdp``: ``clip(Δ_k, C)`` (the level's placement of the one
+    Gaussian mechanism, :func:`fedpriv.zonal.plan.level_placement`).
     """
     if level == "none":
         return [np.asarray(a, np.float64) for a in update], False
@@ -80,8 +80,9 @@ def client_contribution(
             update, noise_multiplier=noise_multiplier, clipping_norm=clipping_norm, rng=rng()
         )
         return noised, bool(info["clipped"])
-    clipped, was = clip_update(update, clipping_norm)
-    return [np.asarray(a, np.float64) for a in clipped], bool(was)
+    placement = level_placement(level, noise_multiplier, clipping_norm)
+    clipped, info = placement.contribute(update)
+    return [np.asarray(a, np.float64) for a in clipped], bool(info["clipped"])
 
 
 def zone_release(
@@ -91,7 +92,8 @@ def zone_release(
     level: str,
     sampling_rate: float,
     zone_weight: float,
-    sigma: float,
+    noise_multiplier: float,
+    clipping_norm: float,
     zone_rng: Callable[[], np.random.Generator],
     template: Sequence[np.ndarray],
     clients: Sequence[int] = (),
@@ -99,9 +101,10 @@ def zone_release(
 ) -> ZoneRelease:
     """HDP Algorithm 1 lines 12 and 14 in the zone node: ``Δ(i)`` (+ ``N(0, σ²)`` if hdp).
 
-    ``contributions``: the clients' terms (:func:`client_contribution`); ``sigma``:
-    ``σ_i = z·C/(q·W_i)`` (used only when ``level == "hdp"``; the zone noise is drawn even
-    when no client was sampled, so that what the server sees does not depend on the sample).
+    ``contributions``: the clients' terms (:func:`client_contribution`). When ``level ==
+    "hdp"`` the zone placement of the Gaussian mechanism (z, C) adds ``N(0, σ_i²)``,
+    ``σ_i = z·C/(q·W_i)``; the zone noise is drawn even when no client was sampled, so that
+    what the server sees does not depend on the sample.
     """
     delta = zone_average(
         contributions,
@@ -112,9 +115,10 @@ def zone_release(
     )
     noise_norm, used_sigma = 0.0, 0.0
     if level == "hdp":
-        used_sigma = float(sigma)
-        noised = add_gaussian_noise(delta, used_sigma, zone_rng())
-        noise_norm = flat_norm([a - b for a, b in zip(noised, delta)])
+        noised, noise = level_placement(level, noise_multiplier, clipping_norm).release(
+            delta, party="zone", denominator=sampling_rate * zone_weight, rng=zone_rng()
+        )
+        used_sigma, noise_norm = float(noise["sigma"]), noise["noise_norm"]
         delta = [np.asarray(a, np.float64) for a in noised]
     ldp_sq = float(sum(w * w for w in weights)) if level == "ldp" else 0.0
     return ZoneRelease(
@@ -159,10 +163,11 @@ def server_step(
             )
         )
     s_sigma, s_norm = 0.0, 0.0
-    if "cdp" in plan.levels:
-        s_sigma = plan.sigma_server
-        noised = add_gaussian_noise(total, s_sigma, server_rng)
-        s_norm = flat_norm([a - b for a, b in zip(noised, total)])
+    if "cdp" in plan.levels:  # the server placement: σ_S = z·C/(q·W), once
+        noised, noise = plan.placement("cdp").release(
+            total, party="server", denominator=plan.server_denominator, rng=server_rng
+        )
+        s_sigma, s_norm = noise["sigma"], noise["noise_norm"]
         total = [np.asarray(a, np.float64) for a in noised]
     z_agg = aggregator_noise_multiplier(
         plan.noise_multiplier,
