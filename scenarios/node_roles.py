@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-from flwr.app import Context
+from typing import TYPE_CHECKING, Any
 
 from fedpriv.modes import ModeError, get, name_of
 from fedpriv.modes import ifca as ifca_mode
@@ -21,6 +19,9 @@ from fedpriv.modes import zonal as zonal_mode
 from fedpriv.ownership import AUTO, ZONE_NODE
 from fedpriv.releases import STATE_DIR_KEY, state_dir
 from fedpriv.zonal import assign_zones, zone_levels
+
+if TYPE_CHECKING:  # the base install (fedpriv epsilon) has no Flower
+    from flwr.app import Context
 
 __all__ = ["client_mode", "node_state_dir", "zonal_level", "zone_node_level"]
 
