@@ -12,22 +12,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from fedpriv.data import FederatedData, load_federated
+from fedpriv.data import FederatedData, load_spec
 from fedpriv.spec import DataSpec
 
 
 def load_data(spec: DataSpec) -> FederatedData:
     """The federated data ``spec`` describes, loaded now (no cache)."""
-    return load_federated(
-        spec.dataset,
-        partition=spec.partition,
-        num_clients=int(spec.num_clients),
-        seed=int(spec.seed),
-        data_path=spec.data_path,
-        data_format=spec.data_format,
-        dirichlet_alpha=float(spec.dirichlet_alpha),
-        image_size=int(spec.image_size),
-    )
+    return load_spec(spec)
 
 
 @lru_cache(maxsize=4)

@@ -187,18 +187,9 @@ def read_run_config(run_dir: str | Path) -> dict[str, Any]:
 def load_run_data(spec: DataSpec) -> Any:
     """The federated data of a run's :class:`fedpriv.spec.DataSpec` (the same seed gives the
     same splits as in the run)."""
-    from fedpriv.data import load_federated
+    from fedpriv.data import load_spec
 
-    return load_federated(
-        spec.dataset,
-        partition=spec.partition,
-        num_clients=int(spec.num_clients),
-        seed=int(spec.seed),
-        data_path=spec.data_path,
-        data_format=spec.data_format,
-        dirichlet_alpha=float(spec.dirichlet_alpha),
-        image_size=int(spec.image_size),
-    )
+    return load_spec(spec)
 
 
 Predict = Callable[[str, Any, list[np.ndarray], np.ndarray], np.ndarray]

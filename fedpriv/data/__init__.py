@@ -27,9 +27,12 @@ RNG). Nothing is cached here: the caller caches per process.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from fedpriv.spec import DataSpec
 
 from fedpriv.data.partition import (
     MP_CIA,
@@ -92,6 +95,21 @@ def load_federated(
     return resize_federated(data, image_size) if dataset in IMAGE_DATASETS else data
 
 
+def load_spec(spec: DataSpec) -> FederatedData:
+    """The federated data a typed :class:`fedpriv.spec.DataSpec` describes (same seed, same
+    splits as the run that built it): :func:`load_federated` of its fields."""
+    return load_federated(
+        spec.dataset,
+        partition=spec.partition,
+        num_clients=int(spec.num_clients),
+        seed=int(spec.seed),
+        data_path=spec.data_path,
+        data_format=spec.data_format,
+        dirichlet_alpha=float(spec.dirichlet_alpha),
+        image_size=int(spec.image_size),
+    )
+
+
 def _load(dataset, partition, num_clients, seed, data_path, data_format, dirichlet_alpha):
     """The dataset at its stored size (see :func:`load_federated`)."""
     if dataset == "digits":
@@ -140,6 +158,7 @@ def _load(dataset, partition, num_clients, seed, data_path, data_format, dirichl
 
 
 __all__ = [
+    "load_spec",
     "DATASETS",
     "PATH_DATASETS",
     "ClientData",
