@@ -181,6 +181,11 @@ def final_metrics(summary: Mapping[str, Any]) -> str:
     """The final server test metrics, 4 significant digits."""
     final = summary.get("final") or {}
     keys = [k for k in ("accuracy", "f1_macro", "roc_auc_micro", "loss") if k in final]
+    if final.get("declined") and not final.get("clients"):  # IFCA: every user kept its own
+        return (
+            f"none: {final['declined']} users declined the final test evaluation (their own "
+            "unaccounted-metrics is off; a node sets it in its run or node config)"
+        )
     if not keys:  # a comparison (run -> accuracy), IFCA: every number it holds
         keys = [k for k, v in final.items() if from_json_number(v) is not None]
     return ", ".join(f"{k} {num(final[k], 4)}" for k in keys) or "—"

@@ -389,3 +389,13 @@ def test_verbose_brings_the_framework_lines_back(tmp_path):
     for name in ("absl/oneDNN", "Ray tip", "DeprecationWarning", "Flower INFO"):
         assert name in found, (name, sorted(found))
     assert "fedpriv: final " in proc.stdout.splitlines()[-1]
+
+
+def test_an_ifca_final_evaluation_declined_by_every_user_says_why():
+    """Each node decides its own opt-in (issue 26): when every user declines, the final line
+    says so instead of printing the counts as metrics."""
+    declined = {"config": {"privacy": "none"}, "final": {"clients": 0, "declined": 100}}
+    line = console.final_metrics(declined)
+    assert line.startswith("none: 100 users declined") and "unaccounted-metrics" in line
+    answered = {"final": {"clients": 3, "declined": 1, "objective": 0.51234}}
+    assert console.final_metrics(answered) == "clients 3, declined 1, objective 0.5123"
