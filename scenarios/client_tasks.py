@@ -31,7 +31,7 @@ from fedpriv.releases import Ticket
 from fedpriv.spec import RunSpec
 from fedpriv.zonal import ldp_client_update
 from scenarios.node_roles import node_state_dir
-from scenarios.specs import build, complete, run_spec
+from scenarios.specs import run_spec
 from scenarios.task_names import (  # noqa: F401  (re-exported: the names tasks are known by)
     DPSGD_STATE_KEY,
     DPSGD_TASK,
@@ -104,7 +104,9 @@ def train_dpsgd(
         context = Context(0, 0, {"partition-id": partition}, RecordDict(), {})
     check_microbatches(int(cfg.get("microbatches", 0)))
     spec = run_spec(cfg)
-    params = build(DPSGDParams, complete(cfg))
+    params = spec.params  # the node's own mode's (the task follows it, fedpriv.ownership)
+    if not isinstance(params, DPSGDParams):
+        raise ValueError(f"the dp-sgd task on a node whose privacy mode is {spec.mode_name}")
     settings = TrainSettings.from_spec(spec.train, seed=call_seed(cfg, partition))
     dp = DpSgdSettings.from_params(params, reproducible=spec.reproducible_noise)
     round_ = server_round(cfg)
