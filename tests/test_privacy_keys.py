@@ -274,3 +274,36 @@ def test_a_mixed_zonal_client_owns_its_keys_only_in_an_ldp_zone():
     nodes = {**own, "hdp-fraction": 0.5, "ldp-fraction": 0.0, "zonal-runtime": "zone-nodes"}
     assert [client_mode(nodes, z) for z in range(2)] == ["zone-node", None]
     assert client_mode(own, 0, message_task="zone-node") == "zone-node"
+
+
+@pytest.mark.parametrize(
+    ("sent", "refused"),
+    [
+        ({"noise-multiplier": 0.01}, "noise-multiplier"),  # global DP's auto value, not DP-SGD's
+        ({"clipping-norm": 5.0}, "clipping-norm"),
+        ({"dp-sgd-noise-multiplier": 0.0}, None),  # an old name: no effect on the release
+    ],
+)
+def test_a_shared_key_left_auto_takes_the_nodes_mode_value_not_the_messages(
+    own, weights, sent, refused
+):
+    """Issue 26, one key name per idea: a DP-SGD node that leaves ``noise-multiplier`` and
+    ``clipping-norm`` at auto resolves them to DP-SGD's own values (z = 1.1, C = 1) from its
+    own mode. A message with another value is refused; an old per-mode name changes nothing:
+    the reply's ε is the one of z = 1.1."""
+    node_run_config = {**OWN["dp-sgd"], "noise-multiplier": "auto", "clipping-norm": "auto"}
+    cfg = own["dp-sgd"]
+    assert (cfg["noise-multiplier"], cfg["clipping-norm"]) == (1.1, 1.0)
+    ctx = context(node_run_config)
+    msg = message(node_run_config, MessageType.TRAIN, {"client-task": "dp-sgd", **sent},
+                  {"arrays": ArrayRecord(weights["dp-sgd"])})  # fmt: skip
+    reply = app(msg, ctx)
+    if refused:
+        assert_refused(reply, refused, ctx)
+        return
+    assert not reply.has_error(), reply.error
+    want = dpsgd.client_epsilon(
+        num_examples=int(reply.content["metrics"]["num-examples"]), batch_size=16,
+        local_epochs=1, participations=1, noise_multiplier=1.1, delta=1e-5,
+    )  # fmt: skip
+    assert reply.content["metrics"]["dp-sgd-epsilon"] == pytest.approx(want.epsilon)
