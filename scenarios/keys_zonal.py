@@ -22,8 +22,8 @@ Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
 - ``supernode-failure-rate`` — probability in [0, 1) that an elected super-node fails in a
   round (seeded); it is replaced by a re-election among the zone's online clients.
 - ``noise-multiplier`` z and ``clipping-norm`` C — σ_i = z·C/(q·W_i) at a
-  super-node, z·C at an LDP client, z·C/(q·W) at the server. Keys of their own, so the
-  zonal feature does not depend on DP's ``noise-multiplier``/``clipping-norm``.
+  super-node, z·C at an LDP client, z·C/(q·W) at the server. The keys every mode shares
+  (:mod:`scenarios.keys_dp`); left at ``auto`` they take the zonal mode's z = C = 0.5.
 - ``dp-delta`` — δ of the ε reports.
 - ``zonal-distributed-eval`` — ``all`` clients evaluate each round, only the round's
   ``sampled`` clients, or ``none`` (server test set only; cheaper with many clients).
