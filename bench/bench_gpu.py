@@ -103,7 +103,8 @@ def fedpriv_run(strategy: str, rounds: int, out: Path) -> dict:
         f"scenario='synthetic-mri' strategy='{strategy}' privacy='none' "
         f"num-server-rounds={rounds} output-dir='{out}'"
     )
-    cmd = [sys.executable, "-m", "scenarios.cli", "run", "--federation", "local-simulation-gpu"]
+    cmd = [sys.executable, "-m", "scenarios.cli.main", "run",
+           "--federation", "local-simulation-gpu"]
     wall, proc = _run(cmd + ["--run-config", overrides])
     if proc.returncode != 0:
         return {"wall": wall, "error": _failure(proc)}
@@ -118,7 +119,7 @@ def fedpriv_run(strategy: str, rounds: int, out: Path) -> dict:
 def fedpriv_grid(args: argparse.Namespace, partition: str, out: Path) -> dict:
     """``fedpriv grid`` of the chosen cells for one partition: wall seconds, cell count."""
     shutil.rmtree(out, ignore_errors=True)  # complete cells would be skipped
-    cmd = [sys.executable, "-m", "scenarios.cli", "grid", "--scenario", "synthetic-mri"]
+    cmd = [sys.executable, "-m", "scenarios.cli.main", "grid", "--scenario", "synthetic-mri"]
     cmd += ["--strategies", ",".join(args.strategies), "--privacy", ",".join(args.privacy)]
     cmd += ["--seeds", ",".join(map(str, args.seeds)), "--federation", "local-simulation-gpu"]
     cmd += ["--output-dir", str(out), "--run-config"]

@@ -2,7 +2,7 @@
 
 Prints a Markdown table; every ratio is measured side by side in this one run:
 
-1. metric-DP distance d: vectorised per-layer Gram (``fedpriv.distance``) vs the naive
+1. metric-DP distance d: vectorised per-layer Gram (``fedpriv.privacy.distance``) vs the naive
    double loop over client pairs (the authors' algorithm), 100 clients × 1.2 M params
    (4 layers, float32). If the naive loop is projected to take longer than ``--naive-limit``
    seconds, it is timed on the first k clients and extrapolated linearly in the number of
@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fedpriv.distance import max_pairwise_layer_distance, naive_max_pairwise_layer_distance
-from fedpriv.mechanisms import sample_laplace_rn
+from fedpriv.privacy.distance import max_pairwise_layer_distance, naive_max_pairwise_layer_distance
+from fedpriv.privacy.mechanisms import sample_laplace_rn
 
 # 4 layers, 1,200,000 parameters: conv kernel, conv bias, dense kernel, dense bias.
 FULL_SHAPES = [(3, 3, 32, 64), (64,), (1181, 1000), (504,)]

@@ -104,7 +104,7 @@ def fedpriv_run(values: dict, out: Path, *, watch_rounds: bool = False) -> dict:
     emptied ``out``: a finished run left there by an earlier bench would be resumed (nothing to
     do) and time nothing."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "scenarios.cli", "run", "--run-config"]
+    cmd = [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config"]
     cmd.append(_overrides({**values, "output-dir": str(out)}))
     res = monitored_run(cmd, out / "rounds.jsonl" if watch_rounds else None)
     res["summary"] = json.loads((out / "summary.json").read_text())
@@ -130,7 +130,7 @@ def tf_floor(cfg: dict) -> dict:
 
 def null_floor(num_nodes: int, rounds: int, out: Path) -> dict:
     """Flower's null app on ``num_nodes`` SuperNodes: seconds per message (engine only)."""
-    from scenarios.launch import federation_settings, runner_command
+    from scenarios.cli.launch import federation_settings, runner_command
 
     backend = federation_settings("local-simulation")["backend"]
     result = out / "null.json"
@@ -147,13 +147,13 @@ def client_handler_cost(cfg_values: dict, calls: int = 100) -> dict:
     code = f"""
 import json, time
 from flwr.app import ArrayRecord, Context, Message, RecordDict
-import scenarios.client_app as ca
+import scenarios.app.client_app as ca
 from clients.keras_client import federated_data, initial_weights
-from scenarios.registry import resolve_run_config
-from scenarios.specs import data_spec, train_spec
-from scenarios.engine import run_config_as_record
-from scenarios.cli import app_config
-from scenarios.wire_config import set_base
+from scenarios.config.registry import resolve_run_config
+from scenarios.config.specs import data_spec, train_spec
+from scenarios.app.engine import run_config_as_record
+from scenarios.cli.main import app_config
+from scenarios.app.wire_config import set_base
 try:  # Flower >= 1.3x builds instruction messages only inside a task (the runtime's identity)
     from flwr.supercore.task_identity import TaskIdentity
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
@@ -191,7 +191,7 @@ print(json.dumps(out))
 
 def cross_device_rows(tmp: Path, quick: bool) -> tuple[list[str], dict]:
     """Cross-device ratio row + the message-floor row; returns the rows and raw figures."""
-    from scenarios.registry import resolve_run_config
+    from scenarios.config.registry import resolve_run_config
 
     values = dict(CROSS_DEVICE, **({"num-server-rounds": 3} if quick else {}))
     cfg = resolve_run_config(values)
@@ -253,14 +253,14 @@ def grid_row(tmp: Path, quick: bool) -> list[str]:
     """An N-cell ``fedpriv grid`` (one started simulation) vs N x one cell's ``fedpriv run``."""
     import importlib.util
 
-    if importlib.util.find_spec("scenarios.multirun") is None:
+    if importlib.util.find_spec("scenarios.app.multirun") is None:
         return ["| grid: N cells in one simulation | not measured: the multi-run runner "
-                "(scenarios/multirun.py, issue 9) is not in this checkout | — | — |"]  # fmt: skip
+                "(scenarios/app/multirun.py) is not in this checkout | — | — |"]  # fmt: skip
     strategies, privacy, rounds = ("fedavg", "fedprox"), ("none", "global-dp"), 2 if quick else 3
     cells = len(strategies) * len(privacy)
     single = {"scenario": "digits", "strategy": "fedavg", "privacy": "none"}
     one = fedpriv_run({**single, "num-server-rounds": rounds}, tmp / "grid-one")
-    cmd = [sys.executable, "-m", "scenarios.cli", "grid", "--scenario", "digits"]
+    cmd = [sys.executable, "-m", "scenarios.cli.main", "grid", "--scenario", "digits"]
     cmd += ["--strategies", ",".join(strategies), "--privacy", ",".join(privacy)]
     cmd += ["--seeds", "0", "--output-dir", str(tmp / "grid"), "--run-config"]
     cmd += [f"num-server-rounds={rounds}"]

@@ -46,7 +46,7 @@ def run_simulation(overrides: str, out: Path) -> tuple[float, dict]:
     cmd = [
         sys.executable,
         "-m",
-        "scenarios.cli",
+        "scenarios.cli.main",
         "run",
         "--run-config",
         f"{overrides} output-dir='{out}'",

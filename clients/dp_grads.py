@@ -11,7 +11,7 @@ where ‖g‖₂ is the norm of the flat concatenation of the gradients of ALL t
 same flat vector. Under add/remove-one adjacency the masked clipped sum has L2 sensitivity C,
 so the noised sum is the Gaussian mechanism with noise multiplier z; with Poisson-sampled
 batches and D = the EXPECTED batch size (fixed, never the realised one) each step is the
-Poisson-subsampled Gaussian mechanism that ``fedpriv.dpsgd`` accounts. A non-finite
+Poisson-subsampled Gaussian mechanism that ``fedpriv.privacy.dpsgd`` accounts. A non-finite
 per-example gradient counts as zero before clipping (jax-privacy's ``nan_safe``; the same on
 TF), so it cannot break the sensitivity bound.
 
@@ -29,7 +29,8 @@ Backends (``keras.backend.backend()``):
 Noise: stateless, from ``noise_seed`` (an integer tensor of shape (2,)): on JAX
 ``keras.random.normal`` with the seed as a raw key; on TF ``tf.random.stateless_normal``
 (Keras 3's TF backend accepts only int or ``SeedGenerator`` seeds, not a traced tensor).
-The seed must be secret from every other party (:func:`fedpriv.dpsgd.secret_seed`): anyone who can
+The seed must be secret from every other party (:func:`fedpriv.privacy.dpsgd.secret_seed`): anyone
+who can
 rebuild it can subtract the noise.
 """
 
@@ -41,7 +42,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from fedpriv.dpsgd import secret_seed
+from fedpriv.privacy.dpsgd import secret_seed
 
 __all__ = ["private_grads", "clipped_sum", "secret_seed"]
 

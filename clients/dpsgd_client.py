@@ -1,6 +1,6 @@
 """DP-SGD local training for one client (MP §4, untrusted server; SPEC §4; Abadi et al. 2016).
 
-Every step of a call (``fedpriv.dpsgd`` for the batching and the accounting):
+Every step of a call (``fedpriv.privacy.dpsgd`` for the batching and the accounting):
 
     w ← opt(w, g̃),   g̃ = (Σ_i m_i·clip(∇ℓ_i(w), C) + N(0, (zC)² I)) / D
 
@@ -22,7 +22,7 @@ then valid only while that seed is secret from every party).
 
 ε: computed here from the client's own config (C does not enter; z, B, δ, local epochs) and
 its own count of the rounds it trained in (``participations``, from its own release ledger,
-:mod:`fedpriv.releases`, kept by the ClientApp task; never read from the server's message).
+:mod:`fedpriv.privacy.releases`, kept by the ClientApp task; never read from the server's message).
 """
 
 from __future__ import annotations
@@ -39,15 +39,15 @@ import numpy as np  # noqa: E402
 
 from clients.compiled import CompiledTrainer, DpStepConfig  # noqa: E402
 from clients.keras_client import TrainSettings  # noqa: E402
-from fedpriv.dpsgd import (  # noqa: E402
+from fedpriv.models import CLASSIFIERS, build_model, make_optimizer  # noqa: E402
+from fedpriv.privacy.dpsgd import (  # noqa: E402
     PoissonSchedule,
     call_randomness,
     client_epsilon,
     per_example_loss,
     poisson_schedule,
 )
-from fedpriv.models import CLASSIFIERS, build_model, make_optimizer  # noqa: E402
-from fedpriv.modes.dp_sgd import DPSGDParams  # noqa: E402
+from fedpriv.privacy.modes.dp_sgd import DPSGDParams  # noqa: E402
 from fedpriv.spec import TrainSpec  # noqa: E402
 
 
@@ -113,7 +113,7 @@ def dp_trainer_for(
 
 
 def dp_schedule(n: int, settings: TrainSettings, rng: np.random.Generator) -> PoissonSchedule:
-    """The call's Poisson batches (``fedpriv.dpsgd.poisson_schedule``)."""
+    """The call's Poisson batches (``fedpriv.privacy.dpsgd.poisson_schedule``)."""
     return poisson_schedule(
         num_examples=n, batch_size=settings.batch_size, epochs=settings.epochs, rng=rng
     )

@@ -4,7 +4,8 @@ Training (message type ``train.ifca``), for user c:
 
 1. receive all k hypotheses (one ArrayRecord, keys ``"<j>/<layer>"``, see
    :mod:`fedpriv.ifca`) and the round; ν, the budget, the model and the data come from the
-   node's own :class:`fedpriv.spec.RunSpec` (``params``: :class:`fedpriv.modes.ifca.IFCAParams`);
+   node's own :class:`fedpriv.spec.RunSpec` (``params``:
+   :class:`fedpriv.privacy.modes.ifca.IFCAParams`);
 2. check the client's OWN leakage ledger (its own file, see below): one participation
    costs ``n/ν`` (GP §3.2), known before any work; if ``spent + n/ν > leakage-budget`` the
    client declines: the reply content is an EMPTY RecordDict (no parameters); otherwise it
@@ -13,7 +14,7 @@ Training (message type ``train.ifca``), for user c:
    the linear model, cross-entropy for classifiers);
 4. train θ_j̄ locally (``clients.keras_client.train_local``: E epochs, batch B, step s);
 5. ``θ̂ = θ_local + ρ``, ρ ~ Laplace_ε in R^n, ``ε = n/(ν‖δ‖)``, ``δ = θ_local − θ_j̄``
-   (``fedpriv.mechanisms.sanitize_laplace``); ν = 0 releases θ_local (plain IFCA);
+   (``fedpriv.privacy.mechanisms.sanitize_laplace``); ν = 0 releases θ_local (plain IFCA);
 6. reply with exactly one record: ``theta-hat``, the full
    sanitized parameter vector (as the model's layer list). No sample count, no cluster
    index, no δ, no metrics (GP-extended §4, rules 1–4).
@@ -69,8 +70,6 @@ from clients.releases import (  # noqa: E402
     request_digest,
     sequence_of,
 )
-from fedpriv.accounting import laplace_leakage  # noqa: E402
-from fedpriv.disclosure import sends_unaccounted  # noqa: E402
 from fedpriv.ifca import (  # noqa: E402
     HYPOTHESES_KEY,
     LEDGER_KEY,
@@ -80,8 +79,10 @@ from fedpriv.ifca import (  # noqa: E402
     num_params,
     unpack_hypotheses,
 )
-from fedpriv.mechanisms import sanitize_laplace  # noqa: E402
-from fedpriv.releases import ReleaseCounter  # noqa: E402
+from fedpriv.privacy.accounting import laplace_leakage  # noqa: E402
+from fedpriv.privacy.disclosure import sends_unaccounted  # noqa: E402
+from fedpriv.privacy.mechanisms import sanitize_laplace  # noqa: E402
+from fedpriv.privacy.releases import ReleaseCounter  # noqa: E402
 from fedpriv.seeds import privacy_rng  # noqa: E402
 from fedpriv.spec import RunSpec  # noqa: E402
 
@@ -241,7 +242,7 @@ def _release(
 def may_report(spec: RunSpec) -> bool:
     """Whether a training user may send its unaccounted evaluation metrics: its mode has no
     disclosure policy, or it opted in itself (``unaccounted-metrics = true``; the rule of
-    :func:`fedpriv.disclosure.sends_unaccounted`)."""
+    :func:`fedpriv.privacy.disclosure.sends_unaccounted`)."""
     return sends_unaccounted(spec.mode_name, opted_in=spec.unaccounted_metrics)
 
 
@@ -292,7 +293,7 @@ def train_handler(
 ) -> Message:
     """``@app.train("ifca")``: an IFCA participation with the node's persistent ledger.
 
-    ``spec``: the node's own resolved spec for this message (``scenarios.client_app`` resolves
+    ``spec``: the node's own resolved spec for this message (``scenarios.app.client_app`` resolves
     it and refuses a message whose privacy keys differ); ``server_round``: the message's round;
     ``state_folder``: the node's own state directory (:func:`ifca_train`).
     """

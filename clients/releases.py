@@ -1,4 +1,4 @@
-"""The Flower side of a node's own release counter (:mod:`fedpriv.releases`, issue 26).
+"""The Flower side of a node's own release counter (:mod:`fedpriv.privacy.releases`, issue 26).
 
 :func:`node_counter` opens the ledger of a node from its ``Context`` only (its
 ``node_config`` / ``run_config`` and run id, never the message); :func:`sequence_of` names a
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from fedpriv.releases import ReleaseCounter, Rewind, Ticket, state_dir
+from fedpriv.privacy.releases import ReleaseCounter, Rewind, Ticket, state_dir
 
 __all__ = [
     "ReleaseRefused",
@@ -37,7 +37,7 @@ class ReleaseRefused(ValueError):
 
 def node_counter(context: Context, party: str, folder: Path | None = None) -> ReleaseCounter:
     """The ledger of this node's ``party`` in ``folder`` (the node's own state directory,
-    resolved from its own configs by ``scenarios.node_roles.node_state_dir``; None: the
+    resolved from its own configs by ``scenarios.config.node_roles.node_state_dir``; None: the
     per-run folder under ``$FEDPRIV_STATE_ROOT``), keyed by its own ``partition-id`` (a zone
     node: its zone id)."""
     if folder is None:

@@ -5,7 +5,8 @@ A run is read as flat ``{name: number}`` figures (:func:`run_figures`):
 - ``round[i].KEY``: every number of line ``i`` of ``rounds.jsonl`` (nested keys joined with
   ``.``, list items as ``[j]``, bools as 0/1), except wall-clock times;
 - ``final.KEY``: the numbers of ``summary.json``'s ``final`` block;
-- ``privacy.KEY``: the typed privacy figures (:class:`fedpriv.records.PrivacyFigures`: z, σ,
+- ``privacy.KEY``: the typed privacy figures (:class:`fedpriv.reporting.records.PrivacyFigures`: z,
+σ,
   d, ε, ε_RDP, δ).
 
 Runs with sub-runs (IFCA sweeps, zonal comparisons) prefix each figure with the sub-run's
@@ -25,7 +26,7 @@ Every figure gets a :class:`Band` from its values over the recorded seeds
 - ``choice``: discrete outcomes picked on trained weights (IFCA's cluster of a client, the
   clients clipped by the DP wrapper): a float-level change may flip one; not compared.
 
-:func:`compare` is the only comparer: ``fedpriv baseline check`` (``scenarios.baseline_cli``)
+:func:`compare` is the only comparer: ``fedpriv baseline check`` (``scenarios.baseline.feature``)
 and the repository's own behaviour records (``tests/baseline.py``, one seed, a fixed band
 rule) both use it. No Flower import.
 """
@@ -39,7 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fedpriv.runlog import read_rounds
+from fedpriv.reporting.runlog import read_rounds
 
 TIMING_WORDS = ("seconds", "wall", "time", "duration", "elapsed")
 REL_TOL = 1e-6
@@ -196,7 +197,7 @@ def round_metrics(output_dir: str | Path) -> dict[str, list[dict[str, float]]]:
 
 def summary_figures(summary: Mapping[str, Any]) -> dict[str, float]:
     """``final.*`` and ``privacy.*`` figures of one summary.json."""
-    from fedpriv.records import PrivacyFigures
+    from fedpriv.reporting.records import PrivacyFigures
 
     out: dict[str, float] = {}
     flatten(summary.get("final", {}), "final", out)

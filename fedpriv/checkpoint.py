@@ -10,15 +10,15 @@ checkpoint or the new one, never half of one). It holds
   super-node assignments and election Generator — whatever the objects hold), captured
   generically by :func:`capture_state`; the sampling and noise Generators only when the
   run sets ``reproducible-noise`` (see below);
-- ``fingerprint``: the config it belongs to (``scenarios.manifest.fingerprint``).
+- ``fingerprint``: the config it belongs to (``scenarios.config.manifest.fingerprint``).
 
 Next to it, ``run-config.json`` (written when a run starts) names the config of the
-directory: :mod:`scenarios.manifest` writes, hashes and compares it (a question about the
+directory: :mod:`scenarios.config.manifest` writes, hashes and compares it (a question about the
 run-config mapping, so it is answered in the Flower app, not here).
 
 What is *not* here: node-held state (IFCA leakage ledgers, DP-SGD participations, zone nodes'
 releases) stays with the nodes, which keep their own release ledgers in their own state
-directories (:mod:`fedpriv.releases`, issue 26: every release is charged there before it
+directories (:mod:`fedpriv.privacy.releases`, issue 26: every release is charged there before it
 leaves the node, a round re-run after a kill included), and Keras client training is seeded
 per (seed, round, partition), so it needs no state. Same seed and ``reproducible-noise`` ->
 the resumed ``rounds.jsonl`` equals an uninterrupted run's.
@@ -113,13 +113,14 @@ def load_checkpoint(output_dir: str | Path) -> Optional[dict[str, Any]]:
     """The checkpoint of ``output_dir``, or None when there is none.
 
     The package a checkpoint's state references (the accountants) is imported whole first:
-    the unpickler locks a submodule (``fedpriv.accounting.rounds``) before its package, which
+    the unpickler locks a submodule (``fedpriv.privacy.accounting.rounds``) before its package,
+    which
     deadlocks into an ImportError against another thread importing the package (the
     simulation imports the ClientApp module while the ServerApp reads the checkpoint)."""
     path = Path(output_dir) / CHECKPOINT
     if not path.exists():
         return None
-    import fedpriv.accounting  # noqa: F401
+    import fedpriv.privacy.accounting  # noqa: F401
 
     with path.open("rb") as fh:
         return pickle.load(fh)

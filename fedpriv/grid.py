@@ -5,7 +5,7 @@ A grid is strategies × privacy modes × seeds on one scenario (MP: 6 strategies
 
     <output-dir>/<strategy>/<privacy>/seed<k>/
 
-A cell is complete when its ``summary.json`` exists (``fedpriv.runlog`` writes it
+A cell is complete when its ``summary.json`` exists (``fedpriv.reporting.runlog`` writes it
 atomically as the last step of a run), so an interrupted grid resumes where it stopped.
 """
 
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.modes.registry import selected
-from fedpriv.records import RoundRecord, read_round_records
-from fedpriv.runlog import from_json_number
+from fedpriv.privacy.modes.registry import selected
+from fedpriv.reporting.records import RoundRecord, read_round_records
+from fedpriv.reporting.runlog import from_json_number
 
 SUMMARY = "summary.json"
 ROUNDS = "rounds.jsonl"
@@ -119,7 +119,8 @@ def pending(cells: Iterable[Cell]) -> list[Cell]:
 
 
 def _number(value: Any) -> float:
-    """A JSON value as float ("inf"/"nan" strings of fedpriv.runlog included; else nan)."""
+    """A JSON value as float ("inf"/"nan" strings of fedpriv.reporting.runlog included; else
+    nan)."""
     number = from_json_number(value)
     return float("nan") if number is None else number
 

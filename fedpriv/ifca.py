@@ -5,7 +5,7 @@ GP Algorithm 1, one round t:
 1. the server samples U users and broadcasts all k hypotheses θ_1..θ_k;
 2. user c picks ``j̄ = argmin_j F_c(θ_j; Z_c)`` (:func:`choose_hypothesis`), trains θ_j̄
    locally and releases ``θ̂ = θ_local + ρ``, ρ ~ Laplace_ε in R^n with ``ε = n/(ν‖δ‖)``,
-   ``δ = θ_local − θ_j̄`` (``fedpriv.mechanisms.sanitize_laplace``);
+   ``δ = θ_local − θ_j̄`` (``fedpriv.privacy.mechanisms.sanitize_laplace``);
 3. the server runs k-means on the U released vectors with the current hypotheses as the
    initial centroids (:func:`kmeans_step`) and sets ``θ_j ← (1/|S_j|) Σ_{c∈S_j} θ̂_c``
    (uniform mean, no sample counts: GP-extended §4 rule 2); an empty cluster keeps θ_j.
@@ -61,13 +61,13 @@ __all__ = [
 #   HYPOTHESES_KEY: ONE ArrayRecord with all k hypotheses, keys "<j>/<layer>" (j = hypothesis
 #                   index, layer = position in the model's weight list), in that order;
 #   CONFIG_KEY:     the keys of the resolved config that differ from the run's run_config,
-#                   its digest, "server-round" and the IFCA keys (scenarios.wire_config; the
+#                   its digest, "server-round" and the IFCA keys (scenarios.app.wire_config; the
 #                   ClientApp merges them into the node's run_config).
 # Client -> server, training: exactly one record, REPLY_KEY, an ArrayRecord with the full
 #   sanitized parameter vector θ̂ as the model's layer list (GP-extended §4: no sample count,
 #   no cluster index, no δ, no metrics). A decline is an EMPTY RecordDict (no parameters).
 # Client -> server, evaluation (validation users, final report only): METRICS_KEY.
-# Client state: the client's own ledger file (fedpriv.releases), copied to LEDGER_KEY in
+# Client state: the client's own ledger file (fedpriv.privacy.releases), copied to LEDGER_KEY in
 # ``context.state``.
 
 ACTION = "ifca"

@@ -37,7 +37,7 @@ gp-held                 22          no      GP synthetic held-out data
 ifca-init               41          no      GP N(0, 1) initial hypotheses
 ifca-server             42          no      IFCA users per round (no amplification claimed)
 ifca-init-model         43, j       no      Keras initialisation of hypothesis j
-dp-noise                51, 1, 1    yes     global / metric DP noise (``scenarios.dp``)
+dp-noise                51, 1, 1    yes     global / metric DP noise (``scenarios.dp.feature``)
 attack                  61, r, p    no      a malicious client's random direction
 audit-canary-direction  71, 1, j    no      canary j's unit direction (the auditor's secret)
 audit-canary-inclusion  71, 2       no      which canaries are inserted
@@ -46,12 +46,12 @@ audit-lira              71, 4       no      LiRA reference subsets
 audit-mechanism         71, 5, k    no      mechanism-level audit noise (an offline test)
 ======================  ==========  ======  ===================================================
 
-The client-sampling schedule (``scenarios.engine``, ``default_rng(seed)``) is secret too.
+The client-sampling schedule (``scenarios.app.engine``, ``default_rng(seed)``) is secret too.
 
 Per-call client streams are keyed by ``[seed, round, partition]`` (Keras training seed,
 ``client_seed``; not secret) and ``[client_seed, 5, 4]`` (zonal LDP noise; secret); IFCA
 clients use ``[seed, round, partition, stream, 4]`` (the Laplace noise stream is secret).
-DP-SGD's batches and noise are secret the same way (``fedpriv.dpsgd.call_randomness``).
+DP-SGD's batches and noise are secret the same way (``fedpriv.privacy.dpsgd.call_randomness``).
 
 numpy's ``SeedSequence`` ignores trailing zero words (``[s, 5]`` and ``[s, 5, 0]`` are the
 same stream), so "distinct" means distinct after dropping trailing zeros; the test checks that.

@@ -1,10 +1,10 @@
 """The typed run spec: what the layers below ``scenarios/`` read of a run config (issue 26).
 
 A run config is a flat mapping of Flower keys (``num-server-rounds``), checked and resolved
-by ``scenarios.schema``. Nothing below ``scenarios/`` reads that mapping: each party builds
+by ``scenarios.config.schema``. Nothing below ``scenarios/`` reads that mapping: each party builds
 one frozen :class:`RunSpec` from its own resolved config (the server from its config, each
 client and zone node from its own ``run_config`` + ``node_config``) with the same code,
-``scenarios.specs.run_spec``, and hands typed pieces down (:class:`DataSpec` to the data
+``scenarios.config.specs.run_spec``, and hands typed pieces down (:class:`DataSpec` to the data
 loader, :class:`TrainSpec` to local training, :class:`StrategySpec` to the stock strategy,
 the mode's own parameters to its mechanism).
 
@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedpriv.participation import Participation
+from fedpriv.privacy.participation import Participation
 
 __all__ = [
     "KEY",
@@ -43,7 +43,7 @@ def key(name: str, *, mode_default: Any = None) -> Any:
 
     ``mode_default``: on a mode's params field, the value a shared key (``noise-multiplier``,
     ``clipping-norm``) takes for this mode when the config leaves it at ``"auto"``
-    (``scenarios.schema.resolve``): one key name per idea, one default per mode.
+    (``scenarios.config.schema.resolve``): one key name per idea, one default per mode.
     """
     meta = {KEY: name} if mode_default is None else {KEY: name, MODE_DEFAULT: mode_default}
     return field(metadata=meta)
@@ -143,7 +143,7 @@ class ZoneSpec:
 class RunSpec:
     """One party's resolved run, typed and frozen.
 
-    ``mode`` is the registered :class:`fedpriv.modes.base.Mode` object and ``params`` its
+    ``mode`` is the registered :class:`fedpriv.privacy.modes.base.Mode` object and ``params`` its
     typed parameters (``mode.params``); ``kind`` the scenario kind (``standard``, ``ifca``,
     ``zonal``, ...). Derive a variant with :func:`dataclasses.replace`.
     """

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from logging import INFO, WARNING, Filter, LogRecord, getLogger
 from typing import Any, Optional
 
-from fedpriv.accounting.budget import EpsilonBudget
-from fedpriv.dp import (
+from fedpriv.privacy.accounting.budget import EpsilonBudget
+from fedpriv.privacy.dp import (
     WEIGHTING,
     FixedClippingGaussian,
     GaussianRoundsAccountant,
@@ -90,9 +90,9 @@ class DPWrapperCore:
         False (Flower's rule): skip aggregation when any reply has an error. True: aggregate
         what arrived, σ still calibrated to m (with n < m reports the noise multiplier on the
         sum is ``z·n/m``: logged, reported as ``dp-underfilled`` and charged that way).
-    mechanism : fedpriv.dp.FixedClippingGaussian | None
+    mechanism : fedpriv.privacy.dp.FixedClippingGaussian | None
         The mechanism; built from z, C, m when None (subclasses swap ``mechanism_class``).
-    accountant : fedpriv.dp.GaussianRoundsAccountant | None
+    accountant : fedpriv.privacy.dp.GaussianRoundsAccountant | None
         If given, each noised round's ``DpEvent`` (``mechanism.round_event``) is composed and
         ε so far is in ``round_metrics()`` (global DP only; metric DP reports no ε).
     weighting : "uniform" | "examples"
@@ -315,7 +315,7 @@ class DPWrapperCore:
 class MetricOptions:
     """Metric privacy (``σ = z·C/(m·d)``, MP §6): the explicit signature of both metric-DP
     wrappers, put before the API's global-DP wrapper in the bases. It swaps in
-    :class:`fedpriv.dp.MetricScaledGaussian` (``distance_on`` = ``"clipped"`` (default;
+    :class:`fedpriv.privacy.dp.MetricScaledGaussian` (``distance_on`` = ``"clipped"`` (default;
     σ >= z·√L/(2m)) | ``"raw"``, ``min_distance`` > 0 and an optional ``max_distance`` cap;
     see that class for the d fallback). A heuristic: no ε; no Poisson sampling.
     """

@@ -1,6 +1,6 @@
 """Server-side fixed-clipping global DP and metric DP for Flower's Message API.
 
-Thin adapters around the Flower-free mechanisms of :mod:`fedpriv.dp` (SPEC §3.1, §3.2):
+Thin adapters around the Flower-free mechanisms of :mod:`fedpriv.privacy.dp` (SPEC §3.1, §3.2):
 ``configure_train`` remembers the round's global arrays; ``aggregate_train`` clips every
 reply relative to them (new ArrayRecords in copies of the replies, keys kept), delegates
 to the wrapped strategy, and adds ``N(0, σ²)`` to every element of the aggregate.
@@ -10,8 +10,8 @@ to the wrapped strategy, and adds ``N(0, σ²)`` to every element of the aggrega
   draw (ours draws ``rng.normal(0, σ, shape)`` layer by layer in order; Flower draws the
   global ``np.random.normal`` the same way, so ``rng=np.random.RandomState(7)`` here equals
   ``np.random.seed(7)`` there).
-* :class:`MetricDP`: the same wrapper with :class:`fedpriv.dp.MetricScaledGaussian`,
-  ``σ = z·C/(m·d)``: a heuristic without ε (:data:`fedpriv.dp.METRIC_HEURISTIC`); d on
+* :class:`MetricDP`: the same wrapper with :class:`fedpriv.privacy.dp.MetricScaledGaussian`,
+  ``σ = z·C/(m·d)``: a heuristic without ε (:data:`fedpriv.privacy.dp.METRIC_HEURISTIC`); d on
   clipped models by default, so σ >= ``z·√L/(2m)``.
 
 Weights. By default (``weighting="uniform"``) the clipped copies carry weight 1 under the
@@ -270,5 +270,6 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
 
 class MetricDP(MetricOptions, ServerSideFixedClippingDP):
     """Metric privacy (``σ = z·C/(m·d)``): :class:`ServerSideFixedClippingDP` with
-    :class:`fedpriv.dp.MetricScaledGaussian`; options in :class:`strategies.dp_core.MetricOptions`.
+    :class:`fedpriv.privacy.dp.MetricScaledGaussian`; options in
+    :class:`strategies.dp_core.MetricOptions`.
     """

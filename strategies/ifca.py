@@ -39,7 +39,6 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 from flwr.serverapp.strategy.strategy import Strategy
 
-from fedpriv.accounting import LeakageLedger, laplace_leakage
 from fedpriv.ifca import (
     ACTION,
     CONFIG_KEY,
@@ -54,6 +53,7 @@ from fedpriv.ifca import (
     unflatten,
     unpack_hypotheses,
 )
+from fedpriv.privacy.accounting import LeakageLedger, laplace_leakage
 from strategies.array_records import named_record
 
 
@@ -337,7 +337,7 @@ class LaplaceIFCA(Strategy):
         = best.
 
         ``after_round(round, hypotheses)`` hooks run after each round's record (the
-        checkpoint point, :mod:`scenarios.resume`). A resumed run passes ``first_round = k+1``
+        checkpoint point, :mod:`scenarios.app.resume`). A resumed run passes ``first_round = k+1``
         and the hypotheses after round k, its state (sampling Generator, mirror ledger,
         early-stopping state, best hypotheses) restored first; the round-0 validation is
         then not repeated.

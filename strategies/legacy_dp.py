@@ -1,7 +1,7 @@
 """Server-side fixed-clipping global DP and metric DP for Flower's legacy strategy API.
 
 The same mechanisms as :mod:`strategies.dp_wrappers` (one implementation, in
-:mod:`fedpriv.dp`), adapted to ``flwr.server.strategy.Strategy``: ``configure_fit``
+:mod:`fedpriv.privacy.dp`), adapted to ``flwr.server.strategy.Strategy``: ``configure_fit``
 remembers the round's global ``Parameters``; ``aggregate_fit`` clips every ``FitRes``
 relative to them (new ``FitRes`` objects, the inputs are not modified), delegates to the
 wrapped strategy and adds ``N(0, σ²)`` to every element of the aggregate.
@@ -170,5 +170,6 @@ def _with_parameters(res: FitRes, arrays: NDArrays, *, unit_weight: bool = False
 
 class LegacyMetricDP(MetricOptions, LegacyServerSideFixedClippingDP):
     """Metric privacy (``σ = z·C/(m·d)``) for the legacy API: swaps in
-    :class:`fedpriv.dp.MetricScaledGaussian`; options in :class:`strategies.dp_core.MetricOptions`.
+    :class:`fedpriv.privacy.dp.MetricScaledGaussian`; options in
+    :class:`strategies.dp_core.MetricOptions`.
     """

@@ -52,7 +52,7 @@ from flwr.server import Grid
 from flwr.serverapp.strategy.strategy import Strategy
 
 from fedpriv import seeds
-from fedpriv.modes import zonal as zonal_mode
+from fedpriv.privacy.modes import zonal as zonal_mode
 from fedpriv.zonal import (
     SuperNodeElection,
     ZonalPlan,

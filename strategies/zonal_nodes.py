@@ -2,7 +2,7 @@
 
 :class:`ZoneNodeAggregation` is :class:`strategies.zonal.ZonalAggregation` for
 ``zonal-runtime = zone-nodes``: the federation's SuperNodes are the zones
-(:class:`scenarios.federation.ZoneGrid`), and the zone arithmetic runs in them, not in the
+(:class:`scenarios.app.federation.ZoneGrid`), and the zone arithmetic runs in them, not in the
 ServerApp. Each round it
 
 1. runs the super-node elections and simulated failures of HDP §IV-A as before; a zone
@@ -13,7 +13,7 @@ ServerApp. Each round it
    zone's sampled client ids (``zonal-clients``), its level and its super-node;
 3. takes each zone's reply ``θ + Δ(i)`` — already clipped, summed over the fixed
    denominator q·W_i and noised at its level inside the node
-   (:mod:`scenarios.zone_node`) — and does the server step ``Σ_i π_i Δ(i)``, adding the
+   (:mod:`scenarios.zonal.zone_node`) — and does the server step ``Σ_i π_i Δ(i)``, adding the
    server's noise once when a zone is CDP (:func:`fedpriv.zonal.release.server_step`; in CDP
    the server is trusted with the clipped zone sums);
 4. hands ``θ + Δ`` to the stock strategy as one synthetic reply, as the parent does.

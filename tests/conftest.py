@@ -34,7 +34,7 @@ def flower_task_identity():
 
 @pytest.fixture(autouse=True)
 def own_state_root(tmp_path_factory, monkeypatch):
-    """Every test's nodes keep their release ledgers (``fedpriv.releases``) under a fresh
+    """Every test's nodes keep their release ledgers (``fedpriv.privacy.releases``) under a fresh
     ``FEDPRIV_STATE_ROOT`` (inherited by the simulations a test starts), so no test sees
     another's releases."""
     monkeypatch.setenv("FEDPRIV_STATE_ROOT", str(tmp_path_factory.mktemp("fedpriv-state")))

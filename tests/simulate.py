@@ -1,4 +1,4 @@
-"""Run ``fedpriv run`` (a real Flower 1.42 simulation, scenarios.simulation_runner) in tests.
+"""Run ``fedpriv run`` (a real Flower 1.42 simulation, scenarios.cli.simulation_runner) in tests.
 
 Every run here opts in to seeded noise and sampling (``reproducible-noise = true``,
 :data:`REPRODUCIBLE`): the tests compare runs with each other and with recorded baselines.
@@ -43,7 +43,7 @@ def run_fedpriv(
     much Ray, TensorFlow or Python print after it."""
     overrides = {**with_reproducible(overrides), "output-dir": str(output_dir)}
     items = [to_override(k, v) for k, v in overrides.items()]
-    cmd = [sys.executable, "-m", "scenarios.cli", "run", "--run-config", " ".join(items)]
+    cmd = [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config", " ".join(items)]
     cmd += list(extra_args)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
@@ -55,8 +55,8 @@ def run_fedpriv(
 
 def run_outputs(output_dir: str | Path) -> tuple[Any, list[dict[str, Any]]]:
     """A run directory's summary.json (None if absent) and round lines (the operator's view:
-    rounds.jsonl merged with operator.jsonl, :func:`fedpriv.runlog.read_rounds`)."""
-    from fedpriv.runlog import read_rounds
+    rounds.jsonl merged with operator.jsonl, :func:`fedpriv.reporting.runlog.read_rounds`)."""
+    from fedpriv.reporting.runlog import read_rounds
 
     summary_path = Path(output_dir) / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
@@ -70,18 +70,19 @@ def kill_after_round(
     checkpointed (``output_dir/checkpoint.pkl``). Returns the round of the checkpoint left
     behind."""
     # unpickling a checkpoint in the poll loop must not import what it references (the DP
-    # wrapper's state: fedpriv.dp, with scipy and dp-accounting, seconds on a loaded machine,
+    # wrapper's state: fedpriv.privacy.dp, with scipy and dp-accounting, seconds on a loaded
+    # machine,
     # while rounds of the tiny run take half a second)
     import flwr.app  # noqa: F401
 
-    import fedpriv.dp  # noqa: F401
+    import fedpriv.privacy.dp  # noqa: F401
     from fedpriv.checkpoint import load_checkpoint
 
     overrides = {**with_reproducible(overrides), "output-dir": str(output_dir)}
     items = " ".join(to_override(k, v) for k, v in overrides.items())
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scenarios.cli", "run", "--run-config", items],
+        [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config", items],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )  # fmt: skip
@@ -109,8 +110,9 @@ def run_fedpriv_cells(
     (same rounds.jsonl for the same seed), but N cells pay one Ray/TensorFlow start-up.
     Returns label -> (0 or 1 for the cell's status, summary or None, rounds, the whole log).
     """
-    from scenarios import launch, multirun
-    from scenarios.features import CATALOG
+    from scenarios.app import multirun
+    from scenarios.cli import launch
+    from scenarios.config.features import CATALOG
 
     cells = [
         multirun.Cell(

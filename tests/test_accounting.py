@@ -1,4 +1,5 @@
-"""Tests for fedpriv.accounting: the headline ε is a valid upper bound (issue 11, must-show 1),
+"""Tests for fedpriv.privacy.accounting: the headline ε is a valid upper bound (issue 11, must-show
+1),
 one event accountant, capped RDP, GP leakage ledger, HDP amplification."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import optimize, stats
 
-from fedpriv import accounting as A
+from fedpriv.privacy import accounting as A
 
 DELTA = 1e-5
 

@@ -1,7 +1,7 @@
 """Adversarial clients (issue 12, must-show 4): one test per ``attack`` value and its invariant.
 
 Each round goes through the real server chain of a standard run
-(``scenarios.server_app.build_strategy``: RoundRecorder -> ValidUpdatesOnly -> privacy
+(``scenarios.app.server_app.build_strategy``: RoundRecorder -> ValidUpdatesOnly -> privacy
 wrapper -> stock FedAvg) with real Flower ``Message`` objects: the chain's own
 ``configure_train`` addresses the nodes (a ``PartitionGrid`` over four partitions; it
 answers ``get_node_ids`` itself, so no Flower object is faked), every client replies with
@@ -19,12 +19,12 @@ import pytest
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
 from clients.adversary import ATTACKS, attack_weights, parse_partitions, tamper_reply
-from fedpriv.mechanisms import metric_sigma_lower_bound
-from scenarios.engine import build_strategy, run_config_as_record
-from scenarios.features import CATALOG
-from scenarios.federation import PartitionGrid
-from scenarios.registry import resolve_run_config
-from scenarios.specs import run_spec
+from fedpriv.privacy.mechanisms import metric_sigma_lower_bound
+from scenarios.app.engine import build_strategy, run_config_as_record
+from scenarios.app.federation import PartitionGrid
+from scenarios.config.features import CATALOG
+from scenarios.config.registry import resolve_run_config
+from scenarios.config.specs import run_spec
 
 SHAPES = [(4, 3), (3,), (2, 2, 2)]
 M = 4

@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from fedpriv.runlog import read_rounds
-from scenarios.cli import main as fedpriv_main  # imported at collection (Flower's logger)
+from fedpriv.reporting.runlog import read_rounds
+from scenarios.cli.main import main as fedpriv_main  # imported at collection (Flower's logger)
 from tests.baseline import assert_matches_baseline
 from tests.simulate import run_fedpriv
 

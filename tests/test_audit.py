@@ -207,8 +207,8 @@ def test_example_canaries_are_seeded_spread_over_clients_and_audited():
     from types import SimpleNamespace
 
     from fedpriv.audit.example_canaries import ExampleCanaries, with_example_canaries
-    from scenarios.audit import example_audit
-    from scenarios.specs import run_spec
+    from scenarios.audit.feature import example_audit
+    from scenarios.config.specs import run_spec
 
     a = ExampleCanaries(40, 7, (8, 8, 1), 10, 4)
     b = ExampleCanaries(40, 7, (8, 8, 1), 10, 4)
@@ -306,8 +306,9 @@ def test_grid_report_states_the_guarantee_each_mechanism_audit_tests(tmp_path):
 
 
 def test_audit_grid_runs_the_incomplete_cells_in_one_plan_and_resumes(tmp_path, monkeypatch):
-    from scenarios import audit_cli, multirun
-    from scenarios.features import CATALOG
+    from scenarios.app import multirun
+    from scenarios.audit import commands as audit_cli
+    from scenarios.config.features import CATALOG
 
     plans = []
 
@@ -341,8 +342,8 @@ def test_audit_command_prints_the_audit_and_fails_a_failed_audit(monkeypatch, ca
     import argparse
     import json
 
-    from scenarios import audit_cli
-    from scenarios.features import CATALOG
+    from scenarios.audit import commands as audit_cli
+    from scenarios.config.features import CATALOG
 
     args = argparse.Namespace(mechanism=None, grid=False, report_only=False, run_config=[],
                               federation="local-simulation")  # fmt: skip

@@ -2,7 +2,7 @@
 accounted as Poisson at q = B/n are flagged by the white-box one-run audit with the default
 budget; the correct mechanism (secret Poisson batches) is not.
 
-The claim is the run's: replace-one example adjacency (issue 26, ``fedpriv.dpsgd``: n is
+The claim is the run's: replace-one example adjacency (issue 26, ``fedpriv.privacy.dpsgd``: n is
 released, multiplier z/2), and the canaries are replace-one pairs (gradient ±A·e_j)."""
 
 import argparse
@@ -74,7 +74,8 @@ def test_noiseless_steps_carry_exactly_the_clipped_canaries():
 
 
 def test_poisson_steps_use_the_clients_sampler():
-    """The correct mechanism's batches are fedpriv.dpsgd.poisson_schedule's (mean size ≈ B)."""
+    """The correct mechanism's batches are fedpriv.privacy.dpsgd.poisson_schedule's (mean size ≈
+    B)."""
     sizes = [len(b) for b in dm.step_batches(SMALL, "poisson", np.random.default_rng(1))]
     assert len(sizes) == 2 * SMALL.steps_per_epoch
     assert 5 < np.mean(sizes) < 15
@@ -110,8 +111,8 @@ def test_correct_poisson_mechanism_is_not_flagged(trial):
 
 
 def test_cli_dpsgd_mechanism_passes_and_the_planted_bug_fails(capsys):
-    from scenarios import audit_cli
-    from scenarios.features import CATALOG
+    from scenarios.audit import commands as audit_cli
+    from scenarios.config.features import CATALOG
 
     parser = argparse.ArgumentParser()
     audit_cli.add_arguments(parser)

@@ -7,7 +7,7 @@ import pytest
 
 from fedpriv.audit import global_dp_mechanism as gdm
 from fedpriv.audit import metric_dp_mechanism as mm
-from fedpriv.distance import max_pairwise_layer_distance
+from fedpriv.privacy.distance import max_pairwise_layer_distance
 
 pytest.importorskip("jax_privacy.auditing")
 
@@ -68,8 +68,8 @@ def test_cli_metric_dp_mechanism_audit(capsys):
     import argparse
     import json
 
-    from scenarios import audit_cli
-    from scenarios.features import CATALOG
+    from scenarios.audit import commands as audit_cli
+    from scenarios.config.features import CATALOG
 
     parser = argparse.ArgumentParser()
     audit_cli.add_arguments(parser)

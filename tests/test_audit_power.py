@@ -15,7 +15,7 @@ from fedpriv.audit.one_run_fdp import (
     fdp_epsilon_lower_bound,
     one_run_bounds,
 )
-from fedpriv.dp import FixedClippingGaussian
+from fedpriv.privacy.dp import FixedClippingGaussian
 
 jax_auditing = pytest.importorskip("jax_privacy.auditing")
 
@@ -175,8 +175,8 @@ def test_fedpriv_audit_imports_without_jax():
 def _cli(argv):
     import argparse
 
-    from scenarios import audit_cli
-    from scenarios.features import CATALOG
+    from scenarios.audit import commands as audit_cli
+    from scenarios.config.features import CATALOG
 
     parser = argparse.ArgumentParser()
     audit_cli.add_arguments(parser)
@@ -186,7 +186,7 @@ def _cli(argv):
 def test_cli_global_dp_mechanism_audit_passes_and_a_planted_bug_fails(capsys):
     import json
 
-    from scenarios import audit_cli
+    from scenarios.audit import commands as audit_cli
 
     assert audit_cli.PLANTED_BUGS == tuple(sorted({**planted.PLANTED, **planted.DPSGD_PLANTED}))
     base = ["--mechanism", "global-dp", "--z", "12.6", "--run-config", "num-server-rounds=10"]

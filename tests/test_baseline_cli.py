@@ -32,8 +32,8 @@ from fedpriv.baseline import (
     record_bands,
     run_figures,
 )
-from scenarios.baseline_report import RunVerdicts, summary_line, table, write_junit
-from scenarios.cli import main
+from scenarios.baseline.report import RunVerdicts, summary_line, table, write_junit
+from scenarios.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 GLOBAL = "digits/fedavg/global-dp"
@@ -176,7 +176,7 @@ def test_check_refuses_targets_and_seeds_not_recorded(tmp_path, capsys):
 
 def fedpriv_baseline(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    cmd = [sys.executable, "-m", "scenarios.cli", "baseline", *args]
+    cmd = [sys.executable, "-m", "scenarios.cli.main", "baseline", *args]
     return subprocess.run(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
     )

@@ -15,14 +15,14 @@ from flwr.app import ArrayRecord
 from flwr.server.strategy import FedAvg as LegacyFedAvg
 from flwr.serverapp.strategy import FedAvg, FedMedian
 
-from fedpriv.accounting.budget import REL_TOL, EpsilonBudget, smallest_noise_multiplier
-from fedpriv.accounting.rounds import global_dp_accountant, global_dp_epsilon
-from fedpriv.accounting.target import noise_for_target
-from fedpriv.participation import Participation
+from fedpriv.privacy.accounting.budget import REL_TOL, EpsilonBudget, smallest_noise_multiplier
+from fedpriv.privacy.accounting.rounds import global_dp_accountant, global_dp_epsilon
+from fedpriv.privacy.accounting.target import noise_for_target
+from fedpriv.privacy.participation import Participation
 from fedpriv.zonal import ZonalPlan, epsilon_at_aggregator
-from scenarios.features import CATALOG
-from scenarios.schema import ConfigError
-from scenarios.specs import run_spec
+from scenarios.config.features import CATALOG
+from scenarios.config.schema import ConfigError
+from scenarios.config.specs import run_spec
 from strategies.dp_wrappers import ServerSideFixedClippingDP
 from strategies.legacy_dp import LegacyServerSideFixedClippingDP
 from tests.test_dp_wrappers import client_models, fit_results, global_model, replies
@@ -216,7 +216,7 @@ def test_target_noise_multiplier_is_the_smallest_that_meets_the_target(run_confi
 
 
 def test_target_epsilon_for_dp_sgd_and_zonal():
-    from fedpriv import dpsgd
+    from fedpriv.privacy import dpsgd
 
     cfg = CATALOG.resolve_run_config({"privacy": "dp-sgd", "num-server-rounds": 3})
     out = noise_for_target(run_spec(cfg), 3.0, examples_per_client=200)
@@ -233,7 +233,7 @@ def test_target_epsilon_for_dp_sgd_and_zonal():
     zcfg = CATALOG.resolve_run_config({"scenario": "hdp-digits", "num-server-rounds": 4})
     zspec = run_spec(zcfg)
     zout = noise_for_target(zspec, 2.0)
-    from fedpriv.accounting.planning import privacy_plan
+    from fedpriv.privacy.accounting.planning import privacy_plan
 
     # the spec at the found z (its params' noise field replaced) plans what the config at z does
     at_z = zspec.mode.with_noise(zspec, zout["noise_multiplier"])
@@ -246,7 +246,7 @@ def test_target_epsilon_for_dp_sgd_and_zonal():
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "scenarios.cli", "epsilon", *args],
+        [sys.executable, "-m", "scenarios.cli.main", "epsilon", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from fedpriv.accounting.rounds import global_dp_epsilon
-from scenarios.features import CATALOG
-from scenarios.specs import run_spec
+from fedpriv.privacy.accounting.rounds import global_dp_epsilon
+from scenarios.config.features import CATALOG
+from scenarios.config.specs import run_spec
 from tests.simulate import run_fedpriv
 
 pytestmark = pytest.mark.simulation

@@ -1,7 +1,7 @@
 """Must-show 3 (issue 11): every message a client sends, in each privacy mode, carries only
 what that mode's accounting covers — or a labelled opt-in listed in the summary.
 
-The real ClientApp (``scenarios.client_app.app``) is called with real Flower ``Message`` and
+The real ClientApp (``scenarios.app.client_app.app``) is called with real Flower ``Message`` and
 ``Context`` objects (no mocks, no simulation); Flower dispatches on the message type exactly
 as in a run. The expected key sets are written out here, not read from the module under test.
 """
@@ -13,13 +13,13 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 
 from clients.keras_client import federated_data, initial_weights
-from fedpriv import dpsgd
-from fedpriv.disclosure import unaccounted_channels
 from fedpriv.ifca import CONFIG_KEY, HYPOTHESES_KEY, REPLY_KEY
-from scenarios.client_app import app
-from scenarios.federation import QUERY_KEY
-from scenarios.registry import resolve_run_config
-from scenarios.specs import data_spec, run_spec, train_spec
+from fedpriv.privacy import dpsgd
+from fedpriv.privacy.disclosure import unaccounted_channels
+from scenarios.app.client_app import app
+from scenarios.app.federation import QUERY_KEY
+from scenarios.config.registry import resolve_run_config
+from scenarios.config.specs import data_spec, run_spec, train_spec
 
 FAST = {"num-server-rounds": 1, "local-epochs": 1, "num-clients": 4}
 NEVER_UNDER_DP = {"train-loss", "loss", "accuracy", "zonal-update-norm", "zonal-clipped",
@@ -115,7 +115,7 @@ def test_zonal_ldp_clients_send_no_norms():
 
 
 def test_ifca_training_users_send_only_the_sanitized_vector():
-    from scenarios.ifca import initial_hypotheses
+    from scenarios.ifca.feature import initial_hypotheses
     from strategies.ifca import hypotheses_record
 
     cfg = resolve_run_config(  # the client keeps secret noise
@@ -147,7 +147,7 @@ def test_ifca_training_users_send_only_the_sanitized_vector():
 
 def test_nothing_a_dp_client_sent_above_is_a_forbidden_side_channel():
     """The side channels the issue lists never appear without the opt-in (one table)."""
-    from fedpriv.disclosure import reply_keys
+    from fedpriv.privacy.disclosure import reply_keys
 
     assert set(reply_keys()) >= {"global-dp", "metric-dp", "dp-sgd", "zonal", "ifca"}
     for mode, kinds in reply_keys().items():

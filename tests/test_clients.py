@@ -11,8 +11,8 @@ from clients.keras_client import (
     model_for,
     train_local,
 )
-from scenarios.registry import resolve_run_config
-from scenarios.specs import data_spec, train_spec
+from scenarios.config.registry import resolve_run_config
+from scenarios.config.specs import data_spec, train_spec
 
 
 @pytest.fixture(scope="module")

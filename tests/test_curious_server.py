@@ -1,8 +1,8 @@
 """A curious ServerApp (issue 26, must-show 1, node side): keys left at "auto" are the node's.
 
-The real ClientApp (``scenarios.client_app.app``, with its zone-node and DP-SGD code paths)
+The real ClientApp (``scenarios.app.client_app.app``, with its zone-node and DP-SGD code paths)
 gets real Flower ``Message`` / ``Context`` objects. The legit message is what the real server
-code sends (:func:`scenarios.wire_config.wire_config` over the server's resolved config, plus
+code sends (:func:`scenarios.app.wire_config.wire_config` over the server's resolved config, plus
 the keys its strategies add); each attack changes one key of it. Every node is built twice:
 one whose ``run_config`` leaves everything at ``"auto"`` (the app's pyproject.toml; the
 README's DP-SGD SuperNode sets only ``privacy`` in its node config) and one that sets every
@@ -19,21 +19,21 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 
 from clients.keras_client import federated_data, initial_weights
-from fedpriv import dpsgd
-from fedpriv.ownership import (
+from fedpriv.privacy import dpsgd
+from fedpriv.privacy.ownership import (
     DERIVED_KEYS,
     MESSAGE_KEYS,
     NODE_SECURE_DEFAULTS,
     PRIVACY_KEYS,
     REFUSED_CODE,
 )
-from scenarios import wire_config
-from scenarios.client_app import app
-from scenarios.features import CATALOG
-from scenarios.keys_zonal import plan_from_config
-from scenarios.node_spec import catalog_snapshot, load_snapshot, node_spec, resolve_node
-from scenarios.schema import ConfigError
-from scenarios.specs import data_spec, train_spec
+from scenarios.app import wire_config
+from scenarios.app.client_app import app
+from scenarios.config.features import CATALOG
+from scenarios.config.node_spec import catalog_snapshot, load_snapshot, node_spec, resolve_node
+from scenarios.config.schema import ConfigError
+from scenarios.config.specs import data_spec, train_spec
+from scenarios.zonal.keys import plan_from_config
 
 AUTO_RUN_CONFIG = {key: "auto" for key in CATALOG.keys}  # pyproject.toml: every key "auto"
 ZONE = 0
@@ -279,8 +279,9 @@ def test_the_node_resolves_like_the_server_but_for_its_secure_defaults():
     except the opt-ins: those are false on the node. No scenario opts in to seeded noise (the
     paper scenarios use secret noise too; issue 26)."""
     assert load_snapshot() == catalog_snapshot(CATALOG), (
-        "scenarios/node_catalog.json is stale: run python -c 'from scenarios.features import "
-        "CATALOG; from scenarios.node_spec import write_snapshot; write_snapshot(CATALOG)'"
+        "scenarios/config/node_catalog.json is stale: run python -c 'from "
+        "scenarios.config.features import CATALOG; from scenarios.config.node_spec import "
+        "write_snapshot; write_snapshot(CATALOG)'"
     )
     assert not any(s.defaults.get("reproducible-noise") for s in CATALOG.scenarios.values())
     for name in CATALOG.scenarios:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from fedpriv.runlog import read_rounds
+from fedpriv.reporting.runlog import read_rounds
 from tests.localflower import Processes, free_ports, wait_http_ok
 from tests.simulate import ROOT
 

@@ -1,11 +1,11 @@
-"""Tests for fedpriv.distance: the metric-privacy distance d (SPEC §3.2)."""
+"""Tests for fedpriv.privacy.distance: the metric-privacy distance d (SPEC §3.2)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fedpriv import distance as D
+from fedpriv.privacy import distance as D
 
 SHAPES = [(3, 3, 2, 4), (4,), (36, 7), (7,)]  # conv kernel, bias, dense, bias
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from scenarios.cli import main as fedpriv
-from scenarios.features import CATALOG
+from scenarios.cli.main import main as fedpriv
+from scenarios.config.features import CATALOG
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -110,8 +110,8 @@ def test_key_reference_follows_a_changed_catalog():
     """The page is generated: a key added to (or dropped from) a feature shows up (or goes)."""
     from dataclasses import replace
 
-    from scenarios.feature import Catalog
-    from scenarios.schema import KeySpec
+    from scenarios.config.feature import Catalog
+    from scenarios.config.schema import KeySpec
 
     extra = KeySpec("docs-test-key", 3, int, "an integer", "a key only this test declares")
     first = CATALOG.features[0]

@@ -16,9 +16,9 @@ import pytest
 from flwr.common import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvgM, FedMedian, FedYogi
 
-from fedpriv.dp import GaussianRoundsAccountant
-from scenarios.dp import build_dp_wrapper
-from scenarios.registry import resolve_run_config
+from fedpriv.privacy.dp import GaussianRoundsAccountant
+from scenarios.config.registry import resolve_run_config
+from scenarios.dp.feature import build_dp_wrapper
 from strategies.array_records import named_record
 from strategies.dp_core import NO_EPSILON_NOT_A_MEAN
 from strategies.dp_wrappers import ServerSideFixedClippingDP
@@ -174,7 +174,7 @@ def test_fedmedian_is_noised_after_its_aggregate_and_reports_no_epsilon():
 
 @pytest.mark.parametrize("strategy", ["fedavgm", "fedprox", "fedopt", "fedyogi"])
 def test_the_run_config_path_reports_epsilon_for_every_mean_strategy(strategy):
-    from scenarios.specs import run_spec
+    from scenarios.config.specs import run_spec
     from strategies.factory import build_stock_strategy
 
     cfg = resolve_run_config({"privacy": "global-dp", "strategy": strategy, "num-clients": 3})

@@ -28,18 +28,18 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg as LegacyFedAvg
 from flwr.serverapp.strategy import FedAvg, FedMedian
 
-from fedpriv.accounting import dp_epsilon
-from fedpriv.dp import (
+from fedpriv.privacy.accounting import dp_epsilon
+from fedpriv.privacy.dp import (
     FALLBACK_BELOW_FLOOR,
     FALLBACK_FEW_CLIENTS,
     FixedClippingGaussian,
     GaussianRoundsAccountant,
     MetricScaledGaussian,
 )
-from fedpriv.mechanisms import metric_sigma_lower_bound
-from scenarios.dp import build_dp_wrapper, privacy_summary
-from scenarios.registry import resolve_run_config
-from scenarios.schema import ConfigError
+from fedpriv.privacy.mechanisms import metric_sigma_lower_bound
+from scenarios.config.registry import resolve_run_config
+from scenarios.config.schema import ConfigError
+from scenarios.dp.feature import build_dp_wrapper, privacy_summary
 from strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
 from strategies.legacy_dp import LegacyMetricDP, LegacyServerSideFixedClippingDP
 from tests.flower_reference import (
@@ -139,7 +139,7 @@ def naive_distance(models) -> float:
 
 
 def clip_by_hand(model, reference, c):
-    """w_g + Δ·min(1, C/‖Δ‖) in float64 (independent of fedpriv.mechanisms)."""
+    """w_g + Δ·min(1, C/‖Δ‖) in float64 (independent of fedpriv.privacy.mechanisms)."""
     delta = [m.astype(np.float64) - r.astype(np.float64) for m, r in zip(model, reference)]
     norm = math.sqrt(sum(float(np.sum(d**2)) for d in delta))
     factor = min(1.0, c / norm)
@@ -317,7 +317,7 @@ def test_identical_models_use_the_floor_and_complete(caplog):
         MetricDP, reference, noise_multiplier=0.01, clipping_norm=5.0, num_sampled_clients=3,
         rng=np.random.default_rng(0),
     )  # fmt: skip
-    with caplog.at_level("WARNING", logger="fedpriv.dp"):
+    with caplog.at_level("WARNING", logger="fedpriv.privacy.dp"):
         arrays, _ = wrapper.aggregate_train(1, replies([same, same, same]))
     report = wrapper.round_metrics()
     assert report["dp-fallback"] == FALLBACK_BELOW_FLOOR

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy import optimize, special, stats
 
-from fedpriv import dpsgd
-from scenarios.schema import ConfigError
+from fedpriv.privacy import dpsgd
+from scenarios.config.schema import ConfigError
 
 # --- Poisson schedule -----------------------------------------------------------------------
 
@@ -161,7 +161,7 @@ def test_one_step_pld_matches_the_integrated_sampled_gaussian():
     q, z, delta = 16 / 287, 1.1, 1e-5
     exact = _one_step_sampled_gaussian_epsilon(q, z, delta)
     event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
-    from fedpriv.accounting import NeighborRel, PrivacyAccountant
+    from fedpriv.privacy.accounting import NeighborRel, PrivacyAccountant
 
     acc = PrivacyAccountant(delta=delta, relation=NeighborRel.ADD_OR_REMOVE_ONE).compose(event)
     reported = acc.report()
@@ -236,7 +236,7 @@ class _Inner:
 def test_wrapper_sets_task_mirrors_participations_and_keeps_per_client_epsilon():
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
-    from scenarios.dpsgd import DpSgdClients
+    from scenarios.dp_sgd.feature import DpSgdClients
     from tests.flower_reference import act_as_serverapp_task
 
     act_as_serverapp_task()
@@ -275,8 +275,8 @@ def test_wrapper_sets_task_mirrors_participations_and_keeps_per_client_epsilon()
 
 
 def test_summary_block_and_keys():
-    from scenarios.dpsgd import dpsgd_summary
-    from scenarios.registry import resolve_run_config
+    from scenarios.config.registry import resolve_run_config
+    from scenarios.dp_sgd.feature import dpsgd_summary
 
     cfg = resolve_run_config({"scenario": "digits", "privacy": "dp-sgd"})
     assert (cfg["clipping-norm"], cfg["noise-multiplier"]) == (1.0, 1.1)
@@ -302,8 +302,8 @@ def test_summary_block_and_keys():
 
 
 def test_plan_is_the_clients_epsilon():
-    from fedpriv.accounting.planning import privacy_plan
-    from scenarios.specs import run_spec
+    from fedpriv.privacy.accounting.planning import privacy_plan
+    from scenarios.config.specs import run_spec
 
     cfg = {"privacy": "dp-sgd", "num-server-rounds": 8, "local-epochs": 2, "batch-size": 16,
            "noise-multiplier": 1.1, "dp-delta": 1e-5}  # fmt: skip
@@ -319,8 +319,8 @@ def test_plan_is_the_clients_epsilon():
 def digits_client():
     from clients.dpsgd_client import DpSgdSettings, dp_trainer_for
     from clients.keras_client import TrainSettings, federated_data, initial_weights
-    from scenarios.registry import resolve_run_config
-    from scenarios.specs import run_spec
+    from scenarios.config.registry import resolve_run_config
+    from scenarios.config.specs import run_spec
 
     cfg = resolve_run_config({"privacy": "dp-sgd", "num-clients": 4, "local-epochs": 1})
     spec = run_spec(cfg)

@@ -7,7 +7,7 @@ the data sets the server cannot tell apart by n alone have the same n: replace-o
 Independent computation over that view: dp_accounting's raw PLD of the Poisson-subsampled
 Gaussian with sensitivity 2C (one example out, another in) and noise zC, composed over the
 client's steps — built here from ``from_gaussian_mechanism``, not through
-:mod:`fedpriv.accounting`. It gives no more than the reported ε. The audit's white-box
+:mod:`fedpriv.privacy.accounting`. It gives no more than the reported ε. The audit's white-box
 replace-one pair (gradients +C and −C along one axis) reached 8.51 at digits n = 288, where
 the old add/remove figure reported 5.31; the reported ε is now above both.
 """
@@ -18,7 +18,7 @@ import math
 
 import pytest
 
-from fedpriv import dpsgd
+from fedpriv.privacy import dpsgd
 
 DIGITS = dict(batch_size=16, local_epochs=2, noise_multiplier=1.1, delta=1e-5)
 AUDIT_LOWER_BOUND = 8.51  # replace-one white-box, digits n = 288, 8 rounds (issue 26)

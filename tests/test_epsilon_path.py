@@ -3,7 +3,7 @@
 ``fedpriv epsilon`` (the real command, its printed JSON) is never below the ε a run charges,
 under uniform and example weighting, fixed and Poisson client sampling; equal where the
 weights are uniform. The run's headline comes from the real wrapper built from the same
-config (``scenarios.dp.build_dp_wrapper``, its accountant), fed replies that carry the
+config (``scenarios.dp.feature.build_dp_wrapper``, its accountant), fed replies that carry the
 partition's real example counts for samples drawn by the run's sampler.
 """
 
@@ -19,12 +19,12 @@ import pytest
 from flwr.common import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
 from clients.partitions import federated_data
-from fedpriv.accounting.planning import worst_case_weight
-from scenarios.cli import main
-from scenarios.dp import build_dp_wrapper
-from scenarios.federation import sample_partitions
-from scenarios.registry import resolve_run_config
-from scenarios.specs import data_spec, run_spec
+from fedpriv.privacy.accounting.planning import worst_case_weight
+from scenarios.app.federation import sample_partitions
+from scenarios.cli.main import main
+from scenarios.config.registry import resolve_run_config
+from scenarios.config.specs import data_spec, run_spec
+from scenarios.dp.feature import build_dp_wrapper
 from strategies.array_records import named_record
 from strategies.factory import build_stock_strategy
 from tests.flower_reference import act_as_serverapp_task
@@ -128,7 +128,7 @@ def test_worst_case_weight_against_brute_force():
 
 
 def test_planning_without_the_data_assumes_one_client_takes_all_weight():
-    from fedpriv.accounting.planning import privacy_plan
+    from fedpriv.privacy.accounting.planning import privacy_plan
 
     cfg = resolve_run_config({**BASE, "dp-weighting": "examples"})
     cfg["data-path"] = "/nonexistent"

@@ -10,8 +10,8 @@ from flwr.serverapp.strategy import FedAvg, FedAvgM, FedMedian, FedProx, FedYogi
 from flwr.serverapp.strategy.fedopt import FedOpt
 
 from fedpriv.spec import StrategySpec
-from scenarios.registry import resolve_run_config
-from scenarios.specs import run_spec
+from scenarios.config.registry import resolve_run_config
+from scenarios.config.specs import run_spec
 from strategies.factory import build_stock_strategy
 
 HYPER = dict(

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from scenarios import client_tasks
-from scenarios.feature import Catalog, Feature
-from scenarios.features import CATALOG, FEATURES
-from scenarios.launch import pyproject
-from scenarios.schema import ConfigError
+from scenarios.app import client_tasks
+from scenarios.cli.launch import pyproject
+from scenarios.config.feature import Catalog, Feature
+from scenarios.config.features import CATALOG, FEATURES
+from scenarios.config.schema import ConfigError
 from tests.simulate import ROOT
 
 
@@ -66,21 +66,22 @@ def test_a_feature_declared_twice_is_refused():
 def test_commands_and_keys_toml():
     assert {"run", "keys", "scenarios", "grid", "report", "attack"} <= set(CATALOG.commands)
     out = subprocess.run(
-        [sys.executable, "-m", "scenarios.cli", "keys", "--toml"],
+        [sys.executable, "-m", "scenarios.cli.main", "keys", "--toml"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
     ).stdout  # fmt: skip
     lines = [x for x in out.splitlines() if x and not x.startswith("#")]
     assert [x.split(" = ")[0] for x in lines] == list(CATALOG.keys)
 
 
-PLOTTING = ("fedpriv.report", "fedpriv.plots", "fedpriv.report_plots", "fedpriv.ifca_plots")
+PLOTTING = ("fedpriv.reporting.report", "fedpriv.reporting.plots", "fedpriv.reporting.report_plots",
+            "fedpriv.reporting.ifca_plots")
 
 
 def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
     """Keras 3 itself imports matplotlib.pyplot when it is installed (keras.src.visualization),
     so the check is on the project's own report and plotting modules."""
     code = (
-        "import sys, json; import scenarios.client_app; "
+        "import sys, json; import scenarios.app.client_app; "
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
         f"('scenarios', 'strategies') or m in {PLOTTING!r})))"
     )
@@ -89,19 +90,21 @@ def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
         check=True, env={"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)},
     ).stdout  # fmt: skip
     loaded = json.loads(out.strip().splitlines()[-1])
-    # issue 21: the zone-node task (scenarios.zone_node) derives the zone's plan from the
-    # zonal keys (scenarios.keys_zonal: declarations and plan_from_config, over
-    # scenarios.schema's key checks) - client-side code, no server app, CLI or report
-    # issue 26: each node resolves its own spec (scenarios.node_spec) from the key
+    # issue 21: the zone-node task (scenarios.zonal.zone_node) derives the zone's plan from the
+    # zonal keys (scenarios.zonal.keys: declarations and plan_from_config, over
+    # scenarios.config.schema's key checks) - client-side code, no server app, CLI or report
+    # issue 26: each node resolves its own spec (scenarios.config.node_spec) from the key
     # declarations (the scenarios.keys_* modules, declarations only) - still client-side;
-    # issue 28: scenarios.quiet sets the worker's log levels (logging and os only);
-    # issue 26: scenarios.specs builds the node's typed RunSpec from its resolved config, and
-    # scenarios.node_roles reads the node's role, zone level and state folder from its own
-    keys = [f"scenarios.keys_{name}" for name in
-            ("attacks", "audit", "dp", "dpsgd", "faults", "grid", "ifca", "speed", "standard",
-             "zonal")]  # fmt: skip
-    assert loaded == ["scenarios", "scenarios.client_app", "scenarios.client_tasks",
-                      "scenarios.federation", *keys, "scenarios.node_roles", "scenarios.node_spec",
-                      "scenarios.quiet",
-                      "scenarios.schema", "scenarios.specs", "scenarios.task_names",
-                      "scenarios.wire_config", "scenarios.zone_node"]  # fmt: skip
+    # issue 28: scenarios.app.quiet sets the worker's log levels (logging and os only);
+    # issue 26: scenarios.config.specs builds the node's typed RunSpec from its resolved config, and
+    # scenarios.config.node_roles reads the node's role, zone level and state folder from its own
+    features = ("attacks", "audit", "dp", "dp_sgd", "faults", "grid", "ifca", "speed", "standard",
+                "zonal")
+    expected = {"scenarios", "scenarios.app", "scenarios.config", "scenarios.app.client_app",
+                "scenarios.app.client_tasks", "scenarios.app.federation", "scenarios.app.quiet",
+                "scenarios.app.task_names", "scenarios.app.wire_config",
+                "scenarios.config.node_roles", "scenarios.config.node_spec",
+                "scenarios.config.schema", "scenarios.config.specs", "scenarios.zonal.zone_node"}
+    expected |= {f"scenarios.{name}" for name in features}  # the feature packages (empty)
+    expected |= {f"scenarios.{name}.keys" for name in features}  # their key declarations
+    assert sorted(loaded) == sorted(expected)

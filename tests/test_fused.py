@@ -1,8 +1,8 @@
 """One message per round for train + evaluate (issue 27, ``evaluate-in-train``,
-:mod:`scenarios.fused`).
+:mod:`scenarios.app.fused`).
 
-The runs here are the real engine (:func:`scenarios.engine.train_run`, the standard strategy
-chain with metric DP) against the real ClientApp handlers (:mod:`scenarios.client_app`,
+The runs here are the real engine (:func:`scenarios.app.engine.train_run`, the standard strategy
+chain with metric DP) against the real ClientApp handlers (:mod:`scenarios.app.client_app`,
 Keras training and evaluation), dispatched in-process by :class:`ClientAppGrid` instead of
 Ray, so that a run of 3 digits clients and 3 rounds takes seconds and every message can be
 counted.
@@ -18,12 +18,12 @@ import pytest
 from flwr.app import Context, Message, MessageType, MetricRecord, RecordDict
 
 from clients.partitions import federated_data
-from scenarios import client_app
-from scenarios.features import CATALOG
-from scenarios.fused import EVALUATION_RECORD, evaluate_in_train, split_evaluations
-from scenarios.registry import resolve_run_config
-from scenarios.schema import ConfigError
-from scenarios.specs import data_spec, train_spec
+from scenarios.app import client_app
+from scenarios.app.fused import EVALUATION_RECORD, evaluate_in_train, split_evaluations
+from scenarios.config.features import CATALOG
+from scenarios.config.registry import resolve_run_config
+from scenarios.config.schema import ConfigError
+from scenarios.config.specs import data_spec, train_spec
 from tests.flower_reference import act_as_serverapp_task
 
 act_as_serverapp_task()
@@ -81,8 +81,8 @@ class ClientAppGrid:
 
 def run(tmp_path, name: str, fused, kill_at=None, **overrides):
     """One in-process run; returns (outcome, grid)."""
-    from scenarios.engine import train_run
-    from scenarios.federation import PartitionGrid
+    from scenarios.app.engine import train_run
+    from scenarios.app.federation import PartitionGrid
 
     run_config = {**RUN, **overrides, "evaluate-in-train": fused}
     run_config["output-dir"] = str(tmp_path / name)

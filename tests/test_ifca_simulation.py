@@ -1,4 +1,5 @@
-"""IFCA end to end in real Flower simulations (``fedpriv run`` -> ``scenarios.simulation_runner``).
+"""IFCA end to end in real Flower simulations (``fedpriv run`` ->
+``scenarios.cli.simulation_runner``).
 
 Two simulations, each running several IFCA configurations one after the other through
 ``ifca-sweep`` (one Ray/TF start-up per dataset):
@@ -13,7 +14,7 @@ Why ν = 1 for the convergence check, not GP's ν = 5: with this data (x ~ N(0, 
 0.1 on the MSE, U = 7) the released noise has mean norm ν‖δ‖ = 5‖δ‖, and its average over the
 ~3.5 members of a cluster outweighs the per-round progress: measured over 12 seeds, no k = 2
 run at ν = 5 ends within 0.5 of both optima (ν = 1: 30 of 30 within 25 rounds). See the
-IFCA notes in scenarios/ifca.py.
+IFCA notes in scenarios/ifca/feature.py.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import numpy as np
 import pytest
 
 from fedpriv.data import load_federated
-from fedpriv.runlog import read_rounds
-from scenarios import cli, launch
+from fedpriv.reporting.runlog import read_rounds
+from scenarios.cli import launch
+from scenarios.cli import main as cli
 from tests.baseline import assert_matches_baseline
 from tests.simulate import kill_after_round, run_fedpriv, to_override, with_reproducible
 

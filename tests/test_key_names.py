@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from scenarios.features import CATALOG
-from scenarios.node_spec import node_keys, resolve_node
-from scenarios.schema import RENAMED, ConfigError
+from scenarios.config.features import CATALOG
+from scenarios.config.node_spec import node_keys, resolve_node
+from scenarios.config.schema import RENAMED, ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 # the papers' / tutorials' values, written out here (not read from the modes)

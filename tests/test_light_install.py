@@ -42,7 +42,7 @@ WRAP_AND_AGGREGATE = textwrap.dedent(
 
     from strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
     from strategies.legacy_dp import LegacyMetricDP
-    from fedpriv.accounting import dp_epsilon
+    from fedpriv.privacy.accounting import dp_epsilon
 
     try:  # newer Flower builds instruction messages only inside a task
         from flwr.supercore.task_identity import TaskIdentity
@@ -87,8 +87,8 @@ CLI_WITHOUT_EXTRA = textwrap.dedent(
     for name in {heavy!r}:
         if name not in sys.modules:
             sys.modules[name] = None
-    from scenarios.cli import main
-    from scenarios.features import CATALOG
+    from scenarios.cli.main import main
+    from scenarios.config.features import CATALOG
 
     light = [c for c in ("keys", "scenarios", "epsilon") if c in CATALOG.commands]
     for command in light:
@@ -132,7 +132,7 @@ def test_feature_list_and_cli_without_the_simulation_extra(tmp_path):
 )
 def test_base_install_imports_no_tensorflow_ray_or_matplotlib():
     code = (
-        "import strategies.dp_wrappers, strategies.legacy_dp, fedpriv.accounting, sys; "
+        "import strategies.dp_wrappers, strategies.legacy_dp, fedpriv.privacy.accounting, sys; "
         "assert 'tensorflow' not in sys.modules; "
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     )

@@ -7,10 +7,10 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
 
 from fedpriv.data import load_federated
-from scenarios.engine import build_strategy
-from scenarios.features import CATALOG
-from scenarios.federation import PartitionGrid
-from scenarios.registry import resolve_run_config
+from scenarios.app.engine import build_strategy
+from scenarios.app.federation import PartitionGrid
+from scenarios.config.features import CATALOG
+from scenarios.config.registry import resolve_run_config
 
 
 def test_bootstrap_partition_gives_ten_thousand_seeded_clients():

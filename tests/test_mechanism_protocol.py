@@ -1,4 +1,4 @@
-"""The mechanism protocol and its placements (issue 26, :mod:`fedpriv.privacy_mechanism`).
+"""The mechanism protocol and its placements (issue 26, :mod:`fedpriv.privacy.protocol`).
 
 * every mechanism of fedpriv satisfies :class:`Mechanism` (constrain, add_noise, event);
 * each placement's output equals the formula computed here in plain numpy for a fixed
@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from fedpriv.accounting.accountant import PrivacyAccountant
-from fedpriv.accounting.events import NeighborRel
-from fedpriv.accounting.rdp import ORDERS
-from fedpriv.dp import FixedClippingGaussian, MetricScaledGaussian, round_report
-from fedpriv.privacy_mechanism import (
+from fedpriv.privacy.accounting.accountant import PrivacyAccountant
+from fedpriv.privacy.accounting.events import NeighborRel
+from fedpriv.privacy.accounting.rdp import ORDERS
+from fedpriv.privacy.dp import FixedClippingGaussian, MetricScaledGaussian, round_report
+from fedpriv.privacy.protocol import (
     CentralPlacement,
     ClientPlacement,
     GaussianMechanism,

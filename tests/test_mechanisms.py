@@ -1,4 +1,5 @@
-"""Tests for fedpriv.mechanisms: FlatClip/Gaussian vs Flower, Laplace in R^n, GP sanitization."""
+"""Tests for fedpriv.privacy.mechanisms: FlatClip/Gaussian vs Flower, Laplace in R^n, GP
+sanitization."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedpriv import mechanisms as M
+from fedpriv.privacy import mechanisms as M
 from tests.flower_reference import dp_helpers
 
 SHAPES = [(3, 3, 1, 8), (8,), (50, 10), (10,)]

@@ -1,10 +1,10 @@
 """Issue 26 must-show 7: the ``privacy`` key and mode names live in the mode registry only.
 
 An AST scan of ``fedpriv/``, ``strategies/``, ``clients/`` and ``scenarios/``: outside the
-registry and the mode modules (``fedpriv/modes/``) and the Flower-side declaration
-(``scenarios/privacy_modes.py``) no code reads ``X["privacy"]`` or ``X.get("privacy")``, and
+registry and the mode modules (``fedpriv/privacy/modes/``) and the Flower-side declaration
+(``scenarios/app/privacy_modes.py``) no code reads ``X["privacy"]`` or ``X.get("privacy")``, and
 no comparison branches on a mode-name literal (``mode == "zonal"``, ``privacy in (...)``):
-code asks :func:`fedpriv.modes.mode_of` for the mode object and reads its attributes.
+code asks :func:`fedpriv.privacy.modes.mode_of` for the mode object and reads its attributes.
 Mode names still appear as plain data (a scenario's defaults, a table's row order), which is
 config, not a branch.
 """
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from fedpriv.modes import names
+from fedpriv.privacy.modes import names
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("fedpriv", "strategies", "clients", "scenarios")
-OWNERS = ("fedpriv/modes/", "scenarios/privacy_modes.py")  # the registry and the modes
+OWNERS = ("fedpriv/privacy/modes/", "scenarios/app/privacy_modes.py")  # the registry and the modes
 KEY = "privacy"
 MODE_NAMES = frozenset(names(selectable=False))
 # words that mark an operand as a privacy mode (its name or its object)
@@ -94,15 +94,17 @@ def test_no_privacy_key_or_mode_branch_outside_the_registry(path):
 # noise-placement). The exceptions below are other namespaces that share a word with a mode:
 # each (file, literal) with why it is not a mode name.
 OTHER_NAMESPACES = {
-    ("fedpriv/console.py", "zonal"): "the summary.json / round record block of the zonal feature",
+    ("fedpriv/reporting/console.py", "zonal"):
+        "the summary.json / round record block of the zonal feature",
     ("strategies/zonal.py", "zonal"): "the round record block the zonal wrapper writes",
-    ("scenarios/zonal.py", "zonal"): "the feature's name and its summary/record block",
-    ("scenarios/zonal_report.py", "zonal"): "the summary.json block it reads",
-    ("scenarios/attack_commands.py", "zonal"): "the attack report's zonal section",
-    ("scenarios/dpsgd.py", "dp-sgd"): "the feature's name (scenarios.feature.Feature)",
-    ("scenarios/ifca.py", "ifca"): "the scenario kind and the feature's name",
-    ("scenarios/node_spec.py", "ifca"): "the scenario kind (node_catalog.json)",
-    ("scenarios/speed.py", "ifca"): "the scenario kind",
+    ("scenarios/zonal/feature.py", "zonal"): "the feature's name and its summary/record block",
+    ("scenarios/zonal/report.py", "zonal"): "the summary.json block it reads",
+    ("scenarios/attacks/commands.py", "zonal"): "the attack report's zonal section",
+    ("scenarios/dp_sgd/feature.py", "dp-sgd"):
+        "the feature's name (scenarios.config.feature.Feature)",
+    ("scenarios/ifca/feature.py", "ifca"): "the scenario kind and the feature's name",
+    ("scenarios/config/node_spec.py", "ifca"): "the scenario kind (node_catalog.json)",
+    ("scenarios/speed/feature.py", "ifca"): "the scenario kind",
     ("fedpriv/ifca.py", "ifca"): "the action name of a leakage-ledger entry",
     ("clients/ifca_client.py", "ifca"): "the party name of the client's ledger file",
 }

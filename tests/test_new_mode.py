@@ -3,7 +3,8 @@
 The mode (``fixed-sigma-test``: the server clips each update to C, averages the m sampled
 clients and adds N(0, σ²) with σ = z·C/m; a trusted server) is declared here: typed
 parameters, threat model, the ε it reports against each party, disclosure, its planning
-function and its report fields; :func:`fedpriv.modes.register` checks it. Its Flower side is a
+function and its report fields; :func:`fedpriv.privacy.modes.register` checks it. Its Flower side
+is a
 wrapper builder and a summary block declared here too (one :class:`Feature`). Nothing else in
 the code base names it. Then: plan (``fedpriv epsilon``'s function), a real run (the engine's
 ``train_run`` on digits, 3 clients, 2 rounds, every message answered by the real ClientApp
@@ -20,12 +21,12 @@ from typing import Any
 import pytest
 from flwr.app import Context, MessageType, RecordDict
 
-from fedpriv.modes import Mode, ModeError, mode_of, names, register
-from fedpriv.modes.base import PUBLIC
-from fedpriv.modes.registry import unregister
-from fedpriv.records import PrivacyFigures
+from fedpriv.privacy.modes import Mode, ModeError, mode_of, names, register
+from fedpriv.privacy.modes.base import PUBLIC
+from fedpriv.privacy.modes.registry import unregister
+from fedpriv.reporting.records import PrivacyFigures
 from fedpriv.spec import RunSpec, key
-from scenarios.specs import data_spec, run_spec
+from scenarios.config.specs import data_spec, run_spec
 
 NAME = "fixed-sigma-test"
 
@@ -41,7 +42,7 @@ class FixedSigmaParams:
 
 def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict:
     """ε of ``spec.rounds`` Gaussian rounds at multiplier z (uniform mean, fixed m)."""
-    from fedpriv.accounting.rounds import global_dp_epsilon
+    from fedpriv.privacy.accounting.rounds import global_dp_epsilon
 
     del examples_per_client
     params: FixedSigmaParams = spec.params
@@ -78,7 +79,7 @@ MODE = Mode(
 def build_wrapper(strategy, cfg: Mapping[str, Any], rng):
     """The Flower side: server clipping + Gaussian, noise from OS entropy."""
     from fedpriv import seeds
-    from fedpriv.accounting.rounds import global_dp_accountant
+    from fedpriv.privacy.accounting.rounds import global_dp_accountant
     from strategies.dp_wrappers import ServerSideFixedClippingDP
 
     del rng
@@ -117,9 +118,9 @@ def summary_block(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
 @pytest.fixture(scope="module")
 def catalog():
     """The app's catalog plus this module's feature; the mode registered for this module."""
-    from scenarios.feature import Catalog, Feature
-    from scenarios.features import FEATURES
-    from scenarios.privacy_modes import declare
+    from scenarios.app.privacy_modes import declare
+    from scenarios.config.feature import Catalog, Feature
+    from scenarios.config.features import FEATURES
 
     register(MODE)
     feature = Feature(
@@ -145,7 +146,7 @@ class InProcessGrid:
         return list(self.nodes)
 
     def send_and_receive(self, messages, timeout=None):
-        from scenarios.client_app import evaluate, train
+        from scenarios.app.client_app import evaluate, train
 
         out = []
         for msg in messages:
@@ -176,13 +177,13 @@ def test_the_new_mode_is_registered_and_fails_closed_when_incomplete(catalog):
 def test_a_mode_defined_in_one_test_module_runs_end_to_end(catalog, tmp_path):
     """Plan, run, ε, report for the mode above; the ClientApp enforces its disclosure."""
     from clients.keras_client import federated_data
-    from fedpriv.accounting.budget import REL_TOL
-    from fedpriv.accounting.planning import headline_epsilon, privacy_plan
-    from fedpriv.accounting.rounds import GaussianRoundsAccountant
-    from fedpriv.accounting.target import noise_for_target
-    from fedpriv.console import privacy_statement
-    from scenarios.engine import train_run
-    from scenarios.federation import PartitionGrid
+    from fedpriv.privacy.accounting.budget import REL_TOL
+    from fedpriv.privacy.accounting.planning import headline_epsilon, privacy_plan
+    from fedpriv.privacy.accounting.rounds import GaussianRoundsAccountant
+    from fedpriv.privacy.accounting.target import noise_for_target
+    from fedpriv.reporting.console import privacy_statement
+    from scenarios.app.engine import train_run
+    from scenarios.app.federation import PartitionGrid
 
     run_config = {
         "scenario": "digits", "privacy": NAME, "num-clients": 3, "clients-per-round": 3,

@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from fedpriv.runlog import (
+from fedpriv.reporting.runlog import (
     OPERATOR_FILE,
     OPERATOR_KEYS,
     OPERATOR_NOTICE,
@@ -114,8 +114,8 @@ def test_the_issue_figures_for_each_reader():
     """N = 100, m = 10, T = 100, z = 1 (the audit's setting): the headline the run reports
     (the project's accountant) bounds the public reader's independent figure; the operator's
     is far above it for a client sampled 20 times (the audit's most-sampled client)."""
-    from fedpriv.accounting.rounds import global_dp_epsilon
-    from fedpriv.participation import Participation
+    from fedpriv.privacy.accounting.rounds import global_dp_epsilon
+    from fedpriv.privacy.participation import Participation
 
     headline = global_dp_epsilon([1.0] * 100, Participation(100, 10, 10), delta=DELTA)
     assert headline["epsilon"] == pytest.approx(34.17, abs=0.01)

@@ -6,7 +6,7 @@ summary.json) of a global-DP run with ``dp-weighting = examples`` and the defaul
 replies were dropped as invalid. The plan now prints its headline next to the condition under
 which it holds (every reply valid) and ``epsilon_worst_case`` next to its own (every outcome
 the config allows). Here 3 of 4 replies are dropped in the real server chain
-(``scenarios.engine.build_strategy``), the round's charged multiplier is read from it, and an
+(``scenarios.app.engine.build_strategy``), the round's charged multiplier is read from it, and an
 independent accountant (μ-GDP in closed form, Dong, Roth & Su 2019, Cor. 2.13) over T such
 rounds gives no more than ``epsilon_worst_case`` — and more than the all-reply headline.
 """
@@ -20,12 +20,12 @@ import pytest
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from scipy import optimize, stats
 
-from fedpriv.accounting.planning import ALL_REPLY_CONDITION, privacy_plan, reply_losses
-from scenarios.engine import build_strategy, run_config_as_record
-from scenarios.features import CATALOG
-from scenarios.federation import PartitionGrid
-from scenarios.registry import resolve_run_config
-from scenarios.specs import run_spec
+from fedpriv.privacy.accounting.planning import ALL_REPLY_CONDITION, privacy_plan, reply_losses
+from scenarios.app.engine import build_strategy, run_config_as_record
+from scenarios.app.federation import PartitionGrid
+from scenarios.config.features import CATALOG
+from scenarios.config.registry import resolve_run_config
+from scenarios.config.specs import run_spec
 
 M, Z, T, DELTA = 4, 2.0, 10, 1e-5
 NODES = {100 + p: p for p in range(M)}

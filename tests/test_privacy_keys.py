@@ -1,9 +1,9 @@
 """Must-show 3 (issue 20): clients own their privacy settings; the server cannot weaken them.
 
-The real ClientApp (``scenarios.client_app.app``) gets real Flower ``Message`` / ``Context``
+The real ClientApp (``scenarios.app.client_app.app``) gets real Flower ``Message`` / ``Context``
 objects, as in a run: the client's own config is its ``run_config`` (a fully set config
 here) overlaid with ``node_config``, and the server's messages carry what differs from that
-``run_config`` plus its digest (``scenarios.wire_config``). For each server-distrusting mode
+``run_config`` plus its digest (``scenarios.app.wire_config``). For each server-distrusting mode
 and each key its clients own, a train and an evaluate message (IFCA: its own message types)
 changing the key get an error reply that names the key and carries nothing else; no
 training runs (the node's state stays empty). The owned key sets are written out here.
@@ -17,15 +17,15 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 
 from clients.keras_client import federated_data, initial_weights
-from fedpriv import dpsgd
 from fedpriv.ifca import HYPOTHESES_KEY, METRICS_KEY, REPLY_KEY
-from fedpriv.ownership import REFUSED_CODE
-from scenarios.client_app import app
-from scenarios.node_roles import client_mode
-from scenarios.registry import resolve_run_config
-from scenarios.specs import data_spec, train_spec
-from scenarios.task_names import DPSGD_STATE_KEY
-from scenarios.wire_config import DIGEST_KEY, digest
+from fedpriv.privacy import dpsgd
+from fedpriv.privacy.ownership import REFUSED_CODE
+from scenarios.app.client_app import app
+from scenarios.app.task_names import DPSGD_STATE_KEY
+from scenarios.app.wire_config import DIGEST_KEY, digest
+from scenarios.config.node_roles import client_mode
+from scenarios.config.registry import resolve_run_config
+from scenarios.config.specs import data_spec, train_spec
 
 FAST = {"num-server-rounds": 1, "local-epochs": 1, "num-clients": 4}
 OPT_INS = {"unaccounted-metrics": True, "reproducible-noise": True}
@@ -110,7 +110,7 @@ def weights(own):
 
 @pytest.fixture(scope="module")
 def hypotheses(own):
-    from scenarios.ifca import initial_hypotheses
+    from scenarios.ifca.feature import initial_hypotheses
     from strategies.ifca import hypotheses_record
 
     cfg = own["ifca"]
@@ -118,8 +118,8 @@ def hypotheses(own):
 
 
 def test_the_declared_owned_keys_are_the_ones_refused_here():
-    from fedpriv.ownership import CLIENT_COUNTED, OWNED_KEYS
-    from scenarios.features import CATALOG
+    from fedpriv.privacy.ownership import CLIENT_COUNTED, OWNED_KEYS
+    from scenarios.config.features import CATALOG
 
     derived = {"client-task", "zonal-level", "ifca-eval-split", *CLIENT_COUNTED}
     for mode, keys in OWNED_KEYS.items():

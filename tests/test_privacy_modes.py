@@ -6,17 +6,17 @@ import dataclasses
 
 import pytest
 
-from fedpriv.accounting.planning import privacy_plan
-from fedpriv.disclosure import allowed_metric_keys, filter_metrics, policy
-from fedpriv.modes import ModeError, get, names, register
-from fedpriv.modes import global_dp as global_dp_module
-from fedpriv.modes.base import PUBLIC, Mode
-from fedpriv.modes.registry import unregister
-from fedpriv.participation import Participation
-from scenarios.feature import Catalog, Feature, PrivacyMode
-from scenarios.features import CATALOG, FEATURES
-from scenarios.privacy_modes import declare
-from scenarios.specs import run_spec
+from fedpriv.privacy.accounting.planning import privacy_plan
+from fedpriv.privacy.disclosure import allowed_metric_keys, filter_metrics, policy
+from fedpriv.privacy.modes import ModeError, get, names, register
+from fedpriv.privacy.modes import global_dp as global_dp_module
+from fedpriv.privacy.modes.base import PUBLIC, Mode
+from fedpriv.privacy.modes.registry import unregister
+from fedpriv.privacy.participation import Participation
+from scenarios.app.privacy_modes import declare
+from scenarios.config.feature import Catalog, Feature, PrivacyMode
+from scenarios.config.features import CATALOG, FEATURES
+from scenarios.config.specs import run_spec
 
 
 def _identity(strategy, cfg, rng):

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from fedpriv.accounting import dp_epsilon
-from fedpriv.accounting.planning import PlanError, headline_epsilon, privacy_plan
-from scenarios.specs import run_spec
+from fedpriv.privacy.accounting import dp_epsilon
+from fedpriv.privacy.accounting.planning import PlanError, headline_epsilon, privacy_plan
+from scenarios.config.specs import run_spec
 
 
 def test_global_dp_plan_matches_the_accountant_and_names_what_it_bounds() -> None:
@@ -43,7 +43,7 @@ def test_headline_for_audits_and_modes_without_a_guarantee() -> None:
     dpsgd = {"privacy": "dp-sgd", "num-server-rounds": 3, "local-epochs": 1, "batch-size": 10,
              "noise-multiplier": 1.0}  # fmt: skip
     plan = privacy_plan(run_spec(dpsgd), examples_per_client=200)
-    from fedpriv.dpsgd import client_epsilon
+    from fedpriv.privacy.dpsgd import client_epsilon
 
     want = client_epsilon(num_examples=200, batch_size=10, local_epochs=1, participations=3,
                           noise_multiplier=1.0, delta=1e-5)  # fmt: skip
@@ -53,8 +53,8 @@ def test_headline_for_audits_and_modes_without_a_guarantee() -> None:
 
 def test_plan_imports_no_tensorflow_ray_or_matplotlib() -> None:
     code = (
-        "import sys; from fedpriv.accounting.planning import privacy_plan; "
-        "from scenarios.specs import run_spec; "
+        "import sys; from fedpriv.privacy.accounting.planning import privacy_plan; "
+        "from scenarios.config.specs import run_spec; "
         "privacy_plan(run_spec({'privacy': 'global-dp', 'noise-multiplier': 1.0, "
         "'num-clients': 5, 'num-server-rounds': 2})); "
         "print([m for m in ('tensorflow', 'ray', 'matplotlib', 'flwr') if m in sys.modules])"

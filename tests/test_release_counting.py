@@ -1,7 +1,7 @@
 """Issue 26: each noising party counts its own releases (must-shows 2 and 3, and the one-client
 zone of must-show 1).
 
-The real ClientApp (``scenarios.client_app.app``) gets real Flower ``Message`` / ``Context``
+The real ClientApp (``scenarios.app.client_app.app``) gets real Flower ``Message`` / ``Context``
 objects; the client's own config is its ``run_config`` (a fully resolved config) and its
 ``node_config`` (``partition-id`` and, where a test says so, its own ``client-state-dir``).
 A "restart" is a new ``Context`` (empty ``context.state``) with the same node config. What the
@@ -28,16 +28,16 @@ from flwr.app import (
 )
 
 from clients.keras_client import federated_data, initial_weights
-from fedpriv import dpsgd
-from fedpriv.accounting import laplace_leakage
 from fedpriv.ifca import HYPOTHESES_KEY, REPLY_KEY, num_params, unpack_hypotheses
-from fedpriv.ownership import REFUSED_CODE
-from fedpriv.releases import STATE_DIR_KEY, ReleaseCounter
-from scenarios.client_app import app
-from scenarios.registry import resolve_run_config
-from scenarios.schema import ConfigError
-from scenarios.specs import data_spec, train_spec
-from scenarios.wire_config import DIGEST_KEY, digest
+from fedpriv.privacy import dpsgd
+from fedpriv.privacy.accounting import laplace_leakage
+from fedpriv.privacy.ownership import REFUSED_CODE
+from fedpriv.privacy.releases import STATE_DIR_KEY, ReleaseCounter
+from scenarios.app.client_app import app
+from scenarios.app.wire_config import DIGEST_KEY, digest
+from scenarios.config.registry import resolve_run_config
+from scenarios.config.schema import ConfigError
+from scenarios.config.specs import data_spec, train_spec
 
 SECRET = {"reproducible-noise": False}
 ZONE_NODE = {
@@ -151,7 +151,7 @@ def test_a_one_client_zone_is_refused(zone, tmp_path):
 
 @pytest.fixture(scope="module")
 def ifca():
-    from scenarios.ifca import initial_hypotheses
+    from scenarios.ifca.feature import initial_hypotheses
     from strategies.ifca import hypotheses_record
 
     base = resolve_run_config(IFCA)
@@ -316,10 +316,10 @@ def test_a_kill_between_configure_evaluate_and_the_checkpoint_never_releases_unc
     the server (``configure_evaluate``) and before its round was recorded resumes without a
     second, fresh round 3: the reported ε equals an independent accountant over every distinct
     model that left the server, and never exceeds the budget."""
-    from fedpriv.accounting.rounds import GaussianRoundsAccountant
-    from scenarios.engine import train_run
-    from scenarios.features import CATALOG
-    from scenarios.federation import PartitionGrid
+    from fedpriv.privacy.accounting.rounds import GaussianRoundsAccountant
+    from scenarios.app.engine import train_run
+    from scenarios.app.federation import PartitionGrid
+    from scenarios.config.features import CATALOG
 
     base = {
         "privacy": "global-dp", "num-clients": 6, "clients-per-round": 3, "local-epochs": 1,
@@ -362,8 +362,8 @@ def test_a_kill_between_configure_evaluate_and_the_checkpoint_never_releases_unc
 
 
 def test_the_state_dir_is_the_nodes_own():
-    from fedpriv.releases import STATE_ROOT_ENV, state_dir
-    from scenarios.node_roles import node_state_dir
+    from fedpriv.privacy.releases import STATE_ROOT_ENV, state_dir
+    from scenarios.config.node_roles import node_state_dir
 
     def folder(node: dict, run_config: dict, run: int) -> Path:
         return node_state_dir(context(run_config, node=node, run=run))

@@ -3,7 +3,7 @@
 A reply whose ``num-examples`` is negative, zero, NaN, huge (1e308), a bool or a string used
 to stop ``aggregate_train`` under ``dp-weighting = examples`` (ZeroDivisionError,
 OverflowError, TypeError). Each case goes through the real server chain of a standard run
-(``scenarios.engine.build_strategy``: RoundRecorder -> ValidUpdatesOnly -> global-DP wrapper
+(``scenarios.app.engine.build_strategy``: RoundRecorder -> ValidUpdatesOnly -> global-DP wrapper
 -> stock FedAvg) with real Flower messages: the bad reply is rejected like any malformed
 update (named in the round record), the round aggregates the others, and the result equals
 the round in which that client did not reply. The bool and string cannot be built through
@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
-from scenarios.engine import build_strategy, run_config_as_record
-from scenarios.features import CATALOG
-from scenarios.federation import PartitionGrid
-from scenarios.registry import resolve_run_config
+from scenarios.app.engine import build_strategy, run_config_as_record
+from scenarios.app.federation import PartitionGrid
+from scenarios.config.features import CATALOG
+from scenarios.config.registry import resolve_run_config
 from strategies.validating import MAX_WEIGHT, weight_problem
 
 M = 4
@@ -103,7 +103,7 @@ def test_good_weights_pass_and_the_bounds_are_the_documented_ones():
 @pytest.mark.parametrize("privacy", ["global-dp", "metric-dp"])
 def test_an_audit_under_example_weights_is_refused_with_one_line(privacy):
     """Canaries would carry the mean real weight (diluted 14x): refused before training."""
-    from scenarios.schema import ConfigError
+    from scenarios.config.schema import ConfigError
 
     with pytest.raises(ConfigError) as err:
         resolve_run_config({"privacy": privacy, "dp-weighting": "examples", "audit-canaries": 4})

@@ -13,8 +13,8 @@ from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import label_binarize
 
 from fedpriv import grid
-from fedpriv.records import PrivacyFigures
-from fedpriv.report import build_report, mean_roc, write_report
+from fedpriv.reporting.records import PrivacyFigures
+from fedpriv.reporting.report import build_report, mean_roc, write_report
 
 STRATEGIES = ("fedavg", "fedprox")
 MODES = ("none", "global-dp", "metric-dp")
@@ -206,7 +206,7 @@ def test_dpsgd_columns_and_client_table(tmp_path):
 
 
 def test_empty_directory_and_cli(tmp_path):
-    from scenarios.cli import main
+    from scenarios.cli.main import main
 
     text, plots = build_report(tmp_path)
     assert "No complete runs" in text and plots == []

@@ -22,16 +22,16 @@ import pytest
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
 from fedpriv.checkpoint import capture_state, save_checkpoint
-from fedpriv.runlog import RunLog, read_rounds
-from scenarios.engine import RoundState, build_strategy, run_config_as_record
-from scenarios.features import CATALOG
-from scenarios.federation import PartitionGrid, ZoneGrid
-from scenarios.manifest import fingerprint, write_manifest
-from scenarios.preflight import run_state
-from scenarios.recorder import wrapper_chain
-from scenarios.registry import resolve_run_config
-from scenarios.resume import checkpoint_hook, load_resumable, restore
-from scenarios.schema import ConfigError
+from fedpriv.reporting.runlog import RunLog, read_rounds
+from scenarios.app.engine import RoundState, build_strategy, run_config_as_record
+from scenarios.app.federation import PartitionGrid, ZoneGrid
+from scenarios.app.recorder import wrapper_chain
+from scenarios.app.resume import checkpoint_hook, load_resumable, restore
+from scenarios.cli.preflight import run_state
+from scenarios.config.features import CATALOG
+from scenarios.config.manifest import fingerprint, write_manifest
+from scenarios.config.registry import resolve_run_config
+from scenarios.config.schema import ConfigError
 
 SHAPES = [(5, 3), (3,)]
 NUM = 6
@@ -102,7 +102,7 @@ def test_restored_chain_continues_bit_identically(strategy, privacy, tmp_path):
     for r in range(1, 5):
         arrays = _round(straight, pgrid, cfg, r, arrays)
         history.append((list(straight.current["sampled"]), arrays))
-        if r == 2:  # the engine's after_round hook (scenarios.resume.checkpoint_hook)
+        if r == 2:  # the engine's after_round hook (scenarios.app.resume.checkpoint_hook)
             checkpoint_hook(cfg)(RoundState(2, ArrayRecord(arrays), {}, straight))
     resumed, pgrid2 = _chain(cfg)
     assert load_resumable({**cfg, "seed": 4}) is None  # another config's checkpoint

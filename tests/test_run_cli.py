@@ -28,15 +28,16 @@ HEAVY = {"tensorflow", "jax", "keras", "ray"}
 
 @pytest.fixture
 def fedpriv_main(monkeypatch):
-    """``scenarios.cli.main`` with the simulation launcher replaced by a tripwire (other
+    """``scenarios.cli.main.main`` with the simulation launcher replaced by a tripwire (other
     subprocesses pass: a first TensorFlow import runs ``uname -p`` through h5py)."""
-    from scenarios import cli, launch
+    from scenarios.cli import launch
+    from scenarios.cli import main as cli
 
     real_run, real_popen = subprocess.run, subprocess.Popen
 
     def tripwire(real):
         def call(cmd, *args, **kwargs):
-            if "scenarios.simulation_runner" in map(str, cmd):
+            if "scenarios.cli.simulation_runner" in map(str, cmd):
                 raise AssertionError(f"a bad input reached the simulation: {cmd}")
             return real(cmd, *args, **kwargs)
 
@@ -100,7 +101,7 @@ def test_item_that_is_not_toml_is_one_line(fedpriv_main, capsys):
 def test_distinct_keys_parse_as_flower_parses_them():
     from flwr.common.config import parse_config_args
 
-    from scenarios.launch import parse_overrides
+    from scenarios.cli.launch import parse_overrides
 
     items = ["scenario='digits' seed=3", "verbose=true run-plan='a=b c'", "learning-rate=0.5"]
     assert parse_overrides(items) == parse_config_args(items)
@@ -108,7 +109,7 @@ def test_distinct_keys_parse_as_flower_parses_them():
 
 
 def _fresh_cli(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, set]:
-    """``python -m scenarios.cli ARGS`` in a fresh interpreter; (process, top-level modules
+    """``python -m scenarios.cli.main ARGS`` in a fresh interpreter; (process, top-level modules
     imported by the end), the module list written at exit, off stdout and stderr."""
     dump = tmp_path / "modules.json"
     code = (
@@ -116,7 +117,7 @@ def _fresh_cli(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedPro
         f"atexit.register(lambda: open({str(dump)!r}, 'w').write("
         "json.dumps(sorted({m.split('.')[0] for m in sys.modules}))))\n"
         f"sys.argv = ['fedpriv', *{args!r}]\n"
-        "runpy.run_module('scenarios.cli', run_name='__main__')\n"
+        "runpy.run_module('scenarios.cli.main', run_name='__main__')\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for var in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND"):
@@ -165,7 +166,7 @@ def test_unknown_federation_is_one_line(tmp_path):
 
 
 def test_gpu_federation_runs_keras_on_jax_with_a_quarter_gpu_per_client():
-    from scenarios.launch import federation_env, simulation_command
+    from scenarios.cli.launch import federation_env, simulation_command
 
     cmd = simulation_command({"num-clients": 4}, ["seed=1"], "local-simulation-gpu")
     assert cmd[cmd.index("--num-supernodes") + 1] == "4"
@@ -183,7 +184,7 @@ def test_gpu_federation_runs_keras_on_jax_with_a_quarter_gpu_per_client():
 
 
 def test_cpu_federation_hides_gpus_and_uses_one_cpu_per_client():
-    from scenarios.launch import federation_env, simulation_command
+    from scenarios.cli.launch import federation_env, simulation_command
 
     cmd = simulation_command({"num-clients": 7}, [], "local-simulation")
     assert cmd[cmd.index("--num-supernodes") + 1] == "7" and "--run-config" not in cmd
@@ -196,8 +197,9 @@ def test_cpu_federation_hides_gpus_and_uses_one_cpu_per_client():
 
 
 def test_simulate_starts_the_runner_with_the_federation_env(monkeypatch):
-    """What :func:`scenarios.launch.simulate` hands the simulation process (no process started)."""
-    from scenarios import launch
+    """What :func:`scenarios.cli.launch.simulate` hands the simulation process (no process
+    started)."""
+    from scenarios.cli import launch
 
     seen = {}
 
@@ -208,7 +210,7 @@ def test_simulate_starts_the_runner_with_the_federation_env(monkeypatch):
     monkeypatch.setattr(launch.subprocess, "run", fake_run)
     monkeypatch.delenv("KERAS_BACKEND", raising=False)
     assert launch.simulate({"num-clients": 4}, ["seed=1"], "local-simulation-gpu") == 0
-    assert seen["cmd"][1:3] == ["-m", "scenarios.simulation_runner"]
+    assert seen["cmd"][1:3] == ["-m", "scenarios.cli.simulation_runner"]
     assert seen["env"]["KERAS_BACKEND"] == "jax"
     assert seen["env"]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
 

@@ -29,14 +29,14 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 
 from fedpriv import seeds
 from fedpriv.checkpoint import CHECKPOINT, capture_state
-from scenarios.dp import build_dp_wrapper
-from scenarios.engine import build_strategy, run_config_as_record, sampling_rng
-from scenarios.features import CATALOG
-from scenarios.federation import PartitionGrid, sample_partitions
-from scenarios.recorder import wrapper_chain
-from scenarios.registry import resolve_run_config
-from scenarios.resume import restore
-from scenarios.specs import run_spec
+from scenarios.app.engine import build_strategy, run_config_as_record, sampling_rng
+from scenarios.app.federation import PartitionGrid, sample_partitions
+from scenarios.app.recorder import wrapper_chain
+from scenarios.app.resume import restore
+from scenarios.config.features import CATALOG
+from scenarios.config.registry import resolve_run_config
+from scenarios.config.specs import run_spec
+from scenarios.dp.feature import build_dp_wrapper
 from strategies.array_records import named_record
 from strategies.factory import build_stock_strategy
 from tests.flower_reference import act_as_serverapp_task
@@ -268,7 +268,7 @@ def test_opted_in_runs_reproduce_bit_for_bit_and_are_labelled(sim_runs):
 
 
 def test_reproducible_noise_is_one_checked_run_key():
-    from scenarios.schema import ConfigError
+    from scenarios.config.schema import ConfigError
 
     assert _cfg()["reproducible-noise"] is False  # the default run is secret
     with pytest.raises(ConfigError, match="reproducible-noise = 'yes' is not allowed"):

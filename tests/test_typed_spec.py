@@ -1,7 +1,7 @@
 """Issue 26 must-show 7: no run-config mapping below ``scenarios/``; the typed spec it hands down.
 
 ``scenarios/`` (the Flower app) resolves a run config and builds one frozen
-:class:`fedpriv.spec.RunSpec` per party (:func:`scenarios.specs.run_spec`); ``fedpriv/``,
+:class:`fedpriv.spec.RunSpec` per party (:func:`scenarios.config.specs.run_spec`); ``fedpriv/``,
 ``strategies/`` and ``clients/`` take typed values. An AST scan checks that no function there
 takes a config mapping (a parameter named like a config, annotated ``Mapping``/``dict``) and
 that no code there reads a declared run-config key out of one (``cfg["seed"]``,
@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from fedpriv.modes import ModeError
-from fedpriv.modes.base import Mode
+from fedpriv.privacy.modes import ModeError
+from fedpriv.privacy.modes.base import Mode
 from fedpriv.spec import KEY, DataSpec, RunSpec, StrategySpec, TrainSpec, ZoneSpec, key
-from scenarios.features import CATALOG
-from scenarios.node_spec import node_keys, resolve_node
-from scenarios.specs import build, run_spec
+from scenarios.config.features import CATALOG
+from scenarios.config.node_spec import node_keys, resolve_node
+from scenarios.config.specs import build, run_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 BELOW = ("fedpriv", "strategies", "clients")
-ALLOWED = ("fedpriv/modes/registry.py",)  # name_of / mode_of / selected: THE privacy reader
+ALLOWED = ("fedpriv/privacy/modes/registry.py",)  # name_of / mode_of / selected: THE privacy reader
 CONFIG_NAMES = frozenset({"cfg", "config", "run_config", "node_config", "own", "overrides"})
 SPEC_CLASSES = (DataSpec, TrainSpec, StrategySpec, ZoneSpec, RunSpec)
 DECLARED = frozenset(node_keys())

@@ -31,8 +31,8 @@ from fedpriv.zonal import (
     table_i_config,
     zone_levels,
 )
-from scenarios.schema import ConfigError
-from scenarios.specs import data_spec, train_spec
+from scenarios.config.schema import ConfigError
+from scenarios.config.specs import data_spec, train_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = [(6, 5), (5,), (5, 3), (3,)]
@@ -64,8 +64,8 @@ def _uniform_mean(updates):
 
 def _resolve(run_config):
     """resolve_run_config with the zonal feature registered (scenario hdp-digits)."""
-    import scenarios.zonal  # noqa: F401
-    from scenarios.registry import resolve_run_config
+    import scenarios.zonal.feature  # noqa: F401
+    from scenarios.config.registry import resolve_run_config
 
     return resolve_run_config(run_config)
 
@@ -335,8 +335,8 @@ def test_ldp_client_message_carries_the_noise():
     from flwr.common import MessageType
 
     from clients.keras_client import federated_data, initial_weights
-    from fedpriv.mechanisms import flat_norm
-    from scenarios.client_tasks import train_zonal
+    from fedpriv.privacy.mechanisms import flat_norm
+    from scenarios.app.client_tasks import train_zonal
 
     cfg = _resolve(
         {
@@ -608,7 +608,7 @@ def test_cli_refuses_a_bad_zone_map_before_training(tmp_path):
         f"zone-map='0:0,1:1,2:2,3:3,40:0' output-dir='{out}'"
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "scenarios.cli", "run", "--run-config", items],
+        [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config", items],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -3,7 +3,7 @@ level's noise is drawn where the level lives.
 
 One real simulation (``fedpriv run``, scenario ``hdp-digits``: none / LDP / HDP / CDP one after
 the other) with ``zonal-save-replies = true``: the ZoneGrid writes EVERY reply the ServerApp
-receives, with the instruction it answers (:func:`scenarios.federation.save_replies`).
+receives, with the instruction it answers (:func:`scenarios.app.federation.save_replies`).
 8 clients in 2 zones, every client sampled (q = 1, W_i = 4), z = 4, C = 0.5, so the noise
 dominates the updates and its std identifies who drew it:
 
@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedpriv.runlog import read_rounds
-from scenarios.specs import data_spec, train_spec
+from fedpriv.reporting.runlog import read_rounds
+from scenarios.config.specs import data_spec, train_spec
 from tests.simulate import run_fedpriv
 
 pytestmark = pytest.mark.simulation
@@ -99,7 +99,7 @@ def client_updates(cfg: dict, server_round: int, glob: list[np.ndarray], clients
 @pytest.fixture(scope="module")
 def views(run):
     """placement -> (config, replies, per-round recomputed clipped client updates)."""
-    from fedpriv.mechanisms import clip_update
+    from fedpriv.privacy.mechanisms import clip_update
 
     out = {}
     for placement in ("none", "ldp", "hdp", "cdp"):
@@ -162,7 +162,7 @@ def test_the_noise_comes_from_the_client_and_zone_streams(views):
     """With seeded streams (reproducible-noise), the reply is exactly the zone mean plus the
     clients' LDP draws (their own streams, in the zone node) or the zone's HDP draw."""
     from fedpriv import seeds
-    from fedpriv.mechanisms import add_gaussian_noise
+    from fedpriv.privacy.mechanisms import add_gaussian_noise
 
     for placement in ("ldp", "hdp"):
         cfg, rows, updates = views[placement]

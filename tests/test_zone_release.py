@@ -9,7 +9,7 @@ import pytest
 
 from fedpriv.zonal import ZonalPlan, aggregate_round
 from fedpriv.zonal.release import ZoneRelease, client_contribution, server_step, zone_release
-from scenarios.keys_zonal import federation_size
+from scenarios.zonal.keys import federation_size
 
 SHAPES = [(6, 4), (4,)]
 
@@ -121,8 +121,8 @@ def test_the_federation_has_one_supernode_per_zone():
 
 def test_a_multi_run_plan_refuses_zone_node_cells():
     """One simulation has one number of SuperNodes: a plan's zonal cell runs in-server."""
-    from scenarios.multirun import Cell, check_one_node_per_client
-    from scenarios.schema import ConfigError
+    from scenarios.app.multirun import Cell, check_one_node_per_client
+    from scenarios.config.schema import ConfigError
 
     zonal = {"privacy": "zonal", "zonal-runtime": "zone-nodes"}
     with pytest.raises(ConfigError, match="zonal-runtime = 'zone-nodes' is not allowed"):

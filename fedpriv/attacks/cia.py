@@ -32,7 +32,7 @@ a run with the target absent, make "protection" a measured detection rate: witho
 the AUC is 0.5 up to sampling noise.
 
 This module is model-agnostic: the caller passes ``predict(weights, x) -> probabilities``.
-In ``scenarios/attacks.py`` the attacker's computation runs in the server process for
+In ``scenarios/attacks/feature.py`` the attacker's computation runs in the server process for
 convenience, using only what the attacker would have (global model, shadow set, aggregated
 loss).
 """

@@ -13,7 +13,7 @@ against non-members (negatives):
   argue for — an attack that is confident on a few examples matters even at AUC ≈ 0.5.
   With n non-members the FPR resolution is 1/n: below it the figure is the TPR at FPR = 0
   (``fpr_resolution`` says which). :func:`roc_points` gives the curve for log-scale plots
-  (``fedpriv.plots.plot_roc(..., log_scale=True)``).
+  (``fedpriv.reporting.plots.plot_roc(..., log_scale=True)``).
 
 tensorflow-privacy (whose membership-inference module this replaced) is not part of the stack
 (SPEC §1), so this is the plain loss-threshold attack; its model side is Keras 3 and runs on

@@ -23,9 +23,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from fedpriv import reporting  # noqa: E402
-from fedpriv.modes.registry import selected  # noqa: E402
-from fedpriv.reporting import PRIVACY_LABELS, STRATEGY_LABELS, save_figure  # noqa: E402
+from fedpriv.privacy.modes.registry import selected  # noqa: E402
+from fedpriv.reporting import tables as reporting  # noqa: E402
+from fedpriv.reporting.tables import PRIVACY_LABELS, STRATEGY_LABELS, save_figure  # noqa: E402
 
 # Table labels are shared with the grid report (one place for the names).
 # MP's CIA tables per strategy. Table 10 is captioned "FedYogi" but MP's text presents it as
@@ -260,7 +260,7 @@ def plot_auc_over_rounds(
     series: Mapping[str, Sequence[tuple[int, float]]], path: str | Path, *, title: str = ""
 ) -> Path:
     """One line per label: loss-threshold AUC (y) per round (x); 0.5 dashed."""
-    from fedpriv.plots import plot_rounds
+    from fedpriv.reporting.plots import plot_rounds
 
     return plot_rounds(
         series, path, ylabel="loss-threshold AUC", title=title, chance=0.5, legend_size=7

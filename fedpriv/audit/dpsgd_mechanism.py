@@ -1,11 +1,11 @@
 """Mechanism-level audit of DP-SGD batching (issue 22, must-show 3's planted DP-SGD bug).
 
-DP-SGD as :mod:`fedpriv.dpsgd` runs it, on one client's ``n`` examples, expected batch
+DP-SGD as :mod:`fedpriv.privacy.dpsgd` runs it, on one client's ``n`` examples, expected batch
 ``B``, ``q = B/n``, ``T = round(1/q)·E`` steps of ``g̃_t = (Σ_{i∈batch_t} clip(∇ℓ_i, C) +
 N(0, (zC)² I)) / D`` (``D = min(B, n)``); the accountant claims ε of the Poisson-subsampled
 Gaussian under **replace-one** example adjacency (the replies publish n, issue 26):
 ``PoissonSampledDpEvent(q, GaussianDpEvent(z/2))`` self-composed T times
-(:func:`fedpriv.dpsgd.client_epsilon`, sensitivity 2C). That accountant covers the white-box
+(:func:`fedpriv.privacy.dpsgd.client_epsilon`, sensitivity 2C). That accountant covers the white-box
 threat model: every noisy step ``g̃_t`` is released (adaptive composition).
 
 Canaries (Nasr et al. 2023, "Dirac" gradient canaries), at the claim's adjacency: the first
@@ -19,7 +19,7 @@ depend on ``S_j`` (Poisson draws it independently, the fixed partition below by 
 
 Mechanisms (``schedule``):
 
-- ``poisson`` (correct): :func:`fedpriv.dpsgd.poisson_schedule` from a secret generator. The
+- ``poisson`` (correct): :func:`fedpriv.privacy.dpsgd.poisson_schedule` from a secret generator. The
   auditor does not know the batches; its white-box score is the likelihood ratio of "+1" vs
   "−1" over every step, ``Σ_t log((1 − q + q·e^{(g·u_t − g²/2)/z²}) / (1 − q + q·e^{(−g·u_t −
   g²/2)/z²}))`` with ``u_t = D·g̃_{t,j}/C`` and ``g = min(A, C)/C``.
@@ -48,9 +48,9 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv import dpsgd
-from fedpriv.accounting.accountant import gaussian_epsilon
 from fedpriv.audit.one_run_fdp import one_run_bounds
+from fedpriv.privacy import dpsgd
+from fedpriv.privacy.accounting.accountant import gaussian_epsilon
 
 __all__ = [
     "DPSGDAudit",
@@ -99,7 +99,8 @@ FIXED_BATCHES = DPSGDAudit()
 
 
 def claimed_epsilon(cfg: DPSGDAudit) -> float:
-    """The run's reported ε: :func:`fedpriv.dpsgd.client_epsilon` (replace-one, Poisson at q,
+    """The run's reported ε: :func:`fedpriv.privacy.dpsgd.client_epsilon` (replace-one, Poisson at
+    q,
     T steps, PLD/RDP headline) — the very function the client reports with."""
     return dpsgd.client_epsilon(
         num_examples=cfg.num_examples,
@@ -213,7 +214,7 @@ def audit(cfg: DPSGDAudit = FIXED_BATCHES, *, schedule: str = "poisson", trial: 
         "n released)",
         "accountant_epsilon": claimed,
         "accountant": "Poisson-subsampled Gaussian at q, replace-one (multiplier z/2), "
-        "fedpriv.dpsgd.client_epsilon",
+        "fedpriv.privacy.dpsgd.client_epsilon",
         "flag_statistic": "epsilon_dp (f-DP tests a Gaussian curve, not the Poisson claim)",
     }
     if schedule == "fixed-batches":

@@ -1,6 +1,6 @@
 """Mechanism-level audit of global DP with power (issue 22, must-show 1 and 2).
 
-The exact round of :class:`fedpriv.dp.FixedClippingGaussian` (SPEC §3.1), run on a flat
+The exact round of :class:`fedpriv.privacy.dp.FixedClippingGaussian` (SPEC §3.1), run on a flat
 model vector of ``d = K·b`` parameters with ``K`` canary clients and a few real clients:
 
 1. every client model ``w_t + Δ_i`` is clipped relative to the round's global model,
@@ -28,7 +28,7 @@ With FedAvg's server step (the noised mean is the next model) the two coincide �
 the round deltas is the final delta — so the final model loses nothing for a canary that
 repeats its direction; both are reported, named.
 
-The accountant's figure: :func:`fedpriv.accounting.rounds.epsilon_for_rounds` with
+The accountant's figure: :func:`fedpriv.privacy.accounting.rounds.epsilon_for_rounds` with
 ``sampled = m``, ``population = N`` (``fixed``): ``GaussianDpEvent(z/2)`` per round, composed
 by PLD. With ``N = m`` (every client every round) the per-canary score separation is
 ``μ = 2√T/z``, the accountant's μ-GDP exactly.
@@ -43,9 +43,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from fedpriv.accounting.rounds import epsilon_for_rounds
 from fedpriv.audit.one_run_fdp import exceeds, one_run_bounds
-from fedpriv.dp import FixedClippingGaussian
+from fedpriv.privacy.accounting.rounds import epsilon_for_rounds
+from fedpriv.privacy.dp import FixedClippingGaussian
 
 __all__ = [
     "GlobalDPAudit",
@@ -132,7 +132,8 @@ def canary_signs(cfg: GlobalDPAudit, trial: int = 0) -> np.ndarray:
 
 
 def _clip_rows(rows: np.ndarray, clipping_norm: float) -> np.ndarray:
-    """FlatClip of every row, ``Δ·min(1, C/‖Δ‖)`` (:func:`fedpriv.mechanisms.clip_update`)."""
+    """FlatClip of every row, ``Δ·min(1, C/‖Δ‖)``
+    (:func:`fedpriv.privacy.mechanisms.clip_update`)."""
     norms = np.sqrt(np.sum(rows * rows, axis=1, keepdims=True))
     scale = np.minimum(1.0, clipping_norm / np.where(norms > 0, norms, 1.0))
     return rows * scale
@@ -151,7 +152,7 @@ def _real_total(cfg: GlobalDPAudit, clip: bool) -> np.ndarray:
 
 
 def correct_round(mech: FixedClippingGaussian, total: np.ndarray, m: int, rng) -> np.ndarray:
-    """Mean over the fixed m plus ``N(0, σ²)``, σ from the mechanism (:mod:`fedpriv.dp`)."""
+    """Mean over the fixed m plus ``N(0, σ²)``, σ from the mechanism (:mod:`fedpriv.privacy.dp`)."""
     stdv, _ = mech.noise_stdv([], [])
     return mech.add_noise_stdv([total / m], stdv, rng)[0]
 

@@ -4,7 +4,7 @@ The zonal (LDP / HDP / CDP) and Laplace-IFCA mechanisms add their noise inside t
 aggregation (at the client, at a zone's super-node, or as the client's sanitizer), so a
 canary a server inserts into the standard run would bypass it. These audits instead run
 the project's own mechanism code — :func:`fedpriv.zonal.aggregate_round` with
-:func:`fedpriv.zonal.ldp_client_update`, and :func:`fedpriv.mechanisms.sample_laplace_rn`
+:func:`fedpriv.zonal.ldp_client_update`, and :func:`fedpriv.privacy.mechanisms.sample_laplace_rn`
 with GP's ``ε = n/(ν‖δ‖)`` — on canary updates only (every client is a canary: a canary's
 ``norm·c_j`` update, included with probability 1/2; excluded canaries send nothing). Other
 clients' updates would only add a fixed offset, which does not change what the noise hides.
@@ -204,7 +204,7 @@ def audit_laplace_sanitizer(
     ``rounds`` rounds. GP's accounting: leakage ``ε‖δ‖ = n/ν`` per participation, composed
     additively (GP Thm 3.1) — a d-privacy figure, reported next to the empirical ε.
     """
-    from fedpriv.mechanisms import laplace_epsilon, sample_laplace_rn
+    from fedpriv.privacy.mechanisms import laplace_epsilon, sample_laplace_rn
 
     canaries = CanarySet(num_canaries, norm, 0.5, seed, ((dim,),))
     rng = seeds.stream(seed, "audit-mechanism", 4)

@@ -1,6 +1,6 @@
 """Mechanism-level audit of metric DP (MP §6, SPEC §3.2) with power (issue 22).
 
-The round of :class:`fedpriv.dp.MetricScaledGaussian`, on the canary layout of
+The round of :class:`fedpriv.privacy.dp.MetricScaledGaussian`, on the canary layout of
 :mod:`fedpriv.audit.global_dp_mechanism` (K canaries on disjoint blocks of a flat model, a
 few real clients, clip to C, sum over the FIXED m, replace-one ±A·c_j canaries): the only
 change is the noise, ``σ = z·C/(m·d)`` with::
@@ -13,15 +13,16 @@ clipped ones. Every client sends the same update every round, so d is the same i
 round. d is computed exactly from the structure (:func:`structured_distance`: canaries
 on disjoint blocks, so canary–canary distances are ``√(‖a‖² + ‖b‖²)``; canary–real and
 real–real pairs by inner products), cross-checked against
-:func:`fedpriv.distance.max_pairwise_layer_distance` in the tests, and σ is
-:func:`fedpriv.mechanisms.metric_stdv` (the expression :meth:`MetricScaledGaussian.noise_stdv`
+:func:`fedpriv.privacy.distance.max_pairwise_layer_distance` in the tests, and σ is
+:func:`fedpriv.privacy.mechanisms.metric_stdv` (the expression
+:meth:`MetricScaledGaussian.noise_stdv`
 evaluates) with the mechanism's floor and cap on d.
 
 The canaries have norm C (``canary_norm`` = C): clipping leaves them as sent, so d is set by
 the real clients (raw deltas of norm 3C), not by the canaries. The real clients' example
 weights (MP's ``dp-weighting = examples``) are not modelled: every client has weight 1.
 
-What is tested. Metric DP claims no (ε, δ) (:data:`fedpriv.dp.METRIC_HEURISTIC`); the figure
+What is tested. Metric DP claims no (ε, δ) (:data:`fedpriv.privacy.dp.METRIC_HEURISTIC`); the figure
 is the empirical lower bound on the ε of one client's replace-one neighbour, reported beside
 the global-DP accountant's ε at the same z, T, m (what the run would claim with σ = z·C/m).
 A lower bound above that figure shows metric DP leaks more than global DP at that z.
@@ -37,8 +38,8 @@ from typing import Any
 import numpy as np
 
 from fedpriv.audit import global_dp_mechanism as gdm
-from fedpriv.dp import MetricScaledGaussian
-from fedpriv.mechanisms import metric_stdv
+from fedpriv.privacy.dp import MetricScaledGaussian
+from fedpriv.privacy.mechanisms import metric_stdv
 
 __all__ = [
     "MP_SETTINGS",

@@ -28,7 +28,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fedpriv.audit.global_dp_mechanism import GlobalDPAudit, correct_round, simulate_releases
-from fedpriv.dp import FixedClippingGaussian
+from fedpriv.privacy.dp import FixedClippingGaussian
 
 __all__ = ["PLANTED", "DPSGD_PLANTED", "public_seed_noise", "VIEWS"]
 

@@ -19,11 +19,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from fedpriv.attacks.report import markdown_table  # noqa: E402
-from fedpriv.modes import global_dp, metric_dp  # noqa: E402
+from fedpriv.privacy.modes import global_dp, metric_dp  # noqa: E402
 
 __all__ = ["audit_grid_report", "plot_epsilon_vs_z"]
 
-# grid rows (scenarios.audit_cli.GRID_ROWS): the modes' registered names
+# grid rows (scenarios.audit.commands.GRID_ROWS): the modes' registered names
 GLOBAL_ROW = global_dp.MODE.name
 METRIC_ROWS = tuple(f"{metric_dp.MODE.name} {on}" for on in ("raw", "clipped"))
 PLOTTED_ROWS = (GLOBAL_ROW, *METRIC_ROWS)

@@ -83,7 +83,7 @@ def _epsilon_series(z: float, rounds: int, sampled: int, population: int, delta:
     """Cumulative (ε headline, ε_rdp, note) per round for multiplier z (cached per process)."""
     key = (round(float(z), 12), rounds, sampled, population, delta)
     if key not in _SERIES_CACHE:
-        from fedpriv.accounting import epsilon_per_round_series
+        from fedpriv.privacy.accounting import epsilon_per_round_series
 
         reports = epsilon_per_round_series(
             float(z), rounds=rounds, sampled=sampled, population=population, delta=delta
@@ -115,7 +115,7 @@ def epsilon_at_aggregator(
     (:func:`epsilon_against` of ``runtime``). ``with_text`` adds the ``assumptions`` and the
     accountant's ``accountant_note``.
     """
-    from fedpriv.accounting import amplified_epsilon, hdp_config_epsilon
+    from fedpriv.privacy.accounting import amplified_epsilon, hdp_config_epsilon
 
     n, s = plan.num_clients, plan.num_zones
     k = check_int("clients_per_round", clients_per_round, lo=0)

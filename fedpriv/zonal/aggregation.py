@@ -56,7 +56,7 @@ def ldp_client_update(
     """What an LDP client sends: ``clip(Δ, C) + N(0, (z·C)²)`` (HDP §IV-C lemma, C1).
 
     The client placement of the Gaussian mechanism
-    (:class:`fedpriv.privacy_mechanism.ClientPlacement`: constrain, then noise with
+    (:class:`fedpriv.privacy.protocol.ClientPlacement`: constrain, then noise with
     denominator 1). Returns ``(noised update, info)`` with ``info = {"update_norm",
     "clipped", "sigma", "noise_norm"}``.
     """

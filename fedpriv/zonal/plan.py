@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from fedpriv.privacy_mechanism import (
+from fedpriv.privacy.protocol import (
     CentralPlacement,
     ClientPlacement,
     GaussianMechanism,

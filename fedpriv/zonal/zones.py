@@ -26,7 +26,7 @@ class ZoneMapError(ValueError):
 def parse_zone_map(text: str) -> dict[int, int]:
     """Parse a zone map ``partition -> zone``.
 
-    Accepted forms (documented in ``scenarios/keys_zonal.py``):
+    Accepted forms (documented in ``scenarios/zonal/keys.py``):
 
     * ``"0:0,1:0,2:1"`` — comma-separated ``partition:zone`` pairs (spaces allowed);
     * a JSON object ``{"0": 0, "1": 0, "2": 1}``;
@@ -182,7 +182,7 @@ def table_i_config(levels: Sequence[str]) -> str:
 
 
 def paper_fractions(levels: Sequence[str]) -> dict[str, float]:
-    """The paper's (α, β) for :func:`fedpriv.accounting.hdp_config_epsilon` of these levels.
+    """The paper's (α, β) for :func:`fedpriv.privacy.accounting.hdp_config_epsilon` of these levels.
 
     Our fractions are realised zone shares (LDP share b, HDP share a); the paper's symbols
     change role per row: C3 β = b; C5 α = b; C6 β = a; C7 α = a, β = b.

@@ -20,7 +20,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 from sklearn.metrics import accuracy_score
 
-from fedpriv.dp import epsilon_for_rounds
+from fedpriv.privacy.dp import epsilon_for_rounds
 from sklearn_metric_dp.task import (
     get_model,
     get_model_params,

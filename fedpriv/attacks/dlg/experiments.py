@@ -127,7 +127,7 @@ def zonal_experiment(
     is inactive and placements differ only by their noise. Returns rows (per z: per placement
     lists of SSIM/PSNR/MSE) and the target reconstructions per setting.
     """
-    from fedpriv.mechanisms import flat_norm
+    from fedpriv.privacy.mechanisms import flat_norm
 
     k = len(zones)
     model = _attacked_model(model, x, y, model_seed)

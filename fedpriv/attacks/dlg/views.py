@@ -24,7 +24,7 @@ from fedpriv.attacks.dlg.model import (  # noqa: E402
     check_image_model,
     tensorflow_backend,
 )
-from fedpriv.mechanisms import clip_update, sanitize_laplace  # noqa: E402
+from fedpriv.privacy.mechanisms import clip_update, sanitize_laplace  # noqa: E402
 from fedpriv.validation import check_real  # noqa: E402
 
 # --- what the client shares ---------------------------------------------------------------------
@@ -63,7 +63,7 @@ def laplace_sanitized_update(
 ) -> tuple[NDArrays, list[dict]]:
     """What the server sees of ``θ + δ`` after GP's ``SanitizeUpdate``, as an update ``θ̂ − θ``.
 
-    Calls :func:`fedpriv.mechanisms.sanitize_laplace` on ``θ_local = θ + δ`` with reference
+    Calls :func:`fedpriv.privacy.mechanisms.sanitize_laplace` on ``θ_local = θ + δ`` with reference
     θ: once per layer (``per_layer=True``, GP-extended §5.3) or once on all layers. Returns
     the noisy update and the mechanism's info dict(s) (ε, ‖δ‖, leakage n/ν, ‖ρ‖).
     """

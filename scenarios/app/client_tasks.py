@@ -1,0 +1,261 @@
+"""Client tasks: what a ClientApp worker runs for a ``train`` message (client code only).
+
+The server picks the task by putting ``"client-task": NAME`` in the config it sends
+(default ``standard``). The features name their tasks (``Feature.client_tasks`` in
+:mod:`scenarios.config.features`); the implementations live here, next to the other client-side
+code, so that a worker never imports the server app, the CLI, reports or plotting
+(``tests/test_features.py`` checks both lists agree and what a worker imports).
+
+Tasks: ``standard`` (Keras training, FedProx term), ``dp-sgd`` (Poisson-batched DP-SGD,
+``clients.dpsgd_client``; it also gets the node's ``Context``, see
+:data:`STATEFUL_TASKS`), ``zonal`` (clip Δ, LDP noise in an LDP zone), ``zone-node``
+(a zone SuperNode: :mod:`scenarios.zonal.zone_node`), ``ifca`` (GP Algorithm 1 lines 5-7, also
+served on its own message type, see :data:`MESSAGE_HANDLERS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+
+from clients import ifca_client
+from clients.keras_client import TrainSettings, federated_data, model_for, train_local
+from clients.releases import guarded_release, node_counter, request_digest, sequence_of
+from fedpriv import seeds
+from fedpriv.ifca import ACTION as IFCA_ACTION
+from fedpriv.privacy.mechanisms import clip_update, flat_norm
+from fedpriv.privacy.releases import Ticket
+from fedpriv.spec import RunSpec
+from fedpriv.zonal import ldp_client_update
+from scenarios.app.task_names import (  # noqa: F401  (re-exported: the names tasks are known by)
+    DPSGD_STATE_KEY,
+    DPSGD_TASK,
+    EPSILON_KEY,
+    IFCA_TASK,
+    ZONAL_TASK,
+    ZONE_NODE_TASK,
+)
+from scenarios.config.node_roles import node_state_dir
+from scenarios.config.specs import run_spec
+from scenarios.zonal.zone_node import train_zone
+
+Task = Callable[[Message, dict[str, Any], int], RecordDict]
+
+
+def server_round(cfg: Mapping[str, Any]) -> int:
+    """The message's round (0 when it names none)."""
+    return int(cfg.get("server-round", 0))
+
+
+def call_seed(cfg: Mapping[str, Any], partition: int) -> int:
+    """A per-(seed, round, partition) seed: reproducible and distinct per call."""
+    return seeds.client_seed(int(cfg["seed"]), server_round(cfg), partition)
+
+
+def train_standard(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict:
+    """Local Keras training from the received global weights (FedProx term if fedprox)."""
+    spec = run_spec(cfg)
+    data = federated_data(spec.data)
+    client = data.clients[partition]
+    model = model_for(spec.train, data)
+    settings = TrainSettings.from_spec(spec.train, seed=call_seed(cfg, partition))
+    weights = msg.content["arrays"].to_numpy_ndarrays()
+    new_weights, metrics = train_local(model, weights, client.x_train, client.y_train, settings)
+    metrics["num-examples"] = len(client.x_train)
+    return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})
+
+
+DPSGD_PARTY = DPSGD_TASK  # the ledger file of a DP-SGD client: ``dp-sgd-<partition>.json``
+
+
+def dpsgd_sequence(context: Context, dp: Any, settings: TrainSettings) -> str:
+    """A DP-SGD client's release sequence: its run and its own z, C, δ, B and E."""
+    own = {
+        "z": dp.noise_multiplier,
+        "C": dp.l2_norm_clip,
+        "delta": dp.delta,
+        "B": settings.batch_size,
+        "E": settings.epochs,
+    }
+    return sequence_of(int(context.run_id), own)
+
+
+def train_dpsgd(
+    msg: Message, cfg: dict[str, Any], partition: int, context: Context | None = None
+) -> RecordDict:
+    """Client task ``dp-sgd``: DP-SGD local training from the received global weights.
+
+    The client counts its participations itself (issue 26): every release is charged in its
+    own ledger (:mod:`clients.releases`, file ``dp-sgd-<partition>.json`` in its own state
+    directory, before it trains) and ε covers the ledger's total count — every participation
+    this state directory saw, restarts and rewound or repeated rounds included; an identical
+    repeat of its last request gets the cached reply (no fresh noise, no new charge). Nothing
+    of the count comes from the message. ``context`` None (a direct call): the ledger of run 0
+    in the default state root.
+    """
+    from clients.dpsgd_client import DpSgdSettings
+    from fedpriv.privacy.dpsgd import check_microbatches
+    from fedpriv.privacy.modes.dp_sgd import DPSGDParams
+
+    if context is None:
+        context = Context(0, 0, {"partition-id": partition}, RecordDict(), {})
+    check_microbatches(int(cfg.get("microbatches", 0)))
+    spec = run_spec(cfg)
+    params = spec.params  # the node's own mode's (the task follows it, fedpriv.privacy.ownership)
+    if not isinstance(params, DPSGDParams):
+        raise ValueError(f"the dp-sgd task on a node whose privacy mode is {spec.mode_name}")
+    settings = TrainSettings.from_spec(spec.train, seed=call_seed(cfg, partition))
+    dp = DpSgdSettings.from_params(params, reproducible=spec.reproducible_noise)
+    round_ = server_round(cfg)
+
+    def release(ticket: Ticket) -> RecordDict:
+        content = _dpsgd_release(msg, spec, params, partition, settings, dp, ticket.releases)
+        state = context.state
+        state[DPSGD_STATE_KEY] = MetricRecord({"participations": ticket.releases})
+        return content
+
+    return guarded_release(
+        node_counter(context, DPSGD_PARTY, node_state_dir(context)),
+        dpsgd_sequence(context, dp, settings),
+        round_,
+        request_digest(msg, round_),
+        release,
+        rewind="charge",
+    )
+
+
+def _dpsgd_release(
+    msg: Message,
+    spec: RunSpec,
+    params: Any,
+    partition: int,
+    settings: TrainSettings,
+    dp: Any,
+    participations: int,
+) -> RecordDict:
+    """DP-SGD training of one charged participation; ε over ``participations`` rounds."""
+    from clients.dpsgd_client import dp_trainer_for, train_dpsgd
+    from fedpriv.audit.example_canaries import with_example_canaries
+
+    data = federated_data(spec.data)
+    client = data.clients[partition]
+    trainer = dp_trainer_for(spec.train, params, tuple(data.input_shape), data.num_classes)
+    weights = msg.content["arrays"].to_numpy_ndarrays()
+    x_train, y_train = with_example_canaries(spec, data, partition, client.x_train, client.y_train)
+    new_weights, metrics = train_dpsgd(
+        trainer, weights, x_train, y_train, settings, dp, participations=participations
+    )
+    metrics["num-examples"] = len(client.x_train)
+    return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})
+
+
+def train_zonal(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict:
+    """Client task ``zonal``: train, clip Δ to C, and add N(0, (z·C)²) in an LDP zone.
+
+    Zones of level ``none`` (the no-DP baseline) send the trained weights unclipped.
+
+    Sends ``θ + clip(Δ) (+ noise)``; metrics add ``zonal-update-norm`` (before clipping),
+    ``zonal-clipped`` (1/0), ``zonal-noise-std`` (z·C in an LDP zone, else 0) and
+    ``zonal-noise-norm``. The noise Generator is the client's OS entropy, or seeded per
+    (seed, round, partition) when the run sets ``reproducible-noise``.
+    """
+    out = train_standard(msg, cfg, partition)
+    reference = msg.content["arrays"].to_numpy_ndarrays()
+    trained = out["arrays"].to_numpy_ndarrays()
+    update = [
+        np.asarray(a, np.float64) - np.asarray(g, np.float64) for a, g in zip(trained, reference)
+    ]
+    clipping_norm = float(cfg["clipping-norm"])
+    level = cfg.get("zonal-level", "none")
+    if level == "ldp":
+        rng = seeds.privacy_rng(
+            [call_seed(cfg, partition), *seeds.ZONAL_LDP_TAGS],
+            reproducible=run_spec(cfg).reproducible_noise,
+        )
+        sent, info = ldp_client_update(
+            update,
+            noise_multiplier=float(cfg["noise-multiplier"]),
+            clipping_norm=clipping_norm,
+            rng=rng,
+        )
+    else:  # HDP / CDP zones clip; a "none" zone (the no-DP baseline) sends Δ as trained
+        sent, was_clipped = (
+            (update, False) if level == "none" else clip_update(update, clipping_norm)
+        )
+        info = {
+            "update_norm": flat_norm(update),
+            "clipped": was_clipped,
+            "sigma": 0.0,
+            "noise_norm": 0.0,
+        }
+    if level == "none":
+        arrays = trained
+    else:
+        arrays = [
+            (np.asarray(g, np.float64) + d).astype(np.asarray(g).dtype)
+            for g, d in zip(reference, sent)
+        ]
+    metrics = dict(out["metrics"])
+    metrics.update(
+        {
+            "zonal-update-norm": float(info["update_norm"]),
+            "zonal-clipped": int(info["clipped"]),
+            "zonal-noise-std": float(info["sigma"]),
+            "zonal-noise-norm": float(info["noise_norm"]),
+        }
+    )
+    return RecordDict({"arrays": ArrayRecord(arrays), "metrics": MetricRecord(metrics)})
+
+
+def train_ifca(
+    msg: Message, cfg: dict[str, Any], partition: int, context: Context | None = None
+) -> RecordDict:
+    """Client task ``ifca`` (a plain ``train`` message with ``client-task = ifca``): the IFCA
+    participation of :func:`clients.ifca_client.ifca_train`, with the node's own ledger."""
+    folder = node_state_dir(context) if context is not None else None
+    spec = run_spec(cfg)
+    return ifca_client.ifca_train(msg, spec, partition, server_round(cfg), context, folder)
+
+
+def ifca_train_handler(msg: Message, cfg: dict[str, Any], context: Context) -> Message:
+    """``@app.train("ifca")``: :func:`clients.ifca_client.train_handler` with the node's
+    spec and the message's round."""
+    return ifca_client.train_handler(
+        msg,
+        run_spec(cfg),
+        context,
+        server_round=server_round(cfg),
+        state_folder=node_state_dir(context),
+    )
+
+
+def ifca_evaluate_handler(msg: Message, cfg: dict[str, Any], context: Context) -> Message:
+    """``@app.evaluate("ifca")``: :func:`clients.ifca_client.evaluate_handler` with the node's
+    spec and its own evaluation split (a derived key, ``scenarios.config.node_spec``)."""
+    split = str(cfg.get("ifca-eval-split", "test"))
+    return ifca_client.evaluate_handler(msg, run_spec(cfg), context, eval_split=split)
+
+
+# The client-side list: task name -> implementation (the features name the same tasks).
+TASKS: Mapping[str, Task] = {
+    "standard": train_standard,
+    DPSGD_TASK: train_dpsgd,
+    ZONAL_TASK: train_zonal,
+    ZONE_NODE_TASK: train_zone,
+    IFCA_TASK: train_ifca,
+}
+
+# Tasks that also take the node's ``Context`` (``task(msg, cfg, partition, context)``): they
+# keep their own release ledger (:mod:`clients.releases`).
+STATEFUL_TASKS: frozenset[str] = frozenset({DPSGD_TASK, ZONE_NODE_TASK, IFCA_TASK})
+
+# Message handlers of custom message types: (``train`` | ``evaluate``, action, handler);
+# ``handler(msg, cfg, context)`` gets the message's full config (``scenarios.app.client_app``).
+Handler = Callable[[Message, dict[str, Any], Context], Message]
+MESSAGE_HANDLERS: tuple[tuple[str, str, Handler], ...] = (
+    ("train", IFCA_ACTION, ifca_train_handler),
+    ("evaluate", IFCA_ACTION, ifca_evaluate_handler),
+)

@@ -1,0 +1,56 @@
+"""The one ServerApp of ``flwr run .``: resolve the config, dispatch on the scenario kind.
+
+The runner of each kind is declared by its feature (``Feature.runners``,
+:mod:`scenarios.config.features`); it receives the grid, the resolved config and the catalog.
+"""
+
+from __future__ import annotations
+
+from scenarios.app import quiet
+
+quiet.configure_process()  # before TensorFlow loads (scenarios.app.quiet)
+
+from logging import ERROR, INFO  # noqa: E402
+
+from flwr.app import Context  # noqa: E402
+from flwr.common import log  # noqa: E402
+from flwr.serverapp import Grid, ServerApp  # noqa: E402
+
+from fedpriv.data import DataError  # noqa: E402
+from scenarios.app.federation import FederationError  # noqa: E402
+from scenarios.app.multirun import run_plan  # noqa: E402
+from scenarios.app.wire_config import set_base  # noqa: E402
+from scenarios.cli.preflight import run_state  # noqa: E402
+from scenarios.config.features import CATALOG  # noqa: E402
+from scenarios.config.manifest import write_manifest  # noqa: E402
+from scenarios.config.schema import ConfigError  # noqa: E402
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Resolve and check the run config, then run the scenario's kind."""
+    try:
+        cfg = CATALOG.resolve_run_config(context.run_config)
+    except (ConfigError, DataError) as err:
+        log(ERROR, "%s", err)
+        raise SystemExit(2) from err
+    set_base(context.run_config)
+    if cfg["run-plan"]:  # many runs in this one simulation (fedpriv grid, fedpriv attack cia)
+        run_plan(grid, cfg, CATALOG)  # each cell's runner checks its own output directory
+        return
+    try:  # refuses a directory holding another config's run
+        state = run_state(cfg["output-dir"], cfg, CATALOG.completion(CATALOG.kind(cfg)))
+    except ConfigError as err:
+        log(ERROR, "%s", err)
+        raise SystemExit(2) from err
+    if state.action == "finished":  # every kind: a finished run is not re-run
+        log(INFO, "%s holds a finished run of this config; nothing to do", cfg["output-dir"])
+        return
+    write_manifest(cfg["output-dir"], cfg)
+    try:
+        CATALOG.runners[CATALOG.kind(cfg)](grid, cfg, CATALOG)
+    except FederationError as err:  # e.g. 4 SuperNodes for a 100-client scenario
+        log(ERROR, "federation error: %s", err)
+        raise SystemExit(2) from err

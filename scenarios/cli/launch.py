@@ -1,0 +1,500 @@
+"""The core ``fedpriv`` commands (``run``, ``keys``, ``scenarios``) and launch helpers.
+
+``fedpriv run`` is ``flwr run .`` with the checks first: the run config is resolved and
+every value checked, and the data source opened, before the simulation starts. A bad
+value prints one line and exits with status 2 (``flwr run`` itself exits 0 whatever the run
+does). The simulation runs in-process on Flower 1.42's simulation engine
+(:mod:`scenarios.cli.simulation_runner`: offline, no SuperLink, nothing installed at run time)
+with the federation's options from ``pyproject.toml [tool.fedpriv.federations]``; the
+number of SuperNodes is the scenario's ``num-clients``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from scenarios.app import quiet
+from scenarios.cli.ray_cluster import Federation, check_address, federation_of, with_address
+from scenarios.config.feature import Catalog, Command
+from scenarios.config.schema import ConfigError, toml_lines
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+APP_DIR = Path(__file__).resolve().parents[2]
+PREFIX = "fedpriv:"
+
+
+def pyproject() -> dict[str, Any]:
+    """The app's pyproject.toml."""
+    with (APP_DIR / "pyproject.toml").open("rb") as fh:
+        return tomllib.load(fh)
+
+
+# Flower's --run-config item: key=value, the value quoted or up to the next space
+# (flwr.common.config.parse_config_args).
+_ITEM = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
+
+
+class DuplicateKeyError(ConfigError):
+    """A --run-config key given twice (Flower would fail on it or keep the last silently)."""
+
+    def __init__(self, key: str, first: str, second: str) -> None:
+        ValueError.__init__(
+            self,
+            f"config error: --run-config gives {key} twice ({key}={first}, {key}={second}); "
+            "expected each key once",
+        )
+        self.key, self.value, self.allowed = key, second, "each key once"
+
+
+def check_unique_keys(items: Sequence[str]) -> None:
+    """Refuse a key that appears twice across the ``--run-config`` items."""
+    seen: dict[str, str] = {}
+    for item in items:
+        for key, value in _ITEM.findall(item):
+            if key in seen:
+                raise DuplicateKeyError(key, seen[key], value)
+            seen[key] = value
+
+
+def _flatten(table: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
+    """Nested TOML tables to dotted keys (Flower's ``flatten_dict``)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{parent}.{key}" if parent else key
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, name))
+        elif isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        else:
+            raise ValueError(f"{name}: a bool, int, float or string, not {value!r}")
+    return out
+
+
+def _parse_items(items: Sequence[str]) -> dict[str, Any]:
+    """Flower's ``parse_config_args`` (flwr 1.42, ``flwr.common.config``) without importing
+    Flower: one ``.toml`` file, or ``key=value`` items whose values are TOML."""
+    if len(items) == 1 and items[0].endswith(".toml"):
+        with Path(items[0]).expanduser().open("rb") as fh:
+            return _flatten(tomllib.load(fh))
+    merged: dict[str, Any] = {}
+    for item in items:
+        if item.endswith(".toml"):
+            raise ValueError("a TOML file cannot be passed alongside key=value pairs")
+        merged.update(tomllib.loads("\n".join(f"{k} = {v}" for k, v in _ITEM.findall(item))))
+    return _flatten(merged)
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """Flower's ``--run-config`` syntax (``"a=1 b='x'"``, TOML values) to a dict; a key given
+    twice or an item that is not TOML raises :class:`ConfigError` (one line)."""
+    if not items:
+        return {}
+    check_unique_keys(items)
+    try:
+        return _parse_items(items)
+    except (OSError, ValueError) as err:  # tomllib.TOMLDecodeError is a ValueError
+        text = " ".join(items)
+        raise ConfigError(
+            "--run-config", text, "space-separated key=value pairs with TOML values"
+        ) from err
+
+
+def app_config(overrides: dict[str, Any]) -> dict[str, Any]:
+    """pyproject's [tool.flwr.app.config] with the overrides applied.
+
+    Installed from a wheel (no pyproject.toml beside the packages), the overrides alone: the
+    catalog fills every other key with its default, which the pyproject list mirrors.
+    """
+    if not (APP_DIR / "pyproject.toml").exists():
+        return dict(overrides)
+    return {**pyproject()["tool"]["flwr"]["app"]["config"], **overrides}
+
+
+def preflight(run_config: dict[str, Any], catalog: Catalog) -> dict[str, Any]:
+    """Resolve and check the config, then the environment (output dir usable and holding
+    no other config's run, data readable and decodable); raises ConfigError / DataError."""
+    return preflight_state(run_config, catalog)[0]
+
+
+def preflight_state(run_config: dict[str, Any], catalog: Catalog) -> tuple[dict[str, Any], Any]:
+    """:func:`preflight` and the run state (``scenarios.cli.preflight.RunState``)."""
+    from scenarios.cli.preflight import check_environment
+
+    cfg = catalog.resolve_run_config(run_config)
+    return cfg, check_environment(cfg, catalog.completion(catalog.kind(cfg)))
+
+
+def federations() -> dict[str, dict[str, Any]]:
+    """pyproject's ``[tool.fedpriv.federations]``: name -> {backend, env} (simulation only)."""
+    return pyproject().get("tool", {}).get("fedpriv", {}).get("federations", {})
+
+
+def federation_settings(federation: str | Federation) -> dict[str, Any]:
+    """The federation (a name, or a :class:`Federation` with its ``--ray-address``), its
+    backend attached to the Ray cluster of ``ray-address`` when one is set; ConfigError naming
+    the federations there are, or the addresses allowed."""
+    if isinstance(federation, str):
+        federation = Federation(federation)
+    table = federations()
+    if federation.name not in table:
+        raise ConfigError("federation", federation.name, "one of " + " | ".join(table))
+    settings = dict(table[federation.name])
+    address = federation.ray_address or str(settings.get("ray-address", ""))
+    try:
+        check_address(address)
+    except ValueError as err:
+        raise ConfigError("ray-address", address, "'auto' or HOST:PORT") from err
+    settings["backend"] = with_address(settings.get("backend", {}), address)
+    return settings
+
+
+def federation_env(name: str | Federation, base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with the federation's ``env`` added where ``base`` does not set the variable
+    (a user's ``KERAS_BACKEND=tensorflow`` wins over the GPU federation's ``jax``)."""
+    extra = {k: str(v) for k, v in federation_settings(name).get("env", {}).items()}
+    return {**extra, **base}
+
+
+def runner_command(
+    app_dir: Path,
+    num_supernodes: int,
+    backend: Mapping[str, Any],
+    run_config: str,
+    *,
+    share: int = 1,
+    forward_env: Sequence[str] = (),
+) -> list[str]:
+    """``python -m scenarios.cli.simulation_runner`` for the Flower app in ``app_dir``; ``share``
+    simulations side by side on one Ray cluster, ``forward_env`` for its workers
+    (:mod:`scenarios.cli.ray_cluster`)."""
+    cmd = [sys.executable, "-m", "scenarios.cli.simulation_runner", "--app", str(app_dir)]
+    cmd += ["--num-supernodes", str(int(num_supernodes))]
+    if share > 1:
+        cmd += ["--share", str(int(share))]
+    if forward_env:
+        cmd += ["--forward-env", ",".join(forward_env)]
+    if backend:
+        cmd += ["--backend-config", json.dumps(dict(backend))]
+    if run_config:
+        cmd += ["--run-config", run_config]
+    return cmd
+
+
+# variables the simulation sets for its own processes that an attached Ray cluster's workers
+# need too (they do not inherit the driver's environment; scenarios.cli.ray_cluster.init_ray)
+WORKER_ENV = ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL", "TF_NUM_INTEROP_THREADS",
+              "TF_NUM_INTRAOP_THREADS", "PYTHONUNBUFFERED")  # fmt: skip
+
+
+def simulation_command(
+    cfg: dict[str, Any], overrides: Sequence[str], federation: str | Federation, share: int = 1
+) -> list[str]:
+    """The simulation of ``cfg`` on ``federation``: ``num-clients`` SuperNodes (one per zone
+    with zone nodes, :func:`scenarios.zonal.keys.federation_size`), in-process
+    and offline (``scenarios.cli.simulation_runner``; ``flower-simulation`` up to Flower 1.41)."""
+    settings = federation_settings(federation)
+    from scenarios.zonal.keys import federation_size
+
+    forward = sorted({*settings.get("env", {}), *WORKER_ENV})
+    return runner_command(APP_DIR, federation_size(cfg), settings.get("backend", {}),
+                          " ".join(overrides), share=share, forward_env=forward)  # fmt: skip
+
+
+def add_run_config_option(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """The ``--run-config`` / ``-c`` option every command shares (repeatable, Flower syntax)."""
+    parser.add_argument("--run-config", "-c", action="append", default=[], help=help_text)
+
+
+class _FederationAction(argparse.Action):
+    """``--federation NAME``: a name of ``[tool.fedpriv.federations]``, else one line, exit 2."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        try:
+            federation_settings(str(values))
+        except ConfigError as err:
+            parser.exit(2, f"fedpriv: {err}\n")
+        setattr(namespace, self.dest, values)
+
+
+class _RayAddressAction(argparse.Action):
+    """``--ray-address auto | HOST:PORT``, else one line, exit 2."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        try:
+            setattr(namespace, self.dest, check_address(str(values)))
+        except ValueError as err:
+            parser.exit(2, f"fedpriv: {err}\n")
+
+
+def add_federation_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--federation`` option of every command that starts simulations."""
+    parser.add_argument(
+        "--federation",
+        default="local-simulation",
+        action=_FederationAction,
+        help="where the clients run: local-simulation (CPU, the default), "
+        "local-simulation-gpu (GPUs) or ray-cluster (an existing Ray cluster)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default="",
+        action=_RayAddressAction,
+        help="attach to this Ray cluster: auto | HOST:PORT (default: the federation's "
+        "ray-address, else a local Ray); see docs/multi-machine.md",
+    )
+
+
+def _run_args(parser: argparse.ArgumentParser) -> None:
+    add_run_config_option(
+        parser, "settings that replace the defaults, e.g. \"scenario='digits' seed=1\""
+    )
+    add_federation_option(parser)
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show every line of TensorFlow, Ray and Flower too (also: FEDPRIV_LOG=debug); "
+        "the full log is always in <output-dir>/run.log",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (final metrics, privacy figures, output folder) on "
+        "stdout and everything else on stderr",
+    )
+
+
+def to_override(key: str, value: Any) -> str:
+    """One ``key=value`` item of Flower's --run-config (TOML values)."""
+    if isinstance(value, bool):
+        return f"{key}={'true' if value else 'false'}"
+    if isinstance(value, str):
+        if "'" in value:
+            raise ConfigError(key, value, "a value without a single quote")
+        return f"{key}='{value}'"
+    return f"{key}={value!r}"
+
+
+def run_config_text(overrides: Mapping[str, Any]) -> str:
+    """The one --run-config string of ``overrides`` (each key once: flwr refuses duplicates)."""
+    return " ".join(to_override(k, v) for k, v in overrides.items())
+
+
+def single_threaded_tf(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """TensorFlow thread pools of one thread per process for a run with zone nodes (issue
+    21): a zone node trains its clients one tiny call after another, and with two workers on
+    two cores the default pools only contend (measured: 100 hdp-paper client trainings 0.26 s
+    against 0.38 s per worker). Variables set in the environment win."""
+    from scenarios.zonal.keys import zone_nodes
+
+    if not zone_nodes(cfg):
+        return {}
+    return {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+
+
+def _is_round_line(line: str) -> bool:
+    return line.startswith(f"{PREFIX} round ")
+
+
+def progress_line(line: str) -> bool:
+    """What a multi-run command (grid, audit, attack) shows of its simulation: the progress
+    lines with their ETA and the driver's warnings, not each cell's round lines."""
+    return quiet.is_console_line(line) and not _is_round_line(quiet.plain(line))
+
+
+def simulate(
+    cfg: Mapping[str, Any],
+    overrides: Sequence[str],
+    federation: str | Federation,
+    *,
+    log_path: Path | None = None,
+    show: Callable[[str], bool] = progress_line,
+    to_stderr: bool = False,
+    loud: bool | None = None,
+    share: int = 1,
+) -> int:
+    """Start the simulation of ``cfg``; framework noise off unless ``loud`` (default:
+    ``FEDPRIV_LOG=debug``, :mod:`scenarios.app.quiet`).
+
+    Without ``log_path`` its output goes to the console (stderr with ``to_stderr``, keeping
+    stdout for a command's answer); with it, every line goes to ``log_path`` and the lines
+    ``show`` accepts (every line when ``loud``) also to the console.
+    """
+    loud = quiet.verbose() if loud is None else loud
+    env = federation_env(federation, quiet.simulation_env(dict(os.environ), loud=loud))
+    env["PYTHONUNBUFFERED"] = "1"
+    env = {**single_threaded_tf(cfg), **env}
+    cmd = simulation_command(dict(cfg), overrides, federation, share)
+    out = sys.stderr if to_stderr else sys.stdout
+    if log_path is None:
+        pipe = sys.stderr if to_stderr else None
+        return subprocess.run(
+            cmd, cwd=os.getcwd(), env=env, stdout=pipe, stderr=pipe, check=False
+        ).returncode
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        log_path.open("a", buffering=1) as log,  # line-buffered: a tail -f sees each line
+        subprocess.Popen(
+            cmd,
+            cwd=os.getcwd(),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ) as proc,
+    ):
+        for line in proc.stdout:
+            log.write(line)
+            if loud or show(line):
+                print(quiet.plain(line) if not out.isatty() else line, end="", file=out, flush=True)
+    return proc.returncode
+
+
+def log_tail(log_path: Path, lines: int = 15) -> list[str]:
+    """The last ``lines`` lines of a run's log (for a failed run's message)."""
+    if not log_path.is_file():
+        return []
+    return [quiet.plain(x) for x in log_path.read_text(errors="replace").splitlines()[-lines:]]
+
+
+def _report_failure(returncode: int, log_path: Path, loud: bool) -> None:
+    """A refusal before the start (exit status 2: the runner printed one ``fedpriv:`` line,
+    e.g. a GPU federation on a host where Ray sees no GPU) is that line alone; any other
+    failure is the status, the end of the log and where the log is."""
+    refusal = [x for x in log_tail(log_path) if x.startswith("fedpriv: ")]
+    if returncode == 2 and refusal and not loud:
+        print(refusal[-1], file=sys.stderr)
+        return
+    print(f"fedpriv: the simulation failed (exit status {returncode})", file=sys.stderr)
+    if not loud:  # the console showed only the run's lines: give the end of the log
+        for line in log_tail(log_path):
+            print(f"  | {line}", file=sys.stderr)
+    print(f"fedpriv: full log: {log_path}", file=sys.stderr)
+
+
+def _finish(cfg: Mapping[str, Any], summary_path: Path, args: argparse.Namespace, t0: float):
+    """The summary of a finished run, then its machine-readable last line."""
+    from fedpriv.reporting.console import summary_lines
+
+    summary = json.loads(summary_path.read_text())
+    final = summary.get("final", {})
+    if args.json:  # stdout: one JSON object (the console lines went to stderr)
+        doc = {"final": final, "output_dir": str(cfg["output-dir"])}
+        doc["privacy_figures"] = summary.get("privacy_figures")
+        print(json.dumps(doc, sort_keys=True), flush=True)
+        return
+    for line in summary_lines(summary, cfg["output-dir"], time.time() - t0):
+        print(line, flush=True)
+    print(f"{PREFIX} final " + json.dumps(final, sort_keys=True), flush=True)
+
+
+def run(args: argparse.Namespace, catalog: Catalog) -> int:
+    """``fedpriv run``: checks first (exit 2 on bad input), then the simulation."""
+    from fedpriv.data import DataError
+
+    t0 = time.time()
+    try:
+        cfg, state = preflight_state(app_config(parse_overrides(args.run_config)), catalog)
+    except (ConfigError, DataError) as err:
+        print(f"fedpriv: {err}", file=sys.stderr)
+        return 2
+    say = sys.stderr if args.json else sys.stdout
+    if state.action == "finished":
+        print(f"fedpriv: {cfg['output-dir']} holds a finished run of this config; nothing to do")
+        return 0
+    if state.action == "resume":
+        print(f"fedpriv: resuming {cfg['output-dir']} after round {state.round}", file=say)
+    print(f"fedpriv: running scenario {cfg['scenario']!r} -> {cfg['output-dir']}", file=say)
+    say.flush()
+    loud = args.verbose or quiet.verbose()
+    log_path = Path(cfg["output-dir"]) / quiet.LOG_NAME
+    returncode = simulate(
+        cfg,
+        args.run_config,
+        federation_of(args),
+        log_path=log_path,
+        show=quiet.is_console_line,
+        to_stderr=args.json,
+        loud=loud,
+    )
+    summary = Path(cfg["output-dir"]) / "summary.json"
+    if returncode != 0:
+        _report_failure(returncode, log_path, loud)
+        return returncode
+    if cfg["run-plan"]:
+        return 0
+    if not summary.exists():
+        print("fedpriv: the simulation ended without a summary.json", file=sys.stderr)
+        return 1
+    _finish(cfg, summary, args, t0)
+    return 0
+
+
+def _keys_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--toml",
+        action="store_true",
+        help="print the settings as the lines of pyproject.toml's [tool.flwr.app.config]",
+    )
+
+
+def keys(args: argparse.Namespace, catalog: Catalog) -> int:
+    """``fedpriv keys``: every run-config key (``--toml``: pyproject.toml's lines)."""
+    if args.toml:
+        for feature in catalog.features:
+            if feature.keys:
+                print(f"# {feature.name}")
+                print("\n".join(toml_lines(feature.keys)))
+        return 0
+    for spec in catalog.keys.values():
+        print(f"{spec.name:28s} default {spec.default!r:14} allowed: {spec.allowed}")
+    return 0
+
+
+def _no_args(parser: argparse.ArgumentParser) -> None:
+    del parser
+
+
+def scenarios(args: argparse.Namespace, catalog: Catalog) -> int:
+    """``fedpriv scenarios``: every scenario with its kind."""
+    del args
+    for scenario in catalog.scenarios.values():
+        print(f"{scenario.name:20s} [{scenario.kind}] {scenario.description}")
+    return 0
+
+
+COMMANDS = (
+    Command(
+        "run",
+        _run_args,
+        run,
+        "Train a scenario with its privacy mode and print one line per round.",
+        "fedpriv run\nfedpriv run -c \"scenario='digits' privacy='global-dp' num-server-rounds=5\"",
+    ),
+    Command(
+        "keys",
+        _keys_args,
+        keys,
+        "List every setting --run-config accepts, with its default and allowed values.",
+        "fedpriv keys",
+    ),
+    Command(
+        "scenarios",
+        _no_args,
+        scenarios,
+        "List the ready-made scenarios.",
+        "fedpriv scenarios",
+    ),
+)

@@ -1,0 +1,96 @@
+"""The ``fedpriv`` command line: one sub-command per ``Command`` that a feature declares.
+
+Core commands (``run``, ``keys``, ``scenarios``) are in :mod:`scenarios.cli.launch`; features add
+theirs in their declaration (``Feature.commands``): ``grid``, ``report``, ``attack``,
+``audit``, ``epsilon``. Each has a one-sentence ``help`` in a user's words and an
+``example`` shown in ``fedpriv <cmd> --help``.
+
+The feature list imports without the ``simulation`` extra (Keras, TensorFlow, JAX, Ray,
+matplotlib, scikit-learn), and without Flower, SciPy or dp-accounting: each command imports
+what it needs when it runs, so ``fedpriv --help``, ``fedpriv run --help`` and a config error
+answer at once, the commands that only compute (``keys``, ``scenarios``, ``epsilon``) work
+in the base install, and the others say which extra they need instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from scenarios.cli.launch import (  # noqa: F401  (the launch helpers, also reachable from here)
+    app_config,
+    parse_overrides,
+    preflight,
+    pyproject,
+    simulation_command,
+)
+from scenarios.config.features import CATALOG
+
+DESCRIPTION = """Federated learning with differential privacy on Flower: train the papers'
+scenarios, see each round's accuracy and privacy figure, compare strategies and privacy modes."""
+EXAMPLES = """examples:
+  fedpriv run                      the default scenario (digits, 4 clients, metric privacy)
+  fedpriv run -c "privacy='global-dp' num-server-rounds=5"
+  fedpriv keys                     every setting -c accepts
+  fedpriv <command> --help         the options of one command, with an example"""
+
+# Top-level packages of the ``simulation`` extra (pyproject.toml): Keras 3 and its backends
+# (TensorFlow, JAX with jax-privacy), Ray, and the report / data packages.
+SIMULATION_EXTRA = frozenset(
+    {
+        "tensorflow",
+        "keras",
+        "jax",
+        "jaxlib",
+        "jax_privacy",
+        "ray",
+        "matplotlib",
+        "sklearn",
+        "cv2",
+        "PIL",
+    }
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``fedpriv`` parser: a sub-command per declared command, each with its example."""
+    parser = argparse.ArgumentParser(
+        prog="fedpriv",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="<command>")
+    for name, command in CATALOG.commands.items():
+        example = "\n".join(f"  {line}" for line in command.example.splitlines())
+        command.add_arguments(
+            sub.add_parser(
+                name,
+                help=command.help,
+                description=command.help,
+                epilog=f"example:\n{example}" if example else None,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
+        )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``fedpriv`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return CATALOG.commands[args.command].run(args, CATALOG)
+    except ModuleNotFoundError as err:
+        if (err.name or "").split(".")[0] not in SIMULATION_EXTRA:
+            raise
+        print(
+            f"fedpriv {args.command}: needs the simulation extra ({err.name} is not installed): "
+            "pip install 'fedpriv[simulation]'",
+            file=sys.stderr,
+        )
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,145 @@
+"""Run the app on Flower's simulation engine (Ray) in this process, offline.
+
+``python -m scenarios.cli.simulation_runner --app DIR --num-supernodes N [--backend-config JSON]
+[--run-config "k=v ..."]`` is what ``flower-simulation`` was up to Flower 1.41: it reads
+the app's ``[tool.flwr.app]`` components and config from ``DIR/pyproject.toml``, fuses the
+overrides into the run config, and starts the ServerApp and the ClientApps through
+``flwr.simulation.run_simulation._run_simulation`` (the function behind ``run_simulation``
+that also takes the run config and the app directory).
+
+Why not ``flwr run .`` (Flower 1.42): its default connection auto-starts a detached local
+SuperLink that installs the app's dependencies at run time, which needs the network; here
+nothing is installed or downloaded, and the exit status is the run's (``flwr run`` exits 0
+whatever happens). Ray is initialised here, before Flower's backend would
+(:mod:`scenarios.cli.ray_cluster`: attach to ``init-args.address``, forward ``--forward-env`` to
+the workers, exit 2 with one line when the clients ask for GPUs Ray does not see, and with
+``--share N`` size the actor pool for N simulations on one cluster).
+Uses Flower internals of the pinned simulation stack (flwr 1.42.0); the base install (the
+wrappers) does not import this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m scenarios.cli.simulation_runner")
+    parser.add_argument("--app", required=True, help="the Flower app directory")
+    parser.add_argument("--num-supernodes", type=int, required=True)
+    parser.add_argument("--backend-config", default="{}", help="JSON, as in pyproject")
+    parser.add_argument("--run-config", default="", help="Flower --run-config overrides")
+    parser.add_argument("--share", type=int, default=1, help="simulations sharing the cluster")
+    parser.add_argument("--forward-env", default="", help="comma-separated variables for workers")
+    return parser.parse_args(argv)
+
+
+def _backend_config(text: str) -> dict[str, Any]:
+    """pyproject's backend options with Flower's internal ``_`` keys."""
+    from flwr.simulation.run_simulation import _replace_keys
+
+    config = json.loads(text) if text else {}
+    return _replace_keys(config, match="-", target="_") if config else {}
+
+
+def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
+    """Initialise Ray (attached to ``init_args.address`` if set) and check its GPUs; the
+    one-line reason the run cannot start, or None (:mod:`scenarios.cli.ray_cluster`)."""
+    import ray
+
+    from scenarios.cli import ray_cluster
+
+    init_args = dict(backend.get("init_args", {}))
+    address = str(init_args.get("address", "") or "")
+    need = float(backend.get("client_resources", {}).get("num_gpus", 0.0) or 0.0)
+    if need > 0 and not address:  # a local Ray: its GPUs are known before it starts
+        reason = ray_cluster.gpu_shortage(need, {"GPU": ray_cluster.local_gpus()}, "")
+        if reason is not None:
+            return reason
+    ray_cluster.init_ray(init_args, [k for k in args.forward_env.split(",") if k])
+    reason = ray_cluster.gpu_shortage(need, ray.cluster_resources(), address)
+    if reason is not None:
+        ray.shutdown()
+        return reason
+    ray_cluster.share_actor_pool(args.share)
+    return None
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Start the simulation described by ``argv``; 0 when the ServerApp completed."""
+    from flwr.app import Context, RecordDict
+    from flwr.app.user_config import UserConfig
+    from flwr.common.config import get_fused_config_from_dir, parse_config_args
+    from flwr.common.constant import RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, TASK_ID_NUM_BYTES
+    from flwr.server.superlink.linkstate.utils import generate_rand_int_from_bytes
+    from flwr.simulation.run_simulation import _run_simulation
+    from flwr.supercore.constant import NOOP_FEDERATION_ID
+    from flwr.supercore.run import Run
+    from flwr.supercore.task_identity import TaskIdentity
+    from flwr.supercore.telemetry import EventType
+
+    args = _parse(argv)
+    app_dir = Path(args.app).resolve()
+    with (app_dir / "pyproject.toml").open("rb") as fh:
+        components = tomllib.load(fh)["tool"]["flwr"]["app"]["components"]
+    overrides = parse_config_args([args.run_config] if args.run_config else [])
+    run_id = generate_rand_int_from_bytes(RUN_ID_NUM_BYTES)
+    flower_run = Run.create_empty(run_id=run_id)
+    flower_run.override_config = overrides
+    flower_run.primary_task_id = generate_rand_int_from_bytes(TASK_ID_NUM_BYTES)
+    flower_run.federation_id = NOOP_FEDERATION_ID
+    TaskIdentity.task_id = 1
+    TaskIdentity.run_id = run_id
+    TaskIdentity.node_id = SUPERLINK_NODE_ID
+    context = Context(
+        run_id=run_id,
+        node_id=0,
+        node_config=UserConfig(),
+        state=RecordDict(),
+        run_config=get_fused_config_from_dir(app_dir, overrides),
+    )
+    backend = _backend_config(args.backend_config)
+    try:
+        reason = _start_ray(args, backend)
+    except Exception as err:  # noqa: BLE001 -- e.g. no Ray cluster at the address: one line
+        reason = f"Ray did not start: {' '.join(str(err).split())[:300]}"
+    if reason is not None:
+        print(f"fedpriv: {reason}", file=sys.stderr)
+        return 2
+    try:
+        # the ClientApp's module, imported here in the main thread: Flower loads it in its
+        # engine thread while the ServerApp thread runs, and a resumed ServerApp unpickles its
+        # checkpoint (which imports fedpriv.privacy.accounting too) at once; two threads importing
+        # the same package cycle get a partially initialised module (ImportError)
+        importlib.import_module(components["clientapp"].split(":")[0])
+        _run_simulation(
+            num_supernodes=args.num_supernodes,
+            exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
+            server_app_attr=components["serverapp"],
+            client_app_attr=components["clientapp"],
+            server_app_context=context,
+            backend_config=backend,
+            app_dir=str(app_dir),
+            run=flower_run,
+            is_app=True,
+        )
+    except Exception as err:  # noqa: BLE001 -- the run failed: its traceback (run.log), one line
+        traceback.print_exc(file=sys.stderr)
+        print(f"fedpriv: the simulation failed: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,41 @@
+"""THE feature list: every feature of the app, in order. The only place that names them all.
+
+Order matters only for output: ``fedpriv keys`` / ``fedpriv keys --toml`` list keys in this
+order, summary blocks are merged in this order, sub-commands appear in this order. To add a
+feature, write its module with a ``FEATURE = Feature(...)`` declaration
+(:class:`scenarios.config.feature.Feature`), add it here, add its keys to ``pyproject.toml``
+(``fedpriv keys --toml``) and, for a client task, its implementation to
+:mod:`scenarios.app.client_tasks`. ``tests/test_features.py`` checks the declarations are
+complete and consistent.
+"""
+
+from __future__ import annotations
+
+from scenarios.attacks import feature as attacks
+from scenarios.audit import feature as audit
+from scenarios.baseline import feature as baseline_cli
+from scenarios.config.feature import Catalog, Feature
+from scenarios.dp import feature as dp
+from scenarios.dp_sgd import feature as dpsgd
+from scenarios.faults import feature as faults
+from scenarios.grid import feature as grid_cli
+from scenarios.ifca import feature as ifca
+from scenarios.speed import feature as speed
+from scenarios.standard import feature as standard
+from scenarios.zonal import feature as zonal
+
+FEATURES: tuple[Feature, ...] = (
+    standard.FEATURE,
+    dp.FEATURE,
+    dpsgd.FEATURE,
+    ifca.FEATURE,
+    zonal.FEATURE,
+    attacks.FEATURE,
+    faults.FEATURE,
+    audit.FEATURE,
+    grid_cli.FEATURE,
+    baseline_cli.FEATURE,
+    speed.FEATURE,
+)
+
+CATALOG = Catalog(FEATURES)

@@ -1,0 +1,116 @@
+"""A node's role and zone level, read from its OWN config (issue 20, issue 26).
+
+These read a node's own run config (``context.run_config`` overlaid with its
+``node_config``), keys possibly still ``"auto"`` (then the value is not decided by the node):
+the node-side resolution is the Flower app's job, so they live here, next to
+:mod:`scenarios.config.node_spec` (their caller), not below ``scenarios/``. The allow-list they
+serve and the refusal line are declared in :mod:`fedpriv.privacy.ownership`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fedpriv.privacy.modes import ModeError, get, name_of
+from fedpriv.privacy.modes import ifca as ifca_mode
+from fedpriv.privacy.modes import zonal as zonal_mode
+from fedpriv.privacy.ownership import AUTO, ZONE_NODE
+from fedpriv.privacy.releases import STATE_DIR_KEY, state_dir
+from fedpriv.zonal import assign_zones, zone_levels
+
+if TYPE_CHECKING:  # the base install (fedpriv epsilon) has no Flower
+    from flwr.app import Context
+
+__all__ = ["client_mode", "node_state_dir", "zonal_level", "zone_node_level"]
+
+FIXED_LEVELS = ("none", "ldp", "hdp", "cdp")  # a placement that is one level for every zone
+
+
+def _set(own: Mapping[str, Any], key: str) -> bool:
+    return key in own and own[key] != AUTO
+
+
+def _mixed_levels(own: Mapping[str, Any]) -> list[str]:
+    """The zone levels of a ``mixed`` placement (HDP paper §III) from the node's own keys."""
+    return zone_levels(
+        int(own["num-zones"]),
+        "mixed",
+        hdp_fraction=float(own.get("hdp-fraction", 0.0)),
+        ldp_fraction=float(own.get("ldp-fraction", 0.0)),
+    )
+
+
+def zonal_level(own: Mapping[str, Any], partition: int) -> str | None:
+    """The noise level of this client's zone from its own config (None: not decided by it)."""
+    placement = own.get("noise-placement")
+    if placement in FIXED_LEVELS:
+        return str(placement)
+    if placement != "mixed" or not all(_set(own, k) for k in ("num-clients", "num-zones")):
+        return None
+    zones = int(own["num-zones"])
+    try:
+        zone_of = assign_zones(
+            int(own["num-clients"]),
+            zones,
+            method=str(own.get("zone-assignment", "blocks")),
+            zone_map=str(own.get("zone-map", "")) or None,
+        )
+        return _mixed_levels(own)[zone_of[partition]]
+    except (ValueError, IndexError):
+        return None
+
+
+def zone_node_level(own: Mapping[str, Any], zone: int) -> str | None:
+    """The level of zone ``zone`` from a zone node's own config (None: not decided by it)."""
+    placement = own.get("noise-placement")
+    if placement in FIXED_LEVELS:
+        return str(placement)
+    if placement != "mixed" or not _set(own, "num-zones"):
+        return None
+    try:
+        return _mixed_levels(own)[int(zone)]
+    except (ValueError, IndexError):
+        return None
+
+
+def _mode_or_none(name: str) -> Any:
+    try:
+        return get(name)
+    except ModeError:
+        return None
+
+
+def client_mode(own: Mapping[str, Any], partition: int, message_task: str = "") -> str | None:
+    """The client's server-distrusting role from its OWN config (None: it trusts the server).
+
+    A mode whose ``client`` party owns keys and has no zones (DP-SGD): its name; the zonal
+    mode: ``zonal`` in an LDP zone, ``zone-node`` for a zone SuperNode of an LDP or HDP
+    zone; IFCA: an own ν > 0 or an IFCA message (``message_task``: GP's untrusted server).
+    """
+    mode = _mode_or_none(name_of({**own, "client-task": ""}))
+    zonal = mode is zonal_mode.MODE
+    if mode is not None and mode.party_keys("client") and not zonal and mode.selectable:
+        return mode.name
+    zone_node = message_task == ZONE_NODE or own.get("zonal-runtime") == "zone-nodes"
+    if zonal and zone_node:
+        return ZONE_NODE if zone_node_level(own, partition) in ("ldp", "hdp") else None
+    if zonal and zonal_level(own, partition) == "ldp":
+        return mode.name
+    nu = own.get("ifca-noise-multiplier", AUTO)
+    if (nu != AUTO and float(nu) > 0) or message_task == ifca_mode.MODE.client_task:
+        return ifca_mode.MODE.name
+    return None
+
+
+def node_state_dir(context: Context) -> Path:
+    """The node's own state directory (its release ledgers, :mod:`fedpriv.privacy.releases`): its
+    ``node_config``'s ``client-state-dir``, else its ``run_config``'s, else
+    ``<output-dir>/client-state`` of its ``run_config``, else a per-run folder under
+    ``$FEDPRIV_STATE_ROOT``. Never a message's."""
+    configs = (context.node_config, context.run_config)
+    own = (str(c.get(STATE_DIR_KEY, "") or "") for c in configs)
+    own_dir = next((d for d in own if d and d != AUTO), "")
+    output_dir = str(context.run_config.get("output-dir", "") or "")
+    return state_dir(own_dir, output_dir, int(context.run_id))

@@ -1,0 +1,28 @@
+"""Read-only lookups of the app's catalog (:data:`scenarios.config.features.CATALOG`).
+
+``resolve_run_config(run_config)`` is what ``fedpriv run``, the ServerApp and the tests call:
+scenario lookup, defaults layering (key defaults <- scenario defaults <- user values), every
+key check and every feature's consistency check. Nothing is registered here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from scenarios.config.feature import Scenario
+from scenarios.config.features import CATALOG
+from scenarios.config.schema import KeySpec
+
+KEYS: Mapping[str, KeySpec] = CATALOG.keys
+SCENARIOS: Mapping[str, Scenario] = CATALOG.scenarios
+
+
+def get_scenario(name: Any) -> Scenario:
+    """The scenario called ``name`` or a one-line :class:`~scenarios.config.schema.ConfigError`."""
+    return CATALOG.scenario(name)
+
+
+def resolve_run_config(run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved, checked run config (see the module docstring)."""
+    return CATALOG.resolve_run_config(run_config)

@@ -1,0 +1,357 @@
+"""Feature ``dp``: privacy modes ``global-dp`` and ``metric-dp`` (issues 3, 11; SPEC §3.1–3.2).
+
+Declares (``FEATURE``):
+
+* privacy mode ``global-dp`` -> :class:`strategies.dp_wrappers.ServerSideFixedClippingDP`
+  and ``metric-dp`` -> :class:`strategies.dp_wrappers.MetricDP` around the stock strategy,
+  with m = ``num-sampled-clients`` (0: ``clients-per-round``, 0: all ``num-clients``), the
+  noise drawn from the ``dp-noise`` stream of :mod:`fedpriv.seeds`, uniform aggregation
+  unless ``dp-weighting = examples``, and (global DP) a
+  :class:`fedpriv.privacy.dp.GaussianRoundsAccountant` that composes each round's ``DpEvent``
+  (``client-sampling`` fixed: replace-one; poisson: add/remove-one), so each round line of
+  rounds.jsonl has the headline ε so far with its accountant, adjacency and sampling;
+* a summary block adding ``privacy`` to summary.json (with ``unaccounted``: what clients
+  sent outside the accounting, only with ``unaccounted-metrics = true``);
+* consistency checks (``num-sampled-clients`` <= ``num-clients``; Poisson sampling only
+  with a uniform-mean strategy);
+* the ``fedpriv epsilon`` command: the privacy figures of a config, no data, no training
+  (:func:`fedpriv.privacy.accounting.planning.privacy_plan`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from fedpriv import seeds
+from fedpriv.privacy.disclosure import unaccounted_channels
+from fedpriv.privacy.modes import global_dp, metric_dp, mode_of
+from fedpriv.privacy.participation import Participation
+from fedpriv.reporting.records import PrivacyFigures, mean_of
+from fedpriv.spec import RunSpec
+from scenarios.app.privacy_modes import declare
+from scenarios.config.feature import Catalog, Command, Feature
+from scenarios.config.schema import ConfigError
+from scenarios.config.specs import run_spec
+from scenarios.dp.keys import KEYS
+
+# the server-noise modes this feature wraps (their declarations: fedpriv.privacy.modes)
+SERVER_NOISE_MODES = (global_dp.MODE, metric_dp.MODE)
+DP_MODES = tuple(m.name for m in SERVER_NOISE_MODES)
+PRIVACY_BLOCK = "privacy"  # the summary.json block of the server-noise modes
+
+SENSITIVITY_NOTE = (
+    "The (epsilon, delta) accounting is of the Gaussian mechanism on the mean of the clipped "
+    "client updates (sensitivity C/m uniform; C*w_max with dp-weighting = examples). The noise "
+    "is added to that mean BEFORE the server optimizer, so FedAvg, FedAvgM, FedProx, FedOpt and "
+    "FedYogi release post-processing of noised means only (their momentum / moments never see "
+    "an un-noised aggregate). FedMedian is not a mean: noised after its aggregate, no epsilon."
+)
+NOT_A_MEAN_STRATEGIES = ("fedmedian",)
+
+
+def participation(cfg: Mapping[str, Any]) -> Participation:
+    """Who takes part in a round (the run spec's
+    :class:`fedpriv.privacy.participation.Participation`)."""
+    return run_spec(cfg).participation
+
+
+def sampled_per_round(cfg: Mapping[str, Any]) -> int:
+    """Clients actually sampled per round (:class:`fedpriv.privacy.participation.Participation`)."""
+    return participation(cfg).per_round
+
+
+def noise_clients(cfg: Mapping[str, Any]) -> int:
+    """m of σ = z·C/m (:class:`fedpriv.privacy.participation.Participation`)."""
+    return participation(cfg).noise_clients
+
+
+def conditional_accounting(cfg: Mapping[str, Any]) -> bool:
+    """Examples weighting with sampling: account each round given the realised sample."""
+    from fedpriv.privacy.accounting.rounds import is_conditional
+
+    return is_conditional(str(cfg["dp-weighting"]), participation(cfg))
+
+
+def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
+    """The DP wrapper of the config's privacy mode around the Message-API ``strategy``.
+
+    ``rng`` (the run's sampling Generator) is deliberately not used for the noise. The noise
+    Generator is OS entropy unless the run sets ``reproducible-noise`` (then the seeded
+    ``dp-noise`` stream, :func:`fedpriv.seeds.privacy_stream`).
+    Metric DP gets no accountant: it is a heuristic and reports no ε.
+    """
+    del rng
+    from fedpriv.privacy.accounting.rounds import global_dp_accountant
+    from strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
+
+    common = dict(
+        noise_multiplier=float(cfg["noise-multiplier"]),
+        clipping_norm=float(cfg["clipping-norm"]),
+        num_sampled_clients=noise_clients(cfg),
+        rng=seeds.privacy_stream(
+            int(cfg["seed"]), "dp-noise", reproducible=run_spec(cfg).reproducible_noise
+        ),
+        accept_failures=bool(cfg["accept-failures"]),
+        weighting=str(cfg["dp-weighting"]),
+    )
+    if mode_of(cfg) is metric_dp.MODE:
+        return MetricDP(
+            strategy,
+            distance_on=cfg["distance-on"],
+            min_distance=float(cfg["min-distance"]),
+            **common,
+        )
+    accountant = global_dp_accountant(
+        participation(cfg),
+        delta=float(cfg["dp-delta"]),
+        weighting=str(cfg["dp-weighting"]),
+    )
+    poisson = cfg["client-sampling"] == "poisson"
+    return ServerSideFixedClippingDP(
+        strategy, accountant=accountant, poisson=poisson, max_epsilon=budget_of(cfg), **common
+    )
+
+
+def budget_of(cfg: Mapping[str, Any]) -> float | None:
+    """``max-epsilon`` as the wrapper's ``max_epsilon`` (0 in the config: None, no budget)."""
+    value = float(cfg.get("max-epsilon", 0.0))
+    return value if value > 0 else None
+
+
+def check_max_epsilon(cfg: Mapping[str, Any], catalog: Catalog) -> None:
+    """``max-epsilon`` > 0 only where a server-side accountant has an ε to bound: global DP
+    around a mean (standard run). Metric DP has no ε; DP-SGD's ε is per client, computed on
+    the clients (refused, see docs/privacy.md); zonal and none: refused."""
+    value = float(cfg.get("max-epsilon", 0.0))
+    if value == 0:
+        return
+    allowed = "0 (no budget) unless privacy = global-dp around a mean (not fedmedian)"
+    mode = mode_of(cfg)
+    if not mode.budgeted or catalog.kind(cfg) != "standard":
+        raise ConfigError(
+            "max-epsilon", value, f"{allowed} (privacy = {mode.name}: no server-side epsilon)"
+        )
+    if cfg["strategy"] in NOT_A_MEAN_STRATEGIES:
+        raise ConfigError("max-epsilon", value, f"{allowed}: {cfg['strategy']} has no epsilon")
+
+
+def check_dp_config(cfg: Mapping[str, Any], catalog: Catalog) -> None:
+    """``num-sampled-clients`` <= ``num-clients``; Poisson sampling needs a uniform mean."""
+    if int(cfg["num-sampled-clients"]) > int(cfg["num-clients"]):
+        raise ConfigError(
+            "num-sampled-clients",
+            cfg["num-sampled-clients"],
+            f"an integer in [0, num-clients = {cfg['num-clients']}] (0 = clients per round)",
+        )
+    if cfg["client-sampling"] != "poisson":
+        return
+    if not mode_of(cfg).poisson or catalog.kind(cfg) != "standard":
+        raise ConfigError(
+            "client-sampling", "poisson", "fixed unless privacy = none | global-dp (standard run)"
+        )
+    if cfg["strategy"] not in ("fedavg", "fedprox") or cfg["dp-weighting"] != "uniform":
+        raise ConfigError(
+            "client-sampling",
+            "poisson",
+            "fixed unless strategy = fedavg | fedprox with dp-weighting = uniform "
+            "(the fixed denominator needs a uniform mean)",
+        )
+
+
+def _noised_rounds(rounds: list[dict]) -> list[dict]:
+    return [r for r in rounds if r.get("round", 0) > 0 and r.get("dp-noised")]
+
+
+def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
+    """The ``privacy`` block of summary.json (empty for other privacy modes)."""
+    from fedpriv.privacy.accounting.rounds import global_dp_epsilon
+    from fedpriv.privacy.dp import METRIC_HEURISTIC
+
+    declared = mode_of(cfg)
+    mode, opted = declared.name, run_spec(cfg).unaccounted_metrics
+    if declared.summary_key != PRIVACY_BLOCK and declared.selectable:
+        # a mode reported in its own block (zonal): here only what left its clients
+        return {
+            PRIVACY_BLOCK: {"mode": mode, "unaccounted": unaccounted_channels(mode, opted_in=opted)}
+        }
+    if declared not in SERVER_NOISE_MODES:
+        return {}
+    trained = [r for r in rounds if r.get("round", 0) > 0]
+    noised = _noised_rounds(rounds)
+    block: dict[str, Any] = {
+        "mode": mode,
+        "noise_multiplier": float(cfg["noise-multiplier"]),
+        "clipping_norm": float(cfg["clipping-norm"]),
+        "num_sampled_clients": noise_clients(cfg),
+        "clients_per_round": sampled_per_round(cfg),
+        "num_clients": int(cfg["num-clients"]),
+        "client_sampling": cfg["client-sampling"],
+        "weighting": cfg["dp-weighting"],
+        "delta": float(cfg["dp-delta"]),
+        "sigma_per_round": [r.get("dp-sigma") for r in trained],
+        # clip and sample counts are operator-only (operator.jsonl, issue 26): not here
+        "noised_rounds": len(noised),
+        "underfilled_rounds": [r["round"] for r in noised if "dp-underfilled" in r],
+        "sensitivity_note": SENSITIVITY_NOTE,
+        "unaccounted": unaccounted_channels(mode, opted_in=opted),
+    }
+    if declared is global_dp.MODE and cfg["strategy"] in NOT_A_MEAN_STRATEGIES:
+        from strategies.dp_core import NO_EPSILON_NOT_A_MEAN
+
+        block["guarantee"] = NO_EPSILON_NOT_A_MEAN
+        block["epsilon"] = None
+        return {"privacy": block, **_figures(cfg, block, None, "no ε: not a mean (FedMedian)")}
+    if declared is global_dp.MODE:
+        report = global_dp_epsilon(
+            [r.get("dp-round-noise-multiplier", r.get("dp-sum-noise-multiplier")) for r in noised],
+            participation(cfg),
+            delta=float(cfg["dp-delta"]),
+            weighting=str(cfg["dp-weighting"]),
+        )
+        block["formula"] = "sigma = z*C/m"
+        block["guarantee"] = "(epsilon, delta)-DP, client level (one client's whole update)"
+        block["epsilon"] = _epsilon_block(report)
+        clients = _last_client_epsilon(trained)
+        if clients:
+            block["epsilon_per_client"] = clients
+        return {"privacy": block, **_figures(cfg, block, report)}
+    block["formula"] = "sigma = z*C/(m*d)"
+    block["distance_on"] = cfg["distance-on"]
+    block["min_distance"] = float(cfg["min-distance"])
+    block["distance_per_round"] = [r.get("dp-distance") for r in trained]
+    block["distance_measured_per_round"] = [r.get("dp-distance-measured") for r in trained]
+    block["fallback_per_round"] = [r.get("dp-fallback") for r in trained]
+    block["sigma_lower_bound_per_round"] = [r.get("dp-sigma-lower-bound") for r in trained]
+    block["heuristic"] = METRIC_HEURISTIC
+    block["guarantee"] = "none (heuristic): no epsilon is reported for metric DP"
+    return {"privacy": block, **_figures(cfg, block, None)}
+
+
+def _figures(
+    cfg: Mapping[str, Any], block: Mapping[str, Any], report: Any, no_bound: str = "heuristic, no ε"
+) -> dict:
+    """The typed figures every report shows (metric DP: a heuristic, no ε)."""
+    bound = no_bound
+    if report is not None:
+        bound = "; ".join(dict.fromkeys(str(report.get(k, "")) for k in ("adjacency", "sampling")))
+    figures = PrivacyFigures(
+        mode=mode_of(cfg).name,
+        bound=bound,
+        noise_multiplier=float(cfg["noise-multiplier"]),
+        sigma_mean=mean_of(block["sigma_per_round"]),
+        distance_mean=mean_of(block.get("distance_per_round", [])),
+        epsilon=None if report is None else report.get("epsilon"),
+        epsilon_rdp=None if report is None else report.get("epsilon_rdp"),
+        delta=float(cfg["dp-delta"]),
+    )
+    return {PrivacyFigures.KEY: figures.to_json()}
+
+
+def _last_client_epsilon(trained: list[dict]) -> dict[str, Any]:
+    """Per-client ε (examples weighting): each client's latest cumulative figure."""
+    out: dict[str, Any] = {}
+    for record in trained:
+        out.update({str(k): v for k, v in (record.get("dp-client-epsilon") or {}).items()})
+    return out
+
+
+def _epsilon_block(report: Mapping[str, Any]) -> dict[str, Any]:
+    def num(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)
+        return value
+
+    keys = ("epsilon", "epsilon_pld", "epsilon_rdp", "delta", "rounds", "headline_from")
+    out = {k: num(report.get(k)) for k in keys}
+    out.update({k: report.get(k, "") for k in ("accountant", "adjacency", "sampling")})
+    return out
+
+
+def _epsilon_args(parser: argparse.ArgumentParser) -> None:
+    from scenarios.cli.launch import add_run_config_option
+
+    add_run_config_option(
+        parser, "Flower-style overrides, e.g. \"privacy='global-dp' noise-multiplier=1.1\""
+    )
+    parser.add_argument(
+        "--examples-per-client",
+        type=int,
+        default=None,
+        help="DP-SGD: a client's number of training examples (the config does not know it)",
+    )
+    parser.add_argument(
+        "--target-epsilon",
+        default=None,
+        metavar="E",
+        help="print the smallest noise multiplier whose epsilon is <= E for this config "
+        "(global-dp, dp-sgd, zonal; bisection to 0.1%% relative) and that epsilon, one line",
+    )
+
+
+def _epsilon(args: argparse.Namespace, catalog: Catalog) -> int:
+    """``fedpriv epsilon``: one JSON object of privacy figures (no data, no training)."""
+    from fedpriv.privacy.accounting.planning import privacy_plan
+    from scenarios.cli.launch import app_config, parse_overrides
+
+    try:
+        cfg = catalog.resolve_run_config(app_config(parse_overrides(args.run_config)))
+    except ConfigError as err:
+        print(f"fedpriv: {err}", file=sys.stderr)
+        return 2
+    spec = run_spec({**cfg, "scenario-kind": catalog.kind(cfg)})
+    if args.target_epsilon is not None:
+        return _target(spec, args.target_epsilon, args.examples_per_client)
+    plan = privacy_plan(spec, examples_per_client=args.examples_per_client)
+    print(json.dumps(plan, indent=2, sort_keys=True))
+    return 0
+
+
+def _target(spec: RunSpec, text: str, examples: int | None) -> int:
+    """``fedpriv epsilon --target-epsilon E``: one JSON line ``{"key", "noise_multiplier",
+    "epsilon", ...}`` (:func:`fedpriv.privacy.accounting.target.noise_for_target`), or a one-line
+    error and exit status 2."""
+    from fedpriv.privacy.accounting.planning import PlanError
+    from fedpriv.privacy.accounting.target import noise_for_target
+
+    try:
+        target = float(text)
+    except ValueError:
+        target = math.nan
+    if not (math.isfinite(target) and target > 0):
+        print(f"fedpriv: --target-epsilon = {text!r} is not allowed; expected a float > 0",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        result = noise_for_target(spec, target, examples_per_client=examples)
+    except (PlanError, ValueError) as err:
+        print(f"fedpriv: --target-epsilon: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+FEATURE = Feature(
+    name="dp",
+    description="Server-side global DP (sigma = z*C/m) and metric DP (sigma = z*C/(m*d)).",
+    keys=KEYS,
+    privacy_modes=tuple(declare(mode, build_dp_wrapper) for mode in SERVER_NOISE_MODES),
+    summary=privacy_summary,
+    checks=(check_dp_config, check_max_epsilon),
+    commands=(
+        Command(
+            "epsilon",
+            _epsilon_args,
+            _epsilon,
+            "Compute the privacy figures (noise, ε) of a configuration without training.",
+            "fedpriv epsilon -c \"privacy='global-dp' noise-multiplier=1.1\"\n"
+            "fedpriv epsilon -c \"privacy='global-dp'\" --target-epsilon 8",
+        ),
+    ),
+)

@@ -1,0 +1,140 @@
+"""``privacy = dp-sgd``: client-side DP-SGD in the standard run (MP §4, untrusted server).
+
+Declared here (``FEATURE``):
+
+- client task ``dp-sgd`` (:func:`scenarios.app.client_tasks.train_dpsgd`): the client trains with
+  Poisson-sampled DP-SGD (``clients.dpsgd_client``, ``fedpriv.privacy.dpsgd``) and puts its
+  example-level ε in the train MetricRecord (``dp-sgd-epsilon``). The client computes ε from
+  its own config and its own count of the rounds it trained in (its own release ledger,
+  :mod:`fedpriv.privacy.releases`): the server sends no participation count and cannot set the ε a
+  client reports.
+- privacy mode ``dp-sgd``: :class:`scenarios.dp_sgd.server.DpSgdClients`, a thin
+  Message-API wrapper around the stock strategy. It sets ``client-task = "dp-sgd"`` in
+  the train config, mirrors how many rounds it asked each client to train (for the
+  summary, not sent), and keeps each client's latest ε from its replies (Flower averages
+  MetricRecords weighted by num-examples, so the per-client values are read from the
+  replies here before delegating). ``round_metrics()`` reports them per partition.
+- summary block: summary.json ``privacy = {"mode": "dp-sgd", "epsilon" (headline: the
+  largest client's ε), "dp_sgd": {...}}`` with ε per client, δ, the accountant, z and C.
+- a consistency check: ``microbatches`` must be 0 (one example per clip).
+
+The ε is a bound for the batching the clients run: Poisson sampling q = min(1, B/n),
+add/remove-one example, PLD/RDP (``fedpriv.privacy.dpsgd``). The server adds no noise: aggregation
+is the stock strategy's, on DP-SGD-trained models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from fedpriv.privacy.disclosure import unaccounted_channels
+from fedpriv.privacy.dpsgd import ACCOUNTANT_TEXT, ADJACENCY_TEXT, SAMPLING_TEXT
+from fedpriv.privacy.modes import dp_sgd, mode_of
+from fedpriv.reporting.records import PrivacyFigures
+from scenarios.app.privacy_modes import declare
+from scenarios.app.task_names import DPSGD_TASK as TASK
+from scenarios.config.feature import Catalog, Feature
+from scenarios.config.schema import ConfigError
+from scenarios.config.specs import run_spec
+from scenarios.dp_sgd.keys import KEYS
+
+DPSGD_MODE = dp_sgd.MODE
+
+
+def __getattr__(name: str) -> Any:
+    """``DpSgdClients`` lives in :mod:`scenarios.dp_sgd.server` (Flower), loaded on use."""
+    if name in ("DpSgdClients", "EPSILON_LABEL"):
+        from scenarios.dp_sgd import server as dpsgd_server
+
+        return getattr(dpsgd_server, name)
+    raise AttributeError(name)
+
+
+def _wrapper(strategy: Any, cfg: Mapping[str, Any], rng: Any) -> Any:
+    """Privacy mode ``dp-sgd``: :class:`scenarios.dp_sgd.server.DpSgdClients` around the
+    stock strategy (``rng`` unused: the clients draw their own noise)."""
+    del rng
+    from scenarios.dp_sgd.server import DpSgdClients
+
+    return DpSgdClients(strategy)
+
+
+def _last_per_client(rounds: list[dict], key: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for record in rounds:
+        if isinstance(record.get(key), dict):
+            out.update({str(k): v for k, v in record[key].items()})
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else kv[0]))
+
+
+def dpsgd_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
+    """summary.json ``privacy`` block of a dp-sgd run (ε per client, keyed by partition).
+
+    ε per client is the latest figure the client reported (its own accounting); a client
+    that was never sampled has ε = 0 (its data was never used).
+    """
+    if mode_of(cfg) is not DPSGD_MODE:
+        return {}
+    spec = run_spec(cfg)
+    never = {str(p): 0.0 for p in range(int(cfg["num-clients"]))}
+    bound = {**never, **_last_per_client(rounds, "dp-sgd-epsilon")}
+    finite = [float(v) for v in bound.values() if np.isfinite(float(v))]
+    headline = max((float(v) for v in bound.values()), default=None)
+    z, clip = float(cfg["noise-multiplier"]), float(cfg["clipping-norm"])
+    figures = PrivacyFigures(
+        mode=TASK,
+        bound=f"{ADJACENCY_TEXT}; {SAMPLING_TEXT}",
+        noise_multiplier=z,
+        sigma_mean=z * clip,  # the noise std on the summed clipped gradients
+        epsilon=headline,
+        delta=float(cfg["dp-delta"]),
+    )
+    return {
+        PrivacyFigures.KEY: figures.to_json(),
+        "privacy": {
+            "mode": TASK,
+            "epsilon": headline,
+            "delta": float(cfg["dp-delta"]),
+            "accountant": ACCOUNTANT_TEXT,
+            "adjacency": ADJACENCY_TEXT,
+            "sampling": SAMPLING_TEXT,
+            "unaccounted": unaccounted_channels(spec.mode_name, opted_in=spec.unaccounted_metrics),
+            "dp_sgd": {
+                "epsilon_per_client": bound,
+                "participations_per_client": _last_per_client(rounds, "dp-sgd-participations"),
+                "epsilon_max": headline,
+                "epsilon_mean": float(np.mean(finite)) if finite else None,
+                "delta": float(cfg["dp-delta"]),
+                "noise_multiplier": z,
+                "l2_norm_clip": clip,
+                "batch_size": int(cfg["batch-size"]),
+                "local_epochs": int(cfg["local-epochs"]),
+                "sampling": SAMPLING_TEXT,
+                "accountant": ACCOUNTANT_TEXT,
+            },
+        },
+    }
+
+
+def check_microbatches(cfg: Mapping[str, Any], catalog: Catalog) -> None:
+    """``microbatches`` must be 0: DP-SGD clips each example (the option went with
+    tensorflow-privacy; clipping means of several examples would double the sensitivity)."""
+    del catalog
+    if mode_of(cfg) is DPSGD_MODE and cfg["microbatches"] != 0:
+        raise ConfigError(
+            "microbatches", cfg["microbatches"], "0 (DP-SGD clips each example on its own)"
+        )
+
+
+FEATURE = Feature(
+    name="dp-sgd",
+    description="Client-side DP-SGD (Poisson batches), example-level epsilon per client.",
+    keys=KEYS,
+    privacy_modes=(declare(DPSGD_MODE, _wrapper),),
+    client_tasks=(TASK,),
+    summary=dpsgd_summary,
+    checks=(check_microbatches,),
+)
