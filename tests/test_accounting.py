@@ -1,6 +1,5 @@
-"""Tests for fedpriv.privacy.accounting: the headline ε is a valid upper bound (issue 11, must-show
-1),
-one event accountant, capped RDP, GP leakage ledger, HDP amplification."""
+"""Tests for fedpriv.privacy.accounting: the headline ε is a valid upper bound, one
+event accountant, capped RDP, GP leakage ledger, HDP amplification."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Adversarial clients (issue 12, must-show 4): one test per ``attack`` value and its invariant.
+"""Adversarial clients: one test per ``attack`` value and its invariant.
 
 Each round goes through the real server chain of a standard run
 (``scenarios.app.server_app.build_strategy``: RoundRecorder -> ValidUpdatesOnly -> privacy

@@ -1,4 +1,4 @@
-"""Metric DP audited with power (issue 22): the exact MetricScaledGaussian round with 50 000
+"""Metric DP audited with power: the exact MetricScaledGaussian round with 50 000
 canaries at MP's settings (z = 0.01, C = 5, 20 rounds, m = 4, raw d) and beside global DP's
 must-show config, where metric DP's d > 1 removes noise the global-DP claim counts on."""
 

@@ -1,4 +1,4 @@
-"""Auditing with power (issue 22): one-run ε-DP and f-DP bounds, the global-DP mechanism
+"""Auditing with power: one-run ε-DP and f-DP bounds, the global-DP mechanism
 audit (must-show 1: bound >= ε/2 and never above ε in 200 audits; must-show 2: no noise
 gives >= 5), and the planted bugs the audit must flag (must-show 3)."""
 
@@ -136,7 +136,7 @@ def test_no_privacy_gives_a_lower_bound_of_at_least_five():
 
 
 def test_diluted_canaries_lose_the_power():
-    """Issue 22's old failure: dividing by all replies (K + m) instead of m hides the canaries."""
+    """The old failure: dividing by all replies (K + m) instead of m hides the canaries."""
     cfg = gdm.MUST_SHOW
 
     def diluted(cfg, signs, rng):

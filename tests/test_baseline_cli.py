@@ -1,4 +1,4 @@
-"""``fedpriv baseline record`` / ``check`` (issue 28, must-show 5) and the one comparer.
+"""``fedpriv baseline record`` / ``check`` and the one comparer.
 
 The simulation tests record a baseline of two small runs (the default digits scenario,
 metric DP, and its global-DP grid cell; 2 rounds, 2 seeds), then plant regressions the

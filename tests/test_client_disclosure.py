@@ -1,4 +1,4 @@
-"""Must-show 3 (issue 11): every message a client sends, in each privacy mode, carries only
+"""Must-show 3: every message a client sends, in each privacy mode, carries only
 what that mode's accounting covers — or a labelled opt-in listed in the summary.
 
 The real ClientApp (``scenarios.app.client_app.app``) is called with real Flower ``Message`` and
@@ -27,7 +27,7 @@ NEVER_UNDER_DP = {"train-loss", "loss", "accuracy", "zonal-update-norm", "zonal-
 
 
 def context(partition: int = 0, run_config: dict | None = None) -> Context:
-    """A node of the run: its ``run_config`` is the run's (issue 26: the node resolves its
+    """A node of the run: its ``run_config`` is the run's (the node resolves its
     own privacy settings from it; a message cannot set them)."""
     return Context(
         run_id=1, node_id=1, node_config={"partition-id": partition}, state=RecordDict(),

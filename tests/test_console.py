@@ -1,4 +1,4 @@
-"""The run console (issue 28): round lines, the summary, framework noise off, the CLI's help.
+"""The run console: round lines, the summary, framework noise off, the CLI's help.
 
 The simulation checks run the real ``fedpriv run`` as a subprocess (digits, tiny) twice:
 by default and with ``--verbose``, in an environment without the quiet variables that
@@ -392,7 +392,7 @@ def test_verbose_brings_the_framework_lines_back(tmp_path):
 
 
 def test_an_ifca_final_evaluation_declined_by_every_user_says_why():
-    """Each node decides its own opt-in (issue 26): when every user declines, the final line
+    """Each node decides its own opt-in: when every user declines, the final line
     says so instead of printing the counts as metrics."""
     declined = {"config": {"privacy": "none"}, "final": {"clients": 0, "declined": 100}}
     line = console.final_metrics(declined)

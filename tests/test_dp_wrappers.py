@@ -495,7 +495,7 @@ def test_accountant_per_round_matches_dp_epsilon_and_grows():
 
 
 def test_uniform_weighting_by_default_and_examples_accounted_by_the_largest_weight():
-    """Issue 11 item 2: MP non-IID weights 0.35/0.15/0.40/0.10, z = 1, 20 rounds."""
+    """MP non-IID weights 0.35/0.15/0.40/0.10, z = 1, 20 rounds."""
     reference = global_model()
     models = client_models([0.5, 0.5, 0.5, 0.5])
     examples = [35, 15, 40, 10]

@@ -1,4 +1,4 @@
-"""One ε path for global DP (issue 20, must-show 4).
+"""One ε path for global DP.
 
 ``fedpriv epsilon`` (the real command, its printed JSON) is never below the ε a run charges,
 under uniform and example weighting, fixed and Poisson client sampling; equal where the

@@ -1,4 +1,4 @@
-"""HDP's datasets from a local path (issue 21, must-show 4): CIFAR-10/100 python batches and
+"""HDP's datasets from a local path: CIFAR-10/100 python batches and
 EMNIST by writer (LEAF json shards, TFF h5), generated here in their real layouts.
 
 Every generated image encodes where it came from, so the tests can check that the pixel

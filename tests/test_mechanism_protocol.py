@@ -1,4 +1,4 @@
-"""The mechanism protocol and its placements (issue 26, :mod:`fedpriv.privacy.protocol`).
+"""The mechanism protocol and its placements (:mod:`fedpriv.privacy.protocol`).
 
 * every mechanism of fedpriv satisfies :class:`Mechanism` (constrain, add_noise, event);
 * each placement's output equals the formula computed here in plain numpy for a fixed

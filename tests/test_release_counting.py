@@ -1,5 +1,5 @@
-"""Issue 26: each noising party counts its own releases (must-shows 2 and 3, and the one-client
-zone of must-show 1).
+"""Each noising party counts its own releases: replays, restarts, budgets and
+the one-client zone.
 
 The real ClientApp (``scenarios.app.client_app.app``) gets real Flower ``Message`` / ``Context``
 objects; the client's own config is its ``run_config`` (a fully resolved config) and its

@@ -1,9 +1,9 @@
-"""Mechanism-level audit of DP-SGD batching (issue 22, must-show 3's planted DP-SGD bug).
+"""Mechanism-level audit of DP-SGD batching.
 
 DP-SGD as :mod:`fedpriv.privacy.dpsgd` runs it, on one client's ``n`` examples, expected batch
 ``B``, ``q = B/n``, ``T = round(1/q)·E`` steps of ``g̃_t = (Σ_{i∈batch_t} clip(∇ℓ_i, C) +
 N(0, (zC)² I)) / D`` (``D = min(B, n)``); the accountant claims ε of the Poisson-subsampled
-Gaussian under **replace-one** example adjacency (the replies publish n, issue 26):
+Gaussian under **replace-one** example adjacency (the replies publish n):
 ``PoissonSampledDpEvent(q, GaussianDpEvent(z/2))`` self-composed T times
 (:func:`fedpriv.privacy.dpsgd.client_epsilon`, sensitivity 2C). That accountant covers the white-box
 threat model: every noisy step ``g̃_t`` is released (adaptive composition).

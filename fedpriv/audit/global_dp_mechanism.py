@@ -1,4 +1,4 @@
-"""Mechanism-level audit of global DP with power (issue 22, must-show 1 and 2).
+"""Mechanism-level audit of global DP with power.
 
 The exact round of :class:`fedpriv.privacy.dp.FixedClippingGaussian` (SPEC §3.1), run on a flat
 model vector of ``d = K·b`` parameters with ``K`` canary clients and a few real clients:
