@@ -15,7 +15,7 @@ Records (old engine = main before redesign stage 2, same numerics otherwise):
 
 - ``cia``: from main@7e03fea; ``dpsgd-grid``, ``zonal-failures``, ``zonal-compare``,
   ``ifca-digits-sweep``: from main@1caa077, the last commit before redesign stage 2 (after the
-  privacy issue's DP-SGD ε and zonal accounting changes, which change those figures on
+  privacy audit's DP-SGD ε and zonal accounting changes, which change those figures on
   purpose). All five matched the stage-2 engine when committed.
 - ``dp-grid-{fedavg,fedyogi}-{none,global-dp,metric-dp}`` (six separate ``fedpriv run``) and
   ``ifca-gp-sweep``: from main@1caa077 too (after stage 1's DP noise stream move), with the

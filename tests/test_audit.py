@@ -1,6 +1,6 @@
 """Empirical privacy auditing estimators, no training: seconds.
 
-Must show 1: on a Gaussian mechanism with known ε (canary updates plus N(0, σ²) noise), the
+On a Gaussian mechanism with known ε (canary updates plus N(0, σ²) noise), the
 95 % one-run lower bound (Steinke et al.) is below the true ε in at least 19 of 20 seeds (a 95 %
 bound may miss about once in 20; the test allows exactly that) and within a factor 4 of it
 (median over the seeds; the one-run bound with δ > 0 is known to be loose — Steinke et al.

@@ -1,4 +1,4 @@
-"""Must show 2: `fedpriv audit` on digits, real Flower simulations.
+"""`fedpriv audit` on digits, real Flower simulations.
 
 ONE `fedpriv audit --grid --z 1` simulation (2 rounds, 1 local epoch, 60 canaries; its five
 cells in one simulation through scenarios.app.multirun): global DP at z = 1 gives a lower bound

@@ -171,7 +171,7 @@ def test_check_refuses_targets_and_seeds_not_recorded(tmp_path, capsys):
     assert "not a baseline file" in capsys.readouterr().err
 
 
-# --- must-show 5: record, plant regressions, check -----------------------------------------
+# --- record, plant regressions, check -------------------------------------------------------
 
 
 def fedpriv_baseline(*args: str) -> subprocess.CompletedProcess:

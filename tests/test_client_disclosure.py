@@ -1,5 +1,5 @@
-"""Must-show 3: every message a client sends, in each privacy mode, carries only
-what that mode's accounting covers — or a labelled opt-in listed in the summary.
+"""Every message a client sends, in each privacy mode, carries only what that mode's accounting
+covers — or a labelled opt-in listed in the summary.
 
 The real ClientApp (``scenarios.app.client_app.app``) is called with real Flower ``Message`` and
 ``Context`` objects (no mocks, no simulation); Flower dispatches on the message type exactly
@@ -146,7 +146,7 @@ def test_ifca_training_users_send_only_the_sanitized_vector():
 
 
 def test_nothing_a_dp_client_sent_above_is_a_forbidden_side_channel():
-    """The side channels the issue lists never appear without the opt-in (one table)."""
+    """The known side channels never appear without the opt-in (one table)."""
     from fedpriv.privacy.disclosure import reply_keys
 
     assert set(reply_keys()) >= {"global-dp", "metric-dp", "dp-sgd", "zonal", "ifca"}

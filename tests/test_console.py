@@ -194,7 +194,7 @@ def test_simulation_env_is_quiet_by_default_and_loud_with_verbose():
     assert quiet.verbose({"FEDPRIV_LOG": "DEBUG"}) and not quiet.verbose({})
 
 
-# --- must-show 2: a DP wrapper with 4 replies says what happened, not "Received 1 results" --
+# --- a DP wrapper with 4 replies says what happened, not "Received 1 results" ---------------
 
 
 def _replies(models):
@@ -325,7 +325,7 @@ def test_run_config_parsing_equals_flowers():
     assert parse_overrides(items) == parse_config_args(items)
 
 
-# --- must-show 1: the default run, on the console, and with --verbose ----------------------
+# --- the default run, on the console, and with --verbose -----------------------------------
 
 TINY = "num-server-rounds=2 local-epochs=1 reproducible-noise=true"
 

@@ -376,7 +376,7 @@ def test_hdp_paper_preflight_accepts_the_layouts(
 
 @pytest.mark.slow
 def test_hdp_paper_runs_on_generated_cifar10(tmp_path):
-    """One short `hdp-paper` simulation on the generated CIFAR-10 batches (must-show 4)."""
+    """One short `hdp-paper` simulation on the generated CIFAR-10 batches."""
     root = write_cifar10(tmp_path / "data")
     overrides = {
         "scenario": "hdp-paper",

@@ -300,7 +300,7 @@ def test_kmeans_is_textbook_lloyd_including_initially_empty_clusters():
         np.testing.assert_array_equal(step.labels, labels)
         np.testing.assert_allclose(step.centroids, cents, atol=1e-12)
         np.testing.assert_array_equal(nearest_centroid(points, step.centroids), step.labels)
-    assert started_empty > 50  # the case the issue is about is well covered
+    assert started_empty > 50  # the initially empty case is well covered
 
 
 def test_cluster_means_rejects_bad_labels():

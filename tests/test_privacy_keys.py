@@ -1,4 +1,4 @@
-"""Must-show 3: clients own their privacy settings; the server cannot weaken them.
+"""Clients own their privacy settings; the server cannot weaken them.
 
 The real ClientApp (``scenarios.app.client_app.app``) gets real Flower ``Message`` / ``Context``
 objects, as in a run: the client's own config is its ``run_config`` (a fully set config
