@@ -94,7 +94,7 @@ def test_the_detector_finds_each_form_and_spares_external_trackers():
         f"flwrlabs/flower {word} #605",
         "the issue's bound",
         f"an {word}, {n} clients",
-        "tissue 3",
+        f"t{word} 3",
         "SPEC §3.5, HDP Alg. 1",
     ):
         assert references(text) == [], text
