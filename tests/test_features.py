@@ -94,7 +94,7 @@ def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
     # zonal keys (scenarios.zonal.keys: declarations and plan_from_config, over
     # scenarios.config.schema's key checks) - client-side code, no server app, CLI or report
     # each node resolves its own spec (scenarios.config.node_spec) from the key
-    # declarations (the scenarios.keys_* modules, declarations only) - still client-side;
+    # declarations (the scenarios.<feature>.keys modules, declarations only) - still client-side;
     # scenarios.app.quiet sets the worker's log levels (logging and os only);
     # scenarios.config.specs builds the node's typed RunSpec from its resolved config, and
     # scenarios.config.node_roles reads the node's role, zone level and state folder from its own
