@@ -30,8 +30,7 @@ Noise: stateless, from ``noise_seed`` (an integer tensor of shape (2,)): on JAX
 ``keras.random.normal`` with the seed as a raw key; on TF ``tf.random.stateless_normal``
 (Keras 3's TF backend accepts only int or ``SeedGenerator`` seeds, not a traced tensor).
 The seed must be secret from every other party (:func:`fedpriv.privacy.dpsgd.secret_seed`): anyone
-who can
-rebuild it can subtract the noise.
+who can rebuild it can subtract the noise.
 """
 
 from __future__ import annotations

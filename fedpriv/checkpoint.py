@@ -114,8 +114,7 @@ def load_checkpoint(output_dir: str | Path) -> Optional[dict[str, Any]]:
 
     The package a checkpoint's state references (the accountants) is imported whole first:
     the unpickler locks a submodule (``fedpriv.privacy.accounting.rounds``) before its package,
-    which
-    deadlocks into an ImportError against another thread importing the package (the
+    which deadlocks into an ImportError against another thread importing the package (the
     simulation imports the ClientApp module while the ServerApp reads the checkpoint)."""
     path = Path(output_dir) / CHECKPOINT
     if not path.exists():

@@ -71,8 +71,7 @@ def kill_after_round(
     behind."""
     # unpickling a checkpoint in the poll loop must not import what it references (the DP
     # wrapper's state: fedpriv.privacy.dp, with scipy and dp-accounting, seconds on a loaded
-    # machine,
-    # while rounds of the tiny run take half a second)
+    # machine, while rounds of the tiny run take half a second)
     import flwr.app  # noqa: F401
 
     import fedpriv.privacy.dp  # noqa: F401

@@ -4,8 +4,7 @@ The mode (``fixed-sigma-test``: the server clips each update to C, averages the 
 clients and adds N(0, σ²) with σ = z·C/m; a trusted server) is declared here: typed
 parameters, threat model, the ε it reports against each party, disclosure, its planning
 function and its report fields; :func:`fedpriv.privacy.modes.register` checks it. Its Flower side
-is a
-wrapper builder and a summary block declared here too (one :class:`Feature`). Nothing else in
+is a wrapper builder and a summary block declared here too (one :class:`Feature`). Nothing else in
 the code base names it. Then: plan (``fedpriv epsilon``'s function), a real run (the engine's
 ``train_run`` on digits, 3 clients, 2 rounds, every message answered by the real ClientApp
 handlers in process: each node resolves its own spec), the run's ε against an independent

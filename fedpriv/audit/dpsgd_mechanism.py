@@ -100,8 +100,7 @@ FIXED_BATCHES = DPSGDAudit()
 
 def claimed_epsilon(cfg: DPSGDAudit) -> float:
     """The run's reported ε: :func:`fedpriv.privacy.dpsgd.client_epsilon` (replace-one, Poisson at
-    q,
-    T steps, PLD/RDP headline) — the very function the client reports with."""
+    q, T steps, PLD/RDP headline) — the very function the client reports with."""
     return dpsgd.client_epsilon(
         num_examples=cfg.num_examples,
         batch_size=cfg.batch_size,

@@ -20,8 +20,7 @@ Each node owns its privacy settings: it resolves its own spec from its
 ``run_config`` overlaid with ``node_config`` (:mod:`scenarios.config.node_spec`: ``"auto"`` is the
 node's secure default, never the server's choice), and a message whose privacy keys differ
 from that spec (:mod:`fedpriv.privacy.ownership` ``PRIVACY_KEYS``, the allow-list) gets an error
-reply
-naming the key (:func:`resolved`) — no arrays, no metrics, no training — in every mode.
+reply naming the key (:func:`resolved`) — no arrays, no metrics, no training — in every mode.
 
 A train message whose config sets ``evaluate-received`` (:mod:`scenarios.app.fused`)
 is also an evaluate message: the node evaluates the model it carries first

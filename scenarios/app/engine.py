@@ -4,8 +4,7 @@
 execute: build the strategy chain (stock strategy -> privacy wrapper -> update validation ->
 round recorder), run the rounds with :func:`run_rounds`, write ``rounds.jsonl`` as each round
 ends (through the typed :class:`fedpriv.reporting.records.RoundRecord`) and ``summary.json`` / the
-final
-model / plots at the end. What differs between those runs is a hook, not a copy of the loop:
+final model / plots at the end. What differs between those runs is a hook, not a copy of the loop:
 
 - ``grid`` — the federation the strategy sees (a CIA target-absent run passes a grid that
   never offers the target);

@@ -2,8 +2,7 @@
 
 The server resolves its config for itself; every ClientApp node (a client or a zone
 SuperNode) resolves ITS OWN with the same code (:func:`scenarios.config.schema.resolve` over the
-same
-key declarations, the ``keys_*`` modules)::
+same key declarations, the ``scenarios.<feature>.keys`` modules)::
 
     key defaults  <-  scenario defaults  <-  the node's run_config  <-  its node_config
 

@@ -13,8 +13,7 @@ and every resolved value is checked before any training starts (SPEC §7). A fai
 raises :class:`ConfigError`, whose message is one line naming the key, the value and
 what is allowed. Each feature declares its keys (``Feature.keys`` in
 :mod:`scenarios.config.feature`); :mod:`scenarios.config.features` lists the features; every key
-must
-also be in ``pyproject.toml [tool.flwr.app.config]`` (``fedpriv keys --toml`` prints it).
+must also be in ``pyproject.toml [tool.flwr.app.config]`` (``fedpriv keys --toml`` prints it).
 """
 
 from __future__ import annotations

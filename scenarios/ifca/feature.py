@@ -21,8 +21,7 @@ Resume: every run checkpoints after each round (``checkpoint.pkl``: hypotheses,
 server Generator, mirror ledger, early stopping, best hypotheses; ``scenarios.app.resume``) and
 its clients keep their own ledgers in their own state directories (``clients.ifca_client``,
 :mod:`fedpriv.privacy.releases`: ``output-dir/client-state/`` when the run config names the output
-dir);
-the same command continues a killed run, and a sweep skips its complete runs.
+dir); the same command continues a killed run, and a sweep skips its complete runs.
 
 Outputs of one run: ``rounds.jsonl`` (per round: sampled users, participants, declines,
 failures, cluster sizes, server-side assignment, hypotheses and released vectors for models

@@ -7,8 +7,7 @@
   zone (:class:`scenarios.app.federation.ZoneGrid`,
   :class:`strategies.zonal_nodes.ZoneNodeAggregation`,
   client task ``zone-node`` in :mod:`scenarios.zonal.zone_node`): the server sends each zone node
-  one
-  message (global arrays, its sampled client ids, level, super-node); the node trains them,
+  one message (global arrays, its sampled client ids, level, super-node); the node trains them,
   clips, adds the LDP noise in each client's step or the HDP noise to the zone sum, and
   replies with its zone aggregate only. ``in-server``: one SuperNode per client (client task
   ``zonal``: train, clip, LDP noise, :func:`scenarios.app.client_tasks.train_zonal`) and the zone

@@ -2,8 +2,7 @@
 
 :class:`EpsilonBudget` answers "ε if one more round is charged" against an accountant that
 composes ``DpEvent`` s (:class:`fedpriv.privacy.accounting.rounds.GaussianRoundsAccountant`): a
-round
-is allowed only when the cumulative headline ε *after* it stays <= ``max_epsilon``, so the
+round is allowed only when the cumulative headline ε *after* it stays <= ``max_epsilon``, so the
 reported ε of a run that honours the answer never exceeds the budget.
 
 :func:`smallest_noise_multiplier` inverts a decreasing ε(z) by bisection: the smallest z
