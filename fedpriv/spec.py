@@ -1,4 +1,4 @@
-"""The typed run spec: what the layers below ``scenarios/`` read of a run config (issue 26).
+"""The typed run spec: what the layers below ``scenarios/`` read of a run config.
 
 A run config is a flat mapping of Flower keys (``num-server-rounds``), checked and resolved
 by ``scenarios.config.schema``. Nothing below ``scenarios/`` reads that mapping: each party builds
@@ -169,6 +169,9 @@ class RunSpec:
     malicious_clients: str = key("malicious-clients")
     audit_canaries: int = key("audit-canaries")
     audit_canary_probability: float = key("audit-canary-probability")
+    pretrain_epochs: int = key("pretrain-epochs")
+    evaluate_in_train: Any = key("evaluate-in-train")  # "auto" | True | False
+    evaluate_sampled_only: bool = key("evaluate-sampled-only")
 
     @property
     def mode_name(self) -> str:

@@ -159,9 +159,11 @@ def run_plan(grid: Any, cfg: Mapping[str, Any], catalog: Catalog) -> None:
 
     def run_one(cell: Cell) -> dict[str, Any]:
         from scenarios.config.manifest import write_manifest
+        from scenarios.config.specs import server_run
 
         write_manifest(cell.cfg["output-dir"], cell.cfg)  # what a single run records too
-        catalog.runners[catalog.kind(cell.cfg)](grid, dict(cell.cfg), catalog)
+        run = server_run(cell.cfg, catalog.kind(cell.cfg))  # the cell's spec: built once
+        catalog.runners[run.spec.kind](grid, run, catalog)
         nodes = ray_cluster.placement()  # the Ray nodes of this simulation's client actors
         ray_cluster.record_placement(cell.cfg["output-dir"], nodes)
         return {ray_cluster.PLACEMENT_KEY: nodes}
