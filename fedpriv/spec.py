@@ -172,6 +172,8 @@ class RunSpec:
     pretrain_epochs: int = key("pretrain-epochs")
     evaluate_in_train: Any = key("evaluate-in-train")  # "auto" | True | False
     evaluate_sampled_only: bool = key("evaluate-sampled-only")
+    microbatches: int = key("microbatches")
+    run_plan: str = key("run-plan")  # a plan of many runs in one simulation ('' for one run)
 
     @property
     def mode_name(self) -> str:

@@ -3,9 +3,8 @@
 :func:`train_run` is what the standard run, each zonal-comparison variant and each CIA phase
 execute: build the strategy chain (stock strategy -> privacy wrapper -> update validation ->
 round recorder), run the rounds with :func:`run_rounds`, write ``rounds.jsonl`` as each round
-ends (through the typed :class:`fedpriv.reporting.records.RoundRecord`) and ``summary.json`` / the
-final
-model / plots at the end. What differs between those runs is a hook, not a copy of the loop:
+ends (through the typed :class:`fedpriv.reporting.records.RoundRecord`) and ``summary.json`` /
+the final model / plots at the end. What differs between those runs is a hook, not a copy:
 
 - ``grid`` — the federation the strategy sees (a CIA target-absent run passes a grid that
   never offers the target);
@@ -425,9 +424,8 @@ def train_run(
     ``resumable``: checkpoint after every round and, when ``output-dir`` holds a checkpoint
     of this config, continue from it (:mod:`scenarios.app.resume`).
     """
-    hooks = hooks or RunHooks()
+    spec, hooks = run.spec, hooks or RunHooks()  # the spec built once, at the server's boundary
     t0 = time.time()
-    spec = run.spec
     rng = sampling_rng(spec)
     checkpoint, charged, before_release = None, None, ()
     if resumable:

@@ -41,21 +41,22 @@ def main(grid: Grid, context: Context) -> None:
         log(ERROR, "%s", err)
         raise SystemExit(2) from err
     set_base(context.run_config)
-    if cfg["run-plan"]:  # many runs in this one simulation (fedpriv grid, fedpriv attack cia)
-        run_plan(grid, cfg, CATALOG)  # each cell's runner checks its own output directory
+    run = server_run(cfg, CATALOG.kind(cfg))  # the server's spec: built here, once
+    spec = run.spec
+    if spec.run_plan:  # many runs in this one simulation (fedpriv grid, fedpriv attack cia)
+        run_plan(grid, run, CATALOG)  # each cell's runner checks its own output directory
         return
     try:  # refuses a directory holding another config's run
-        state = run_state(cfg["output-dir"], cfg, CATALOG.completion(CATALOG.kind(cfg)))
+        state = run_state(spec.output_dir, run.record, CATALOG.completion(spec.kind))
     except ConfigError as err:
         log(ERROR, "%s", err)
         raise SystemExit(2) from err
     if state.action == "finished":  # every kind: a finished run is not re-run
-        log(INFO, "%s holds a finished run of this config; nothing to do", cfg["output-dir"])
+        log(INFO, "%s holds a finished run of this config; nothing to do", spec.output_dir)
         return
-    write_manifest(cfg["output-dir"], cfg)
-    run = server_run(cfg, CATALOG.kind(cfg))  # the server's spec: built here, once
+    write_manifest(spec.output_dir, run.record)
     try:
-        CATALOG.runners[run.spec.kind](grid, run, CATALOG)
+        CATALOG.runners[spec.kind](grid, run, CATALOG)
     except FederationError as err:  # e.g. 4 SuperNodes for a 100-client scenario
         log(ERROR, "federation error: %s", err)
         raise SystemExit(2) from err

@@ -25,7 +25,17 @@ from fedpriv.privacy.modes.registry import mode_of
 from fedpriv.privacy.participation import Participation
 from fedpriv.spec import KEY, DataSpec, RunSpec, StrategySpec, TrainSpec, ZoneSpec
 
-__all__ = ["ServerRun", "build", "complete", "data_spec", "run_spec", "server_run", "train_spec"]
+__all__ = [
+    "NodeCall",
+    "ServerRun",
+    "build",
+    "complete",
+    "data_spec",
+    "node_call",
+    "run_spec",
+    "server_run",
+    "train_spec",
+]
 
 Spec = TypeVar("Spec")
 KIND_KEY = "scenario-kind"  # set by the server's catalog; a node reads its snapshot
@@ -127,3 +137,36 @@ def server_run(cfg: Mapping[str, Any], kind: str | None = None) -> ServerRun:
     catalog names it, else the node catalog's) and its record."""
     full = dict(cfg) if kind is None else {**cfg, KIND_KEY: kind}
     return ServerRun(spec=run_spec(full), record=dict(cfg))
+
+
+ROUND_KEY, TASK_KEY = "server-round", "client-task"  # set by the server in each message
+
+
+@dataclass(frozen=True)
+class NodeCall:
+    """One message as a ClientApp node runs it: the node's :class:`RunSpec`, built once when it
+    reads its Context and the message (:func:`scenarios.app.client_app.resolved`), and the
+    config it was built from, as the record it is.
+
+    ``record`` holds the message's own values (its round, its task, the derived keys the node
+    sets: zone level, state folder, IFCA split) and what a feature reads of its own keys (the
+    zonal plan); every value the spec holds is read from ``spec``.
+    """
+
+    spec: RunSpec
+    record: Mapping[str, Any]
+
+    @property
+    def round(self) -> int:
+        """The message's round (0 when it names none)."""
+        return int(self.record.get(ROUND_KEY, 0))
+
+    @property
+    def task(self) -> str:
+        """The client task the message runs (``standard`` when it names none)."""
+        return str(self.record.get(TASK_KEY, "standard"))
+
+
+def node_call(cfg: Mapping[str, Any]) -> NodeCall:
+    """The node's call of resolved config ``cfg`` (its own values and the message's)."""
+    return NodeCall(spec=run_spec(cfg), record=dict(cfg))

@@ -215,7 +215,7 @@ def build_zonal_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
 
     del rng
     cfg, spec = run.record, run.spec  # the record: the zonal keys the spec does not type
-    plan = plan_from_config(cfg)
+    plan = plan_from_config(cfg, spec.data)
     extra: dict[str, Any] = {}
     if zone_nodes(cfg):
         folder = Path(cfg["output-dir"]) / "zone-replies"
@@ -240,7 +240,7 @@ def zonal_summary(run: ServerRun, rounds: list[dict]) -> dict:
     if run.spec.mode is not ZONAL_MODE:
         return {}
     cfg = run.record
-    plan = plan_from_config(cfg)
+    plan = plan_from_config(cfg, run.spec.data)
     done = [r for r in rounds if r.get("round", 0) > 0 and "zonal" in r]
     elections = [e for r in done for e in r["zonal"].get("elections", [])]
     block: dict[str, Any] = {
