@@ -213,7 +213,7 @@ def run_cia(grid, run: ServerRun, catalog: Catalog) -> None:
     idx = shadow_indices(
         target.y_train,
         float(cfg["shadow-fraction"]),
-        seed=derive_seed(int(cfg["seed"]), "cia-shadow", target_id),
+        seed=derive_seed(int(spec.seed), "cia-shadow", target_id),
     )
     model = model_for(spec.train, data)
     attacker = CIAAttacker(
@@ -236,22 +236,22 @@ def run_cia(grid, run: ServerRun, catalog: Catalog) -> None:
         else {"rounds": []}
     )
     info = {
-        "dataset": cfg["dataset"],
-        "partition": cfg["partition"],
+        "dataset": spec.data.dataset,
+        "partition": spec.data.partition,
         "attacker": attacker_id,
         "target": target_id,
         "shadow_fraction": float(cfg["shadow-fraction"]),
         "n_shadow": int(len(idx)),
         "n_nonmember": int(len(target.x_test)),
         "n_target_train": int(len(target.x_train)),
-        "local_epochs": int(cfg["local-epochs"]),
-        "seed": int(cfg["seed"]),
+        "local_epochs": int(spec.train.local_epochs),
+        "seed": int(spec.seed),
         "cia_reading": data.info.get("cia_reading", ""),
         "simulated": "the attacker's computation runs in the server process with only the "
         "global model, the shadow set and the aggregated loss",
     }
     doc = {
-        "strategy": cfg["strategy"],
+        "strategy": spec.strategy.strategy,
         "privacy": spec.mode_name,
         "info": info,
         "present": present["rounds"],

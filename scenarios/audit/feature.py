@@ -174,7 +174,7 @@ def upper_bounds(run: ServerRun, canary, dp_history: list[dict]) -> dict[str, An
     mode, delta = run.spec.mode, float(cfg["dp-delta"])
     z, m = float(cfg.get("noise-multiplier", 0.0)), part.noise_clients
     out: dict[str, Any] = {"epsilon_upper_bound": None, "epsilon_upper_bound_run": None}
-    if mode is global_dp.MODE and cfg["strategy"] in MEAN_STRATEGIES:
+    if mode is global_dp.MODE and run.spec.strategy.strategy in MEAN_STRATEGIES:
         bound = canary_upper_bound(
             noise_multiplier=z,
             num_sampled_clients=m,
@@ -361,7 +361,7 @@ def example_audit(run: ServerRun, strategy, data: Any, predict: Any) -> dict[str
         "noise_multiplier": float(cfg["noise-multiplier"]),
         "adjacency": "add/remove one training example of one client (example level)",
         "threat_model": "final",
-        "rounds": int(cfg["num-server-rounds"]),
+        "rounds": int(run.spec.rounds),
         "canaries": {
             "kind": "inserted examples (uniform random pixels, random label)",
             "count": canaries.count,

@@ -73,8 +73,8 @@ def build_dp_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
         clipping_norm=float(cfg["clipping-norm"]),
         num_sampled_clients=spec.participation.noise_clients,
         rng=seeds.privacy_stream(int(spec.seed), "dp-noise", reproducible=spec.reproducible_noise),
-        accept_failures=bool(cfg["accept-failures"]),
-        weighting=str(cfg["dp-weighting"]),
+        accept_failures=bool(spec.strategy.accept_failures),
+        weighting=str(spec.dp_weighting),
     )
     if spec.mode is metric_dp.MODE:
         return MetricDP(
@@ -86,7 +86,7 @@ def build_dp_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     accountant = global_dp_accountant(
         spec.participation,
         delta=float(cfg["dp-delta"]),
-        weighting=str(cfg["dp-weighting"]),
+        weighting=str(spec.dp_weighting),
     )
     poisson = cfg["client-sampling"] == "poisson"
     return ServerSideFixedClippingDP(
@@ -167,9 +167,9 @@ def privacy_summary(run: ServerRun, rounds: list[dict]) -> dict:
         "clipping_norm": float(cfg["clipping-norm"]),
         "num_sampled_clients": spec.participation.noise_clients,
         "clients_per_round": spec.participation.per_round,
-        "num_clients": int(cfg["num-clients"]),
+        "num_clients": spec.participation.population,
         "client_sampling": cfg["client-sampling"],
-        "weighting": cfg["dp-weighting"],
+        "weighting": spec.dp_weighting,
         "delta": float(cfg["dp-delta"]),
         "sigma_per_round": [r.get("dp-sigma") for r in trained],
         # clip and sample counts are operator-only (operator.jsonl, issue 26): not here
@@ -178,7 +178,7 @@ def privacy_summary(run: ServerRun, rounds: list[dict]) -> dict:
         "sensitivity_note": SENSITIVITY_NOTE,
         "unaccounted": unaccounted_channels(mode, opted_in=opted),
     }
-    if declared is global_dp.MODE and cfg["strategy"] in NOT_A_MEAN_STRATEGIES:
+    if declared is global_dp.MODE and spec.strategy.strategy in NOT_A_MEAN_STRATEGIES:
         from strategies.dp_core import NO_EPSILON_NOT_A_MEAN
 
         block["guarantee"] = NO_EPSILON_NOT_A_MEAN
@@ -189,7 +189,7 @@ def privacy_summary(run: ServerRun, rounds: list[dict]) -> dict:
             [r.get("dp-round-noise-multiplier", r.get("dp-sum-noise-multiplier")) for r in noised],
             spec.participation,
             delta=float(cfg["dp-delta"]),
-            weighting=str(cfg["dp-weighting"]),
+            weighting=str(spec.dp_weighting),
         )
         block["formula"] = "sigma = z*C/m"
         block["guarantee"] = "(epsilon, delta)-DP, client level (one client's whole update)"

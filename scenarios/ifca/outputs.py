@@ -23,9 +23,9 @@ def build_summary(
     ledger = strategy.ledger
     train = strategy.train_partitions
     summary: dict[str, Any] = {
-        "scenario": cfg["scenario"],
+        "scenario": run.spec.scenario,
         "kind": KIND,
-        "seed": cfg["seed"],
+        "seed": run.spec.seed,
         "config": dict(cfg),
         "final": final or {},
         "per_client": per_client,

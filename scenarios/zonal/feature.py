@@ -218,7 +218,7 @@ def build_zonal_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     plan = plan_from_config(cfg, spec.data)
     extra: dict[str, Any] = {}
     if zone_nodes(cfg):
-        folder = Path(cfg["output-dir"]) / "zone-replies"
+        folder = Path(spec.output_dir) / "zone-replies"
         extra["reply_log"] = save_replies(folder) if cfg["zonal-save-replies"] else None
         extra["min_zone_clients"] = int(cfg.get("min-zone-clients", 2))
     wrapper = ZoneNodeAggregation if zone_nodes(cfg) else ZonalAggregation
@@ -244,7 +244,7 @@ def zonal_summary(run: ServerRun, rounds: list[dict]) -> dict:
     done = [r for r in rounds if r.get("round", 0) > 0 and "zonal" in r]
     elections = [e for r in done for e in r["zonal"].get("elections", [])]
     block: dict[str, Any] = {
-        "placement": cfg["noise-placement"],
+        "placement": run.spec.zones.placement,
         "plan": plan.describe(),
         "elections": elections,
         "reelections": sum(e["reason"] != "initial" for e in elections),
