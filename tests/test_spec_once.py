@@ -40,7 +40,7 @@ CLIENT_APP = str(Path("scenarios", "app", "client_app.py"))
 
 class InProcessGrid:
     """The federation of a test: node ``100 + p`` holds partition ``p`` and answers every
-    message with the ClientApp's own handler (query, train, evaluate); its ``run_config``
+    message with the ClientApp's own handler (query, train, evaluate, IFCA's); its ``run_config``
     is the run's. ``handled``: the train and evaluate messages answered."""
 
     def __init__(self, run_config: dict, partitions: int, run_id: int = 926_033) -> None:
@@ -53,13 +53,8 @@ class InProcessGrid:
         return list(self.nodes)
 
     def send_and_receive(self, messages, timeout=None) -> list[Message]:
-        from scenarios.app import client_app
+        from scenarios.app.client_app import app
 
-        handlers = {
-            MessageType.QUERY: client_app.query,
-            MessageType.TRAIN: client_app.train,
-            MessageType.EVALUATE: client_app.evaluate,
-        }
         replies = []
         for msg in list(messages):
             node, kind = msg.metadata.dst_node_id, msg.metadata.message_type
@@ -68,7 +63,7 @@ class InProcessGrid:
                 state=self.states[node], run_config=self.run_config,
             )  # fmt: skip
             self.handled += kind != MessageType.QUERY
-            replies.append(handlers[kind](msg, context))
+            replies.append(app(msg, context))  # Flower's own dispatch to the handler
         return replies
 
 
@@ -109,14 +104,26 @@ def test_the_counter_sees_a_rebuild_below_the_boundary(builds):
     assert run.variant({"seed": 6}).spec.seed == 6 and builds["server"] == 3
 
 
-def test_one_spec_for_the_server_and_one_per_message_for_a_node(builds, tmp_path):
+@pytest.mark.parametrize(
+    ("overrides", "nodes", "messages"),
+    [
+        # every client trains every round, so round 2's train message also evaluates model 1
+        # (evaluate-in-train): 3 train messages a round and one evaluate message after the last
+        ({}, 3, 2 * 3 + 3),
+        # two zone SuperNodes (the zone node's own handlers): a train and an evaluate message
+        # to each zone per round
+        ({"privacy": "zonal", "num-clients": 4, "num-zones": 2}, 2, 2 * 2 * 2),
+    ],
+    ids=["digits", "zone-nodes"],
+)
+def test_one_spec_for_the_server_and_one_per_message_for_a_node(
+    builds, tmp_path, overrides, nodes, messages
+):
     """The server builds one spec for the whole run; a node one per message it answers."""
-    run_config = {**RUN, "output-dir": str(tmp_path / "run")}
-    grid = InProcessGrid(run_config, RUN["num-clients"])
+    run_config = {**RUN, **overrides, "output-dir": str(tmp_path / "run")}
+    grid = InProcessGrid(run_config, nodes)
     server_main(run_config, grid)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["seed"] == RUN["seed"] and summary["config"]["num-clients"] == 3  # it finished
-    # every client trains every round, so round 2's train message also evaluates model 1
-    # (evaluate-in-train): 3 train messages a round and one evaluate message after the last
-    assert grid.handled == 2 * 3 + 3
-    assert builds == Counter(server=1, node=grid.handled)
+    assert summary["seed"] == RUN["seed"] and summary["final"]["accuracy"] > 0  # it finished
+    assert grid.handled == messages
+    assert builds == Counter(server=1, node=messages)
