@@ -50,8 +50,8 @@ def _mapping_annotation(node: ast.expr | None) -> bool:
     return any(word in text for word in ("Mapping", "dict", "Dict"))
 
 
-def _key_read(node: ast.AST) -> str | None:
-    """The declared key a ``name[key]`` / ``name.get(key)`` on a config-named ``name`` reads."""
+def _read_key(node: ast.AST) -> tuple[ast.expr, str] | None:
+    """(target, key) of a ``target[key]`` or a ``target.get(key, ...)`` with a str key."""
     if isinstance(node, ast.Subscript):
         target, index = node.value, node.slice
     elif (
@@ -63,11 +63,21 @@ def _key_read(node: ast.AST) -> str | None:
         target, index = node.func.value, node.args[0]
     else:
         return None
+    if isinstance(index, ast.Constant) and isinstance(index.value, str):
+        return target, index.value
+    return None
+
+
+def _key_read(node: ast.AST) -> str | None:
+    """The declared key a ``name[key]`` / ``name.get(key)`` on a config-named ``name`` reads."""
+    read = _read_key(node)
+    if read is None:
+        return None
+    target, index = read
     named = (isinstance(target, ast.Name) and target.id in CONFIG_NAMES) or (
         isinstance(target, ast.Attribute) and target.attr in CONFIG_NAMES
     )  # cfg["seed"], context.run_config["seed"]
-    keyed = isinstance(index, ast.Constant) and index.value in DECLARED
-    return str(index.value) if named and keyed else None
+    return index if named and index in DECLARED else None
 
 
 def violations(tree: ast.AST) -> list[tuple[int, str]]:
@@ -231,24 +241,6 @@ BUILDERS = frozenset(
 )
 SPEC_KEYS = frozenset(f.metadata[KEY] for cls in SPEC_CLASSES for f in _keyed(cls))
 HOLDERS = ("ServerRun", "NodeCall", "RunSpec")  # a parameter of these types: the spec is there
-
-
-def _read_key(node: ast.AST) -> tuple[ast.expr, str] | None:
-    """(target, key) of a ``target[key]`` load or a ``target.get(key, ...)`` with a str key."""
-    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
-        target, index = node.value, node.slice
-    elif (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "get"
-        and node.args
-    ):
-        target, index = node.func.value, node.args[0]
-    else:
-        return None
-    if isinstance(index, ast.Constant) and isinstance(index.value, str):
-        return target, index.value
-    return None
 
 
 def _functions(tree: ast.AST):
