@@ -273,15 +273,15 @@ def _in_boundary(module: str, names: tuple[str, ...]) -> bool:
 def spec_builds(tree: ast.AST, module: str) -> list[tuple[int, str]]:
     """(line, what) of every spec built outside the boundary functions of ``module``."""
     out = []
-    for fn, names in _functions(tree):
-        if _in_boundary(module, names):
-            continue
-        for node in _own_nodes(fn):
+    scopes = [(tree, "<module>"), *((fn, fn.name) for fn, names in _functions(tree)
+                                     if not _in_boundary(module, names))]  # fmt: skip
+    for scope, where in scopes:
+        for node in _own_nodes(scope):
             if isinstance(node, ast.Call):
                 func = node.func
                 name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
                 if name in BUILDERS:
-                    out.append((node.lineno, f"{fn.name} builds a spec: {name}(...)"))
+                    out.append((node.lineno, f"{where} builds a spec: {name}(...)"))
     return sorted(set(out))
 
 
@@ -355,10 +355,11 @@ def test_the_boundary_scans_catch_a_rebuild_a_read_and_a_record_read():
         "    return cfg['seed'], run.record.get('num-server-rounds'), cfg['zonal-level']\n"
         "def evaluate(call: NodeCall):\n"
         "    return TrainSpec(**call.record)\n"  # 6: a spec part built from the record
+        "SPEC = data_spec({})\n"  # 7: at import
     )
     tree = ast.parse(bad)
     module = "scenarios/app/engine.py"
-    assert [n for n, _ in spec_builds(tree, module)] == [2, 6]
+    assert [n for n, _ in spec_builds(tree, module)] == [2, 6, 7]
     assert sorted({n for n, _ in declared_reads(tree)}) == [4]
     assert [w.split(" reads ")[1] for _, w in spec_values_from_record(tree)] == [
         "'num-server-rounds' from the record",
