@@ -169,6 +169,11 @@ class RunSpec:
     malicious_clients: str = key("malicious-clients")
     audit_canaries: int = key("audit-canaries")
     audit_canary_probability: float = key("audit-canary-probability")
+    pretrain_epochs: int = key("pretrain-epochs")
+    evaluate_in_train: Any = key("evaluate-in-train")  # "auto" | True | False
+    evaluate_sampled_only: bool = key("evaluate-sampled-only")
+    microbatches: int = key("microbatches")
+    run_plan: str = key("run-plan")  # a plan of many runs in one simulation ('' for one run)
 
     @property
     def mode_name(self) -> str:

@@ -24,7 +24,7 @@ from scenarios.app.engine import build_strategy, run_config_as_record
 from scenarios.app.federation import PartitionGrid
 from scenarios.config.features import CATALOG
 from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import run_spec, server_run
 
 SHAPES = [(4, 3), (3,), (2, 2, 2)]
 M = 4
@@ -64,7 +64,7 @@ def run_round(cfg: dict, *, attacker_absent: bool = False):
     """One training round through the real chain; returns (new global, round record)."""
     g, honest = _models()
     pgrid = PartitionGrid(None, NODES)
-    recorder = build_strategy(cfg, pgrid, np.random.default_rng(0), CATALOG)
+    recorder = build_strategy(server_run(cfg), pgrid, np.random.default_rng(0), CATALOG)
     config = run_config_as_record({**cfg, "server-round": 1})
     instructions = recorder.configure_train(1, ArrayRecord(g), config, pgrid)
     replies = []

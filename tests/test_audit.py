@@ -31,6 +31,7 @@ from fedpriv.audit.one_run import (
     p_value,
 )
 from fedpriv.audit.one_shot import one_shot_estimate
+from scenarios.config.specs import server_run
 
 DELTA = 1e-5
 
@@ -229,7 +230,7 @@ def test_example_canaries_are_seeded_spread_over_clients_and_audited():
             proba[i, a.y[j]] = 0.99 if a.included[j] else 0.1
         return proba
 
-    out = example_audit(cfg, None, data, memorising_model)
+    out = example_audit(server_run(cfg), None, data, memorising_model)
     assert out["epsilon_lower_bound"] >= 1.0 and out["epsilon_upper_bound"] is None
     assert out["adjacency"].startswith("add/remove one training example")
     # the bound is the Poisson PLD/RDP of the batching the clients run, not an assumed one

@@ -9,6 +9,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from fedpriv.audit.canaries import CanarySet, flatten
 from fedpriv.privacy.distance import max_pairwise_layer_distance
+from scenarios.config.specs import server_run
 from strategies.canaries import CANARY_NODE_ID, CanaryInsertion
 from strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
 
@@ -125,12 +126,12 @@ def test_audit_fails_when_the_mechanism_adds_less_noise_than_the_accountant_assu
         broken.current_arrays = ArrayRecord(current)
         arrays, _ = wrapper.aggregate_train(rnd, replies(clients))
         current = arrays.to_numpy_ndarrays()
-    out = audit_outcome(cfg, wrapper, None, None)
+    out = audit_outcome(server_run(cfg), wrapper, None, None)
     assert out["epsilon_upper_bound"] < out["epsilon_lower_bound"]
     assert out["audit_failed"] is True
     # the same run with the noise the config claims passes
     cfg_honest = {**cfg, "noise-multiplier": 0.0}
-    assert audit_outcome(cfg_honest, wrapper, None, None)["audit_failed"] is False
+    assert audit_outcome(server_run(cfg_honest), wrapper, None, None)["audit_failed"] is False
 
 
 def test_canaries_have_a_real_clients_sensitivity_under_fixed_sampling():

@@ -19,7 +19,7 @@ from fedpriv.privacy.disclosure import unaccounted_channels
 from scenarios.app.client_app import app
 from scenarios.app.federation import QUERY_KEY
 from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import data_spec, run_spec, train_spec
+from scenarios.config.specs import data_spec, run_spec, server_run, train_spec
 
 FAST = {"num-server-rounds": 1, "local-epochs": 1, "num-clients": 4}
 NEVER_UNDER_DP = {"train-loss", "loss", "accuracy", "zonal-update-norm", "zonal-clipped",
@@ -121,7 +121,7 @@ def test_ifca_training_users_send_only_the_sanitized_vector():
     cfg = resolve_run_config(  # the client keeps secret noise
         {"scenario": "gp-synthetic", "unaccounted-metrics": False, "reproducible-noise": False}
     )
-    hyps = hypotheses_record(initial_hypotheses(cfg, federated_data(data_spec(cfg))))
+    hyps = hypotheses_record(initial_hypotheses(server_run(cfg), federated_data(data_spec(cfg))))
     base = {**cfg, "client-task": "ifca", "ifca-ledger-tag": "", "server-round": 1}
 
     def ifca(kind: str, extra: dict) -> RecordDict:

@@ -18,6 +18,7 @@ from flwr.serverapp.strategy import FedAvgM, FedMedian, FedYogi
 
 from fedpriv.privacy.dp import GaussianRoundsAccountant
 from scenarios.config.registry import resolve_run_config
+from scenarios.config.specs import server_run
 from scenarios.dp.feature import build_dp_wrapper
 from strategies.array_records import named_record
 from strategies.dp_core import NO_EPSILON_NOT_A_MEAN
@@ -178,7 +179,7 @@ def test_the_run_config_path_reports_epsilon_for_every_mean_strategy(strategy):
     from strategies.factory import build_stock_strategy
 
     cfg = resolve_run_config({"privacy": "global-dp", "strategy": strategy, "num-clients": 3})
-    wrapper = build_dp_wrapper(build_stock_strategy(run_spec(cfg).strategy), cfg, None)
+    wrapper = build_dp_wrapper(build_stock_strategy(run_spec(cfg).strategy), server_run(cfg), None)
     assert wrapper.noise_first
     list(wrapper.configure_train(1, _record(_client_models([np.zeros(s) for s in SHAPES], 0)[0]),
                                  ConfigRecord(), _Grid()))  # fmt: skip

@@ -39,6 +39,7 @@ from fedpriv.privacy.dp import (
 from fedpriv.privacy.mechanisms import metric_sigma_lower_bound
 from scenarios.config.registry import resolve_run_config
 from scenarios.config.schema import ConfigError
+from scenarios.config.specs import server_run
 from scenarios.dp.feature import build_dp_wrapper, privacy_summary
 from strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
 from strategies.legacy_dp import LegacyMetricDP, LegacyServerSideFixedClippingDP
@@ -591,12 +592,12 @@ def test_config_keys_and_consistency():
     assert cfg["distance-on"] == "clipped" and cfg["dp-delta"] == 1e-5
     assert cfg["client-sampling"] == "fixed" and cfg["dp-weighting"] == "uniform"
     assert cfg["unaccounted-metrics"] is False
-    wrapper = build_dp_wrapper(FedAvg(), cfg, np.random.default_rng(0))
+    wrapper = build_dp_wrapper(FedAvg(), server_run(cfg), np.random.default_rng(0))
     assert isinstance(wrapper, MetricDP)
     assert wrapper.mechanism.num_sampled_clients == 3
     assert wrapper.accountant is None  # metric DP: a heuristic, no epsilon
     cfg = resolve_run_config({"privacy": "global-dp", "num-sampled-clients": 2})
-    wrapper = build_dp_wrapper(FedAvg(), cfg, np.random.default_rng(0))
+    wrapper = build_dp_wrapper(FedAvg(), server_run(cfg), np.random.default_rng(0))
     assert type(wrapper) is ServerSideFixedClippingDP
     assert wrapper.mechanism.num_sampled_clients == 2
     assert wrapper.accountant.sampled == 4 and wrapper.accountant.population == 4
@@ -616,7 +617,7 @@ def test_privacy_summary_blocks():
          "dp-num-clipped": 1, "dp-num-reports": 4}
         for k in (1, 2, 3)
     ]  # fmt: skip
-    block = privacy_summary(cfg, rounds)["privacy"]
+    block = privacy_summary(server_run(cfg), rounds)["privacy"]
     want = dp_epsilon(1.0, rounds=3, sampled=4, population=4, delta=1e-5)
     assert block["epsilon"]["epsilon"] == pytest.approx(want.epsilon)
     assert block["epsilon"]["epsilon_rdp"] == pytest.approx(want.epsilon_rdp)
@@ -627,12 +628,12 @@ def test_privacy_summary_blocks():
     cfg = resolve_run_config({"privacy": "metric-dp", "unaccounted-metrics": True})
     rounds = [{"round": 1, "dp-sigma": 0.1, "dp-distance": 0.5, "dp-noised": True,
                "dp-sigma-lower-bound": 0.05}]  # fmt: skip
-    block = privacy_summary(cfg, rounds)["privacy"]
+    block = privacy_summary(server_run(cfg), rounds)["privacy"]
     assert "HEURISTIC" in block["heuristic"] and "epsilon" not in block
     assert block["distance_per_round"] == [0.5]
     assert block["sigma_lower_bound_per_round"] == [0.05]
     assert any("train-loss" in u for u in block["unaccounted"])
-    assert privacy_summary(resolve_run_config({"privacy": "none"}), rounds) == {}
+    assert privacy_summary(server_run(resolve_run_config({"privacy": "none"})), rounds) == {}
     with pytest.raises(ConfigError, match="client-sampling"):
         resolve_run_config({"privacy": "metric-dp", "client-sampling": "poisson"})
     with pytest.raises(ConfigError, match="client-sampling"):

@@ -16,6 +16,7 @@ from scipy import optimize, special, stats
 
 from fedpriv.privacy import dpsgd
 from scenarios.config.schema import ConfigError
+from scenarios.config.specs import server_run
 
 # --- Poisson schedule -----------------------------------------------------------------------
 
@@ -285,14 +286,14 @@ def test_summary_block_and_keys():
         {"round": 1, "dp-sgd-epsilon": {"0": 1.0, "1": 1.5}},
         {"round": 2, "dp-sgd-epsilon": {"0": 2.0}, "dp-sgd-participations": {"0": 2, "1": 1}},
     ]
-    privacy = dpsgd_summary(cfg, rounds)["privacy"]
+    privacy = dpsgd_summary(server_run(cfg), rounds)["privacy"]
     block = privacy["dp_sgd"]
     assert block["epsilon_per_client"] == {"0": 2.0, "1": 1.5, "2": 0.0, "3": 0.0}
     assert block["epsilon_max"] == 2.0 == privacy["epsilon"] and block["delta"] == 1e-5
     assert "poisson_assumed_label" not in block and "NOT a bound" not in str(privacy)
     assert "PLD" in block["accountant"] and "Poisson" in privacy["sampling"]
     assert "example" in privacy["adjacency"]
-    assert dpsgd_summary({**cfg, "privacy": "none"}, rounds) == {}
+    assert dpsgd_summary(server_run({**cfg, "privacy": "none"}), rounds) == {}
     for value in (4, 5, 32):
         with pytest.raises(ConfigError, match=f"microbatches = {value}"):
             resolve_run_config({"privacy": "dp-sgd", "batch-size": 16, "microbatches": value})

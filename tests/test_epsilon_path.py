@@ -23,7 +23,7 @@ from fedpriv.privacy.accounting.planning import worst_case_weight
 from scenarios.app.federation import sample_partitions
 from scenarios.cli.main import main
 from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import data_spec, run_spec
+from scenarios.config.specs import data_spec, run_spec, server_run
 from scenarios.dp.feature import build_dp_wrapper
 from strategies.array_records import named_record
 from strategies.factory import build_stock_strategy
@@ -63,7 +63,7 @@ def run_headline(overrides: dict, seed: int = 3) -> float:
     """ε after the config's rounds, charged by the real wrapper's accountant."""
     cfg = resolve_run_config(overrides)
     counts = [len(c.x_train) for c in federated_data(data_spec(cfg)).clients]
-    wrapper = build_dp_wrapper(build_stock_strategy(run_spec(cfg).strategy), cfg, None)
+    wrapper = build_dp_wrapper(build_stock_strategy(run_spec(cfg).strategy), server_run(cfg), None)
     rng = np.random.default_rng(seed)
     w = [np.zeros(s, np.float32) for s in SHAPES]
     for t in range(1, int(cfg["num-server-rounds"]) + 1):

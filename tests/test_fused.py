@@ -23,7 +23,7 @@ from scenarios.app.fused import EVALUATION_RECORD, evaluate_in_train, split_eval
 from scenarios.config.features import CATALOG
 from scenarios.config.registry import resolve_run_config
 from scenarios.config.schema import ConfigError
-from scenarios.config.specs import data_spec, train_spec
+from scenarios.config.specs import data_spec, server_run, train_spec
 from tests.flower_reference import act_as_serverapp_task
 
 act_as_serverapp_task()
@@ -86,11 +86,11 @@ def run(tmp_path, name: str, fused, kill_at=None, **overrides):
 
     run_config = {**RUN, **overrides, "evaluate-in-train": fused}
     run_config["output-dir"] = str(tmp_path / name)
-    cfg = resolve_run_config(run_config)
-    grid = ClientAppGrid(run_config, int(cfg["num-clients"]), kill_at)
+    run = server_run(resolve_run_config(run_config))
+    grid = ClientAppGrid(run_config, run.spec.participation.population, kill_at)
     nodes = {n: n - 100 for n in grid.nodes}
     outcome = train_run(
-        PartitionGrid(grid, nodes), cfg, federated_data(data_spec(cfg)), CATALOG, resumable=True
+        PartitionGrid(grid, nodes), run, federated_data(run.spec.data), CATALOG, resumable=True
     )
     return outcome, grid
 
@@ -130,8 +130,8 @@ def distributed(rounds: list[dict]) -> dict[int, dict]:
 )
 def test_auto_is_on_only_where_it_is_the_same_evaluation(overrides, on):
     cfg = resolve_run_config({**RUN, **overrides})
-    assert evaluate_in_train(cfg, CATALOG.kind(cfg)) is on
-    assert evaluate_in_train({**cfg, "evaluate-in-train": False}, CATALOG.kind(cfg)) is False
+    assert evaluate_in_train(server_run(cfg).spec) is on
+    assert evaluate_in_train(server_run({**cfg, "evaluate-in-train": False}).spec) is False
 
 
 def test_true_where_it_is_not_the_same_evaluation_is_refused_in_one_line():

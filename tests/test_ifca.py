@@ -40,7 +40,7 @@ from scenarios.app.client_app import with_config
 from scenarios.app.client_tasks import ifca_evaluate_handler, ifca_train_handler, train_ifca
 from scenarios.config.registry import resolve_run_config
 from scenarios.config.schema import ConfigError
-from scenarios.config.specs import data_spec, run_spec
+from scenarios.config.specs import data_spec, node_call, run_spec, server_run
 from scenarios.ifca.feature import config_record, parse_sweep
 from scenarios.ifca.outputs import sweep_table
 from strategies.ifca import TRAIN_TYPE, LaplaceIFCA, hypotheses_from_record, hypotheses_record
@@ -72,7 +72,7 @@ def node_context(partition: int) -> Context:
 def ifca_round(cfg: dict, partition: int, context: Context | None) -> RecordDict:
     """:func:`ifca_train` of the node spec of ``cfg`` in its round, with the node's own state
     directory as the ClientApp resolves it (:func:`scenarios.app.client_tasks.train_ifca`)."""
-    return train_ifca(train_message(cfg), cfg, partition, context)
+    return train_ifca(train_message(cfg), node_call(cfg), partition, context)
 
 
 def train_message(cfg: dict, hyps=HYPS, node: int = 1) -> Message:
@@ -180,9 +180,9 @@ def test_the_plain_train_task_keeps_the_same_ledger():
     """Client task ``ifca`` on a plain train message: the node's own ledger and budget too."""
     cfg = gp_cfg(**{"leakage-budget": 0.4})
     node = node_context(0)
-    first = train_ifca(train_message(cfg), cfg, 0, node)
+    first = train_ifca(train_message(cfg), node_call(cfg), 0, node)
     cfg2 = {**cfg, "server-round": 2}
-    second = train_ifca(train_message(cfg2), cfg2, 0, node)
+    second = train_ifca(train_message(cfg2), node_call(cfg2), 0, node)
     assert list(first.array_records) == [REPLY_KEY] and not second.array_records
     assert read_ledger(node.state, LEDGER_KEY) == {
         "spent": 0.4, "participations": 1, "declined": 1
@@ -527,7 +527,7 @@ def test_ifca_messages_carry_only_what_differs_from_run_config(tmp_path, wire_ba
         run_config=run_config,
     )  # fmt: skip
     handler = with_config(
-        lambda m, c, ctx: seen.append(c) or ifca_train_handler(m, c, ctx), "train", ACTION
+        lambda m, c, ctx: seen.append(c.record) or ifca_train_handler(m, c, ctx), "train", ACTION
     )
     assert list(handler(msg, context).content.array_records) == [REPLY_KEY]
     # the node runs the old config except what it owns: its opt-in, which the run
@@ -635,14 +635,15 @@ def test_killed_run_resumes_from_its_checkpoint_and_the_clients_own_ledgers(tmp_
         config = config_record(cfg, "")
         strategy = strategy or make_strategy(budget=1.0)
         grid = LocalGrid(range(6), run_config, state_dir)
-        save = checkpoint_hook({**cfg, "num-server-rounds": rounds})
+        save = checkpoint_hook(server_run({**cfg, "num-server-rounds": rounds}))
 
         def hook(r, arrays):
             if r <= checkpoint_until:
                 save(RoundState(r, arrays, {}, strategy))
 
         initial = hypotheses_record(HYPS)
-        checkpoint = load_resumable({**cfg, "num-server-rounds": rounds}) if first > 1 else None
+        run_ = server_run({**cfg, "num-server-rounds": rounds})
+        checkpoint = load_resumable(run_) if first > 1 else None
         if checkpoint is not None:
             restore(strategy, checkpoint)
             initial = keyed_arrays(checkpoint, initial)
@@ -653,7 +654,7 @@ def test_killed_run_resumes_from_its_checkpoint_and_the_clients_own_ledgers(tmp_
         return strategy, grid, cfg
 
     _, killed, cfg = run(last=3, checkpoint_until=2)  # round 3 answered, not checkpointed
-    assert load_resumable({**cfg, "num-server-rounds": rounds})["round"] == 2
+    assert load_resumable(server_run({**cfg, "num-server-rounds": rounds}))["round"] == 2
     resumed, grid, _ = run(first=3, strategy=make_strategy(budget=1.0))
     for p in range(6):
         sent = killed.released.get(p, []) + grid.released.get(p, [])
@@ -698,7 +699,7 @@ def test_final_evaluation_counts_the_users_whose_own_opt_in_is_off(
     strategy = make_strategy()
     grid = LocalGrid(range(6), run_config)
     final, rows = final_evaluation(
-        grid, strategy, hypotheses_record(HYPS), cfg, config_record(cfg, "")
+        grid, strategy, hypotheses_record(HYPS), server_run(cfg).spec, config_record(cfg, "")
     )
     users = len(list(strategy.train_partitions))
     if node_opt_in:

@@ -11,6 +11,7 @@ from scenarios.app.engine import build_strategy
 from scenarios.app.federation import PartitionGrid
 from scenarios.config.features import CATALOG
 from scenarios.config.registry import resolve_run_config
+from scenarios.config.specs import server_run
 
 
 def test_bootstrap_partition_gives_ten_thousand_seeded_clients():
@@ -31,7 +32,7 @@ def test_evaluate_sampled_only_offers_the_rounds_sample():
         cfg = resolve_run_config({"num-clients": 50, "clients-per-round": 10,
                                   "evaluate-sampled-only": sampled_only})  # fmt: skip
         pgrid = PartitionGrid(None, nodes)
-        recorder = build_strategy(cfg, pgrid, np.random.default_rng(0), CATALOG)
+        recorder = build_strategy(server_run(cfg), pgrid, np.random.default_rng(0), CATALOG)
         arrays = ArrayRecord([np.zeros(3, np.float32)])
         train = list(recorder.configure_train(1, arrays, ConfigRecord(), pgrid))
         evaluate = list(recorder.configure_evaluate(1, arrays, ConfigRecord(), pgrid))

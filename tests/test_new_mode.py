@@ -15,17 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from flwr.app import Context, MessageType, RecordDict
 
-from fedpriv.privacy.modes import Mode, ModeError, mode_of, names, register
+from fedpriv.privacy.modes import Mode, ModeError, names, register
 from fedpriv.privacy.modes.base import PUBLIC
 from fedpriv.privacy.modes.registry import unregister
 from fedpriv.reporting.records import PrivacyFigures
 from fedpriv.spec import RunSpec, key
-from scenarios.config.specs import data_spec, run_spec
+from scenarios.config.specs import ServerRun, run_spec, server_run
 
 NAME = "fixed-sigma-test"
 
@@ -75,34 +74,34 @@ MODE = Mode(
 )
 
 
-def build_wrapper(strategy, cfg: Mapping[str, Any], rng):
+def build_wrapper(strategy, run: ServerRun, rng):
     """The Flower side: server clipping + Gaussian, noise from OS entropy."""
     from fedpriv import seeds
     from fedpriv.privacy.accounting.rounds import global_dp_accountant
     from strategies.dp_wrappers import ServerSideFixedClippingDP
 
     del rng
-    spec = run_spec(cfg)  # the Flower side keeps its dict; the spec is built at the boundary
+    spec = run.spec  # built once, at the server's boundary
     params, part = spec.params, spec.participation
     return ServerSideFixedClippingDP(
         strategy,
         noise_multiplier=params.noise_multiplier,
         clipping_norm=params.clipping_norm,
         num_sampled_clients=part.noise_clients,
-        rng=seeds.privacy_stream(int(cfg["seed"]), "dp-noise", reproducible=False),
+        rng=seeds.privacy_stream(int(spec.seed), "dp-noise", reproducible=False),
         accept_failures=False,
         weighting="uniform",
         accountant=global_dp_accountant(part, delta=params.delta),
     )
 
 
-def summary_block(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
+def summary_block(run: ServerRun, rounds: list[dict]) -> dict:
     """The mode's report fields: ε of the released rounds and the typed figures."""
-    if mode_of(cfg) is not MODE:
+    if run.spec.mode is not MODE:
         return {}
     noised = [r for r in rounds if r.get("round", 0) > 0 and r.get("dp-noised")]
     epsilon = float(noised[-1]["dp-epsilon"]) if noised else None
-    params = run_spec(cfg).params
+    params = run.spec.params
     figures = PrivacyFigures(
         mode=NAME,
         bound="replace-one; fixed m of N",
@@ -216,9 +215,8 @@ def test_a_mode_defined_in_one_test_module_runs_end_to_end(catalog, tmp_path):
     # run: the engine with this catalog; every node answers through the real ClientApp
     nodes = {100 + p: p for p in range(3)}
     grid = InProcessGrid(run_config, nodes, run_id=926_007)
-    outcome = train_run(
-        PartitionGrid(grid, nodes), cfg, federated_data(data_spec(cfg)), catalog, resumable=False
-    )
+    run = server_run(cfg, catalog.kind(cfg))
+    outcome = train_run(PartitionGrid(grid, nodes), run, federated_data(spec.data), catalog)
     trained = [r for r in outcome.rounds if r.get("round", 0) > 0]
     assert [r["round"] for r in trained] == [1, 2]
     assert all(r.get("dp-noised") for r in trained)

@@ -25,7 +25,7 @@ from scenarios.app.engine import build_strategy, run_config_as_record
 from scenarios.app.federation import PartitionGrid
 from scenarios.config.features import CATALOG
 from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import run_spec, server_run
 
 M, Z, T, DELTA = 4, 2.0, 10, 1e-5
 NODES = {100 + p: p for p in range(M)}
@@ -53,7 +53,7 @@ def charged_multiplier_with_three_dropped(cfg: dict) -> tuple[float, dict]:
     (dropped as invalid); returns the round's charged multiplier on the sum, and the record."""
     g = [np.zeros((3, 2), np.float32)]
     pgrid = PartitionGrid(None, NODES)
-    recorder = build_strategy(cfg, pgrid, np.random.default_rng(0), CATALOG)
+    recorder = build_strategy(server_run(cfg), pgrid, np.random.default_rng(0), CATALOG)
     config = run_config_as_record({**cfg, "server-round": 1})
     replies = []
     for msg in recorder.configure_train(1, ArrayRecord(g), config, pgrid):

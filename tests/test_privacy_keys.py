@@ -25,7 +25,7 @@ from scenarios.app.task_names import DPSGD_STATE_KEY
 from scenarios.app.wire_config import DIGEST_KEY, digest
 from scenarios.config.node_roles import client_mode
 from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import data_spec, train_spec
+from scenarios.config.specs import data_spec, server_run, train_spec
 
 FAST = {"num-server-rounds": 1, "local-epochs": 1, "num-clients": 4}
 OPT_INS = {"unaccounted-metrics": True, "reproducible-noise": True}
@@ -114,7 +114,7 @@ def hypotheses(own):
     from strategies.ifca import hypotheses_record
 
     cfg = own["ifca"]
-    return hypotheses_record(initial_hypotheses(cfg, federated_data(data_spec(cfg))))
+    return hypotheses_record(initial_hypotheses(server_run(cfg), federated_data(data_spec(cfg))))
 
 
 def test_the_declared_owned_keys_are_the_ones_refused_here():

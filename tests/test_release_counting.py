@@ -37,7 +37,7 @@ from scenarios.app.client_app import app
 from scenarios.app.wire_config import DIGEST_KEY, digest
 from scenarios.config.registry import resolve_run_config
 from scenarios.config.schema import ConfigError
-from scenarios.config.specs import data_spec, train_spec
+from scenarios.config.specs import data_spec, server_run, train_spec
 
 SECRET = {"reproducible-noise": False}
 ZONE_NODE = {
@@ -155,7 +155,8 @@ def ifca():
     from strategies.ifca import hypotheses_record
 
     base = resolve_run_config(IFCA)
-    record = hypotheses_record(initial_hypotheses(base, federated_data(data_spec(base))))
+    run = server_run(base)
+    record = hypotheses_record(initial_hypotheses(run, federated_data(run.spec.data)))
     nu = float(base["ifca-noise-multiplier"])
     cost = laplace_leakage(num_params(unpack_hypotheses(record)[0]), nu)
     return base, record, cost
@@ -338,14 +339,14 @@ def test_a_kill_between_configure_evaluate_and_the_checkpoint_never_releases_unc
         return float(acc.report().epsilon) if releases else 0.0
 
     budget = (independent(3) + independent(4)) / 2  # 3 rounds fit, a 4th does not
-    cfg = resolve_run_config({**base, "max-epsilon": budget})
-    data = federated_data(data_spec(cfg))
+    run = server_run(resolve_run_config({**base, "max-epsilon": budget}))
+    data = federated_data(run.spec.data)
     nodes = {100 + p: p for p in range(6)}
     killed = AnsweringGrid(list(nodes), kill_at=3)
     with pytest.raises(Killed):
-        train_run(PartitionGrid(killed, nodes), cfg, data, CATALOG, resumable=True)
+        train_run(PartitionGrid(killed, nodes), run, data, CATALOG, resumable=True)
     resumed = AnsweringGrid(list(nodes))
-    outcome = train_run(PartitionGrid(resumed, nodes), cfg, data, CATALOG, resumable=True)
+    outcome = train_run(PartitionGrid(resumed, nodes), run, data, CATALOG, resumable=True)
     initial = killed.released[0]
     left = {r for r in killed.released + resumed.released if r != initial}
     assert len(left) == 3  # rounds 1-3, round 3 once (its resend is the same model)

@@ -23,6 +23,7 @@ from scenarios.app.engine import build_strategy, run_config_as_record
 from scenarios.app.federation import PartitionGrid
 from scenarios.config.features import CATALOG
 from scenarios.config.registry import resolve_run_config
+from scenarios.config.specs import server_run
 from strategies.validating import MAX_WEIGHT, weight_problem
 
 M = 4
@@ -54,7 +55,7 @@ def run_round(cfg: dict, bad_weight=None, *, absent: bool = False):
     all when ``absent``). Returns the new global arrays and the round record."""
     g = [np.zeros((3, 2), np.float32), np.zeros(2, np.float32)]
     pgrid = PartitionGrid(None, NODES)
-    recorder = build_strategy(cfg, pgrid, np.random.default_rng(0), CATALOG)
+    recorder = build_strategy(server_run(cfg), pgrid, np.random.default_rng(0), CATALOG)
     config = run_config_as_record({**cfg, "server-round": 1})
     replies = []
     for msg in recorder.configure_train(1, ArrayRecord(g), config, pgrid):

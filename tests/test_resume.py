@@ -32,6 +32,7 @@ from scenarios.config.features import CATALOG
 from scenarios.config.manifest import fingerprint, write_manifest
 from scenarios.config.registry import resolve_run_config
 from scenarios.config.schema import ConfigError
+from scenarios.config.specs import server_run
 
 SHAPES = [(5, 3), (3,)]
 NUM = 6
@@ -80,7 +81,8 @@ def _round(recorder, pgrid, cfg, server_round: int, arrays: list[np.ndarray]) ->
 def _chain(cfg):
     zone_nodes = cfg["privacy"] == "zonal" and cfg["zonal-runtime"] == "zone-nodes"
     pgrid = ZoneGrid(None, ZONE_NODES, NUM) if zone_nodes else PartitionGrid(None, NODES)
-    return build_strategy(cfg, pgrid, np.random.default_rng(int(cfg["seed"])), CATALOG), pgrid
+    rng = np.random.default_rng(int(cfg["seed"]))
+    return build_strategy(server_run(cfg), pgrid, rng, CATALOG), pgrid
 
 
 @pytest.mark.parametrize(
@@ -103,10 +105,10 @@ def test_restored_chain_continues_bit_identically(strategy, privacy, tmp_path):
         arrays = _round(straight, pgrid, cfg, r, arrays)
         history.append((list(straight.current["sampled"]), arrays))
         if r == 2:  # the engine's after_round hook (scenarios.app.resume.checkpoint_hook)
-            checkpoint_hook(cfg)(RoundState(2, ArrayRecord(arrays), {}, straight))
+            checkpoint_hook(server_run(cfg))(RoundState(2, ArrayRecord(arrays), {}, straight))
     resumed, pgrid2 = _chain(cfg)
-    assert load_resumable({**cfg, "seed": 4}) is None  # another config's checkpoint
-    checkpoint = load_resumable(cfg)
+    assert load_resumable(server_run({**cfg, "seed": 4})) is None  # another config's checkpoint
+    checkpoint = load_resumable(server_run(cfg))
     restore(resumed, checkpoint)
     assert checkpoint["round"] == 2
     arrays = checkpoint["arrays"]

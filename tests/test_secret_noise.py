@@ -35,7 +35,7 @@ from scenarios.app.recorder import wrapper_chain
 from scenarios.app.resume import restore
 from scenarios.config.features import CATALOG
 from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import run_spec, server_run
 from scenarios.dp.feature import build_dp_wrapper
 from strategies.array_records import named_record
 from strategies.factory import build_stock_strategy
@@ -89,9 +89,11 @@ def _replies(server_round: int, w: list[np.ndarray]) -> list[Message]:
 def released_noise(cfg: dict, rounds: int = 2) -> tuple[list[list[np.ndarray]], float]:
     """The noise in each round's release: the run's wrapper minus a noiseless twin fed the
     same replies (σ from the wrapper's round report)."""
-    noisy = build_dp_wrapper(build_stock_strategy(run_spec(cfg).strategy), cfg, None)
+    noisy = build_dp_wrapper(build_stock_strategy(run_spec(cfg).strategy), server_run(cfg), None)
     clean_cfg = {**cfg, "noise-multiplier": 0.0}
-    clean = build_dp_wrapper(build_stock_strategy(run_spec(clean_cfg).strategy), clean_cfg, None)
+    clean = build_dp_wrapper(
+        build_stock_strategy(run_spec(clean_cfg).strategy), server_run(clean_cfg), None
+    )
     w = [np.zeros(s, np.float32) for s in SHAPES]
     noise = []
     for t in range(1, rounds + 1):
@@ -159,10 +161,11 @@ def _schedule(rng: np.random.Generator) -> list[tuple[int, ...]]:
 def test_sampling_schedule_is_not_reproducible_from_the_seed():
     cfg = resolve_run_config({"num-clients": 10, "clients-per-round": 3, "seed": SEED})
     public = _schedule(np.random.default_rng(SEED))  # what a client can compute
-    first, second = _schedule(sampling_rng(cfg)), _schedule(sampling_rng(cfg))
+    first, second = _schedule(sampling_rng(run_spec(cfg))), _schedule(sampling_rng(run_spec(cfg)))
     assert first != second and public not in (first, second)
     opted = {**cfg, "reproducible-noise": True}
-    assert _schedule(sampling_rng(opted)) == _schedule(sampling_rng(opted)) == public
+    opted_spec = run_spec(opted)
+    assert _schedule(sampling_rng(opted_spec)) == _schedule(sampling_rng(opted_spec)) == public
 
 
 # --- (e) checkpoints of the server chain --------------------------------------------------------
@@ -187,7 +190,7 @@ def _one_round(chain, pgrid, cfg) -> None:
 
 def _chain(cfg):
     pgrid = PartitionGrid(None, NODES)
-    return build_strategy(cfg, pgrid, sampling_rng(cfg), CATALOG), pgrid
+    return build_strategy(server_run(cfg), pgrid, sampling_rng(run_spec(cfg)), CATALOG), pgrid
 
 
 @pytest.mark.parametrize("reproducible", [False, True])

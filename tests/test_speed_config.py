@@ -4,6 +4,7 @@ import pytest
 
 from scenarios.app import wire_config
 from scenarios.config.registry import resolve_run_config
+from scenarios.config.specs import server_run
 
 
 @pytest.fixture()
@@ -67,10 +68,10 @@ def test_summary_labels_a_reduced_image_size_as_a_deviation():
     from scenarios.speed.feature import speed_summary
 
     small = resolve_run_config({"scenario": "synthetic-mri", "image-size": 32})
-    assert "deviation from MP" in speed_summary(small, [])["speed"]["deviation"]
-    assert speed_summary(resolve_run_config({"scenario": "synthetic-mri"}), []) == {}
+    assert "deviation from MP" in speed_summary(server_run(small), [])["speed"]["deviation"]
+    assert speed_summary(server_run(resolve_run_config({"scenario": "synthetic-mri"})), []) == {}
     digits = resolve_run_config({"scenario": "digits", "image-size": 32, "jit-compile": True})
-    assert speed_summary(digits, []) == {"speed": {"jit-compile": True}}
+    assert speed_summary(server_run(digits), []) == {"speed": {"jit-compile": True}}
 
 
 def test_gp_fig2_from_pyproject_defaults_is_the_250_run_sweep():

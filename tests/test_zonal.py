@@ -32,7 +32,7 @@ from fedpriv.zonal import (
     zone_levels,
 )
 from scenarios.config.schema import ConfigError
-from scenarios.config.specs import data_spec, train_spec
+from scenarios.config.specs import data_spec, node_call, train_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = [(6, 5), (5,), (5, 3), (3,)]
@@ -366,7 +366,7 @@ def test_ldp_client_message_carries_the_noise():
             message_type=MessageType.TRAIN,
             dst_node_id=1,
         )
-        out = train_zonal(msg, dict(config), 3)
+        out = train_zonal(msg, node_call(dict(config)), 3)
         sent = out["arrays"].to_numpy_ndarrays()
         return [np.float64(a) - g for a, g in zip(sent, glob)], out["metrics"]
 

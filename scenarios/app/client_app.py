@@ -53,6 +53,7 @@ from clients.keras_client import evaluate_local, federated_data, model_for  # no
 from clients.releases import ReleaseRefused  # noqa: E402
 from fedpriv.privacy.disclosure import allowed_metric_keys, filter_metrics  # noqa: E402
 from fedpriv.privacy.ownership import REFUSED_CODE  # noqa: E402
+from fedpriv.spec import RunSpec  # noqa: E402
 from scenarios.app.client_tasks import (  # noqa: E402
     MESSAGE_HANDLERS,
     STATEFUL_TASKS,
@@ -70,7 +71,7 @@ from scenarios.app.task_names import (  # noqa: E402
 from scenarios.app.wire_config import DIGEST_KEY, client_config  # noqa: E402
 from scenarios.config.node_spec import node_spec  # noqa: E402
 from scenarios.config.schema import ConfigError  # noqa: E402
-from scenarios.config.specs import run_spec  # noqa: E402
+from scenarios.config.specs import NodeCall, node_call  # noqa: E402
 from scenarios.zonal.zone_node import evaluate_zone  # noqa: E402
 
 __all__ = [
@@ -91,9 +92,8 @@ def partition_id(context: Context) -> int:
     return int(context.node_config["partition-id"])
 
 
-def disclose(cfg: dict, kind: str, content: RecordDict) -> RecordDict:
+def disclose(spec: RunSpec, kind: str, content: RecordDict) -> RecordDict:
     """``content`` with every MetricRecord restricted to what ``kind`` may carry in this mode."""
-    spec = run_spec(cfg)
     return RecordDict(
         {
             name: MetricRecord(
@@ -108,9 +108,10 @@ def disclose(cfg: dict, kind: str, content: RecordDict) -> RecordDict:
     )
 
 
-def resolved(msg: Message, context: Context, kind: str, task: str = "") -> dict | Message:
-    """The config this node runs the message with (its own spec's privacy values, the
-    message's round, task inputs and training keys), or the error reply that refuses it.
+def resolved(msg: Message, context: Context, kind: str, task: str = "") -> NodeCall | Message:
+    """What this node runs the message with, or the error reply that refuses it: the node's
+    spec, built here once from its Context and the message (its own privacy values, the
+    message's round, task inputs and training keys), with that config as its record.
 
     ``kind``: ``train`` | ``evaluate``; ``task``: the task a custom message type names (IFCA).
     A bad value in the node's own config refuses every message with its one-line error.
@@ -125,7 +126,7 @@ def resolved(msg: Message, context: Context, kind: str, task: str = "") -> dict 
     cfg, reason = spec.accept(sent, kind, task)
     if cfg is None:
         return Message(Error(code=REFUSED_CODE, reason=reason), reply_to=msg)
-    return cfg
+    return node_call(cfg)  # the node's spec of this message: built here, once
 
 
 @app.query()
@@ -138,22 +139,21 @@ def query(msg: Message, context: Context) -> Message:
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Run the training task the server asked for (or refuse it, :func:`resolved`)."""
-    cfg = resolved(msg, context, "train")
-    if isinstance(cfg, Message):
-        return cfg
-    name = str(cfg.get("client-task", "standard"))
+    call = resolved(msg, context, "train")
+    if isinstance(call, Message):
+        return call
+    spec, name = call.spec, call.task
     partition = partition_id(context)
     node = (context,) if name in STATEFUL_TASKS else ()
     # scenarios.app.fused: evaluate the received model first, as an evaluate message would
-    evaluated = evaluation(msg, cfg, partition) if cfg.get(EVALUATE_RECEIVED_KEY) else None
+    evaluated = evaluation(msg, call, partition) if call.record.get(EVALUATE_RECEIVED_KEY) else None
     try:
-        content = disclose(cfg, "train", TASKS[name](msg, cfg, partition, *node))
+        content = disclose(spec, "train", TASKS[name](msg, call, partition, *node))
     except ReleaseRefused as err:  # the node's own release counter says no
         return Message(Error(code=REFUSED_CODE, reason=str(err)), reply_to=msg)
-    spec = run_spec(cfg)
     if is_malicious(spec, partition) and "arrays" in msg.content:  # adversarial clients
         reference = msg.content["arrays"].to_numpy_ndarrays()
-        content = tamper_reply(content, reference, spec, partition, server_round(cfg))
+        content = tamper_reply(content, reference, spec, partition, server_round(call))
     if evaluated is not None:
         content = RecordDict({**content, EVALUATION_RECORD: evaluated["metrics"]})
     return Message(content=content, reply_to=msg)
@@ -162,22 +162,21 @@ def train(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """Loss and accuracy of the received global model on this client's test split."""
-    cfg = resolved(msg, context, "evaluate")
-    if isinstance(cfg, Message):
-        return cfg
-    return Message(content=evaluation(msg, cfg, partition_id(context)), reply_to=msg)
+    call = resolved(msg, context, "evaluate")
+    if isinstance(call, Message):
+        return call
+    return Message(content=evaluation(msg, call, partition_id(context)), reply_to=msg)
 
 
-def evaluation(msg: Message, cfg: dict, partition: int) -> RecordDict:
+def evaluation(msg: Message, call: NodeCall, partition: int) -> RecordDict:
     """The evaluate reply's content for the message's global model: ``{"metrics": ...}``
     restricted to what an evaluate reply may carry in this mode (:func:`disclose`); the
     evaluation is not run when its metrics may not be sent. The same for an evaluate
     message and for a train message that asks for it (``evaluate-received``)."""
-    spec = run_spec(cfg)
+    spec = call.spec
     allowed = allowed_metric_keys(spec.mode_name, "evaluate", opted_in=spec.unaccounted_metrics)
-    if cfg.get("client-task") == ZONE_NODE_TASK:  # a zone SuperNode evaluates its clients
-        return disclose(cfg, "evaluate", evaluate_zone(msg, cfg, partition, allowed))
-    spec = run_spec(cfg)
+    if call.task == ZONE_NODE_TASK:  # a zone SuperNode evaluates its clients
+        return disclose(spec, "evaluate", evaluate_zone(msg, call, partition, allowed))
     data = federated_data(spec.data)
     client = data.clients[partition]
     metrics = {"num-examples": len(client.x_test)}
@@ -185,19 +184,19 @@ def evaluation(msg: Message, cfg: dict, partition: int) -> RecordDict:
         weights = msg.content["arrays"].to_numpy_ndarrays()
         model = model_for(spec.train, data)
         metrics |= evaluate_local(model, weights, client.x_test, client.y_test)
-    return disclose(cfg, "evaluate", RecordDict({"metrics": MetricRecord(metrics)}))
+    return disclose(spec, "evaluate", RecordDict({"metrics": MetricRecord(metrics)}))
 
 
 def with_config(
     handler: Handler, kind: str = "train", task: str = ""
 ) -> Callable[[Message, Context], Message]:
-    """The Flower handler of a custom message type (IFCA): ``handler(msg, cfg, context)``
-    with the message's full config, resolved (or refused) as for ``train`` / ``evaluate``;
+    """The Flower handler of a custom message type (IFCA): ``handler(msg, call, context)``
+    with the node's call of the message, resolved (or refused) as for ``train`` / ``evaluate``;
     ``task``: the client task the message type stands for (its action, e.g. ``ifca``)."""
 
     def serve(msg: Message, context: Context) -> Message:
-        cfg = resolved(msg, context, kind, task)
-        return cfg if isinstance(cfg, Message) else handler(msg, cfg, context)
+        call = resolved(msg, context, kind, task)
+        return call if isinstance(call, Message) else handler(msg, call, context)
 
     return serve
 

@@ -39,29 +39,29 @@ from scenarios.app.task_names import (  # noqa: F401  (re-exported: the names ta
     ZONE_NODE_TASK,
 )
 from scenarios.config.node_roles import node_state_dir
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import NodeCall
 from scenarios.zonal.zone_node import train_zone
 
-Task = Callable[[Message, dict[str, Any], int], RecordDict]
+Task = Callable[[Message, NodeCall, int], RecordDict]
 
 
-def server_round(cfg: Mapping[str, Any]) -> int:
+def server_round(call: NodeCall) -> int:
     """The message's round (0 when it names none)."""
-    return int(cfg.get("server-round", 0))
+    return call.round
 
 
-def call_seed(cfg: Mapping[str, Any], partition: int) -> int:
+def call_seed(call: NodeCall, partition: int) -> int:
     """A per-(seed, round, partition) seed: reproducible and distinct per call."""
-    return seeds.client_seed(int(cfg["seed"]), server_round(cfg), partition)
+    return seeds.client_seed(int(call.spec.seed), call.round, partition)
 
 
-def train_standard(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict:
+def train_standard(msg: Message, call: NodeCall, partition: int) -> RecordDict:
     """Local Keras training from the received global weights (FedProx term if fedprox)."""
-    spec = run_spec(cfg)
+    spec = call.spec
     data = federated_data(spec.data)
     client = data.clients[partition]
     model = model_for(spec.train, data)
-    settings = TrainSettings.from_spec(spec.train, seed=call_seed(cfg, partition))
+    settings = TrainSettings.from_spec(spec.train, seed=call_seed(call, partition))
     weights = msg.content["arrays"].to_numpy_ndarrays()
     new_weights, metrics = train_local(model, weights, client.x_train, client.y_train, settings)
     metrics["num-examples"] = len(client.x_train)
@@ -84,7 +84,7 @@ def dpsgd_sequence(context: Context, dp: Any, settings: TrainSettings) -> str:
 
 
 def train_dpsgd(
-    msg: Message, cfg: dict[str, Any], partition: int, context: Context | None = None
+    msg: Message, call: NodeCall, partition: int, context: Context | None = None
 ) -> RecordDict:
     """Client task ``dp-sgd``: DP-SGD local training from the received global weights.
 
@@ -102,14 +102,14 @@ def train_dpsgd(
 
     if context is None:
         context = Context(0, 0, {"partition-id": partition}, RecordDict(), {})
-    check_microbatches(int(cfg.get("microbatches", 0)))
-    spec = run_spec(cfg)
+    spec = call.spec
+    check_microbatches(int(spec.microbatches))
     params = spec.params  # the node's own mode's (the task follows it, fedpriv.privacy.ownership)
     if not isinstance(params, DPSGDParams):
         raise ValueError(f"the dp-sgd task on a node whose privacy mode is {spec.mode_name}")
-    settings = TrainSettings.from_spec(spec.train, seed=call_seed(cfg, partition))
+    settings = TrainSettings.from_spec(spec.train, seed=call_seed(call, partition))
     dp = DpSgdSettings.from_params(params, reproducible=spec.reproducible_noise)
-    round_ = server_round(cfg)
+    round_ = call.round
 
     def release(ticket: Ticket) -> RecordDict:
         content = _dpsgd_release(msg, spec, params, partition, settings, dp, ticket.releases)
@@ -152,7 +152,7 @@ def _dpsgd_release(
     return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})
 
 
-def train_zonal(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict:
+def train_zonal(msg: Message, call: NodeCall, partition: int) -> RecordDict:
     """Client task ``zonal``: train, clip Δ to C, and add N(0, (z·C)²) in an LDP zone.
 
     Zones of level ``none`` (the no-DP baseline) send the trained weights unclipped.
@@ -162,22 +162,23 @@ def train_zonal(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict
     ``zonal-noise-norm``. The noise Generator is the client's OS entropy, or seeded per
     (seed, round, partition) when the run sets ``reproducible-noise``.
     """
-    out = train_standard(msg, cfg, partition)
+    out = train_standard(msg, call, partition)
     reference = msg.content["arrays"].to_numpy_ndarrays()
     trained = out["arrays"].to_numpy_ndarrays()
     update = [
         np.asarray(a, np.float64) - np.asarray(g, np.float64) for a, g in zip(trained, reference)
     ]
-    clipping_norm = float(cfg["clipping-norm"])
-    level = cfg.get("zonal-level", "none")
+    params = call.spec.params  # the node's own zonal mode's z and C
+    clipping_norm = float(params.clipping_norm)
+    level = call.record.get("zonal-level", "none")
     if level == "ldp":
         rng = seeds.privacy_rng(
-            [call_seed(cfg, partition), *seeds.ZONAL_LDP_TAGS],
-            reproducible=run_spec(cfg).reproducible_noise,
+            [call_seed(call, partition), *seeds.ZONAL_LDP_TAGS],
+            reproducible=call.spec.reproducible_noise,
         )
         sent, info = ldp_client_update(
             update,
-            noise_multiplier=float(cfg["noise-multiplier"]),
+            noise_multiplier=float(params.noise_multiplier),
             clipping_norm=clipping_norm,
             rng=rng,
         )
@@ -211,32 +212,31 @@ def train_zonal(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict
 
 
 def train_ifca(
-    msg: Message, cfg: dict[str, Any], partition: int, context: Context | None = None
+    msg: Message, call: NodeCall, partition: int, context: Context | None = None
 ) -> RecordDict:
     """Client task ``ifca`` (a plain ``train`` message with ``client-task = ifca``): the IFCA
     participation of :func:`clients.ifca_client.ifca_train`, with the node's own ledger."""
     folder = node_state_dir(context) if context is not None else None
-    spec = run_spec(cfg)
-    return ifca_client.ifca_train(msg, spec, partition, server_round(cfg), context, folder)
+    return ifca_client.ifca_train(msg, call.spec, partition, call.round, context, folder)
 
 
-def ifca_train_handler(msg: Message, cfg: dict[str, Any], context: Context) -> Message:
+def ifca_train_handler(msg: Message, call: NodeCall, context: Context) -> Message:
     """``@app.train("ifca")``: :func:`clients.ifca_client.train_handler` with the node's
     spec and the message's round."""
     return ifca_client.train_handler(
         msg,
-        run_spec(cfg),
+        call.spec,
         context,
-        server_round=server_round(cfg),
+        server_round=call.round,
         state_folder=node_state_dir(context),
     )
 
 
-def ifca_evaluate_handler(msg: Message, cfg: dict[str, Any], context: Context) -> Message:
+def ifca_evaluate_handler(msg: Message, call: NodeCall, context: Context) -> Message:
     """``@app.evaluate("ifca")``: :func:`clients.ifca_client.evaluate_handler` with the node's
     spec and its own evaluation split (a derived key, ``scenarios.config.node_spec``)."""
-    split = str(cfg.get("ifca-eval-split", "test"))
-    return ifca_client.evaluate_handler(msg, run_spec(cfg), context, eval_split=split)
+    split = str(call.record.get("ifca-eval-split", "test"))
+    return ifca_client.evaluate_handler(msg, call.spec, context, eval_split=split)
 
 
 # The client-side list: task name -> implementation (the features name the same tasks).
@@ -248,13 +248,14 @@ TASKS: Mapping[str, Task] = {
     IFCA_TASK: train_ifca,
 }
 
-# Tasks that also take the node's ``Context`` (``task(msg, cfg, partition, context)``): they
+# Tasks that also take the node's ``Context`` (``task(msg, call, partition, context)``): they
 # keep their own release ledger (:mod:`clients.releases`).
 STATEFUL_TASKS: frozenset[str] = frozenset({DPSGD_TASK, ZONE_NODE_TASK, IFCA_TASK})
 
 # Message handlers of custom message types: (``train`` | ``evaluate``, action, handler);
-# ``handler(msg, cfg, context)`` gets the message's full config (``scenarios.app.client_app``).
-Handler = Callable[[Message, dict[str, Any], Context], Message]
+# ``handler(msg, call, context)`` gets the node's call of the message
+# (``scenarios.app.client_app``).
+Handler = Callable[[Message, NodeCall, Context], Message]
 MESSAGE_HANDLERS: tuple[tuple[str, str, Handler], ...] = (
     ("train", IFCA_ACTION, ifca_train_handler),
     ("evaluate", IFCA_ACTION, ifca_evaluate_handler),

@@ -3,12 +3,12 @@
 :func:`train_run` is what the standard run, each zonal-comparison variant and each CIA phase
 execute: build the strategy chain (stock strategy -> privacy wrapper -> update validation ->
 round recorder), run the rounds with :func:`run_rounds`, write ``rounds.jsonl`` as each round
-ends (through the typed :class:`fedpriv.reporting.records.RoundRecord`) and ``summary.json`` / the
-final model / plots at the end. What differs between those runs is a hook, not a copy of the loop:
+ends (through the typed :class:`fedpriv.reporting.records.RoundRecord`) and ``summary.json`` /
+the final model / plots at the end. What differs between those runs is a hook, not a copy:
 
 - ``grid`` — the federation the strategy sees (a CIA target-absent run passes a grid that
   never offers the target);
-- ``strategy_cfg`` — the config the strategy is built from (the target-absent run's m);
+- ``strategy_run`` — the run the strategy is built from (the target-absent run's m);
 - ``extra_evaluation(round, weights, record) -> dict`` — merged into the round record (the
   CIA attacker's view);
 - ``on_record(record)`` — every round record after it is written (the zonal comparison's
@@ -60,50 +60,50 @@ from fedpriv import seeds
 from fedpriv.checkpoint import capture_state
 from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
-from fedpriv.privacy.modes.registry import mode_of, selected
+from fedpriv.privacy.modes.registry import selected
 from fedpriv.reporting.console import round_line
 from fedpriv.reporting.plots import plot_accuracy_per_round, plot_roc
 from fedpriv.reporting.records import RoundRecord
 from fedpriv.reporting.runlog import RunLog, read_rounds
+from fedpriv.spec import RunSpec, TrainSpec
 from scenarios.app.federation import PartitionGrid
 from scenarios.app.fused import EVALUATE_RECEIVED_KEY, evaluate_in_train, split_evaluations
 from scenarios.app.recorder import RoundRecorder, wrapper_chain
 from scenarios.app.wire_config import wire_config
 from scenarios.config.feature import Catalog
-from scenarios.config.specs import run_spec, train_spec
+from scenarios.config.specs import ServerRun
 from strategies.factory import build_stock_strategy, needs_initial_pretraining
 from strategies.validating import ValidUpdatesOnly
 
 # --- building blocks of a run -------------------------------------------------------------------
 
 
-def run_config_as_record(cfg: Mapping[str, Any]) -> ConfigRecord:
-    """What clients receive of the resolved config: the keys that differ from the run's
-    ``run_config``, plus the config's digest (:mod:`scenarios.app.wire_config`)."""
-    return ConfigRecord(wire_config(cfg))
+def run_config_as_record(record: Mapping[str, Any]) -> ConfigRecord:
+    """What clients receive of the resolved config (the run's record): the keys that differ
+    from the run's ``run_config``, plus the config's digest (:mod:`scenarios.app.wire_config`)."""
+    return ConfigRecord(wire_config(record))
 
 
-def pretrain(cfg: Mapping[str, Any], data: FederatedData, weights: list) -> list:
+def pretrain(spec: RunSpec, data: FederatedData, weights: list) -> list:
     """Server-side pretraining of initial parameters on the validation split (MP)."""
-    spec = train_spec(cfg)
-    model = model_for(spec, data)
-    settings = replace(TrainSettings.from_spec(spec, seed=spec.seed), proximal_mu=0.0)
-    settings = replace(settings, epochs=int(cfg["pretrain-epochs"]))
+    model = model_for(spec.train, data)
+    settings = replace(TrainSettings.from_spec(spec.train, seed=spec.train.seed), proximal_mu=0.0)
+    settings = replace(settings, epochs=int(spec.pretrain_epochs))
     new_weights, _ = train_local(model, weights, data.x_val, data.y_val, settings)
     return [w.copy() for w in new_weights]
 
 
-def start_weights(cfg: Mapping[str, Any], data: FederatedData) -> list:
+def start_weights(spec: RunSpec, data: FederatedData) -> list:
     """The seeded initial model, pretrained on the server for FedAvgM/FedOpt/FedYogi."""
-    weights = initial_weights(train_spec(cfg), data)
-    if needs_initial_pretraining(cfg["strategy"]) and cfg["pretrain-epochs"] > 0:
-        weights = pretrain(cfg, data, weights)
+    weights = initial_weights(spec.train, data)
+    if needs_initial_pretraining(spec.train.strategy) and spec.pretrain_epochs > 0:
+        weights = pretrain(spec, data, weights)
     return weights
 
 
-def server_evaluator(cfg: Mapping[str, Any], data: FederatedData):
+def server_evaluator(train: TrainSpec, data: FederatedData):
     """Server test-set metrics of a weight list (classification report + loss)."""
-    model = model_for(train_spec(cfg), data)
+    model = model_for(train, data)
 
     def evaluate(weights: list) -> dict[str, float]:
         proba = predict_proba(model, weights, data.x_test)
@@ -118,7 +118,7 @@ def server_evaluator(cfg: Mapping[str, Any], data: FederatedData):
 
 
 def build_strategy(
-    cfg: Mapping[str, Any],
+    run: ServerRun,
     grid: PartitionGrid,
     rng: np.random.Generator,
     catalog: Catalog,
@@ -130,30 +130,31 @@ def build_strategy(
     """
     from scenarios.audit.feature import with_canaries
 
-    strategy = build_stock_strategy(run_spec(cfg).strategy)
-    strategy = catalog.wrapper(mode_of(cfg).name)(strategy, cfg, rng)
-    strategy = with_canaries(strategy, cfg, weights)
+    spec = run.spec
+    strategy = build_stock_strategy(spec.strategy)
+    strategy = catalog.wrapper(spec.mode_name)(strategy, run, rng)
+    strategy = with_canaries(strategy, run, weights)
     strategy = ValidUpdatesOnly(
-        strategy, on_invalid=cfg["invalid-update"], accept_failures=cfg["accept-failures"]
+        strategy, on_invalid=spec.invalid_update, accept_failures=spec.strategy.accept_failures
     )
     return RoundRecorder(
         strategy,
         grid=grid,
-        num_clients=int(cfg["num-clients"]),
-        clients_per_round=run_spec(cfg).participation.sampler_per_round,
+        num_clients=spec.participation.population,
+        clients_per_round=spec.participation.sampler_per_round,
         rng=rng,
-        sampling=str(cfg["client-sampling"]),
-        evaluate_sampled_only=bool(cfg.get("evaluate-sampled-only", False)),
+        sampling=spec.participation.sampling,
+        evaluate_sampled_only=bool(spec.evaluate_sampled_only),
     )
 
 
-def sampling_rng(cfg: Mapping[str, Any]) -> np.random.Generator:
+def sampling_rng(spec: RunSpec) -> np.random.Generator:
     """The client-sampling Generator: OS entropy, or ``default_rng(seed)`` with reproducible-noise
     (secret by default: knowing the schedule voids amplification; :func:`seeds.privacy_rng`)."""
-    return seeds.privacy_rng(int(cfg["seed"]), reproducible=run_spec(cfg).reproducible_noise)
+    return seeds.privacy_rng(int(spec.seed), reproducible=spec.reproducible_noise)
 
 
-def summarise(cfg: Mapping[str, Any], rounds: list[dict], final: dict, extra: dict) -> dict:
+def summarise(run: ServerRun, rounds: list[dict], final: dict, extra: dict) -> dict:
     """summary.json content: final server metrics, last-5 stats, config, seed."""
     accs = [
         r["distributed"].get("accuracy", np.nan)
@@ -164,9 +165,9 @@ def summarise(cfg: Mapping[str, Any], rounds: list[dict], final: dict, extra: di
     mean, std = last_k_stats(server_accs, 5)
     dmean, dstd = last_k_stats(accs, 5)
     return {
-        "scenario": cfg["scenario"],
-        "seed": cfg["seed"],
-        "config": dict(cfg),
+        "scenario": run.spec.scenario,
+        "seed": run.spec.seed,
+        "config": dict(run.record),
         "final": final,
         "last5": {
             "accuracy_mean": mean,
@@ -195,15 +196,16 @@ def environment() -> dict[str, str]:
 
 
 def write_final_outputs(
-    cfg, data, weights, rounds, runlog: RunLog, extra: dict, catalog: Catalog
+    run: ServerRun, data, weights, rounds, runlog: RunLog, extra: dict, catalog: Catalog
 ) -> dict:
     """summary.json (with every feature's summary block), final model, accuracy/ROC plots."""
-    model = model_for(train_spec(cfg), data)
+    spec = run.spec
+    model = model_for(spec.train, data)
     proba = predict_proba(model, weights, data.x_test)
     final = classification_report(data.y_test, proba)
-    summary = summarise(cfg, rounds, final, extra)
+    summary = summarise(run, rounds, final, extra)
     summary["environment"] = environment()
-    summary.update(catalog.summary_blocks(cfg, rounds))
+    summary.update(catalog.summary_blocks(run, rounds))
     runlog.write_summary(summary)
     model.set_weights(weights)
     model.save(runlog.dir / "final_model.keras")
@@ -214,7 +216,7 @@ def write_final_outputs(
             r.get("distributed", {}).get("accuracy", np.nan) for r in rounds if r["round"] > 0
         ],
     }
-    title = f"{cfg['scenario']} {cfg['strategy']} {selected(cfg)} seed {cfg['seed']}"
+    title = f"{spec.scenario} {spec.strategy.strategy} {selected(run.record)} seed {spec.seed}"
     plot_accuracy_per_round(series, runlog.dir / "accuracy.png", title=title)
     plot_roc({"micro": micro_roc_curve(data.y_test, proba)}, runlog.dir / "roc.png", title=title)
     np.savez(runlog.dir / "test_predictions.npz", y_true=data.y_test, proba=proba)
@@ -269,7 +271,7 @@ class RoundState:
 class RunEnd:
     """What the ``after_run`` hook sees: the finished run, before summary.json is written."""
 
-    cfg: Mapping[str, Any]
+    run: ServerRun
     data: FederatedData
     strategy: Strategy
     weights: list[np.ndarray]
@@ -406,50 +408,50 @@ def _finish_round(
 
 def train_run(
     grid: PartitionGrid,
-    cfg: Mapping[str, Any],
+    run: ServerRun,
     data: FederatedData,
     catalog: Catalog,
     *,
-    strategy_cfg: Optional[Mapping[str, Any]] = None,
+    strategy_run: Optional[ServerRun] = None,
     hooks: Optional[RunHooks] = None,
     first_round: int = 1,
     initial: Optional[list[np.ndarray]] = None,
     previous_rounds: Sequence[dict] = (),
     resumable: bool = False,
 ) -> RunOutcome:
-    """One training run of ``cfg`` on an already discovered federation (module docstring).
+    """One training run of ``run`` on an already discovered federation (module docstring).
 
     ``resumable``: checkpoint after every round and, when ``output-dir`` holds a checkpoint
     of this config, continue from it (:mod:`scenarios.app.resume`).
     """
-    hooks = hooks or RunHooks()
+    spec, hooks = run.spec, hooks or RunHooks()  # the spec built once, at the server's boundary
     t0 = time.time()
-    rng = sampling_rng(cfg)
+    rng = sampling_rng(spec)
     checkpoint, charged, before_release = None, None, ()
     if resumable:
         from scenarios.app.resume import CHARGED, checkpoint_hook, load_resumable, restore
 
-        checkpoint = load_resumable(cfg)
+        checkpoint = load_resumable(run)
         if checkpoint is not None:
             first_round, initial = int(checkpoint["round"]) + 1, checkpoint_arrays(checkpoint)
             charged = int(checkpoint["round"]) if checkpoint.get("stage") == CHARGED else None
-        hooks = replace(hooks, after_round=(*hooks.after_round, checkpoint_hook(cfg)))
-        before_release = (checkpoint_hook(cfg, stage=CHARGED),)
-    weights = initial if initial is not None else start_weights(cfg, data)
-    recorder = build_strategy(strategy_cfg or cfg, grid, rng, catalog, weights)
+        hooks = replace(hooks, after_round=(*hooks.after_round, checkpoint_hook(run)))
+        before_release = (checkpoint_hook(run, stage=CHARGED),)
+    weights = initial if initial is not None else start_weights(spec, data)
+    recorder = build_strategy(strategy_run or run, grid, rng, catalog, weights)
     if checkpoint is not None:
         restore(recorder, checkpoint)
     runlog = RunLog(
-        cfg["output-dir"],
+        spec.output_dir,
         keep_rounds=first_round - 1 - (charged is not None) if first_round > 1 else None,
-        labels=seeds.noise_labels(run_spec(cfg).reproducible_noise),
+        labels=seeds.noise_labels(spec.reproducible_noise),
     )
     if first_round > 1 and not previous_rounds:
-        previous_rounds = read_rounds(cfg["output-dir"])
+        previous_rounds = read_rounds(spec.output_dir)
     for record in previous_rounds if checkpoint is not None else ():
         for sink in hooks.on_record:  # a resumed run: the sinks see the earlier rounds too
             sink(record)
-    server_eval = server_evaluator(cfg, data)
+    server_eval = server_evaluator(spec.train, data)
     rounds: list[dict] = list(previous_rounds)
     clock = [time.time()]  # start of the round in flight (for its console line)
 
@@ -466,7 +468,7 @@ def train_run(
         rounds.append(record)
         runlog.append_round(record)
         now = time.time()
-        print(round_line(record, int(cfg["num-server-rounds"]), now - clock[0]), flush=True)
+        print(round_line(record, int(spec.rounds), now - clock[0]), flush=True)
         clock[0] = now
         for sink in hooks.on_record:
             sink(record)
@@ -477,15 +479,15 @@ def train_run(
         recorder,
         grid,
         ArrayRecord(weights),
-        num_rounds=int(cfg["num-server-rounds"]),
-        config=run_config_as_record(cfg),
+        num_rounds=int(spec.rounds),
+        config=run_config_as_record(run.record),
         evaluate=evaluate,
         first_round=first_round,
         after_round=hooks.after_round,
         before_release=before_release,
         charged_round=charged,
         stop_before=lambda r: budget_stop(recorder, r),
-        fused=evaluate_in_train(cfg, catalog.kind(cfg)),
+        fused=evaluate_in_train(spec),
     )
     final = last.to_numpy_ndarrays() if last is not None else weights
     extra: dict[str, Any] = {"wall_seconds": time.time() - t0}
@@ -493,6 +495,6 @@ def train_run(
     if hooks.summary_extra is not None:
         extra.update(hooks.summary_extra(rounds))
     if hooks.after_run is not None:
-        extra.update(hooks.after_run(RunEnd(cfg, data, recorder, final, rounds)))
-    summary = write_final_outputs(cfg, data, final, rounds, runlog, extra, catalog)
+        extra.update(hooks.after_run(RunEnd(run, data, recorder, final, rounds)))
+    summary = write_final_outputs(run, data, final, rounds, runlog, extra, catalog)
     return RunOutcome(summary, rounds, final)

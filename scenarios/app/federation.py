@@ -22,6 +22,7 @@ from flwr.common import ConfigRecord, Message, MessageType, RecordDict
 from flwr.server import Grid
 
 from fedpriv.zonal.release import ZONE_CLIENTS_KEY
+from scenarios.config.specs import ServerRun
 
 QUERY_KEY = "fedpriv-query"
 
@@ -270,20 +271,20 @@ class ZoneGrid(PartitionGrid):
         return self._sent.get(message.metadata.reply_to_message_id, node)
 
 
-def federation_grid(grid: Grid, cfg: Any) -> PartitionGrid:
+def federation_grid(grid: Grid, run: ServerRun) -> PartitionGrid:
     """The run's partition-aware grid: a :class:`ZoneGrid` over the zone SuperNodes when the
     run has zone nodes (``zonal-runtime = zone-nodes``), else a :class:`PartitionGrid` over
-    one SuperNode per client."""
+    one SuperNode per client. The zonal keys' own functions read the run's record."""
     from scenarios.zonal.keys import federation_size, zone_nodes
 
-    mapping = discover_partitions(grid, federation_size(cfg))
-    if zone_nodes(cfg):
+    mapping = discover_partitions(grid, federation_size(run.record))
+    if zone_nodes(run.record):
         inner = getattr(grid, "_grid", grid)
         if _all_nodes_start_together(grid) and hasattr(inner, "pull_interval"):
             # the simulation grid polls for replies every 0.1 s; a zone round is ~10 replies
             # of ~0.2 s of training, so the default poll adds up to half a round
             inner.pull_interval = ZONE_PULL_INTERVAL_S
-        return ZoneGrid(grid, mapping, int(cfg["num-clients"]))
+        return ZoneGrid(grid, mapping, run.spec.participation.population)
     return PartitionGrid(grid, mapping)
 
 

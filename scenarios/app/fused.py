@@ -42,11 +42,11 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from fedpriv.privacy.modes import mode_of
 from fedpriv.privacy.modes import zonal as zonal_mode
+from fedpriv.spec import RunSpec
 from scenarios.app.task_names import EVALUATE_RECEIVED_KEY, EVALUATION_RECORD
 from scenarios.config.schema import ConfigError
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import server_run
 
 if TYPE_CHECKING:  # the CLI imports this module for its config check: no Flower there
     from flwr.app import Message
@@ -64,28 +64,29 @@ __all__ = [
 KEY = "evaluate-in-train"
 
 
-def equivalence_gap(cfg: Mapping[str, Any], kind: str) -> str:
+def equivalence_gap(spec: RunSpec) -> str:
     """Why round t's clients evaluating model t-1 is NOT today's evaluation ("" when it is)."""
-    if kind != "standard":
-        return f"the standard run kind (this run's kind is {kind!r})"
-    if mode_of(cfg) is zonal_mode.MODE:
+    if spec.kind != "standard":
+        return f"the standard run kind (this run's kind is {spec.kind!r})"
+    if spec.mode is zonal_mode.MODE:
         zonal = zonal_mode.MODE.name
         return f"a privacy mode other than {zonal!r} (zones address evaluation their own way)"
-    if not run_spec(cfg).participation.everyone:
+    if not spec.participation.everyone:
         return "every client training every round (clients-per-round = 0 or num-clients)"
     return ""
 
 
-def evaluate_in_train(cfg: Mapping[str, Any], kind: str) -> bool:
+def evaluate_in_train(spec: RunSpec) -> bool:
     """Whether round t's train message also evaluates model t-1 (``auto``: where equivalent)."""
-    value = cfg.get(KEY, "auto")
-    return not equivalence_gap(cfg, kind) if value == "auto" else bool(value)
+    value = spec.evaluate_in_train
+    return not equivalence_gap(spec) if value == "auto" else bool(value)
 
 
 def check_evaluate_in_train(cfg: Mapping[str, Any], catalog: Any) -> None:
-    """``evaluate-in-train = true`` only where it is the same evaluation as today's."""
+    """``evaluate-in-train = true`` only where it is the same evaluation as today's (a check
+    of the config being resolved: it builds that config's spec to ask)."""
     if cfg.get(KEY) is True:
-        gap = equivalence_gap(cfg, catalog.kind(cfg))
+        gap = equivalence_gap(server_run(cfg, catalog.kind(cfg)).spec)
         if gap:
             raise ConfigError(KEY, True, f"auto | false, or true only with {gap}")
 

@@ -38,6 +38,7 @@ from typing import Any
 from scenarios.cli import launch, ray_cluster
 from scenarios.config.feature import Catalog
 from scenarios.config.schema import ConfigError
+from scenarios.config.specs import ServerRun, server_run
 
 MANIFEST = "cells.json"
 PLAN_NAME = "plan.json"
@@ -149,19 +150,22 @@ def check_one_node_per_client(cells: Sequence[Cell]) -> None:
             )
 
 
-def run_plan(grid: Any, cfg: Mapping[str, Any], catalog: Catalog) -> None:
-    """ServerApp side of ``run-plan``: every cell of the plan with its kind's runner."""
-    cells = read_plan(cfg["run-plan"], catalog)
+def run_plan(grid: Any, run: ServerRun, catalog: Catalog) -> None:
+    """ServerApp side of ``run-plan``: every cell of the plan with its kind's runner (each
+    cell's spec built once, from its resolved config, when it runs)."""
+    plan = run.spec.run_plan
+    cells = read_plan(plan, catalog)
     check_one_node_per_client(cells)
     sizes = {int(c.cfg["num-clients"]) for c in cells}
-    if sizes != {int(cfg["num-clients"])}:
-        raise ConfigError("run-plan", cfg["run-plan"], "cells with num-clients of the simulation")
+    if sizes != {run.spec.participation.population}:
+        raise ConfigError("run-plan", plan, "cells with num-clients of the simulation")
 
     def run_one(cell: Cell) -> dict[str, Any]:
         from scenarios.config.manifest import write_manifest
 
         write_manifest(cell.cfg["output-dir"], cell.cfg)  # what a single run records too
-        catalog.runners[catalog.kind(cell.cfg)](grid, dict(cell.cfg), catalog)
+        run = server_run(cell.cfg, catalog.kind(cell.cfg))  # the cell's spec: built once
+        catalog.runners[run.spec.kind](grid, run, catalog)
         nodes = ray_cluster.placement()  # the Ray nodes of this simulation's client actors
         ray_cluster.record_placement(cell.cfg["output-dir"], nodes)
         return {ray_cluster.PLACEMENT_KEY: nodes}
@@ -171,7 +175,7 @@ def run_plan(grid: Any, cfg: Mapping[str, Any], catalog: Catalog) -> None:
         return check(cell.cfg) if check is not None else summary_complete(cell)
 
     rows = run_cells(cells, run_one, is_complete=complete)
-    manifest = Path(cfg["run-plan"]).parent / MANIFEST
+    manifest = Path(plan).parent / MANIFEST
     kept = [{**r, "result": None, **(r["result"] or {})} for r in rows]
     manifest.write_text(json.dumps({"cells": kept}, indent=2))
 

@@ -44,18 +44,20 @@ from fedpriv.checkpoint import capture_state, load_checkpoint, restore_state
 from fedpriv.checkpoint import save_checkpoint as write_checkpoint
 from scenarios.app.recorder import wrapper_chain
 from scenarios.config.manifest import fingerprint
+from scenarios.config.specs import ServerRun
 from strategies.array_records import named_record
 
 # a checkpoint's stage: the round is recorded (complete), or charged and about to be released
 RECORDED, CHARGED = "recorded", "charged"
 
 
-def load_resumable(cfg: Mapping[str, Any]) -> Optional[dict[str, Any]]:
-    """The checkpoint of this config in ``cfg["output-dir"]``, or None (a fresh start)."""
-    checkpoint = load_checkpoint(cfg["output-dir"])
-    if checkpoint is None or checkpoint.get("fingerprint") != fingerprint(cfg):
+def load_resumable(run: ServerRun) -> Optional[dict[str, Any]]:
+    """The checkpoint of this run in its ``output-dir``, or None (a fresh start): one whose
+    fingerprint is that of the run's record (:func:`scenarios.config.manifest.fingerprint`)."""
+    checkpoint = load_checkpoint(run.spec.output_dir)
+    if checkpoint is None or checkpoint.get("fingerprint") != fingerprint(run.record):
         return None
-    log(INFO, "resuming %s from round %d", cfg["output-dir"], int(checkpoint["round"]))
+    log(INFO, "resuming %s from round %d", run.spec.output_dir, int(checkpoint["round"]))
     return checkpoint
 
 
@@ -73,25 +75,25 @@ def restore(strategy: Strategy, checkpoint: Mapping[str, Any]) -> None:
     restore_state(wrapper_chain(strategy), checkpoint["states"])
 
 
-def checkpoint_hook(cfg: Mapping[str, Any], stage: str = RECORDED) -> Callable[[Any], None]:
+def checkpoint_hook(run: ServerRun, stage: str = RECORDED) -> Callable[[Any], None]:
     """The engine's ``after_round`` hook (``stage`` :data:`RECORDED`): checkpoint the global
     arrays and the state of every object of the strategy chain after each completed round;
     its ``before_release`` hook (``stage`` :data:`CHARGED`): the same right after
     ``aggregate_train`` charged the round, before its model leaves the server."""
-    num_rounds = int(cfg["num-server-rounds"])
+    num_rounds, folder = int(run.spec.rounds), run.spec.output_dir
     if stage not in (RECORDED, CHARGED):
         raise ValueError(f"stage = {stage!r} is not allowed; expected {RECORDED!r} or {CHARGED!r}")
 
     def after_round(state: Any) -> None:
         chain = wrapper_chain(state.strategy)
         write_checkpoint(
-            cfg["output-dir"],
+            folder,
             {
                 "round": state.round,
                 "arrays": state.arrays.to_numpy_ndarrays(),
                 "num_rounds": num_rounds,
                 "states": state.states if getattr(state, "states", None) else capture_state(chain),
-                "fingerprint": fingerprint(cfg),
+                "fingerprint": fingerprint(run.record),
                 "stage": stage,
             },
         )

@@ -1,7 +1,10 @@
 """The one ServerApp of ``flwr run .``: resolve the config, dispatch on the scenario kind.
 
 The runner of each kind is declared by its feature (``Feature.runners``,
-:mod:`scenarios.config.features`); it receives the grid, the resolved config and the catalog.
+:mod:`scenarios.config.features`); it receives the grid, the run and the catalog. The run
+(:class:`scenarios.config.specs.ServerRun`) is where the server builds its typed spec, once,
+from the config it resolved; below this point code takes that spec (and the resolved config
+only as the record it is: manifest, summary, wire config, a feature's own keys).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from scenarios.cli.preflight import run_state  # noqa: E402
 from scenarios.config.features import CATALOG  # noqa: E402
 from scenarios.config.manifest import write_manifest  # noqa: E402
 from scenarios.config.schema import ConfigError  # noqa: E402
+from scenarios.config.specs import server_run  # noqa: E402
 
 app = ServerApp()
 
@@ -37,20 +41,22 @@ def main(grid: Grid, context: Context) -> None:
         log(ERROR, "%s", err)
         raise SystemExit(2) from err
     set_base(context.run_config)
-    if cfg["run-plan"]:  # many runs in this one simulation (fedpriv grid, fedpriv attack cia)
-        run_plan(grid, cfg, CATALOG)  # each cell's runner checks its own output directory
+    run = server_run(cfg, CATALOG.kind(cfg))  # the server's spec: built here, once
+    spec = run.spec
+    if spec.run_plan:  # many runs in this one simulation (fedpriv grid, fedpriv attack cia)
+        run_plan(grid, run, CATALOG)  # each cell's runner checks its own output directory
         return
     try:  # refuses a directory holding another config's run
-        state = run_state(cfg["output-dir"], cfg, CATALOG.completion(CATALOG.kind(cfg)))
+        state = run_state(spec.output_dir, run.record, CATALOG.completion(spec.kind))
     except ConfigError as err:
         log(ERROR, "%s", err)
         raise SystemExit(2) from err
     if state.action == "finished":  # every kind: a finished run is not re-run
-        log(INFO, "%s holds a finished run of this config; nothing to do", cfg["output-dir"])
+        log(INFO, "%s holds a finished run of this config; nothing to do", spec.output_dir)
         return
-    write_manifest(cfg["output-dir"], cfg)
+    write_manifest(spec.output_dir, run.record)
     try:
-        CATALOG.runners[CATALOG.kind(cfg)](grid, cfg, CATALOG)
+        CATALOG.runners[spec.kind](grid, run, CATALOG)
     except FederationError as err:  # e.g. 4 SuperNodes for a 100-client scenario
         log(ERROR, "federation error: %s", err)
         raise SystemExit(2) from err

@@ -36,11 +36,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from fedpriv.privacy.modes import mode_of
 from scenarios.attacks.commands import ATTACK_COMMAND, CIA_KIND, cia_complete
 from scenarios.attacks.keys import KEYS
 from scenarios.config.feature import Catalog, Feature, Scenario
 from scenarios.config.schema import ConfigError
+from scenarios.config.specs import ServerRun
 from scenarios.standard.feature import MP_TRAINING
 
 _CIA_COMMON = {
@@ -160,7 +160,7 @@ def _strategy_config(cfg: Mapping[str, Any], absent: set[int]) -> dict[str, Any]
 
 
 def _run_phase(
-    grid, cfg, data, mapping, attacker, absent: set[int], out_dir: str, catalog: Catalog
+    grid, run: ServerRun, data, mapping, attacker, absent: set[int], out_dir: str, catalog: Catalog
 ) -> dict:
     """One standard run (target present or absent) with the attacker observing each round.
 
@@ -182,10 +182,10 @@ def _run_phase(
 
     outcome = train_run(
         _absent_grid_class()(grid, mapping, absent),
-        {**cfg, "output-dir": out_dir},
+        run.variant({"output-dir": out_dir}),
         data,
         catalog,
-        strategy_cfg=_strategy_config(cfg, absent),
+        strategy_run=run.variant(_strategy_config(run.record, absent)),
         hooks=RunHooks(extra_evaluation=_attacker_view(attacker), summary_extra=summary_extra),
         resumable=True,
     )
@@ -193,29 +193,29 @@ def _run_phase(
     return {"rounds": per_round, "wall_seconds": time.time() - t0}
 
 
-def run_cia(grid, cfg: dict[str, Any], catalog: Catalog) -> None:
+def run_cia(grid, run: ServerRun, catalog: Catalog) -> None:
     """ServerApp runner of kind ``cia`` (module docstring)."""
 
     from clients.keras_client import federated_data, model_for, predict_proba
     from fedpriv.attacks.cia import CIAAttacker, check_cia_roles, shadow_indices
     from fedpriv.seeds import derive_seed
     from scenarios.app.federation import discover_partitions
-    from scenarios.config.specs import data_spec, train_spec
 
     t0 = time.time()
-    cfg = {**cfg, "local-epochs": int(cfg["cia-local-epochs"])}
-    n = int(cfg["num-clients"])
+    run = run.variant({"local-epochs": int(run.record["cia-local-epochs"])})
+    cfg, spec = run.record, run.spec  # the record: the attack's own keys
+    n = spec.participation.population
     attacker_id, target_id = check_cia_roles(
         attacker=cfg["attacker-client"], target=cfg["target-client"], num_clients=n
     )
-    data = federated_data(data_spec(cfg))
+    data = federated_data(spec.data)
     target = data.clients[target_id]
     idx = shadow_indices(
         target.y_train,
         float(cfg["shadow-fraction"]),
-        seed=derive_seed(int(cfg["seed"]), "cia-shadow", target_id),
+        seed=derive_seed(int(spec.seed), "cia-shadow", target_id),
     )
-    model = model_for(train_spec(cfg), data)
+    model = model_for(spec.train, data)
     attacker = CIAAttacker(
         lambda w, x: predict_proba(model, w, x),
         x_shadow=target.x_train[idx],
@@ -226,33 +226,33 @@ def run_cia(grid, cfg: dict[str, Any], catalog: Catalog) -> None:
         y_members=target.y_train,
     )
     mapping = discover_partitions(grid, n)
-    out = Path(cfg["output-dir"])
-    present = _run_phase(grid, cfg, data, mapping, attacker, set(), str(out), catalog)
+    out = Path(spec.output_dir)
+    present = _run_phase(grid, run, data, mapping, attacker, set(), str(out), catalog)
     absent = (
         _run_phase(
-            grid, cfg, data, mapping, attacker, {target_id}, str(out / "target-absent"), catalog
+            grid, run, data, mapping, attacker, {target_id}, str(out / "target-absent"), catalog
         )
         if cfg["cia-absent-run"]
         else {"rounds": []}
     )
     info = {
-        "dataset": cfg["dataset"],
-        "partition": cfg["partition"],
+        "dataset": spec.data.dataset,
+        "partition": spec.data.partition,
         "attacker": attacker_id,
         "target": target_id,
         "shadow_fraction": float(cfg["shadow-fraction"]),
         "n_shadow": int(len(idx)),
         "n_nonmember": int(len(target.x_test)),
         "n_target_train": int(len(target.x_train)),
-        "local_epochs": int(cfg["local-epochs"]),
-        "seed": int(cfg["seed"]),
+        "local_epochs": int(spec.train.local_epochs),
+        "seed": int(spec.seed),
         "cia_reading": data.info.get("cia_reading", ""),
         "simulated": "the attacker's computation runs in the server process with only the "
         "global model, the shadow set and the aggregated loss",
     }
     doc = {
-        "strategy": cfg["strategy"],
-        "privacy": mode_of(cfg).name,
+        "strategy": spec.strategy.strategy,
+        "privacy": spec.mode_name,
         "info": info,
         "present": present["rounds"],
         "absent": absent["rounds"],

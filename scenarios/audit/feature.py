@@ -55,6 +55,8 @@ from scenarios.config.schema import ConfigError
 
 if TYPE_CHECKING:
     from fedpriv.audit.canaries import CanarySet
+    from fedpriv.privacy.participation import Participation
+    from scenarios.config.specs import ServerRun
 
 # what each mode supports is its own declaration (``Mode.audit``): client-level canaries
 # through the DP wrapper (``client``), example-level canaries (``example``, inserted
@@ -121,15 +123,15 @@ def canary_set(cfg: Mapping[str, Any], weights: list[np.ndarray]) -> CanarySet:
     )
 
 
-def with_canaries(strategy, cfg: Mapping[str, Any], weights: list[np.ndarray] | None):
+def with_canaries(strategy, run: ServerRun, weights: list[np.ndarray] | None):
     """``CanaryInsertion`` around the privacy-wrapped ``strategy`` when auditing."""
-    if not audit_enabled(cfg) or mode_of(cfg).audit == EXAMPLE_CANARIES:
+    if not audit_enabled(run.record) or run.spec.mode.audit == EXAMPLE_CANARIES:
         return strategy
     if weights is None:
         raise ValueError("with_canaries needs the initial weights (the canaries' shapes)")
     from strategies.canaries import CanaryInsertion
 
-    return CanaryInsertion(strategy, canaries=canary_set(cfg, weights))
+    return CanaryInsertion(strategy, canaries=canary_set(run.record, weights))
 
 
 def find_canary_wrapper(strategy) -> Optional[Any]:
@@ -164,14 +166,15 @@ def mechanism_text(cfg: Mapping[str, Any]) -> str:
     return f"{cfg['strategy']} aggregation without noise"
 
 
-def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict[str, Any]:
+def upper_bounds(run: ServerRun, canary, dp_history: list[dict]) -> dict[str, Any]:
     """The accountant's figures next to the audit (module docstring)."""
     from fedpriv.audit.audit import canary_upper_bound
 
-    mode, delta = mode_of(cfg), float(cfg["dp-delta"])
-    z, m = float(cfg.get("noise-multiplier", 0.0)), _noise_clients(cfg)
+    cfg, part = run.record, run.spec.participation
+    mode, delta = run.spec.mode, float(cfg["dp-delta"])
+    z, m = float(cfg.get("noise-multiplier", 0.0)), part.noise_clients
     out: dict[str, Any] = {"epsilon_upper_bound": None, "epsilon_upper_bound_run": None}
-    if mode is global_dp.MODE and cfg["strategy"] in MEAN_STRATEGIES:
+    if mode is global_dp.MODE and run.spec.strategy.strategy in MEAN_STRATEGIES:
         bound = canary_upper_bound(
             noise_multiplier=z,
             num_sampled_clients=m,
@@ -184,7 +187,7 @@ def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict
     elif mode is global_dp.MODE:
         out["upper_bound_note"] = "no canary bound: the aggregate is not a weighted mean"
     if mode is global_dp.MODE:
-        out["epsilon_upper_bound_run"] = _run_headline(cfg, len(canary.real_reports))
+        out["epsilon_upper_bound_run"] = _run_headline(cfg, part, len(canary.real_reports))
     if mode is metric_dp.MODE:
         clip = float(cfg["clipping-norm"])
         sigmas = [r.get("dp-sigma") for r in dp_history if r.get("dp-noised")]
@@ -206,20 +209,12 @@ def upper_bounds(cfg: Mapping[str, Any], canary, dp_history: list[dict]) -> dict
     return out
 
 
-def _noise_clients(cfg: Mapping[str, Any]) -> int:
-    from scenarios.config.specs import run_spec
-
-    return run_spec(cfg).participation.noise_clients
-
-
-def _run_headline(cfg: Mapping[str, Any], rounds: int) -> Any:
+def _run_headline(cfg: Mapping[str, Any], part: Participation, rounds: int) -> Any:
     """The headline ε of the run without canaries, by the one global-DP function: z·m/m'
     for each of ``rounds`` rounds (the canary run's history is not used: its replies include
     the canaries)."""
     from fedpriv.privacy.accounting.rounds import global_dp_epsilon
-    from scenarios.config.specs import run_spec
 
-    part = run_spec(cfg).participation
     z = float(cfg["noise-multiplier"])
     charged = [z * part.per_round / part.noise_clients] * rounds
     report = global_dp_epsilon(
@@ -235,17 +230,16 @@ def _num(value: Any) -> Any:
     return value if math.isfinite(value) else "inf"
 
 
-def audit_outcome(
-    cfg: Mapping[str, Any], strategy, data: Any, predict: Any
-) -> Optional[dict[str, Any]]:
+def audit_outcome(run: ServerRun, strategy, data: Any, predict: Any) -> Optional[dict[str, Any]]:
     """The audit of a finished run (None when the run had no canaries).
 
     ``predict(x) -> probabilities`` of the final model (used by example-level canaries).
     """
+    cfg = run.record  # the audit's own keys
     if not audit_enabled(cfg):
         return None
-    if mode_of(cfg).audit == EXAMPLE_CANARIES:
-        return example_audit(cfg, strategy, data, predict)
+    if run.spec.mode.audit == EXAMPLE_CANARIES:
+        return example_audit(run, strategy, data, predict)
     canary = find_canary_wrapper(strategy)
     if canary is None:
         return None
@@ -258,7 +252,7 @@ def audit_outcome(
         confidence=float(cfg["audit-confidence"]),
         threat_model=str(cfg["audit-threat-model"]),
     )
-    bounds = upper_bounds(cfg, canary, _dp_history(strategy))
+    bounds = upper_bounds(run, canary, _dp_history(strategy))
     lower, upper = result["epsilon_lower_bound"], bounds["epsilon_upper_bound"]
     # the accountant composes every round's release, so it bounds both threat models
     lowers = [tm["epsilon_lower_bound"] for tm in result["threat_models"].values()]
@@ -274,7 +268,7 @@ def audit_outcome(
         "audit_failed": bool(failed),
         "delta": result["delta"],
         "mechanism": mechanism_text(cfg),
-        "privacy": mode_of(cfg).name,
+        "privacy": run.spec.mode_name,
         "noise_multiplier": float(cfg.get("noise-multiplier", 0.0)),
         "adjacency": "add/remove one canary client that takes part in every round (client level)",
         "threat_model": result["threat_model"],
@@ -299,7 +293,7 @@ def audit_outcome(
     }
 
 
-def membership_block(cfg: Mapping[str, Any], data, predict) -> dict[str, Any]:
+def membership_block(data, predict) -> dict[str, Any]:
     """Loss-threshold MIA on the final model: AUC and TPR at 0.1 % / 1 % FPR."""
     from fedpriv.attacks.membership import loss_threshold_attack, per_example_loss
 
@@ -326,7 +320,7 @@ def write_audit(output_dir: str | Path, block: Mapping[str, Any]) -> Path:
     return path
 
 
-def example_audit(cfg: Mapping[str, Any], strategy, data: Any, predict: Any) -> dict[str, Any]:
+def example_audit(run: ServerRun, strategy, data: Any, predict: Any) -> dict[str, Any]:
     """DP-SGD: example canaries scored by the final model's logit confidence in their label.
 
     Upper bound: the largest example-level ε the clients' DP-SGD accountants reported (the
@@ -338,9 +332,9 @@ def example_audit(cfg: Mapping[str, Any], strategy, data: Any, predict: Any) -> 
     from fedpriv.audit.example_canaries import example_canaries
     from fedpriv.audit.lira import logit_confidence
     from fedpriv.privacy.dpsgd import ACCOUNTANT_TEXT
-    from scenarios.config.specs import run_spec
 
-    canaries = example_canaries(run_spec(cfg), data)
+    cfg = run.record  # the audit's own keys
+    canaries = example_canaries(run.spec, data)
     scores = logit_confidence(predict(canaries.x), canaries.y)
     delta = float(cfg["dp-delta"])
     result = audit_scores(
@@ -363,11 +357,11 @@ def example_audit(cfg: Mapping[str, Any], strategy, data: Any, predict: Any) -> 
         "upper_bound_accountant": ACCOUNTANT_TEXT,
         "upper_bound_note": "an upper bound for the batching the clients run: Poisson-sampled "
         "batches, accounted as the Poisson-subsampled Gaussian (PLD/RDP)",
-        "privacy": mode_of(cfg).name,
+        "privacy": run.spec.mode_name,
         "noise_multiplier": float(cfg["noise-multiplier"]),
         "adjacency": "add/remove one training example of one client (example level)",
         "threat_model": "final",
-        "rounds": int(cfg["num-server-rounds"]),
+        "rounds": int(run.spec.rounds),
         "canaries": {
             "kind": "inserted examples (uniform random pixels, random label)",
             "count": canaries.count,

@@ -21,19 +21,23 @@ import argparse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedpriv.privacy.modes import Mode
 from fedpriv.privacy.modes.registry import KEY as MODE_KEY
 from scenarios.config.schema import AUTO, ConfigError, KeySpec, choice, default_output_dir, resolve
 
+if TYPE_CHECKING:
+    from scenarios.config.specs import ServerRun
+
 RunConfig = dict[str, Any]
-# fn(strategy, cfg, rng) -> strategy: the privacy wrapper around the stock strategy
-WrapperBuilder = Callable[[Any, Mapping[str, Any], Any], Any]
-# fn(grid, cfg, catalog) -> None: one scenario kind's server-side run
-Runner = Callable[[Any, RunConfig, "Catalog"], None]
-# fn(cfg, rounds) -> dict merged into summary.json
-SummaryBlock = Callable[[Mapping[str, Any], list[dict]], dict]
+# fn(strategy, run, rng) -> strategy: the privacy wrapper around the stock strategy
+# (run: the spec built once and its record)
+WrapperBuilder = Callable[[Any, "ServerRun", Any], Any]
+# fn(grid, run, catalog) -> None: one scenario kind's server-side run
+Runner = Callable[[Any, "ServerRun", "Catalog"], None]
+# fn(run, rounds) -> dict merged into summary.json
+SummaryBlock = Callable[["ServerRun", list[dict]], dict]
 # fn(cfg, catalog) -> None, raises ConfigError
 Check = Callable[[Mapping[str, Any], "Catalog"], None]
 
@@ -61,7 +65,7 @@ class PrivacyMode:
     @property
     def plan(self) -> Callable[..., dict]:
         """``plan(spec, examples_per_client)``: its figures before training (``spec``: the
-        run's :class:`fedpriv.spec.RunSpec`, ``scenarios.config.specs.run_spec(cfg)``)."""
+        run's :class:`fedpriv.spec.RunSpec`, built once by the party)."""
         return self.mode.plan
 
     @property
@@ -210,9 +214,10 @@ class Catalog:
         """The wrapper builder of privacy mode ``mode``."""
         return self.privacy_modes[mode]
 
-    def summary_blocks(self, cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
-        """Every feature's summary block, merged in feature order."""
+    def summary_blocks(self, run: ServerRun, rounds: list[dict]) -> dict:
+        """Every feature's summary block of ``run`` (its spec and record), merged in feature
+        order."""
         out: dict = {}
         for block in self.summaries:
-            out.update(block(cfg, rounds))
+            out.update(block(run, rounds))
         return out

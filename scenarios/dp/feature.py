@@ -32,13 +32,12 @@ import numpy as np
 from fedpriv import seeds
 from fedpriv.privacy.disclosure import unaccounted_channels
 from fedpriv.privacy.modes import global_dp, metric_dp, mode_of
-from fedpriv.privacy.participation import Participation
 from fedpriv.reporting.records import PrivacyFigures, mean_of
 from fedpriv.spec import RunSpec
 from scenarios.app.privacy_modes import declare
 from scenarios.config.feature import Catalog, Command, Feature
 from scenarios.config.schema import ConfigError
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import ServerRun, server_run
 from scenarios.dp.keys import KEYS
 
 # the server-noise modes this feature wraps (their declarations: fedpriv.privacy.modes)
@@ -56,30 +55,7 @@ SENSITIVITY_NOTE = (
 NOT_A_MEAN_STRATEGIES = ("fedmedian",)
 
 
-def participation(cfg: Mapping[str, Any]) -> Participation:
-    """Who takes part in a round (the run spec's
-    :class:`fedpriv.privacy.participation.Participation`)."""
-    return run_spec(cfg).participation
-
-
-def sampled_per_round(cfg: Mapping[str, Any]) -> int:
-    """Clients actually sampled per round (:class:`fedpriv.privacy.participation.Participation`)."""
-    return participation(cfg).per_round
-
-
-def noise_clients(cfg: Mapping[str, Any]) -> int:
-    """m of σ = z·C/m (:class:`fedpriv.privacy.participation.Participation`)."""
-    return participation(cfg).noise_clients
-
-
-def conditional_accounting(cfg: Mapping[str, Any]) -> bool:
-    """Examples weighting with sampling: account each round given the realised sample."""
-    from fedpriv.privacy.accounting.rounds import is_conditional
-
-    return is_conditional(str(cfg["dp-weighting"]), participation(cfg))
-
-
-def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
+def build_dp_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     """The DP wrapper of the config's privacy mode around the Message-API ``strategy``.
 
     ``rng`` (the run's sampling Generator) is deliberately not used for the noise. The noise
@@ -91,17 +67,16 @@ def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator)
     from fedpriv.privacy.accounting.rounds import global_dp_accountant
     from strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
 
+    cfg, spec = run.record, run.spec
     common = dict(
         noise_multiplier=float(cfg["noise-multiplier"]),
         clipping_norm=float(cfg["clipping-norm"]),
-        num_sampled_clients=noise_clients(cfg),
-        rng=seeds.privacy_stream(
-            int(cfg["seed"]), "dp-noise", reproducible=run_spec(cfg).reproducible_noise
-        ),
-        accept_failures=bool(cfg["accept-failures"]),
-        weighting=str(cfg["dp-weighting"]),
+        num_sampled_clients=spec.participation.noise_clients,
+        rng=seeds.privacy_stream(int(spec.seed), "dp-noise", reproducible=spec.reproducible_noise),
+        accept_failures=bool(spec.strategy.accept_failures),
+        weighting=str(spec.dp_weighting),
     )
-    if mode_of(cfg) is metric_dp.MODE:
+    if spec.mode is metric_dp.MODE:
         return MetricDP(
             strategy,
             distance_on=cfg["distance-on"],
@@ -109,9 +84,9 @@ def build_dp_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator)
             **common,
         )
     accountant = global_dp_accountant(
-        participation(cfg),
+        spec.participation,
         delta=float(cfg["dp-delta"]),
-        weighting=str(cfg["dp-weighting"]),
+        weighting=str(spec.dp_weighting),
     )
     poisson = cfg["client-sampling"] == "poisson"
     return ServerSideFixedClippingDP(
@@ -169,13 +144,14 @@ def _noised_rounds(rounds: list[dict]) -> list[dict]:
     return [r for r in rounds if r.get("round", 0) > 0 and r.get("dp-noised")]
 
 
-def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
+def privacy_summary(run: ServerRun, rounds: list[dict]) -> dict:
     """The ``privacy`` block of summary.json (empty for other privacy modes)."""
     from fedpriv.privacy.accounting.rounds import global_dp_epsilon
     from fedpriv.privacy.dp import METRIC_HEURISTIC
 
-    declared = mode_of(cfg)
-    mode, opted = declared.name, run_spec(cfg).unaccounted_metrics
+    cfg, spec = run.record, run.spec
+    declared = spec.mode
+    mode, opted = declared.name, spec.unaccounted_metrics
     if declared.summary_key != PRIVACY_BLOCK and declared.selectable:
         # a mode reported in its own block (zonal): here only what left its clients
         return {
@@ -189,11 +165,11 @@ def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
         "mode": mode,
         "noise_multiplier": float(cfg["noise-multiplier"]),
         "clipping_norm": float(cfg["clipping-norm"]),
-        "num_sampled_clients": noise_clients(cfg),
-        "clients_per_round": sampled_per_round(cfg),
-        "num_clients": int(cfg["num-clients"]),
+        "num_sampled_clients": spec.participation.noise_clients,
+        "clients_per_round": spec.participation.per_round,
+        "num_clients": spec.participation.population,
         "client_sampling": cfg["client-sampling"],
-        "weighting": cfg["dp-weighting"],
+        "weighting": spec.dp_weighting,
         "delta": float(cfg["dp-delta"]),
         "sigma_per_round": [r.get("dp-sigma") for r in trained],
         # clip and sample counts are operator-only (operator.jsonl): not here
@@ -202,7 +178,7 @@ def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
         "sensitivity_note": SENSITIVITY_NOTE,
         "unaccounted": unaccounted_channels(mode, opted_in=opted),
     }
-    if declared is global_dp.MODE and cfg["strategy"] in NOT_A_MEAN_STRATEGIES:
+    if declared is global_dp.MODE and spec.strategy.strategy in NOT_A_MEAN_STRATEGIES:
         from strategies.dp_core import NO_EPSILON_NOT_A_MEAN
 
         block["guarantee"] = NO_EPSILON_NOT_A_MEAN
@@ -211,9 +187,9 @@ def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
     if declared is global_dp.MODE:
         report = global_dp_epsilon(
             [r.get("dp-round-noise-multiplier", r.get("dp-sum-noise-multiplier")) for r in noised],
-            participation(cfg),
+            spec.participation,
             delta=float(cfg["dp-delta"]),
-            weighting=str(cfg["dp-weighting"]),
+            weighting=str(spec.dp_weighting),
         )
         block["formula"] = "sigma = z*C/m"
         block["guarantee"] = "(epsilon, delta)-DP, client level (one client's whole update)"
@@ -305,7 +281,7 @@ def _epsilon(args: argparse.Namespace, catalog: Catalog) -> int:
     except ConfigError as err:
         print(f"fedpriv: {err}", file=sys.stderr)
         return 2
-    spec = run_spec({**cfg, "scenario-kind": catalog.kind(cfg)})
+    spec = server_run(cfg, catalog.kind(cfg)).spec  # a command's boundary: its config, resolved
     if args.target_epsilon is not None:
         return _target(spec, args.target_epsilon, args.examples_per_client)
     plan = privacy_plan(spec, examples_per_client=args.examples_per_client)

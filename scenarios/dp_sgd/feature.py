@@ -38,7 +38,7 @@ from scenarios.app.privacy_modes import declare
 from scenarios.app.task_names import DPSGD_TASK as TASK
 from scenarios.config.feature import Catalog, Feature
 from scenarios.config.schema import ConfigError
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import ServerRun
 from scenarios.dp_sgd.keys import KEYS
 
 DPSGD_MODE = dp_sgd.MODE
@@ -53,10 +53,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-def _wrapper(strategy: Any, cfg: Mapping[str, Any], rng: Any) -> Any:
+def _wrapper(strategy: Any, run: ServerRun, rng: Any) -> Any:
     """Privacy mode ``dp-sgd``: :class:`scenarios.dp_sgd.server.DpSgdClients` around the
     stock strategy (``rng`` unused: the clients draw their own noise)."""
-    del rng
+    del rng, run
     from scenarios.dp_sgd.server import DpSgdClients
 
     return DpSgdClients(strategy)
@@ -70,16 +70,16 @@ def _last_per_client(rounds: list[dict], key: str) -> dict[str, Any]:
     return dict(sorted(out.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else kv[0]))
 
 
-def dpsgd_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
+def dpsgd_summary(run: ServerRun, rounds: list[dict]) -> dict:
     """summary.json ``privacy`` block of a dp-sgd run (ε per client, keyed by partition).
 
     ε per client is the latest figure the client reported (its own accounting); a client
     that was never sampled has ε = 0 (its data was never used).
     """
-    if mode_of(cfg) is not DPSGD_MODE:
+    cfg, spec = run.record, run.spec
+    if spec.mode is not DPSGD_MODE:
         return {}
-    spec = run_spec(cfg)
-    never = {str(p): 0.0 for p in range(int(cfg["num-clients"]))}
+    never = {str(p): 0.0 for p in range(spec.participation.population)}
     bound = {**never, **_last_per_client(rounds, "dp-sgd-epsilon")}
     finite = [float(v) for v in bound.values() if np.isfinite(float(v))]
     headline = max((float(v) for v in bound.values()), default=None)
@@ -110,8 +110,8 @@ def dpsgd_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
                 "delta": float(cfg["dp-delta"]),
                 "noise_multiplier": z,
                 "l2_norm_clip": clip,
-                "batch_size": int(cfg["batch-size"]),
-                "local_epochs": int(cfg["local-epochs"]),
+                "batch_size": int(spec.train.batch_size),
+                "local_epochs": int(spec.train.local_epochs),
                 "sampling": SAMPLING_TEXT,
                 "accountant": ACCOUNTANT_TEXT,
             },

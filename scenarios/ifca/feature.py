@@ -63,12 +63,13 @@ from fedpriv.ifca import METRICS_KEY, gaussian_hypotheses
 from fedpriv.privacy.disclosure import GP_FINAL_EVALUATION, sends_unaccounted
 from fedpriv.reporting.console import round_line
 from fedpriv.reporting.runlog import RunLog, read_rounds
+from fedpriv.spec import RunSpec
 from scenarios.app import multirun
 from scenarios.app.task_names import IFCA_TASK
 from scenarios.app.wire_config import wire_config
 from scenarios.config.feature import Catalog, Feature, Scenario
 from scenarios.config.schema import ConfigError
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import ServerRun
 from scenarios.ifca.keys import (  # noqa: F401  (parse_sweep: re-exported)
     KEYS,
     SWEEP_FORBIDDEN,
@@ -186,22 +187,22 @@ def check_ifca(cfg: Mapping[str, Any], catalog: Catalog) -> None:
 # --- one run --------------------------------------------------------------------------------
 
 
-def initial_hypotheses(cfg: Mapping[str, Any], data: FederatedData) -> list[list[np.ndarray]]:
+def initial_hypotheses(run: ServerRun, data: FederatedData) -> list[list[np.ndarray]]:
     """θ_j^(0): GP §5.1's N(0, 1) per parameter for the linear model; k independently
     seeded Keras initialisations otherwise (hypothesis 0 = the standard run's initial model).
     """
     from clients.keras_client import initial_weights  # the simulation extra: at run time
     from fedpriv.models import build_model
-    from scenarios.config.specs import train_spec
 
-    k, seed = int(cfg["num-hypotheses"]), int(cfg["seed"])
-    template = initial_weights(train_spec(cfg), data)
-    if cfg["model"] == "linear":
+    train = run.spec.train
+    k, seed = int(run.record["num-hypotheses"]), int(run.spec.seed)
+    template = initial_weights(train, data)
+    if train.model == "linear":
         return gaussian_hypotheses(template, k, seeds.stream(seed, "ifca-init"))
     out = [template]
     for j in range(1, k):
         model = build_model(
-            cfg["model"],
+            train.model,
             input_shape=tuple(data.input_shape),
             num_classes=data.num_classes,
             seed=seeds.derive_seed(seed, "ifca-init-model", j),
@@ -227,16 +228,15 @@ def config_record(cfg: Mapping[str, Any], tag: str) -> ConfigRecord:
 
 
 def final_evaluation(
-    grid: PartitionGrid, strategy: LaplaceIFCA, best, cfg: Mapping[str, Any], config: ConfigRecord
+    grid: PartitionGrid, strategy: LaplaceIFCA, best, spec: RunSpec, config: ConfigRecord
 ) -> tuple[Optional[dict[str, Any]], dict[str, dict[str, Any]]]:
     """Training users pick their best hypothesis (training split) and report test metrics —
-    only with ``unaccounted-metrics = true`` in the run's config ``cfg`` (``config``,
-    the record sent, holds only what differs from ``run_config``). Returns (summary, rows) |
+    only with ``unaccounted-metrics = true`` in the run's spec (``config``, the record sent,
+    holds only what differs from ``run_config``). Returns (summary, rows) |
     (None, {}); the summary's ``declined`` counts the users whose own opt-in is off (each node
     decides its own, so a scenario's opt-in alone gets empty replies)."""
     from strategies.ifca import EVALUATE_TYPE, summarise_evaluation
 
-    spec = run_spec(cfg)
     if not sends_unaccounted(spec.mode_name, opted_in=spec.unaccounted_metrics):
         return None, {}
     messages = strategy.make_messages(
@@ -260,7 +260,7 @@ def final_evaluation(
 
 def run_one(
     grid: PartitionGrid,
-    cfg: dict[str, Any],
+    run: ServerRun,
     *,
     tag: str = "",
     sink: Optional[Callable[[dict[str, Any]], None]] = None,
@@ -271,28 +271,28 @@ def run_one(
     from clients.partitions import federated_data
     from scenarios.app.engine import RoundState
     from scenarios.app.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
-    from scenarios.config.specs import data_spec
     from scenarios.ifca.outputs import build_summary
     from strategies.ifca import LaplaceIFCA, hypotheses_record
 
     t0 = time.time()
-    checkpoint = load_resumable(cfg)
+    cfg, spec = run.record, run.spec  # the record: IFCA's own keys
+    checkpoint = load_resumable(run)
     done = int(checkpoint["round"]) if checkpoint is not None else 0
     runlog = RunLog(
-        cfg["output-dir"],
+        spec.output_dir,
         keep_rounds=done if checkpoint is not None else None,
-        labels=seeds.noise_labels(run_spec(cfg).reproducible_noise),
+        labels=seeds.noise_labels(spec.reproducible_noise),
     )
-    data = federated_data(data_spec(cfg))
-    n_clients, n_val = int(cfg["num-clients"]), int(cfg["validation-clients"])
-    rounds: list[dict[str, Any]] = read_rounds(cfg["output-dir"]) if done else []
+    data = federated_data(spec.data)
+    n_clients, n_val = spec.participation.population, int(cfg["validation-clients"])
+    rounds: list[dict[str, Any]] = read_rounds(spec.output_dir) if done else []
     for record in rounds if sink is not None else ():
         sink(record)  # the sweep's combined log gets the rounds run before the kill
 
     def on_round_end(record: dict[str, Any]) -> None:
         rounds.append(record)
         runlog.append_round(record)
-        total = int(cfg["num-server-rounds"])
+        total = int(spec.rounds)
         print(round_line(record, total, float(record.get("seconds", 0.0))), flush=True)
         if sink is not None:
             sink(record)
@@ -308,33 +308,33 @@ def run_one(
         patience=int(cfg["patience"]),
         # users per round: seeded even without reproducible-noise (not privacy noise: the
         # Laplace noise is the clients' own, and no amplification by sampling is claimed)
-        rng=seeds.stream(int(cfg["seed"]), "ifca-server"),
+        rng=seeds.stream(int(spec.seed), "ifca-server"),
         on_round_end=on_round_end,
     )
-    initial = hypotheses_record(initial_hypotheses(cfg, data))
+    initial = hypotheses_record(initial_hypotheses(run, data))
     if checkpoint is not None:
         restore(strategy, checkpoint)
         initial = keyed_arrays(checkpoint, initial)
-    save = checkpoint_hook(cfg)
+    save = checkpoint_hook(run)
     config = config_record(cfg, tag)
     result = strategy.start(
         grid=grid,
         initial_arrays=initial,
-        num_rounds=int(cfg["num-server-rounds"]),
+        num_rounds=int(spec.rounds),
         train_config=config,
         evaluate_config=config,
         first_round=done + 1,
         after_round=(lambda r, arrays: save(RoundState(r, arrays, {}, strategy)),),
     )
-    final, per_client = final_evaluation(grid, strategy, result.arrays, cfg, config)
-    summary = build_summary(cfg, data, strategy, result.arrays, final, per_client, rounds)
+    final, per_client = final_evaluation(grid, strategy, result.arrays, spec, config)
+    summary = build_summary(run, data, strategy, result.arrays, final, per_client, rounds)
     summary["wall_seconds"] = time.time() - t0
     runlog.write_summary(summary)
     from fedpriv.reporting.ifca_plots import run_title, write_run_plots
 
     nu, k = float(cfg["ifca-noise-multiplier"]), int(cfg["num-hypotheses"])
     write_run_plots(
-        run_title(cfg["scenario"], k, nu, int(cfg["seed"])), rounds, summary, runlog.dir,
+        run_title(spec.scenario, k, nu, int(spec.seed)), rounds, summary, runlog.dir,
         theta_star=data.info.get("theta_star"),
         per_participation=strategy.leakage_per_participation(), best_round=strategy.best_round,
     )  # fmt: skip
@@ -344,18 +344,19 @@ def run_one(
 # --- the runner -------------------------------------------------------------------------------
 
 
-def run_ifca(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
+def run_ifca(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     """Runner of kind ``ifca``: one run, or every run of ``ifca-sweep`` in this simulation."""
     from scenarios.app.federation import PartitionGrid, discover_partitions
     from scenarios.ifca.outputs import sweep_table
 
     t0 = time.time()
-    pgrid = PartitionGrid(grid, discover_partitions(grid, int(cfg["num-clients"])))
+    cfg, spec = run.record, run.spec
+    pgrid = PartitionGrid(grid, discover_partitions(grid, spec.participation.population))
     sweep = sweep_configs(cfg, catalog)
     if not sweep:
-        run_one(pgrid, cfg)
+        run_one(pgrid, run)
         return
-    runlog = RunLog(cfg["output-dir"], labels=seeds.noise_labels(run_spec(cfg).reproducible_noise))
+    runlog = RunLog(spec.output_dir, labels=seeds.noise_labels(spec.reproducible_noise))
     cells = [multirun.Cell(f"sweep-{i:02d}", sub) for i, (_, sub) in enumerate(sweep)]
 
     def run_cell(cell: multirun.Cell) -> dict[str, Any]:
@@ -364,7 +365,7 @@ def run_ifca(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
         def sink(record: dict[str, Any]) -> None:
             runlog.append_round({"sweep-index": i, **record})
 
-        return run_one(pgrid, dict(cell.cfg), tag=str(i), sink=sink)
+        return run_one(pgrid, run.variant(cell.cfg), tag=str(i), sink=sink)
 
     def done_before(cell: multirun.Cell) -> bool:  # resume: keep a complete run, re-log it
         if not multirun.summary_complete(cell):
@@ -381,9 +382,9 @@ def run_ifca(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     (runlog.dir / "ifca_table.md").write_text(table)
     runlog.write_summary(
         {
-            "scenario": cfg["scenario"],
+            "scenario": spec.scenario,
             "kind": KIND,
-            "seed": cfg["seed"],
+            "seed": spec.seed,
             "config": dict(cfg),
             "final": {str(i): s["final"] for i, (_, s) in enumerate(results)},
             "sweep": [

@@ -10,23 +10,26 @@ import numpy as np
 from fedpriv.ifca import flatten, match_hypotheses
 from fedpriv.privacy.disclosure import ifca_privacy_block
 from scenarios.app.client_tasks import IFCA_TASK as KIND
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import ServerRun
 from strategies.ifca import SMALL_MODEL, LaplaceIFCA, hypotheses_from_record
 
 
-def build_summary(cfg, data, strategy: LaplaceIFCA, best, final, per_client, rounds) -> dict:
+def build_summary(
+    run: ServerRun, data, strategy: LaplaceIFCA, best, final, per_client, rounds
+) -> dict:
     """summary.json of one IFCA run (see the module docstring)."""
+    cfg = run.record  # written as the run's config; IFCA's own keys
     hyps = np.stack([flatten(h) for h in hypotheses_from_record(best)])
     ledger = strategy.ledger
     train = strategy.train_partitions
     summary: dict[str, Any] = {
-        "scenario": cfg["scenario"],
+        "scenario": run.spec.scenario,
         "kind": KIND,
-        "seed": cfg["seed"],
+        "seed": run.spec.seed,
         "config": dict(cfg),
         "final": final or {},
         "per_client": per_client,
-        "privacy": ifca_privacy_block(opted_in=run_spec(cfg).unaccounted_metrics),
+        "privacy": ifca_privacy_block(opted_in=run.spec.unaccounted_metrics),
         "best_round": strategy.best_round,
         "rounds_run": strategy.rounds_run,
         "stopped": strategy.stopped,

@@ -33,6 +33,7 @@ from fedpriv.privacy.modes import dp_sgd, mode_of
 from scenarios.app.fused import check_evaluate_in_train
 from scenarios.config.feature import Feature, Scenario
 from scenarios.config.schema import ConfigError
+from scenarios.config.specs import ServerRun
 from scenarios.ifca.feature import SCENARIOS as IFCA_SCENARIOS
 from scenarios.speed.keys import KEYS
 from scenarios.zonal.feature import HDP_DIGITS
@@ -84,18 +85,20 @@ SCENARIOS = (
 )
 
 
-def speed_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
+def speed_summary(run: ServerRun, rounds: list[dict]) -> dict:
     """``{"speed": {...}}`` when the image size or a training switch is not the default."""
     del rounds
+    data, train = run.spec.data, run.spec.train
     block: dict[str, Any] = {}
-    size = int(cfg.get("image-size", 128))
-    if cfg.get("dataset") in IMAGE_DATASETS and deviation_note(size):
+    size = int(data.image_size)
+    if data.dataset in IMAGE_DATASETS and deviation_note(size):
         block["image_size"] = size
         block["deviation"] = deviation_note(size)
-    for name in ("jit-compile", "mixed-precision"):
-        if cfg.get(name):
+    switches = {"jit-compile": train.jit_compile, "mixed-precision": train.mixed_precision}
+    for name, on in switches.items():
+        if on:
             block[name] = True
-    if not cfg.get("op-determinism", True):
+    if not train.op_determinism:
         block["op-determinism"] = False
     return {"speed": block} if block else {}
 

@@ -28,6 +28,8 @@ from scenarios.standard.keys import KEYS
 if TYPE_CHECKING:
     from flwr.serverapp import Grid
 
+    from scenarios.config.specs import ServerRun
+
 MP_TRAINING = {
     "model": "mp-cnn",
     "optimizer": "adam",
@@ -103,19 +105,18 @@ def check_core(cfg: Mapping[str, Any], catalog: Catalog) -> None:
 # --- the standard run -------------------------------------------------------------------------
 
 
-def run_standard(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
+def run_standard(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     """Runner of kind ``standard``: one resumable training run
     (:func:`scenarios.app.engine.train_run`; a finished run of this config is not started: the
     ServerApp and ``run-plan`` check completion before any runner)."""
     from clients.partitions import federated_data
     from scenarios.app.engine import RunHooks, train_run
     from scenarios.app.federation import federation_grid
-    from scenarios.config.specs import data_spec
 
-    data = federated_data(data_spec(cfg))
-    pgrid = federation_grid(grid, cfg)
+    data = federated_data(run.spec.data)
+    pgrid = federation_grid(grid, run)
     hooks = RunHooks(summary_extra=None, after_run=audit_hook)
-    train_run(pgrid, cfg, data, catalog, hooks=hooks, resumable=True)
+    train_run(pgrid, run, data, catalog, hooks=hooks, resumable=True)
 
 
 def audit_hook(end: Any) -> dict:
@@ -123,19 +124,18 @@ def audit_hook(end: Any) -> dict:
     put into summary.json (``{}`` when the run has no canaries)."""
     from clients.keras_client import model_for, predict_proba
     from scenarios.audit.feature import audit_outcome, membership_block, write_audit
-    from scenarios.config.specs import train_spec
 
-    model = model_for(train_spec(end.cfg), end.data)
+    model = model_for(end.run.spec.train, end.data)
 
     def predict(x):
         return predict_proba(model, end.weights, x)
 
-    audit = audit_outcome(end.cfg, end.strategy, end.data, predict)
+    audit = audit_outcome(end.run, end.strategy, end.data, predict)
     if audit is None:
         return {}
-    audit["membership"] = membership_block(end.cfg, end.data, predict)
+    audit["membership"] = membership_block(end.data, predict)
     audit["accuracy"] = end.rounds[-1]["server"].get("accuracy") if end.rounds else None
-    write_audit(end.cfg["output-dir"], audit)
+    write_audit(end.run.spec.output_dir, audit)
     return {"audit": audit}
 
 
@@ -143,7 +143,7 @@ FEATURE = Feature(
     name="standard",
     description="Stock strategies (FedAvg ... FedYogi) on Keras clients; the core keys.",
     keys=KEYS,
-    privacy_modes=(declare(NO_MODE, lambda strategy, cfg, rng: strategy),),
+    privacy_modes=(declare(NO_MODE, lambda strategy, run, rng: strategy),),
     scenarios=SCENARIOS,
     runners={"standard": run_standard},
     client_tasks=("standard",),

@@ -62,7 +62,7 @@ from scenarios.app.privacy_modes import declare
 from scenarios.app.task_names import ZONAL_TASK, ZONE_NODE_TASK
 from scenarios.config.feature import Catalog, Feature, Scenario
 from scenarios.config.schema import ConfigError
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import ServerRun
 from scenarios.zonal.keys import (
     KEYS,
     clients_per_round,
@@ -201,7 +201,7 @@ def epsilon_for(cfg: Mapping[str, Any], plan: ZonalPlan, round_: int, *, text: b
 # --- server side ------------------------------------------------------------------------------
 
 
-def build_zonal_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
+def build_zonal_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     """Privacy mode ``zonal``: zonal aggregation around the stock ``strategy``.
 
     ``rng`` (the run's sampling Generator) is not used: the elections are seeded from
@@ -213,35 +213,37 @@ def build_zonal_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generat
     from strategies.zonal_nodes import ZoneNodeAggregation
 
     del rng
-    plan = plan_from_config(cfg)
+    cfg, spec = run.record, run.spec  # the record: the zonal keys the spec does not type
+    plan = plan_from_config(cfg, spec.data)
     extra: dict[str, Any] = {}
     if zone_nodes(cfg):
-        folder = Path(cfg["output-dir"]) / "zone-replies"
+        folder = Path(spec.output_dir) / "zone-replies"
         extra["reply_log"] = save_replies(folder) if cfg["zonal-save-replies"] else None
         extra["min_zone_clients"] = int(cfg.get("min-zone-clients", 2))
     wrapper = ZoneNodeAggregation if zone_nodes(cfg) else ZonalAggregation
     return wrapper(
         strategy,
         plan=plan,
-        seed=int(cfg["seed"]),
-        reproducible_noise=run_spec(cfg).reproducible_noise,
+        seed=int(spec.seed),
+        reproducible_noise=spec.reproducible_noise,
         failure_rate=float(cfg["supernode-failure-rate"]),
-        placement=cfg["noise-placement"],
+        placement=spec.zones.placement,
         distributed_eval=cfg["zonal-distributed-eval"],
         epsilon_fn=lambda r: epsilon_for(cfg, plan, r),
         **extra,
     )
 
 
-def zonal_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
+def zonal_summary(run: ServerRun, rounds: list[dict]) -> dict:
     """Summary block: plan, election log and final ε of a zonal run."""
-    if mode_of(cfg) is not ZONAL_MODE:
+    if run.spec.mode is not ZONAL_MODE:
         return {}
-    plan = plan_from_config(cfg)
+    cfg = run.record
+    plan = plan_from_config(cfg, run.spec.data)
     done = [r for r in rounds if r.get("round", 0) > 0 and "zonal" in r]
     elections = [e for r in done for e in r["zonal"].get("elections", [])]
     block: dict[str, Any] = {
-        "placement": cfg["noise-placement"],
+        "placement": run.spec.zones.placement,
         "plan": plan.describe(),
         "elections": elections,
         "reelections": sum(e["reason"] != "initial" for e in elections),
@@ -263,16 +265,15 @@ def _tagged(cfg: Mapping[str, Any], label: str, record: dict) -> dict:
 
 
 def run_variant(
-    pgrid: PartitionGrid, cfg: dict[str, Any], data, top: RunLog, catalog: Catalog
+    pgrid: PartitionGrid, run: ServerRun, label: str, data, top: RunLog, catalog: Catalog
 ) -> dict:
-    """One standard zonal run on the shared grid; returns its summary. Resumable (a killed
-    variant continues after its last completed round: ``engine.train_run``)."""
+    """One standard zonal run (variant ``label``) on the shared grid; returns its summary.
+    Resumable (a killed variant continues after its last completed round:
+    ``engine.train_run``)."""
     from scenarios.app.engine import RunHooks, train_run
 
-    label = cfg.pop("_label")
-
     def to_top(record: dict) -> None:
-        top.append_round(_tagged(cfg, label, record))
+        top.append_round(_tagged(run.record, label, record))
 
     def summary_extra(rounds: list[dict]) -> dict:
         trained = [r for r in rounds if r["round"] > 0]
@@ -283,20 +284,25 @@ def run_variant(
         }
 
     hooks = RunHooks(on_record=(to_top,), summary_extra=summary_extra)
-    return train_run(pgrid, cfg, data, catalog, hooks=hooks, resumable=True).summary
+    return train_run(pgrid, run, data, catalog, hooks=hooks, resumable=True).summary
 
 
-def run_zonal_compare(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
+def _variant_run(run: ServerRun, cell: multirun.Cell) -> ServerRun:
+    """The run of one comparison variant (its config without the ``_label`` tag)."""
+    return run.variant({k: v for k, v in cell.cfg.items() if k != "_label"})
+
+
+def run_zonal_compare(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     """Every placement (and zone count) in one simulation, then the comparison report."""
     from clients.partitions import federated_data
     from scenarios.app.federation import federation_grid
-    from scenarios.config.specs import data_spec
     from scenarios.zonal.report import write_compare_outputs
 
     t0 = time.time()
-    top = RunLog(cfg["output-dir"], labels=seeds.noise_labels(run_spec(cfg).reproducible_noise))
-    data = federated_data(data_spec(cfg))
-    pgrid = federation_grid(grid, cfg)
+    cfg, spec = run.record, run.spec
+    top = RunLog(spec.output_dir, labels=seeds.noise_labels(spec.reproducible_noise))
+    data = federated_data(spec.data)
+    pgrid = federation_grid(grid, run)
     variants = compare_variants(cfg)
     cells = [multirun.Cell(v["_label"], v) for v in variants]
 
@@ -309,12 +315,12 @@ def run_zonal_compare(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None
 
     rows = multirun.run_cells(
         cells,
-        lambda cell: run_variant(pgrid, dict(cell.cfg), data, top, catalog),
+        lambda cell: run_variant(pgrid, _variant_run(run, cell), cell.label, data, top, catalog),
         is_complete=done_before,
         prefix="fedpriv zonal",
     )
     summaries = [multirun.result_or_summary(row, cell) for row, cell in zip(rows, cells)]
-    write_compare_outputs(cfg, summaries, Path(cfg["output-dir"]), time.time() - t0, top)
+    write_compare_outputs(cfg, summaries, Path(spec.output_dir), time.time() - t0, top)
 
 
 FEATURE = Feature(

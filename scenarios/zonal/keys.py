@@ -52,12 +52,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedpriv.privacy.modes import mode_of
 from fedpriv.privacy.modes import zonal as zonal_mode
 from fedpriv.zonal import NOISE_PLACEMENTS, WEIGHTINGS, ZONE_ASSIGNMENTS, ZonalPlan
 from scenarios.config.schema import boolean, choice, integer, key, real, text
+
+if TYPE_CHECKING:
+    from fedpriv.spec import DataSpec
 
 
 def clients_per_round(cfg: Mapping[str, Any]) -> int:
@@ -82,16 +85,20 @@ def parse_zone_counts(text: str, num_clients: int) -> list[int]:
     return counts
 
 
-def plan_from_config(cfg: Mapping[str, Any]) -> ZonalPlan:
-    """The :class:`ZonalPlan` of a resolved config (train sizes only for samples weighting)."""
+def plan_from_config(cfg: Mapping[str, Any], data: DataSpec | None = None) -> ZonalPlan:
+    """The :class:`ZonalPlan` of a resolved config (train sizes only for samples weighting).
+
+    ``data``: the party's :class:`fedpriv.spec.DataSpec` (its spec's); None (a check of a
+    config, before any spec is built): read from ``cfg``.
+    """
     counts = None
     if cfg["zone-weighting"] == "samples":
         from clients.partitions import federated_data
         from fedpriv.spec import KEY, DataSpec, keyed_fields
 
-        # a resolved config has every key (scenarios.config.specs.build; not imported here: the
-        # node's key declarations import this module)
-        data = DataSpec(**{f.name: cfg[f.metadata[KEY]] for f in keyed_fields(DataSpec)})
+        if data is None:  # a resolved config has every key (scenarios.config.specs.build; not
+            # imported here: the node's key declarations import this module)
+            data = DataSpec(**{f.name: cfg[f.metadata[KEY]] for f in keyed_fields(DataSpec)})
         counts = [len(c.x_train) for c in federated_data(data).clients]
     return ZonalPlan.build(
         num_clients=int(cfg["num-clients"]),

@@ -30,7 +30,7 @@ releases only the zone noise, so it is served.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -51,9 +51,10 @@ from clients.releases import (
     sequence_of,
 )
 from fedpriv import seeds
+from fedpriv.spec import RunSpec
 from fedpriv.zonal.release import ZONE_CLIENTS_KEY, client_contribution, zone_release
 from scenarios.config.node_roles import node_state_dir
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import NodeCall
 from scenarios.zonal.keys import plan_from_config
 
 ZONE_PARTY = "zone-node"
@@ -95,19 +96,19 @@ def check_sample(zone: int, clients: Sequence[int], minimum: int) -> None:
         )
 
 
-def max_releases(context: Context | None, cfg: Mapping[str, Any]) -> int:
+def max_releases(context: Context | None, spec: RunSpec) -> int:
     """The node's own ``num-server-rounds`` (else the run's resolved one): its release limit."""
     value = own_value(context, "num-server-rounds")
-    return int(value if value is not None else cfg["num-server-rounds"])
+    return int(value if value is not None else spec.rounds)
 
 
-def _client_seed(cfg: Mapping[str, Any], partition: int) -> int:
-    return seeds.client_seed(int(cfg["seed"]), int(cfg.get("server-round", 0)), partition)
+def _client_seed(call: NodeCall, partition: int) -> int:
+    return seeds.client_seed(int(call.spec.seed), call.round, partition)
 
 
-def zone_clients(cfg: Mapping[str, Any], zone: int, members: Sequence[int]) -> list[int]:
+def zone_clients(call: NodeCall, zone: int, members: Sequence[int]) -> list[int]:
     """The message's client ids, each checked to be one of this zone's own members."""
-    listed = cfg.get(ZONE_CLIENTS_KEY)
+    listed = call.record.get(ZONE_CLIENTS_KEY)
     clients = list(members) if listed is None else [int(p) for p in listed]
     stray = sorted(set(clients) - set(members))
     if stray:
@@ -131,18 +132,19 @@ def _record(keys: Sequence[str], arrays: Sequence[np.ndarray]) -> ArrayRecord:
 
 
 def train_zone(
-    msg: Message, cfg: dict[str, Any], zone: int, context: Context | None = None
+    msg: Message, call: NodeCall, zone: int, context: Context | None = None
 ) -> RecordDict:
     """One round of zone ``zone`` through the node's own release counter (module docstring).
 
     ``context``: the node's Flower context (its state directory and limits); None (a direct
     call) keeps the ledger in the default per-run directory of run 0.
     """
-    plan = plan_from_config(cfg)
+    plan = plan_from_config(call.record, call.spec.data)  # the zonal keys' own reader
     level = plan.levels[zone]
-    if cfg.get("zonal-level", level) != level:
-        raise ValueError(f"zone {zone}: the message says level {cfg['zonal-level']!r}, not {level}")
-    clients = zone_clients(cfg, zone, plan.members[zone])
+    said = call.record.get("zonal-level", level)
+    if said != level:
+        raise ValueError(f"zone {zone}: the message says level {said!r}, not {level}")
+    clients = zone_clients(call, zone, plan.members[zone])
     check_sample(zone, clients, min_zone_clients(context))
     if context is None:
         context = Context(0, 0, {"partition-id": zone}, RecordDict(), {})
@@ -155,24 +157,22 @@ def train_zone(
         "q": plan.sampling_rate,
         "members": plan.members[zone],
     }
-    server_round = int(cfg.get("server-round", 0))
+    server_round = call.round
     return guarded_release(
         node_counter(context, ZONE_PARTY, node_state_dir(context)),
         sequence_of(int(context.run_id), mechanism),
         server_round,
         request_digest(msg, server_round),
-        lambda _ticket: _release(msg, cfg, zone, plan, clients),
-        max_releases=max_releases(context, cfg),
+        lambda _ticket: _release(msg, call, zone, plan, clients),
+        max_releases=max_releases(context, call.spec),
         rewind="refuse",
     )
 
 
-def _release(
-    msg: Message, cfg: dict[str, Any], zone: int, plan: Any, clients: list[int]
-) -> RecordDict:
+def _release(msg: Message, call: NodeCall, zone: int, plan: Any, clients: list[int]) -> RecordDict:
     """Train the sampled clients, clip and noise per the zone's level: ``θ + Δ(i)``."""
     level = plan.levels[zone]
-    spec = run_spec(cfg)
+    spec = call.spec
     data = federated_data(spec.data)
     model = model_for(spec.train, data)
     record = msg.content["arrays"]
@@ -182,10 +182,10 @@ def _release(
     terms, rows, clipped = [], [], 0
     for p in clients:
         client = data.clients[p]
-        settings = TrainSettings.from_spec(spec.train, seed=_client_seed(cfg, p))
+        settings = TrainSettings.from_spec(spec.train, seed=_client_seed(call, p))
         new, metrics = train_local(model, received, client.x_train, client.y_train, settings)
         update = [np.asarray(a, np.float64) - g for a, g in zip(new, glob)]
-        entropy = [_client_seed(cfg, p), *seeds.ZONAL_LDP_TAGS]
+        entropy = [_client_seed(call, p), *seeds.ZONAL_LDP_TAGS]
         term, was = client_contribution(
             update,
             level,
@@ -196,7 +196,7 @@ def _release(
         terms.append(term)
         clipped += int(was)
         rows.append((len(client.x_train), metrics))
-    server_round, seed = int(cfg.get("server-round", 0)), int(spec.seed)
+    server_round, seed = call.round, int(spec.seed)
     release = zone_release(
         terms,
         [plan.weights[p] for p in clients],
@@ -223,12 +223,12 @@ def _release(
 
 
 def evaluate_zone(
-    msg: Message, cfg: dict[str, Any], zone: int, allowed: frozenset[str] | None
+    msg: Message, call: NodeCall, zone: int, allowed: frozenset[str] | None
 ) -> RecordDict:
     """The zone's listed clients evaluate the global model on their test splits."""
-    plan = plan_from_config(cfg)
-    clients = zone_clients(cfg, zone, plan.members[zone])
-    spec = run_spec(cfg)
+    plan = plan_from_config(call.record, call.spec.data)
+    clients = zone_clients(call, zone, plan.members[zone])
+    spec = call.spec
     data = federated_data(spec.data)
     examples = int(sum(len(data.clients[p].x_test) for p in clients))
     metrics: dict[str, float] = {"num-examples": examples}
