@@ -1,4 +1,4 @@
-"""The core ``fedpriv`` commands (``run``, ``keys``, ``scenarios``) and launch helpers.
+"""The ``fedpriv run`` command and the launch helpers every simulating command shares.
 
 ``fedpriv run`` is ``flwr run .`` with the checks first: the run config is resolved and
 every value checked, and the data source opened, before the simulation starts. A bad
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -25,7 +24,12 @@ from typing import Any
 from scenarios.app import quiet
 from scenarios.cli.ray_cluster import Federation, check_address, federation_of, with_address
 from scenarios.config.feature import Catalog, Command
-from scenarios.config.schema import ConfigError, toml_lines
+from scenarios.config.overrides import (  # noqa: F401  (re-exported: the commands' parser)
+    DuplicateKeyError,
+    check_unique_keys,
+    parse_overrides,
+)
+from scenarios.config.schema import ConfigError
 
 try:
     import tomllib
@@ -40,76 +44,6 @@ def pyproject() -> dict[str, Any]:
     """The app's pyproject.toml."""
     with (APP_DIR / "pyproject.toml").open("rb") as fh:
         return tomllib.load(fh)
-
-
-# Flower's --run-config item: key=value, the value quoted or up to the next space
-# (flwr.common.config.parse_config_args).
-_ITEM = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
-
-
-class DuplicateKeyError(ConfigError):
-    """A --run-config key given twice (Flower would fail on it or keep the last silently)."""
-
-    def __init__(self, key: str, first: str, second: str) -> None:
-        ValueError.__init__(
-            self,
-            f"config error: --run-config gives {key} twice ({key}={first}, {key}={second}); "
-            "expected each key once",
-        )
-        self.key, self.value, self.allowed = key, second, "each key once"
-
-
-def check_unique_keys(items: Sequence[str]) -> None:
-    """Refuse a key that appears twice across the ``--run-config`` items."""
-    seen: dict[str, str] = {}
-    for item in items:
-        for key, value in _ITEM.findall(item):
-            if key in seen:
-                raise DuplicateKeyError(key, seen[key], value)
-            seen[key] = value
-
-
-def _flatten(table: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
-    """Nested TOML tables to dotted keys (Flower's ``flatten_dict``)."""
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        name = f"{parent}.{key}" if parent else key
-        if isinstance(value, Mapping):
-            out.update(_flatten(value, name))
-        elif isinstance(value, (bool, int, float, str)):
-            out[name] = value
-        else:
-            raise ValueError(f"{name}: a bool, int, float or string, not {value!r}")
-    return out
-
-
-def _parse_items(items: Sequence[str]) -> dict[str, Any]:
-    """Flower's ``parse_config_args`` (flwr 1.42, ``flwr.common.config``) without importing
-    Flower: one ``.toml`` file, or ``key=value`` items whose values are TOML."""
-    if len(items) == 1 and items[0].endswith(".toml"):
-        with Path(items[0]).expanduser().open("rb") as fh:
-            return _flatten(tomllib.load(fh))
-    merged: dict[str, Any] = {}
-    for item in items:
-        if item.endswith(".toml"):
-            raise ValueError("a TOML file cannot be passed alongside key=value pairs")
-        merged.update(tomllib.loads("\n".join(f"{k} = {v}" for k, v in _ITEM.findall(item))))
-    return _flatten(merged)
-
-
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """Flower's ``--run-config`` syntax (``"a=1 b='x'"``, TOML values) to a dict; a key given
-    twice or an item that is not TOML raises :class:`ConfigError` (one line)."""
-    if not items:
-        return {}
-    check_unique_keys(items)
-    try:
-        return _parse_items(items)
-    except (OSError, ValueError) as err:  # tomllib.TOMLDecodeError is a ValueError
-        text = " ".join(items)
-        raise ConfigError(
-            "--run-config", text, "space-separated key=value pairs with TOML values"
-        ) from err
 
 
 def app_config(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -442,39 +376,6 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     return 0
 
 
-def _keys_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--toml",
-        action="store_true",
-        help="print the settings as the lines of pyproject.toml's [tool.flwr.app.config]",
-    )
-
-
-def keys(args: argparse.Namespace, catalog: Catalog) -> int:
-    """``fedpriv keys``: every run-config key (``--toml``: pyproject.toml's lines)."""
-    if args.toml:
-        for feature in catalog.features:
-            if feature.keys:
-                print(f"# {feature.name}")
-                print("\n".join(toml_lines(feature.keys)))
-        return 0
-    for spec in catalog.keys.values():
-        print(f"{spec.name:28s} default {spec.default!r:14} allowed: {spec.allowed}")
-    return 0
-
-
-def _no_args(parser: argparse.ArgumentParser) -> None:
-    del parser
-
-
-def scenarios(args: argparse.Namespace, catalog: Catalog) -> int:
-    """``fedpriv scenarios``: every scenario with its kind."""
-    del args
-    for scenario in catalog.scenarios.values():
-        print(f"{scenario.name:20s} [{scenario.kind}] {scenario.description}")
-    return 0
-
-
 COMMANDS = (
     Command(
         "run",
@@ -482,19 +383,5 @@ COMMANDS = (
         run,
         "Train a scenario with its privacy mode and print one line per round.",
         "fedpriv run\nfedpriv run -c \"scenario='digits' privacy='global-dp' num-server-rounds=5\"",
-    ),
-    Command(
-        "keys",
-        _keys_args,
-        keys,
-        "List every setting --run-config accepts, with its default and allowed values.",
-        "fedpriv keys",
-    ),
-    Command(
-        "scenarios",
-        _no_args,
-        scenarios,
-        "List the ready-made scenarios.",
-        "fedpriv scenarios",
     ),
 )

@@ -1,6 +1,7 @@
 """The ``fedpriv`` command line: one sub-command per ``Command`` that a feature declares.
 
-Core commands (``run``, ``keys``, ``scenarios``) are in :mod:`scenarios.cli.launch`; features add
+Core commands are in :mod:`scenarios.cli.launch` (``run``) and :mod:`scenarios.cli.listing`
+(``keys``, ``scenarios``, ``show``); features add
 theirs in their declaration (``Feature.commands``): ``grid``, ``report``, ``attack``,
 ``audit``, ``epsilon``. Each has a one-sentence ``help`` in a user's words and an
 ``example`` shown in ``fedpriv <cmd> --help``.

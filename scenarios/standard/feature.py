@@ -20,7 +20,7 @@ from fedpriv.data import PATH_DATASETS
 from fedpriv.privacy.modes import metric_dp
 from fedpriv.privacy.modes.none import MODE as NO_MODE
 from scenarios.app.privacy_modes import declare
-from scenarios.cli import launch
+from scenarios.cli import launch, listing
 from scenarios.config.feature import Catalog, Feature, Scenario
 from scenarios.config.schema import ConfigError
 from scenarios.standard.keys import KEYS
@@ -148,5 +148,5 @@ FEATURE = Feature(
     runners={"standard": run_standard},
     client_tasks=("standard",),
     checks=(check_core,),
-    commands=launch.COMMANDS,
+    commands=(*launch.COMMANDS, *listing.COMMANDS),
 )
