@@ -12,16 +12,18 @@ number of SuperNodes is the scenario's ``num-clients``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from scenarios.app import quiet
+from fedpriv.reporting.live import RoundBar
+from scenarios.app import quiet, startup
 from scenarios.cli.ray_cluster import Federation, check_address, federation_of, with_address
 from scenarios.config.feature import Catalog, Command
 from scenarios.config.overrides import (  # noqa: F401  (re-exported: the commands' parser)
@@ -244,8 +246,13 @@ def _is_round_line(line: str) -> bool:
 
 def progress_line(line: str) -> bool:
     """What a multi-run command (grid, audit, attack) shows of its simulation: the progress
-    lines with their ETA and the driver's warnings, not each cell's round lines."""
-    return quiet.is_console_line(line) and not _is_round_line(quiet.plain(line))
+    lines with their ETA, the engine's start-up lines and the driver's warnings, not each
+    cell's round lines or its own start-up lines (data loaded, model built)."""
+    from fedpriv.reporting.console import PER_RUN_STEPS, is_startup_line
+
+    text = quiet.plain(line)
+    return (quiet.is_console_line(line) and not _is_round_line(text)
+            and not is_startup_line(text, PER_RUN_STEPS))  # fmt: skip
 
 
 def simulate(
@@ -258,17 +265,24 @@ def simulate(
     to_stderr: bool = False,
     loud: bool | None = None,
     share: int = 1,
+    bar: bool = False,
+    start: float | None = None,
 ) -> int:
     """Start the simulation of ``cfg``; framework noise off unless ``loud`` (default:
     ``FEDPRIV_LOG=debug``, :mod:`scenarios.app.quiet`).
 
     Without ``log_path`` its output goes to the console (stderr with ``to_stderr``, keeping
     stdout for a command's answer); with it, every line goes to ``log_path`` and the lines
-    ``show`` accepts (every line when ``loud``) also to the console.
+    ``show`` accepts (every line when ``loud``) also to the console, above a progress bar of
+    the rounds with an ETA when ``bar`` and the console is a terminal
+    (:class:`fedpriv.reporting.live.RoundBar`; a pipe or a file gets the lines alone).
+    ``start``: when the command started (default now), for the start-up lines' seconds and
+    summary.json's ``wall_seconds`` (:mod:`scenarios.app.startup`).
     """
     loud = quiet.verbose() if loud is None else loud
     env = federation_env(federation, quiet.simulation_env(dict(os.environ), loud=loud))
     env["PYTHONUNBUFFERED"] = "1"
+    env[startup.RUN_START_ENV] = repr(time.time() if start is None else start)  # its clock
     env = {**single_threaded_tf(cfg), **env}
     cmd = simulation_command(dict(cfg), overrides, federation, share)
     out = sys.stderr if to_stderr else sys.stdout
@@ -289,11 +303,24 @@ def simulate(
             text=True,
         ) as proc,
     ):
-        for line in proc.stdout:
-            log.write(line)
-            if loud or show(line):
-                print(quiet.plain(line) if not out.isatty() else line, end="", file=out, flush=True)
+        _relay(proc.stdout, log, out, lambda x: loud or show(x), bar and not loud)
     return proc.returncode
+
+
+def _relay(lines: Iterable[str], log: TextIO, out: TextIO, shown: Callable[[str], bool],
+           bar: bool) -> None:  # fmt: skip
+    """Every line to ``log``, the ``shown`` ones to ``out``: plain text unless ``out`` is a
+    terminal, there above the rounds bar when ``bar``."""
+    tty = out.isatty()
+    with RoundBar(out) if bar and tty else contextlib.nullcontext() as live:
+        for line in lines:
+            log.write(line)
+            if not shown(line):
+                continue
+            if live is not None:
+                live.line(line)
+            else:
+                print(line if tty else quiet.plain(line), end="", file=out, flush=True)
 
 
 def log_tail(log_path: Path, lines: int = 15) -> list[str]:
@@ -319,17 +346,23 @@ def _report_failure(returncode: int, log_path: Path, loud: bool) -> None:
 
 
 def _finish(cfg: Mapping[str, Any], summary_path: Path, args: argparse.Namespace, t0: float):
-    """The summary of a finished run, then its machine-readable last line."""
+    """The summary of a finished run, then its machine-readable last line. summary.json's
+    ``wall_seconds`` becomes the command's whole time (the simulation wrote it before its
+    last outputs and its shutdown): the figure "done in" shows."""
     from fedpriv.reporting.console import summary_lines
 
     summary = json.loads(summary_path.read_text())
+    summary["wall_seconds"] = wall = time.time() - t0
+    tmp = summary_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
+    tmp.replace(summary_path)
     final = summary.get("final", {})
     if args.json:  # stdout: one JSON object (the console lines went to stderr)
         doc = {"final": final, "output_dir": str(cfg["output-dir"])}
         doc["privacy_figures"] = summary.get("privacy_figures")
         print(json.dumps(doc, sort_keys=True), flush=True)
         return
-    for line in summary_lines(summary, cfg["output-dir"], time.time() - t0):
+    for line in summary_lines(summary, cfg["output-dir"], wall):
         print(line, flush=True)
     print(f"{PREFIX} final " + json.dumps(final, sort_keys=True), flush=True)
 
@@ -337,6 +370,7 @@ def _finish(cfg: Mapping[str, Any], summary_path: Path, args: argparse.Namespace
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     """``fedpriv run``: checks first (exit 2 on bad input), then the simulation."""
     from fedpriv.data import DataError
+    from scenarios.zonal.keys import federation_size
 
     t0 = time.time()
     try:
@@ -351,7 +385,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if state.action == "resume":
         print(f"fedpriv: resuming {cfg['output-dir']} after round {state.round}", file=say)
     print(f"fedpriv: running scenario {cfg['scenario']!r} -> {cfg['output-dir']}", file=say)
-    say.flush()
+    print(startup.engine_line(federation_size(cfg), time.time() - t0), file=say, flush=True)
     loud = args.verbose or quiet.verbose()
     log_path = Path(cfg["output-dir"]) / quiet.LOG_NAME
     returncode = simulate(
@@ -362,6 +396,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         show=quiet.is_console_line,
         to_stderr=args.json,
         loud=loud,
+        bar=True,
+        start=t0,
     )
     summary = Path(cfg["output-dir"]) / "summary.json"
     if returncode != 0:

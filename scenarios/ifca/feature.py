@@ -272,6 +272,7 @@ def run_one(
     from clients.partitions import federated_data
     from scenarios.app.engine import RoundState
     from scenarios.app.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
+    from scenarios.app.startup import data_loaded, run_times
     from scenarios.config.specs import data_spec
     from scenarios.ifca.outputs import build_summary
     from strategies.ifca import LaplaceIFCA, hypotheses_record
@@ -285,6 +286,7 @@ def run_one(
         labels=seeds.noise_labels(run_spec(cfg).reproducible_noise),
     )
     data = federated_data(data_spec(cfg))
+    data_loaded(cfg, data)
     n_clients, n_val = int(cfg["num-clients"]), int(cfg["validation-clients"])
     rounds: list[dict[str, Any]] = read_rounds(cfg["output-dir"]) if done else []
     for record in rounds if sink is not None else ():
@@ -329,7 +331,7 @@ def run_one(
     )
     final, per_client = final_evaluation(grid, strategy, result.arrays, cfg, config)
     summary = build_summary(cfg, data, strategy, result.arrays, final, per_client, rounds)
-    summary["wall_seconds"] = time.time() - t0
+    summary.update(run_times(t0))  # wall_seconds: the whole run, start-up included
     runlog.write_summary(summary)
     from fedpriv.reporting.ifca_plots import run_title, write_run_plots
 

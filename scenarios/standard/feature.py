@@ -110,9 +110,11 @@ def run_standard(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     from clients.partitions import federated_data
     from scenarios.app.engine import RunHooks, train_run
     from scenarios.app.federation import federation_grid
+    from scenarios.app.startup import data_loaded
     from scenarios.config.specs import data_spec
 
     data = federated_data(data_spec(cfg))
+    data_loaded(cfg, data)
     pgrid = federation_grid(grid, cfg)
     hooks = RunHooks(summary_extra=None, after_run=audit_hook)
     train_run(pgrid, cfg, data, catalog, hooks=hooks, resumable=True)

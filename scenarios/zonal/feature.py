@@ -290,6 +290,7 @@ def run_variant(
 def run_zonal_compare(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     """Every placement (and zone count) in one simulation, then the comparison report."""
     from clients.partitions import federated_data
+    from scenarios.app import startup as status
     from scenarios.app.federation import federation_grid
     from scenarios.config.specs import data_spec
     from scenarios.zonal.report import write_compare_outputs
@@ -297,6 +298,7 @@ def run_zonal_compare(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None
     t0 = time.time()
     top = RunLog(cfg["output-dir"], labels=seeds.noise_labels(run_spec(cfg).reproducible_noise))
     data = federated_data(data_spec(cfg))
+    status.data_loaded(cfg, data)
     pgrid = federation_grid(grid, cfg)
     variants = compare_variants(cfg)
     cells = [multirun.Cell(v["_label"], v) for v in variants]
