@@ -160,3 +160,28 @@ def test_epsilon_says_why_there_is_no_epsilon():
     out = _cli("epsilon", "-c", "privacy='metric-dp'")[1]
     assert "epsilon    none (metric DP is a heuristic" in out
     assert "∞ (no privacy mechanism)" in _cli("epsilon", "-c", "privacy='none'")[1]
+
+
+# --- a finished run, and the files a run wrote -----------------------------------------------
+
+
+def test_a_finished_run_says_how_to_run_again_and_where_verbose_lines_are(tmp_path):
+    from scenarios.cli.launch import finished_hint
+
+    out = tmp_path / "done"
+    plain = finished_hint(str(out), verbose=False)
+    assert "nothing to do" in plain and f"remove {out}" in plain and "output-dir=" in plain
+    assert "\n" not in plain
+    loud = finished_hint(str(out), verbose=True).splitlines()
+    assert loud[0] == plain and loud[1].endswith(f"{out / 'run.log'}") and "--verbose" in loud[1]
+
+
+def test_the_files_line_names_every_file_in_reading_order(tmp_path):
+    from fedpriv.reporting.console import files_written
+
+    for name in ("zeta.npz", "summary.json", "run.log", "rounds.jsonl", "a.png", "x.json.tmp"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "hdp").mkdir()
+    assert files_written(tmp_path) == [
+        "rounds.jsonl", "summary.json", "run.log", "a.png", "zeta.npz", "hdp/",
+    ]  # fmt: skip

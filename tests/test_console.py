@@ -370,6 +370,8 @@ def test_default_run_console_has_round_lines_summary_and_no_noise(default_run):
     text = "\n".join(lines)
     assert "privacy  metric-dp: no formal guarantee (heuristic, no ε)" in text
     assert f"files    {out}/ rounds.jsonl, summary.json" in text and "run.log" in text
+    listed = next(x for x in lines if "files    " in x).split(f"{out}/ ", 1)[1].split(", ")
+    assert sorted(listed) == sorted(p.name for p in out.iterdir())  # every file it wrote
     done = re.search(r"fedpriv: done in ([\d.]+) s", text)
     assert done
     # summary.json's wall time is the whole run, the one the console shows, start-up apart

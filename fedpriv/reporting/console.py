@@ -33,6 +33,7 @@ from fedpriv.reporting.runlog import from_json_number
 PREFIX = "fedpriv:"
 SEP = " · "
 NO_GUARANTEE = "no formal guarantee"
+# the files a reader looks at first, in this order; every other file of the run follows
 OUTPUT_FILES = (
     "rounds.jsonl",
     "summary.json",
@@ -226,11 +227,15 @@ def final_metrics(summary: Mapping[str, Any]) -> str:
 
 
 def files_written(output_dir: str | Path, names: Sequence[str] = OUTPUT_FILES) -> list[str]:
-    """The run's output files that exist, in a fixed order, then any other plot."""
+    """Every file of the run's folder: ``names`` first (those that exist, in that order),
+    then the others by name, then its sub-folders (``none/``: a comparison's runs); not a
+    file half-written (``*.tmp``)."""
     out = Path(output_dir)
+    entries = sorted(out.iterdir()) if out.is_dir() else []
     found = [n for n in names if (out / n).is_file()]
-    found += sorted(p.name for p in out.glob("*.png") if p.name not in found)
-    return found
+    found += [p.name for p in entries if p.is_file() and p.name not in found
+              and p.suffix != ".tmp"]  # fmt: skip
+    return found + [f"{p.name}/" for p in entries if p.is_dir()]
 
 
 def cell_line(summary: Mapping[str, Any]) -> str:

@@ -367,6 +367,17 @@ def _finish(cfg: Mapping[str, Any], summary_path: Path, args: argparse.Namespace
     print(f"{PREFIX} final " + json.dumps(final, sort_keys=True), flush=True)
 
 
+def finished_hint(output_dir: str, verbose: bool) -> str:
+    """What to do about a config whose run is finished: its outputs, and how to run again."""
+    out = Path(output_dir)
+    again = f"to run it again, remove {out} or pass another -c \"output-dir='...'\""
+    text = f"fedpriv: {out} holds a finished run of this config; nothing to do ({again})"
+    if verbose:  # --verbose asks for the framework lines of a run: this one's are in its log
+        log = out / quiet.LOG_NAME
+        text += f"\nfedpriv: --verbose shows every line of a new run; this run's are in {log}"
+    return text
+
+
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     """``fedpriv run``: checks first (exit 2 on bad input), then the simulation."""
     from fedpriv.data import DataError
@@ -380,7 +391,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         return 2
     say = sys.stderr if args.json else sys.stdout
     if state.action == "finished":
-        print(f"fedpriv: {cfg['output-dir']} holds a finished run of this config; nothing to do")
+        print(finished_hint(cfg["output-dir"], args.verbose), file=say)
         return 0
     if state.action == "resume":
         print(f"fedpriv: resuming {cfg['output-dir']} after round {state.round}", file=say)
