@@ -80,7 +80,7 @@ ci: test test-guards test-base-install docs
 ## The documentation site (docs/: Sphinx + MyST, the `docs` extra, in `dev` too) with warnings
 ## as errors; the key reference and the API reference are generated -> docs/_build/html.
 docs: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+	PYTHONPATH=$(CURDIR) $(BIN)/sphinx-build -q -W --keep-going -b html docs docs/_build/html
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

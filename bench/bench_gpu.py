@@ -103,15 +103,23 @@ def fedpriv_run(strategy: str, rounds: int, out: Path) -> dict:
         f"scenario='synthetic-mri' strategy='{strategy}' privacy='none' "
         f"num-server-rounds={rounds} output-dir='{out}'"
     )
-    cmd = [sys.executable, "-m", "scenarios.cli.main", "run",
-           "--federation", "local-simulation-gpu"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "scenarios.cli.main",
+        "run",
+        "--federation",
+        "local-simulation-gpu",
+    ]
     wall, proc = _run(cmd + ["--run-config", overrides])
     if proc.returncode != 0:
         return {"wall": wall, "error": _failure(proc)}
     summary = json.loads((out / "summary.json").read_text())
     return {
         "wall": wall,
-        "strategy_seconds": summary.get("wall_seconds", float("nan")),
+        "strategy_seconds": summary.get(
+            "training_seconds", summary.get("wall_seconds", float("nan"))
+        ),
         "accuracy": summary.get("final", {}).get("accuracy", float("nan")),
     }
 

@@ -34,7 +34,7 @@ def hdp_paper_row(tmp: Path, quick: bool, rounds: int = 200) -> list[str]:
     floor = tf_floor(floor_cfg)
     run = fedpriv_run(values, tmp / "hdp-paper")
     runs = run["summary"]["runs"]
-    strategy = sum(float(r.get("wall_seconds", 0.0)) for r in runs)
+    strategy = sum(float(r.get("training_seconds", r.get("wall_seconds", 0.0))) for r in runs)
     per_round = strategy / (PLACEMENTS * rounds)
     trainings = PLACEMENTS * rounds * clients
     return [

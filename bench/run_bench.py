@@ -75,7 +75,7 @@ def scale_rows(tmp: Path, quick: bool) -> list[str]:
             f"clients-per-round={per_round} num-server-rounds=1 local-epochs=1",
             tmp / f"scale{per_round}",
         )
-        strategy = summary.get("wall_seconds", float("nan"))
+        strategy = summary.get("training_seconds", summary.get("wall_seconds", float("nan")))
         base = base or strategy
         rows.append(
             f"| scale: 1 round, {total} clients, {per_round} per round | "

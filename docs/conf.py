@@ -1,6 +1,7 @@
 """Sphinx configuration of the fedpriv documentation site (Sphinx + MyST, Flower's toolchain).
 
-Build: ``make docs`` (``sphinx-build -W --keep-going -b html docs docs/_build/html``). The
+Build: ``make docs`` (``sphinx-build -q -W --keep-going -b html docs docs/_build/html``: quiet,
+only warnings and errors print). The
 run-config key reference is generated from the feature list at build time
 (``_ext/fedpriv_catalog.py``) and the API reference from the docstrings (autodoc/autosummary).
 """
@@ -17,6 +18,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(DOCS / "_ext"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+# autodoc imports modules that import TensorFlow: once here, without its C++ notices
+from scenarios.app.quiet import import_tensorflow_quietly  # noqa: E402
+
+import_tensorflow_quietly()
 
 project = "fedpriv"
 author = "fedpriv contributors"

@@ -5,7 +5,13 @@ array is checked against the global arrays sent that round: same keys, same shap
 values finite, and its aggregation weight (``num-examples``) a number in (0, 1e9] (not a
 bool, NaN or string). A reply that fails is dropped (``on_invalid="drop"``) or the whole
 round is skipped (``on_invalid="fail"``); either way the offending node and the reason are
-recorded in ``last_round`` and logged (SPEC §7).
+recorded in ``last_round`` and logged, one warning a round that names each sender by what
+the grid knows it as (its zone or partition, else its node id) (SPEC §7).
+
+A reply to a message that asked for no client (a zone node sent an empty sample: no client
+of its zone sampled, or fewer than ``min-zone-clients``, which the zonal wrapper reports)
+carries no update to weigh: it is left out like an invalid reply but is not one (``declined``,
+no warning, and under ``on_invalid="fail"`` no reason to skip the round).
 
 ``accept_failures=False`` (the default, Flower's legacy rule) skips aggregation when any
 client replied with an error; ``True`` aggregates the replies that arrived.
@@ -94,6 +100,31 @@ def weight_problem(reply: Message, key: str = WEIGHT_KEY) -> Optional[str]:
     return None
 
 
+def sender_name(grid: object, reply: Message) -> str:
+    """``zone Z`` or ``partition P`` when the grid maps the reply's sender (a
+    ``scenarios.app.federation`` grid), else ``node N`` (Flower's node id)."""
+    for attr, label in (("zone_of", "zone"), ("partition_of", "partition")):
+        find = getattr(grid, attr, None)
+        if find is not None:
+            try:
+                return f"{label} {find(reply)}"
+            except (KeyError, TypeError):
+                continue
+    return f"node {reply.metadata.src_node_id}"
+
+
+def asked_for_no_client(grid: object, reply: Message) -> bool:
+    """Whether the message ``reply`` answers listed no client for its node (a zone node's
+    empty sample, ``ZoneGrid.partitions_of``); False when the grid does not say."""
+    covers = getattr(grid, "partitions_of", None)
+    if covers is None:
+        return False
+    try:
+        return len(covers(reply)) == 0
+    except (KeyError, TypeError):
+        return False
+
+
 def weight_key(strategy: Strategy) -> str:
     """The ``weighted_by_key`` of the innermost strategy of a wrapper chain (the stock
     strategy that aggregates), Flower's ``num-examples`` when none names one."""
@@ -131,12 +162,14 @@ class ValidUpdatesOnly(StrategyWrapper):
         self.reference: dict[str, np.ndarray] = {}
         self.weight_key = weight_key(strategy)
         self.last_round: dict = {}
+        self._grid: object = None
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Remember the global arrays (the reference for checks) and delegate."""
+        """Remember the global arrays (the reference for checks) and the grid, and delegate."""
         self.reference = {k: array_view(v) for k, v in arrays.items()}
+        self._grid = grid
         return self.strategy.configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(
@@ -146,23 +179,23 @@ class ValidUpdatesOnly(StrategyWrapper):
         replies = list(replies)
         failed = [m.metadata.src_node_id for m in replies if m.has_error()]
         rejected: dict[int, str] = {}
-        valid: list[Message] = []
+        valid, declined, named = [], [], []
         for msg in replies:
             if msg.has_error():
                 continue
             problem = update_problem(msg, self.reference) or weight_problem(msg, self.weight_key)
             if problem is None:
                 valid.append(msg)
+            elif asked_for_no_client(self._grid, msg):
+                declined.append(msg.metadata.src_node_id)
             else:
                 rejected[msg.metadata.src_node_id] = problem
-                log(
-                    WARNING,
-                    "round %s: update from node %s rejected: %s",
-                    server_round,
-                    msg.metadata.src_node_id,
-                    problem,
-                )
+                named.append(f"{sender_name(self._grid, msg)}: {problem}")
+        if named:
+            log(WARNING, "round %s: %d update(s) rejected: %s", server_round, len(named),
+                "; ".join(named))  # fmt: skip
         self.last_round = {"failed-nodes": failed, "rejected": rejected, "skipped": False}
+        self.last_round["declined"] = declined
         if (failed and not self.accept_failures) or (rejected and self.on_invalid == "fail"):
             log(
                 WARNING,

@@ -28,6 +28,7 @@ nodes too: one ``evaluate`` message per zone, its clients' example-weighted mean
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from logging import WARNING
 from typing import Any, Optional
 
 import numpy as np
@@ -38,6 +39,7 @@ from flwr.common import (
     MessageType,
     MetricRecord,
     RecordDict,
+    log,
 )
 from flwr.server import Grid
 
@@ -116,7 +118,7 @@ class ZoneNodeAggregation(ZonalAggregation):
                 continue
             clients = [p for p in sampled if self.plan.zone_of[p] == zone]
             if 0 < len(clients) < self.min_zone_clients:  # the zone node would refuse it
-                undersized.append(zone)
+                undersized.append((zone, len(clients)))
                 clients = []
             self._zone_clients[zone] = clients
             content = RecordDict(
@@ -136,9 +138,21 @@ class ZoneNodeAggregation(ZonalAggregation):
             "down_zones": sorted(down),
             "offline": [p for p in sampled if self.plan.zone_of[p] in down],
             "zone_messages": len(out),
-            "undersized_zones": undersized,
+            "undersized_zones": [zone for zone, _ in undersized],
         }
+        if undersized:
+            log(WARNING, "round %s: %s", server_round, self.undersized_text(undersized))
         return out if messages else []
+
+    def undersized_text(self, undersized: list[tuple[int, int]]) -> str:
+        """One clause per zone whose sample the zone node would refuse (1 .. min-zone-clients
+        - 1 sampled clients): it gets an empty sample, so the round goes on without it."""
+        m = self.min_zone_clients
+        return "; ".join(
+            f"zone {zone}: {n} sampled client{'s' if n > 1 else ''} < min-zone-clients {m}, "
+            "zone skipped"
+            for zone, n in undersized
+        )
 
     def _release_of(self, zone: int, reply: Message) -> ZoneRelease:
         """The server's view of a zone reply: Δ(i) = reply − θ and its plan's weights."""

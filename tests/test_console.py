@@ -278,8 +278,8 @@ def test_top_help_lists_each_command_in_a_sentence_without_internal_words():
     assert "examples:" in proc.stdout
 
 
-@pytest.mark.parametrize("command", ["run", "keys", "scenarios", "epsilon", "grid", "report",
-                                     "attack", "audit"])  # fmt: skip
+@pytest.mark.parametrize("command", ["run", "keys", "scenarios", "show", "epsilon", "grid",
+                                     "report", "attack", "audit"])  # fmt: skip
 def test_each_command_help_has_an_example_and_no_internal_words(command):
     proc = _cli(command, "--help")
     assert proc.returncode == 0, proc.stderr
@@ -353,6 +353,12 @@ def test_default_run_console_has_round_lines_summary_and_no_noise(default_run):
     lines = proc.stdout.splitlines()
     rounds = [x for x in lines if x.startswith("fedpriv: round ")]
     assert [x.split()[2] for x in rounds] == ["0/2", "1/2", "2/2"], lines
+    # not a terminal: the start-up lines before round 0, plain lines, no progress bar
+    head = lines[: lines.index(rounds[0])]
+    for step in ("starting the simulation engine", "engine started", "workers ready",
+                 "data loaded", "model built"):  # fmt: skip
+        assert sum(f"fedpriv: start-up · {step}" in x for x in head) == 1, (step, head)
+    assert "━" not in console_text and "\x1b[" not in proc.stdout
     records = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
     for line, record in zip(rounds, records):  # each line shows its round's record
         assert f"server acc {record['server']['accuracy']:.4g} " in line, line
@@ -364,7 +370,15 @@ def test_default_run_console_has_round_lines_summary_and_no_noise(default_run):
     text = "\n".join(lines)
     assert "privacy  metric-dp: no formal guarantee (heuristic, no ε)" in text
     assert f"files    {out}/ rounds.jsonl, summary.json" in text and "run.log" in text
-    assert re.search(r"fedpriv: done in [\d.]+ s", text)
+    listed = next(x for x in lines if "files    " in x).split(f"{out}/ ", 1)[1].split(", ")
+    assert sorted(listed) == sorted(p.name for p in out.iterdir())  # every file it wrote
+    done = re.search(r"fedpriv: done in ([\d.]+) s", text)
+    assert done
+    # summary.json's wall time is the whole run, the one the console shows, start-up apart
+    times = json.loads((out / "summary.json").read_text())
+    assert times["wall_seconds"] == pytest.approx(float(done[1]), abs=0.1)
+    assert 0 < times["startup_seconds"] < times["wall_seconds"]
+    assert times["startup_seconds"] + times["training_seconds"] <= times["wall_seconds"]
     # the last line stays machine-readable: the final metrics of summary.json
     summary = json.loads((out / "summary.json").read_text())
     assert lines[-1] == "fedpriv: final " + json.dumps(summary["final"], sort_keys=True)

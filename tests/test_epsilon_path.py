@@ -52,10 +52,10 @@ def _overrides(cfg: dict) -> str:
 
 
 def planned(cfg: dict) -> dict:
-    """What ``fedpriv epsilon --run-config ...`` prints, parsed."""
+    """What ``fedpriv epsilon --run-config ... --json`` prints, parsed."""
     out = io.StringIO()
     with redirect_stdout(out):
-        assert main(["epsilon", "--run-config", _overrides(cfg)]) == 0
+        assert main(["epsilon", "--run-config", _overrides(cfg), "--json"]) == 0
     return json.loads(out.getvalue())
 
 

@@ -154,3 +154,83 @@ def test_array_view_reads_the_same_values_as_numpy_without_a_copy():
         assert not view.flags.writeable
     big = Array(np.arange(1000, dtype=np.float32))
     assert np.shares_memory(array_view(big), np.frombuffer(big.data, np.uint8))
+
+
+# --- whom a warning names, and a zone node's empty sample -------------------------------------
+
+
+class _ZoneLinks:
+    """The Flower grid under a ZoneGrid: it hands back the replies the test prepared."""
+
+    def __init__(self):
+        self.replies = []
+
+    def send_and_receive(self, messages, *, timeout=None):
+        del messages, timeout
+        return self.replies
+
+
+def _instruction(node, clients):
+    from fedpriv.zonal.release import ZONE_CLIENTS_KEY
+
+    config = ConfigRecord({ZONE_CLIENTS_KEY: [int(p) for p in clients]})
+    msg = Message(RecordDict({"config": config}), dst_node_id=node, message_type="train")
+    msg.metadata.__dict__["_message_id"] = f"to-{node}"  # what the grid sets when it sends
+    return msg
+
+
+def _answer(instruction, arrays, n):
+    content = RecordDict(
+        {"arrays": ArrayRecord(arrays), "metrics": MetricRecord({"num-examples": n})}
+    )
+    msg = Message(content, reply_to=instruction)
+    msg.metadata.__dict__["_src_node_id"] = instruction.metadata.dst_node_id
+    return msg
+
+
+def _warnings(caplog):
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_rejections_are_one_warning_a_round_naming_partitions(caplog):
+    from scenarios.app.federation import PartitionGrid
+
+    g = [np.zeros(3, np.float32)]
+    grid = PartitionGrid(None, {7001: 0, 7002: 1, 7003: 2})
+    strategy = ValidUpdatesOnly(FedAvg(min_available_nodes=1, min_train_nodes=1))
+    list(strategy.configure_train(1, ArrayRecord(g), ConfigRecord(), grid))
+    good, bad = [np.ones(3, np.float32)], [np.full(3, np.nan, np.float32)]
+    replies = [reply(good, 7001), reply(good, 7002, n=0), reply(bad, 7003)]
+    with caplog.at_level("WARNING", logger="flwr"):
+        strategy.aggregate_train(4, replies)
+    [line] = _warnings(caplog)
+    assert line.startswith("round 4: 2 update(s) rejected: ")
+    assert "partition 1: num-examples = 0 is outside" in line and "partition 2: array" in line
+    assert "700" not in line  # no node id
+    assert set(strategy.last_round["rejected"]) == {7002, 7003}
+
+
+def test_a_zone_asked_for_no_client_declines_without_a_warning(caplog):
+    """A zone node sent an empty sample replies with num-examples = 0: left out, but not an
+    invalid update (no warning, not in rejected, no failed round under on_invalid='fail');
+    a zone that was asked for clients and sends 0 is rejected, named by its zone."""
+    from scenarios.app.federation import ZoneGrid
+
+    g = [np.zeros(3, np.float32)]
+    links = _ZoneLinks()
+    grid = ZoneGrid(links, {9000: 0, 9001: 1, 9002: 2}, num_clients=6)
+    strategy = ValidUpdatesOnly(FedAvg(min_available_nodes=1, min_train_nodes=1), on_invalid="fail")
+    list(strategy.configure_train(1, ArrayRecord(g), ConfigRecord(), grid))
+    sent = [_instruction(9000, [0, 1]), _instruction(9001, []), _instruction(9002, [4, 5])]
+    links.replies = [_answer(sent[0], [np.ones(3, np.float32)], 20),
+                     _answer(sent[1], [np.ones(3, np.float32)], 0)]  # fmt: skip
+    replies = grid.send_and_receive(sent)
+    with caplog.at_level("WARNING", logger="flwr"):
+        arrays, _ = strategy.aggregate_train(1, replies)
+    assert _warnings(caplog) == [] and arrays is not None
+    assert strategy.last_round["rejected"] == {} and strategy.last_round["declined"] == [9001]
+    links.replies = [_answer(sent[2], [np.ones(3, np.float32)], 0)]  # asked for 4 and 5
+    with caplog.at_level("WARNING", logger="flwr"):
+        strategy.aggregate_train(2, grid.send_and_receive(sent))
+    assert any("zone 2: num-examples = 0" in w for w in _warnings(caplog))
+    assert strategy.last_round["rejected"] == {9002: "num-examples = 0 is outside (0, 1e+09]"}

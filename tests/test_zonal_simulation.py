@@ -40,7 +40,28 @@ def compare_run(tmp_path_factory):
     }
     rc, summary, rounds, tail = run_fedpriv(overrides, out, timeout=900)
     assert rc == 0, tail
+    (out.parent / CONSOLE).write_text(tail)  # what the user saw, beside the run
     return out, summary, rounds
+
+
+CONSOLE = "console.txt"
+
+
+def test_warnings_name_the_zone_and_the_rule_not_num_examples(compare_run):
+    """A zone with 1 sampled client (< min-zone-clients 2) is skipped: the console says so,
+    by zone, once a round, and never calls its empty reply an invalid num-examples."""
+    out, _, rounds = compare_run
+    console = (out.parent / CONSOLE).read_text()
+    assert "num-examples" not in console
+    warned = [line for line in console.splitlines() if "min-zone-clients" in line]
+    want = 0
+    for record in rounds:
+        for zone in (record.get("zonal") or {}).get("undersized_zones", []):
+            want += 1
+            clause = f"zone {zone}: 1 sampled client < min-zone-clients 2, zone skipped"
+            assert any(f"round {record['round']}: " in w and clause in w for w in warned)
+    assert want > 0  # the check ran: this config leaves some zone with a single client
+    assert len(warned) <= sum(1 for r in rounds if r["round"] > 0)  # one line a round at most
 
 
 def test_compare_rounds_match_the_baseline(compare_run):

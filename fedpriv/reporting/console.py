@@ -1,4 +1,10 @@
-"""What a run shows on the console: one line per round and a short summary at the end.
+"""What a run shows on the console: start-up status lines, one line per round and a short
+summary at the end.
+
+Start-up lines (:func:`startup_line`) say what the run is waiting for between the command and
+round 0 (the engine, its ClientApp workers, the data, the model), each with the seconds
+since the command started; a multi-run command shows only the engine's (:data:`PER_RUN_STEPS`
+are each cell's own).
 
 Plain text (readable in a log file, no colour codes), built only from what the run writes
 anyway: a round line from the round's record (one line of rounds.jsonl, the wrappers'
@@ -16,6 +22,7 @@ reports included), the summary from summary.json. Each mode states its privacy f
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +33,7 @@ from fedpriv.reporting.runlog import from_json_number
 PREFIX = "fedpriv:"
 SEP = " · "
 NO_GUARANTEE = "no formal guarantee"
+# the files a reader looks at first, in this order; every other file of the run follows
 OUTPUT_FILES = (
     "rounds.jsonl",
     "summary.json",
@@ -35,6 +43,33 @@ OUTPUT_FILES = (
     "final_model.keras",
     "run.log",
 )
+
+
+STARTUP = "start-up ·"
+# the start-up steps of one run (a grid's cells each have them: not shown for a multi-run)
+PER_RUN_STEPS = ("data loaded", "model built")
+_ROUND = re.compile(rf"^{PREFIX} round (\d+)/(\d+)\b")
+
+
+def startup_line(step: str, detail: str = "", elapsed: float | None = None) -> str:
+    """``fedpriv: start-up · STEP: DETAIL (12.3 s)``: one step between the command and round 0,
+    with the seconds since the command started."""
+    text = f"{PREFIX} {STARTUP} {step}" + (f": {detail}" if detail else "")
+    return text + (f" ({elapsed:.1f} s)" if elapsed is not None else "")
+
+
+def is_startup_line(line: str, steps: Sequence[str] = ()) -> bool:
+    """Whether ``line`` is a start-up line (of one of ``steps`` when given)."""
+    head = f"{PREFIX} {STARTUP} "
+    if not line.startswith(head):
+        return False
+    return not steps or line[len(head) :].startswith(tuple(steps))
+
+
+def round_progress(line: str) -> tuple[int, int] | None:
+    """``(round, total)`` of a round line (``fedpriv: round 3/8 · ...``), else None."""
+    found = _ROUND.match(line)
+    return (int(found[1]), int(found[2])) if found else None
 
 
 def num(value: Any, digits: int = 3) -> str:
@@ -192,11 +227,15 @@ def final_metrics(summary: Mapping[str, Any]) -> str:
 
 
 def files_written(output_dir: str | Path, names: Sequence[str] = OUTPUT_FILES) -> list[str]:
-    """The run's output files that exist, in a fixed order, then any other plot."""
+    """Every file of the run's folder: ``names`` first (those that exist, in that order),
+    then the others by name, then its sub-folders (``none/``: a comparison's runs); not a
+    file half-written (``*.tmp``)."""
     out = Path(output_dir)
+    entries = sorted(out.iterdir()) if out.is_dir() else []
     found = [n for n in names if (out / n).is_file()]
-    found += sorted(p.name for p in out.glob("*.png") if p.name not in found)
-    return found
+    found += [p.name for p in entries if p.is_file() and p.name not in found
+              and p.suffix != ".tmp"]  # fmt: skip
+    return found + [f"{p.name}/" for p in entries if p.is_dir()]
 
 
 def cell_line(summary: Mapping[str, Any]) -> str:

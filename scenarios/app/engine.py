@@ -3,8 +3,8 @@
 :func:`train_run` is what the standard run, each zonal-comparison variant and each CIA phase
 execute: build the strategy chain (stock strategy -> privacy wrapper -> update validation ->
 round recorder), run the rounds with :func:`run_rounds`, write ``rounds.jsonl`` as each round
-ends (through the typed :class:`fedpriv.reporting.records.RoundRecord`) and ``summary.json`` /
-the final model / plots at the end. What differs between those runs is a hook, not a copy:
+ends (typed: :class:`fedpriv.reporting.records.RoundRecord`), ``summary.json``, the final model
+and plots at the end. What differs between those runs is a hook, not a copy of the loop:
 
 - ``grid`` — the federation the strategy sees (a CIA target-absent run passes a grid that
   never offers the target);
@@ -66,6 +66,7 @@ from fedpriv.reporting.plots import plot_accuracy_per_round, plot_roc
 from fedpriv.reporting.records import RoundRecord
 from fedpriv.reporting.runlog import RunLog, read_rounds
 from fedpriv.spec import RunSpec, TrainSpec
+from scenarios.app import startup
 from scenarios.app.federation import PartitionGrid
 from scenarios.app.fused import EVALUATE_RECEIVED_KEY, evaluate_in_train, split_evaluations
 from scenarios.app.recorder import RoundRecorder, wrapper_chain
@@ -438,6 +439,7 @@ def train_run(
         hooks = replace(hooks, after_round=(*hooks.after_round, checkpoint_hook(run)))
         before_release = (checkpoint_hook(run, stage=CHARGED),)
     weights = initial if initial is not None else start_weights(spec, data)
+    startup.model_built(spec, weights)
     recorder = build_strategy(strategy_run or run, grid, rng, catalog, weights)
     if checkpoint is not None:
         restore(recorder, checkpoint)
@@ -490,7 +492,7 @@ def train_run(
         fused=evaluate_in_train(spec),
     )
     final = last.to_numpy_ndarrays() if last is not None else weights
-    extra: dict[str, Any] = {"wall_seconds": time.time() - t0}
+    extra: dict[str, Any] = startup.run_times(t0)  # the whole run's and its start-up's
     extra.update(budget_stopped(recorder))
     if hooks.summary_extra is not None:
         extra.update(hooks.summary_extra(rounds))

@@ -9,7 +9,10 @@ driver and from every Ray worker. Two layers keep them off the console:
    inherit — TensorFlow's C++ log level and Ray's accelerator warning — and
    :func:`configure_process`, which the ServerApp and the ClientApp call when they load: the
    Keras warning filter (an in-process filter: Flower's imports put a "once" filter for
-   every DeprecationWarning in front of what ``PYTHONWARNINGS`` sets) and, in a Ray worker,
+   every DeprecationWarning in front of what ``PYTHONWARNINGS`` sets), TensorFlow imported
+   with its start-up notices dropped (:func:`import_tensorflow_quietly`: absl's pre-init
+   banner and the oneDNN notice, which TensorFlow 2.21 prints whatever its log level; the
+   Ray workers of ``flwr run .`` print them to the user's terminal) and, in a Ray worker,
    Flower's logger at WARNING;
 2. :func:`is_console_line`: ``fedpriv run`` writes everything the simulation prints to
    ``<output-dir>/run.log`` and shows on the console only the run's own lines (those that
@@ -20,10 +23,12 @@ driver and from every Ray worker. Two layers keep them off the console:
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
 import sys
+import tempfile
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,6 +46,15 @@ QUIET_ENV = {
     "TF_CPP_MIN_LOG_LEVEL": "3",  # TensorFlow's C++ INFO/WARNING lines (oneDNN, cuda probes)
     "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",  # Ray's FutureWarning tip (num_gpus = 0)
 }
+
+# TensorFlow's C++ notices at import that TF_CPP_MIN_LOG_LEVEL does not silence (TF 2.21):
+# absl's banner before its log is initialised, oneDNN's numerics notice, the CPU-feature one
+TF_IMPORT_NOISE = (
+    "All log messages before absl::InitializeLog() is called",
+    "oneDNN custom operations are on",
+    "cpu_feature_guard.cc",
+    "To enable the following instructions:",
+)
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Flower's log lines of the driver: "WARNING :   text" / "ERROR :   text" (worker lines carry
@@ -92,5 +106,36 @@ def configure_process() -> None:
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", QUIET_ENV["TF_CPP_MIN_LOG_LEVEL"])
     warnings.filterwarnings("ignore", message=KERAS_COPY_MESSAGE, category=DeprecationWarning)
+    import_tensorflow_quietly()
     if in_ray_worker():
         logging.getLogger("flwr").setLevel(logging.WARNING)
+
+
+def import_tensorflow_quietly() -> None:
+    """Import TensorFlow, when Keras runs on it and it is not loaded yet, without the
+    notices of :data:`TF_IMPORT_NOISE` (:func:`import_quietly`)."""
+    if "tensorflow" in sys.modules or os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
+        return
+    if importlib.util.find_spec("tensorflow") is None:  # the base install: no TensorFlow
+        return
+    import_quietly("tensorflow", TF_IMPORT_NOISE)
+
+
+def import_quietly(module: str, noise: tuple[str, ...]) -> None:
+    """Import ``module`` with file descriptor 2 captured, then write back every line of it
+    but those containing one of ``noise``: a real error at import still shows, the notices
+    that C++ code prints directly (past Python's ``sys.stderr``) do not."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            importlib.import_module(module)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines = sink.read().decode(errors="replace").splitlines(keepends=True)
+            kept = [x for x in lines if not any(n in x for n in noise)]
+            sys.stderr.write("".join(kept))
+            sys.stderr.flush()

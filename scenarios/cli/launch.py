@@ -1,4 +1,4 @@
-"""The core ``fedpriv`` commands (``run``, ``keys``, ``scenarios``) and launch helpers.
+"""The ``fedpriv run`` command and the launch helpers every simulating command shares.
 
 ``fedpriv run`` is ``flwr run .`` with the checks first: the run config is resolved and
 every value checked, and the data source opened, before the simulation starts. A bad
@@ -12,20 +12,26 @@ number of SuperNodes is the scenario's ``num-clients``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from scenarios.app import quiet
+from fedpriv.reporting.live import RoundBar
+from scenarios.app import quiet, startup
 from scenarios.cli.ray_cluster import Federation, check_address, federation_of, with_address
 from scenarios.config.feature import Catalog, Command
-from scenarios.config.schema import ConfigError, toml_lines
+from scenarios.config.overrides import (  # noqa: F401  (re-exported: the commands' parser)
+    DuplicateKeyError,
+    check_unique_keys,
+    parse_overrides,
+)
+from scenarios.config.schema import ConfigError
 
 try:
     import tomllib
@@ -40,76 +46,6 @@ def pyproject() -> dict[str, Any]:
     """The app's pyproject.toml."""
     with (APP_DIR / "pyproject.toml").open("rb") as fh:
         return tomllib.load(fh)
-
-
-# Flower's --run-config item: key=value, the value quoted or up to the next space
-# (flwr.common.config.parse_config_args).
-_ITEM = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
-
-
-class DuplicateKeyError(ConfigError):
-    """A --run-config key given twice (Flower would fail on it or keep the last silently)."""
-
-    def __init__(self, key: str, first: str, second: str) -> None:
-        ValueError.__init__(
-            self,
-            f"config error: --run-config gives {key} twice ({key}={first}, {key}={second}); "
-            "expected each key once",
-        )
-        self.key, self.value, self.allowed = key, second, "each key once"
-
-
-def check_unique_keys(items: Sequence[str]) -> None:
-    """Refuse a key that appears twice across the ``--run-config`` items."""
-    seen: dict[str, str] = {}
-    for item in items:
-        for key, value in _ITEM.findall(item):
-            if key in seen:
-                raise DuplicateKeyError(key, seen[key], value)
-            seen[key] = value
-
-
-def _flatten(table: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
-    """Nested TOML tables to dotted keys (Flower's ``flatten_dict``)."""
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        name = f"{parent}.{key}" if parent else key
-        if isinstance(value, Mapping):
-            out.update(_flatten(value, name))
-        elif isinstance(value, (bool, int, float, str)):
-            out[name] = value
-        else:
-            raise ValueError(f"{name}: a bool, int, float or string, not {value!r}")
-    return out
-
-
-def _parse_items(items: Sequence[str]) -> dict[str, Any]:
-    """Flower's ``parse_config_args`` (flwr 1.42, ``flwr.common.config``) without importing
-    Flower: one ``.toml`` file, or ``key=value`` items whose values are TOML."""
-    if len(items) == 1 and items[0].endswith(".toml"):
-        with Path(items[0]).expanduser().open("rb") as fh:
-            return _flatten(tomllib.load(fh))
-    merged: dict[str, Any] = {}
-    for item in items:
-        if item.endswith(".toml"):
-            raise ValueError("a TOML file cannot be passed alongside key=value pairs")
-        merged.update(tomllib.loads("\n".join(f"{k} = {v}" for k, v in _ITEM.findall(item))))
-    return _flatten(merged)
-
-
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """Flower's ``--run-config`` syntax (``"a=1 b='x'"``, TOML values) to a dict; a key given
-    twice or an item that is not TOML raises :class:`ConfigError` (one line)."""
-    if not items:
-        return {}
-    check_unique_keys(items)
-    try:
-        return _parse_items(items)
-    except (OSError, ValueError) as err:  # tomllib.TOMLDecodeError is a ValueError
-        text = " ".join(items)
-        raise ConfigError(
-            "--run-config", text, "space-separated key=value pairs with TOML values"
-        ) from err
 
 
 def app_config(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -310,8 +246,13 @@ def _is_round_line(line: str) -> bool:
 
 def progress_line(line: str) -> bool:
     """What a multi-run command (grid, audit, attack) shows of its simulation: the progress
-    lines with their ETA and the driver's warnings, not each cell's round lines."""
-    return quiet.is_console_line(line) and not _is_round_line(quiet.plain(line))
+    lines with their ETA, the engine's start-up lines and the driver's warnings, not each
+    cell's round lines or its own start-up lines (data loaded, model built)."""
+    from fedpriv.reporting.console import PER_RUN_STEPS, is_startup_line
+
+    text = quiet.plain(line)
+    return (quiet.is_console_line(line) and not _is_round_line(text)
+            and not is_startup_line(text, PER_RUN_STEPS))  # fmt: skip
 
 
 def simulate(
@@ -324,17 +265,24 @@ def simulate(
     to_stderr: bool = False,
     loud: bool | None = None,
     share: int = 1,
+    bar: bool = False,
+    start: float | None = None,
 ) -> int:
     """Start the simulation of ``cfg``; framework noise off unless ``loud`` (default:
     ``FEDPRIV_LOG=debug``, :mod:`scenarios.app.quiet`).
 
     Without ``log_path`` its output goes to the console (stderr with ``to_stderr``, keeping
     stdout for a command's answer); with it, every line goes to ``log_path`` and the lines
-    ``show`` accepts (every line when ``loud``) also to the console.
+    ``show`` accepts (every line when ``loud``) also to the console, above a progress bar of
+    the rounds with an ETA when ``bar`` and the console is a terminal
+    (:class:`fedpriv.reporting.live.RoundBar`; a pipe or a file gets the lines alone).
+    ``start``: when the command started (default now), for the start-up lines' seconds and
+    summary.json's ``wall_seconds`` (:mod:`scenarios.app.startup`).
     """
     loud = quiet.verbose() if loud is None else loud
     env = federation_env(federation, quiet.simulation_env(dict(os.environ), loud=loud))
     env["PYTHONUNBUFFERED"] = "1"
+    env[startup.RUN_START_ENV] = repr(time.time() if start is None else start)  # its clock
     env = {**single_threaded_tf(cfg), **env}
     cmd = simulation_command(dict(cfg), overrides, federation, share)
     out = sys.stderr if to_stderr else sys.stdout
@@ -355,11 +303,24 @@ def simulate(
             text=True,
         ) as proc,
     ):
-        for line in proc.stdout:
-            log.write(line)
-            if loud or show(line):
-                print(quiet.plain(line) if not out.isatty() else line, end="", file=out, flush=True)
+        _relay(proc.stdout, log, out, lambda x: loud or show(x), bar and not loud)
     return proc.returncode
+
+
+def _relay(lines: Iterable[str], log: TextIO, out: TextIO, shown: Callable[[str], bool],
+           bar: bool) -> None:  # fmt: skip
+    """Every line to ``log``, the ``shown`` ones to ``out``: plain text unless ``out`` is a
+    terminal, there above the rounds bar when ``bar``."""
+    tty = out.isatty()
+    with RoundBar(out) if bar and tty else contextlib.nullcontext() as live:
+        for line in lines:
+            log.write(line)
+            if not shown(line):
+                continue
+            if live is not None:
+                live.line(line)
+            else:
+                print(line if tty else quiet.plain(line), end="", file=out, flush=True)
 
 
 def log_tail(log_path: Path, lines: int = 15) -> list[str]:
@@ -385,24 +346,42 @@ def _report_failure(returncode: int, log_path: Path, loud: bool) -> None:
 
 
 def _finish(cfg: Mapping[str, Any], summary_path: Path, args: argparse.Namespace, t0: float):
-    """The summary of a finished run, then its machine-readable last line."""
+    """The summary of a finished run, then its machine-readable last line. summary.json's
+    ``wall_seconds`` becomes the command's whole time (the simulation wrote it before its
+    last outputs and its shutdown): the figure "done in" shows."""
     from fedpriv.reporting.console import summary_lines
 
     summary = json.loads(summary_path.read_text())
+    summary["wall_seconds"] = wall = time.time() - t0
+    tmp = summary_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
+    tmp.replace(summary_path)
     final = summary.get("final", {})
     if args.json:  # stdout: one JSON object (the console lines went to stderr)
         doc = {"final": final, "output_dir": str(cfg["output-dir"])}
         doc["privacy_figures"] = summary.get("privacy_figures")
         print(json.dumps(doc, sort_keys=True), flush=True)
         return
-    for line in summary_lines(summary, cfg["output-dir"], time.time() - t0):
+    for line in summary_lines(summary, cfg["output-dir"], wall):
         print(line, flush=True)
     print(f"{PREFIX} final " + json.dumps(final, sort_keys=True), flush=True)
+
+
+def finished_hint(output_dir: str, verbose: bool) -> str:
+    """What to do about a config whose run is finished: its outputs, and how to run again."""
+    out = Path(output_dir)
+    again = f"to run it again, remove {out} or pass another -c \"output-dir='...'\""
+    text = f"fedpriv: {out} holds a finished run of this config; nothing to do ({again})"
+    if verbose:  # --verbose asks for the framework lines of a run: this one's are in its log
+        log = out / quiet.LOG_NAME
+        text += f"\nfedpriv: --verbose shows every line of a new run; this run's are in {log}"
+    return text
 
 
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     """``fedpriv run``: checks first (exit 2 on bad input), then the simulation."""
     from fedpriv.data import DataError
+    from scenarios.zonal.keys import federation_size
 
     t0 = time.time()
     try:
@@ -412,12 +391,12 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         return 2
     say = sys.stderr if args.json else sys.stdout
     if state.action == "finished":
-        print(f"fedpriv: {cfg['output-dir']} holds a finished run of this config; nothing to do")
+        print(finished_hint(cfg["output-dir"], args.verbose), file=say)
         return 0
     if state.action == "resume":
         print(f"fedpriv: resuming {cfg['output-dir']} after round {state.round}", file=say)
     print(f"fedpriv: running scenario {cfg['scenario']!r} -> {cfg['output-dir']}", file=say)
-    say.flush()
+    print(startup.engine_line(federation_size(cfg), time.time() - t0), file=say, flush=True)
     loud = args.verbose or quiet.verbose()
     log_path = Path(cfg["output-dir"]) / quiet.LOG_NAME
     returncode = simulate(
@@ -428,6 +407,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
         show=quiet.is_console_line,
         to_stderr=args.json,
         loud=loud,
+        bar=True,
+        start=t0,
     )
     summary = Path(cfg["output-dir"]) / "summary.json"
     if returncode != 0:
@@ -442,39 +423,6 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     return 0
 
 
-def _keys_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--toml",
-        action="store_true",
-        help="print the settings as the lines of pyproject.toml's [tool.flwr.app.config]",
-    )
-
-
-def keys(args: argparse.Namespace, catalog: Catalog) -> int:
-    """``fedpriv keys``: every run-config key (``--toml``: pyproject.toml's lines)."""
-    if args.toml:
-        for feature in catalog.features:
-            if feature.keys:
-                print(f"# {feature.name}")
-                print("\n".join(toml_lines(feature.keys)))
-        return 0
-    for spec in catalog.keys.values():
-        print(f"{spec.name:28s} default {spec.default!r:14} allowed: {spec.allowed}")
-    return 0
-
-
-def _no_args(parser: argparse.ArgumentParser) -> None:
-    del parser
-
-
-def scenarios(args: argparse.Namespace, catalog: Catalog) -> int:
-    """``fedpriv scenarios``: every scenario with its kind."""
-    del args
-    for scenario in catalog.scenarios.values():
-        print(f"{scenario.name:20s} [{scenario.kind}] {scenario.description}")
-    return 0
-
-
 COMMANDS = (
     Command(
         "run",
@@ -482,19 +430,5 @@ COMMANDS = (
         run,
         "Train a scenario with its privacy mode and print one line per round.",
         "fedpriv run\nfedpriv run -c \"scenario='digits' privacy='global-dp' num-server-rounds=5\"",
-    ),
-    Command(
-        "keys",
-        _keys_args,
-        keys,
-        "List every setting --run-config accepts, with its default and allowed values.",
-        "fedpriv keys",
-    ),
-    Command(
-        "scenarios",
-        _no_args,
-        scenarios,
-        "List the ready-made scenarios.",
-        "fedpriv scenarios",
     ),
 )

@@ -1,6 +1,7 @@
 """The ``fedpriv`` command line: one sub-command per ``Command`` that a feature declares.
 
-Core commands (``run``, ``keys``, ``scenarios``) are in :mod:`scenarios.cli.launch`; features add
+Core commands are in :mod:`scenarios.cli.launch` (``run``) and :mod:`scenarios.cli.listing`
+(``keys``, ``scenarios``, ``show``); features add
 theirs in their declaration (``Feature.commands``): ``grid``, ``report``, ``attack``,
 ``audit``, ``epsilon``. Each has a one-sentence ``help`` in a user's words and an
 ``example`` shown in ``fedpriv <cmd> --help``.
@@ -15,6 +16,7 @@ in the base install, and the others say which extra they need instead of a trace
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -76,8 +78,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# the exit status of a command whose reader went away (``fedpriv keys | head -1``): a shell's
+# 128 + SIGPIPE, what ``yes | head -1`` reports for ``yes``
+CLOSED_PIPE_STATUS = 141
+
+
+def _quiet_closed_pipe() -> int:
+    """Point stdout at ``os.devnull`` so that the interpreter's last flush of what is still
+    buffered finds no closed pipe (Python's ``signal`` docs, "Note on SIGPIPE"), and return
+    :data:`CLOSED_PIPE_STATUS`: no traceback, as a Unix tool ends in a closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (a test's StringIO): nothing to flush
+        pass
+    finally:
+        os.close(devnull)
+    return CLOSED_PIPE_STATUS
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``fedpriv`` console script."""
+    """Entry point of the ``fedpriv`` console script; a reader that closes the pipe early
+    ends the command quietly with :data:`CLOSED_PIPE_STATUS`."""
+    try:
+        try:
+            return _run(argv)
+        finally:  # also after --help's SystemExit: a closed pipe shows here, not at exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return _quiet_closed_pipe()
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """Parse ``argv`` and run its command; a missing simulation extra is one line, exit 2."""
     args = build_parser().parse_args(argv)
     try:
         return CATALOG.commands[args.command].run(args, CATALOG)

@@ -76,6 +76,16 @@ def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
     return None
 
 
+def _engine_started(supernodes: int) -> None:
+    """The start-up line of a started Ray: its CPUs, and the workers it starts next."""
+    import ray
+
+    from scenarios.app.startup import status
+
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    status("engine started", f"Ray with {cpus} CPUs; starting {supernodes} ClientApp workers")
+
+
 def run(argv: list[str] | None = None) -> int:
     """Start the simulation described by ``argv``; 0 when the ServerApp completed."""
     from flwr.app import Context, RecordDict
@@ -117,6 +127,7 @@ def run(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"fedpriv: {reason}", file=sys.stderr)
         return 2
+    _engine_started(args.num_supernodes)
     try:
         # the ClientApp's module, imported here in the main thread: Flower loads it in its
         # engine thread while the ServerApp thread runs, and a resumed ServerApp unpickles its

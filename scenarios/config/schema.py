@@ -18,6 +18,7 @@ must also be in ``pyproject.toml [tool.flwr.app.config]`` (``fedpriv keys --toml
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -161,6 +162,17 @@ def fill_auto(keys: Mapping[str, KeySpec], layered: dict[str, Any]) -> dict[str,
     return layered
 
 
+def known_key_text(name: str, keys: Iterable[str]) -> str:
+    """What an unknown key should be: the nearest known key by ``difflib``'s ratio (at least
+    0.6: ``noise-multiplyer`` -> ``noise-multiplier``), else up to three keys that contain
+    it (``rounds`` -> ``num-server-rounds``), and where the list is."""
+    known = list(keys)
+    near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    near = near or [k for k in known if name and name in k][:3]
+    hint = f"did you mean {' or '.join(near)}? " if near else ""
+    return f"a known key ({hint}see `fedpriv keys`)"
+
+
 def resolve(
     keys: Mapping[str, KeySpec],
     run_config: Mapping[str, Any],
@@ -173,7 +185,7 @@ def resolve(
     refuse_renamed(run_config)
     for name in run_config:
         if name not in keys:
-            raise ConfigError(name, run_config[name], "a known key (see `fedpriv keys`)")
+            raise ConfigError(name, run_config[name], known_key_text(name, keys))
     resolved: dict[str, Any] = {name: spec.default for name, spec in keys.items()}
     resolved.update(scenario_defaults)
     resolved.update({k: v for k, v in run_config.items() if v != AUTO})

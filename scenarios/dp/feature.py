@@ -269,11 +269,19 @@ def _epsilon_args(parser: argparse.ArgumentParser) -> None:
         help="print the smallest noise multiplier whose epsilon is <= E for this config "
         "(global-dp, dp-sgd, zonal; bisection to 0.1%% relative) and that epsilon, one line",
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the whole plan as one JSON object (per-round figures, notes, "
+        "conditions) instead of its headline",
+    )
 
 
 def _epsilon(args: argparse.Namespace, catalog: Catalog) -> int:
-    """``fedpriv epsilon``: one JSON object of privacy figures (no data, no training)."""
+    """``fedpriv epsilon``: the privacy plan's headline (``--json``: the whole plan, one JSON
+    object), no data, no training."""
     from fedpriv.privacy.accounting.planning import privacy_plan
+    from fedpriv.reporting.plan_text import plan_headline
     from scenarios.cli.launch import app_config, parse_overrides
 
     try:
@@ -285,7 +293,11 @@ def _epsilon(args: argparse.Namespace, catalog: Catalog) -> int:
     if args.target_epsilon is not None:
         return _target(spec, args.target_epsilon, args.examples_per_client)
     plan = privacy_plan(spec, examples_per_client=args.examples_per_client)
-    print(json.dumps(plan, indent=2, sort_keys=True))
+    if args.json:
+        print(json.dumps(plan, indent=2, sort_keys=True))
+        return 0
+    print("\n".join(plan_headline(plan)))
+    print("(the whole plan, per round: fedpriv epsilon --json)")
     return 0
 
 
@@ -327,6 +339,7 @@ FEATURE = Feature(
             _epsilon,
             "Compute the privacy figures (noise, ε) of a configuration without training.",
             "fedpriv epsilon -c \"privacy='global-dp' noise-multiplier=1.1\"\n"
+            "fedpriv epsilon -c \"privacy='global-dp'\" --json\n"
             "fedpriv epsilon -c \"privacy='global-dp'\" --target-epsilon 8",
         ),
     ),

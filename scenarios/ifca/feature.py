@@ -271,6 +271,7 @@ def run_one(
     from clients.partitions import federated_data
     from scenarios.app.engine import RoundState
     from scenarios.app.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
+    from scenarios.app.startup import data_loaded, run_times
     from scenarios.ifca.outputs import build_summary
     from strategies.ifca import LaplaceIFCA, hypotheses_record
 
@@ -284,6 +285,7 @@ def run_one(
         labels=seeds.noise_labels(spec.reproducible_noise),
     )
     data = federated_data(spec.data)
+    data_loaded(spec, data)
     n_clients, n_val = spec.participation.population, int(cfg["validation-clients"])
     rounds: list[dict[str, Any]] = read_rounds(spec.output_dir) if done else []
     for record in rounds if sink is not None else ():
@@ -328,7 +330,7 @@ def run_one(
     )
     final, per_client = final_evaluation(grid, strategy, result.arrays, spec, config)
     summary = build_summary(run, data, strategy, result.arrays, final, per_client, rounds)
-    summary["wall_seconds"] = time.time() - t0
+    summary.update(run_times(t0))  # wall_seconds: the whole run, start-up included
     runlog.write_summary(summary)
     from fedpriv.reporting.ifca_plots import run_title, write_run_plots
 

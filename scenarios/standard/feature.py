@@ -20,7 +20,7 @@ from fedpriv.data import PATH_DATASETS
 from fedpriv.privacy.modes import metric_dp
 from fedpriv.privacy.modes.none import MODE as NO_MODE
 from scenarios.app.privacy_modes import declare
-from scenarios.cli import launch
+from scenarios.cli import launch, listing
 from scenarios.config.feature import Catalog, Feature, Scenario
 from scenarios.config.schema import ConfigError
 from scenarios.standard.keys import KEYS
@@ -112,8 +112,10 @@ def run_standard(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     from clients.partitions import federated_data
     from scenarios.app.engine import RunHooks, train_run
     from scenarios.app.federation import federation_grid
+    from scenarios.app.startup import data_loaded
 
     data = federated_data(run.spec.data)
+    data_loaded(run.spec, data)
     pgrid = federation_grid(grid, run)
     hooks = RunHooks(summary_extra=None, after_run=audit_hook)
     train_run(pgrid, run, data, catalog, hooks=hooks, resumable=True)
@@ -148,5 +150,5 @@ FEATURE = Feature(
     runners={"standard": run_standard},
     client_tasks=("standard",),
     checks=(check_core,),
-    commands=launch.COMMANDS,
+    commands=(*launch.COMMANDS, *listing.COMMANDS),
 )

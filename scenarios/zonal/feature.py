@@ -295,6 +295,7 @@ def _variant_run(run: ServerRun, cell: multirun.Cell) -> ServerRun:
 def run_zonal_compare(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     """Every placement (and zone count) in one simulation, then the comparison report."""
     from clients.partitions import federated_data
+    from scenarios.app import startup as status
     from scenarios.app.federation import federation_grid
     from scenarios.zonal.report import write_compare_outputs
 
@@ -302,6 +303,7 @@ def run_zonal_compare(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     cfg, spec = run.record, run.spec
     top = RunLog(spec.output_dir, labels=seeds.noise_labels(spec.reproducible_noise))
     data = federated_data(spec.data)
+    status.data_loaded(spec, data)
     pgrid = federation_grid(grid, run)
     variants = compare_variants(cfg)
     cells = [multirun.Cell(v["_label"], v) for v in variants]

@@ -1,0 +1,48 @@
+"""TensorFlow's import notices stay off a ClientApp worker's terminal (``flwr run .``).
+
+TensorFlow 2.21 prints absl's pre-init banner and its oneDNN notice at import whatever
+``TF_CPP_MIN_LOG_LEVEL`` says; ``fedpriv run`` keeps them in run.log, but the Ray workers of
+``flwr run .`` write to the user's terminal. Loading the ClientApp module imports TensorFlow
+with those lines dropped and every other line kept; ``FEDPRIV_LOG=debug`` keeps them all.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from scenarios.app import quiet
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _import_client_app(**extra: str) -> str:
+    """stderr of a fresh interpreter that loads the ClientApp module and runs one op."""
+    env = {k: v for k, v in os.environ.items() if k not in quiet.QUIET_ENV and k != quiet.LOG_ENV}
+    env.pop("KERAS_BACKEND", None)
+    env.update(CUDA_VISIBLE_DEVICES="", **extra)
+    code = "import scenarios.app.client_app, tensorflow as tf; print(float(tf.constant(1.0) + 1))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300, check=True)  # fmt: skip
+    assert proc.stdout.strip() == "2.0"
+    return proc.stderr
+
+
+def test_the_client_app_imports_tensorflow_without_its_notices():
+    assert not [n for n in quiet.TF_IMPORT_NOISE if n in _import_client_app()]
+    loud = _import_client_app(**{quiet.LOG_ENV: quiet.VERBOSE})  # --verbose: every line
+    assert "oneDNN custom operations are on" in loud
+
+
+def test_a_quiet_import_keeps_every_other_line(tmp_path, monkeypatch, capfd):
+    (tmp_path / "noisy_module.py").write_text(
+        "import os\n"
+        "os.write(2, b'I0000 port.cc:153] oneDNN custom operations are on. ...\\n')\n"
+        "os.write(2, b'E0000 a real problem at import\\n')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    quiet.import_quietly("noisy_module", quiet.TF_IMPORT_NOISE)
+    err = capfd.readouterr().err
+    assert "a real problem at import" in err and "oneDNN" not in err
