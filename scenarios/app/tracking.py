@@ -1,0 +1,81 @@
+"""The run engine's tracker hooks: ``tracking = 'mlflow' | 'tensorboard'`` turns into an
+``on_record`` hook (each round's typed record) and an ``on_finish`` hook (the final metrics,
+plots and files) of :class:`scenarios.app.engine.RunHooks`; the trackers are in
+:mod:`fedpriv.reporting.tracking` and :mod:`fedpriv.reporting.tb_events`, imported only when
+a run tracks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fedpriv.privacy.modes.registry import selected
+
+RecordHook = Callable[[dict], None]
+FinishHook = Callable[[dict, Path], None]
+
+
+def tracking_spec(cfg: Mapping[str, Any]) -> Any:
+    """The :class:`fedpriv.reporting.tracking.TrackingSpec` of a resolved config (None for
+    ``tracking = 'none'``)."""
+    if cfg.get("tracking", "none") == "none":
+        return None
+    from fedpriv.reporting.tracking import TrackingSpec
+
+    privacy = selected(cfg)
+    tags = {
+        "scenario": str(cfg["scenario"]),
+        "strategy": str(cfg["strategy"]),
+        "privacy": str(privacy),
+        "seed": str(cfg["seed"]),
+    }
+    return TrackingSpec(
+        kind=str(cfg["tracking"]),
+        output_dir=str(cfg["output-dir"]),
+        uri=str(cfg.get("tracking-uri", "")),
+        experiment=str(cfg["scenario"]),
+        run_name=f"{cfg['strategy']} {privacy} seed {cfg['seed']}",
+        tags=tags,
+    )
+
+
+def open_tracker(spec: Any, params: Mapping[str, Any]) -> Any:
+    """The tracker of ``spec.kind``, its run started with ``params`` as its parameters."""
+    if spec.kind == "mlflow":
+        from fedpriv.reporting.tracking import MlflowTracker
+
+        return MlflowTracker(spec, params)
+    from fedpriv.reporting.tb_events import TensorBoardTracker
+
+    return TensorBoardTracker(spec, params)
+
+
+def tracker_hooks(cfg: Mapping[str, Any]) -> tuple[tuple[RecordHook, ...], tuple[FinishHook, ...]]:
+    """``(on_record, on_finish)`` hooks of the run's tracker (both empty without one)."""
+    spec = tracking_spec(cfg)
+    if spec is None:
+        return (), ()
+    from fedpriv.reporting.records import RoundRecord
+
+    tracker = open_tracker(spec, dict(cfg))
+
+    def on_record(record: dict) -> None:
+        tracker.log_round(RoundRecord.from_json(record))
+
+    def on_finish(summary: dict, output_dir: Path) -> None:
+        tracker.finish(summary, output_dir)
+
+    return (on_record,), (on_finish,)
+
+
+def with_tracker(hooks: Any, cfg: Mapping[str, Any]) -> Any:
+    """``hooks`` (a :class:`scenarios.app.engine.RunHooks`) with the run's tracker hooks
+    added after its own (``hooks`` itself without a tracker)."""
+    records, finish = tracker_hooks(cfg)
+    if not records:
+        return hooks
+    return replace(
+        hooks, on_record=(*hooks.on_record, *records), on_finish=(*hooks.on_finish, *finish)
+    )
