@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,7 +184,8 @@ def per_round(runs: Sequence[RunResult], value: Any) -> tuple[list[int], np.ndar
     table = np.array(
         [[np.nan if m[x] is None else float(m[x]) for x in rounds] for m in maps], dtype=float
     ).reshape(len(maps), len(rounds))
-    with np.errstate(all="ignore"):
+    with warnings.catch_warnings():  # all-NaN columns (no ε in a mode) stay NaN, silently
+        warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(table, axis=0) if len(rounds) else np.array([])
         std = np.nanstd(table, axis=0, ddof=1) if len(maps) > 1 else np.zeros(len(rounds))
     return rounds, mean, std
