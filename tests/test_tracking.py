@@ -114,7 +114,8 @@ def test_mlflow_store_holds_params_round_metrics_and_artifacts(tmp_path):
     assert "dp-num-clipped" not in run.data.metrics
     for name, value in final_metrics(summary).items():
         assert run.data.metrics[name] == pytest.approx(value)
-    assert run.data.metrics["privacy/epsilon"] == pytest.approx(2.1)  # the summary's last
+    assert run.data.metrics["final/privacy/epsilon"] == pytest.approx(2.1)
+    assert run.data.metrics["privacy/epsilon"] == pytest.approx(0.7 * ROUNDS)  # the last round
     files = {a.path for a in client.list_artifacts(run.info.run_id, "outputs")}
     assert files == {"outputs/accuracy.png", "outputs/rounds.jsonl", "outputs/summary.json"}
     local = Path(client.download_artifacts(run.info.run_id, "outputs/rounds.jsonl", str(tmp_path)))
@@ -170,3 +171,60 @@ def test_tracking_key_is_checked_before_anything_runs():
     with pytest.raises(ConfigError, match="IFCA runs its own loop"):
         CATALOG.resolve_run_config({"scenario": "gp-synthetic", "tracking": "mlflow"})
     assert CATALOG.resolve_run_config({"tracking": "mlflow"})["tracking"] == "mlflow"
+
+
+# --- a real run of each tracker (two cells of one simulation, as `fedpriv grid` runs them) ---
+
+TINY = {
+    "scenario": "digits", "privacy": "global-dp", "num-server-rounds": 2, "local-epochs": 1,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tracked(tmp_path_factory):
+    from tests.simulate import run_fedpriv_cells
+
+    base = tmp_path_factory.mktemp("tracked")
+    runs = {kind: ({**TINY, "tracking": kind}, base / kind) for kind in ("mlflow", "tensorboard")}
+    return run_fedpriv_cells(runs, base / "plan")
+
+
+@pytest.mark.simulation
+def test_a_real_run_logs_to_mlflow(tracked):
+    from mlflow.tracking import MlflowClient
+
+    rc, summary, rounds, log = tracked["mlflow"]
+    assert rc == 0, log[-3000:]
+    out = Path(summary["config"]["output-dir"])
+    client = MlflowClient(tracking_uri=f"sqlite:///{(out / 'mlflow.db').resolve()}")
+    (run,) = client.search_runs([client.get_experiment_by_name("digits").experiment_id])
+    assert run.data.params["privacy"] == "global-dp" and run.data.params["num-server-rounds"] == "2"
+    assert run.data.params == run_params(summary["config"])
+    eps = sorted(client.get_metric_history(run.info.run_id, "dp-epsilon"), key=lambda m: m.step)
+    assert [m.step for m in eps] == [1, 2]
+    assert [m.value for m in eps] == pytest.approx([r["dp-epsilon"] for r in rounds[1:]])
+    assert eps[1].value > eps[0].value > 0  # ε so far grows with the rounds
+    sigma = client.get_metric_history(run.info.run_id, "privacy/sigma")
+    assert [m.value for m in sigma] == pytest.approx([r["dp-sigma"] for r in rounds[1:]])
+    assert run.data.metrics["final/accuracy"] == pytest.approx(summary["final"]["accuracy"])
+    files = {a.path for a in client.list_artifacts(run.info.run_id, "outputs")}
+    assert {"outputs/accuracy.png", "outputs/roc.png", "outputs/summary.json"} <= files
+    assert run.info.status == "FINISHED"
+
+
+@pytest.mark.simulation
+def test_a_real_run_writes_tensorboard_events(tracked):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rc, summary, rounds, log = tracked["tensorboard"]
+    assert rc == 0, log[-3000:]
+    acc = EventAccumulator(str(Path(summary["config"]["output-dir"]) / "tensorboard"))
+    acc.Reload()
+    eps = acc.Scalars("privacy/epsilon")
+    assert [e.step for e in eps] == [1, 2]
+    assert [e.value for e in eps] == pytest.approx([r["dp-epsilon"] for r in rounds[1:]], 1e-6)
+    server = acc.Scalars("server/accuracy")
+    assert [e.value for e in server] == pytest.approx(
+        [r["server"]["accuracy"] for r in rounds], rel=1e-6
+    )
+    assert {"plots/accuracy", "plots/roc"} <= set(acc.Tags()["images"])

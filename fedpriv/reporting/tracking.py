@@ -97,12 +97,14 @@ def round_metrics(record: RoundRecord) -> dict[str, float]:
 
 
 def final_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
-    """The run's final figures: ``final/…`` (server test set), ``last5/…``, the typed
-    privacy figures (``privacy/epsilon``, ``privacy/sigma_mean``…) and ``wall_seconds``."""
+    """The run's final figures, all under ``final/``: the server test set's metrics
+    (``final/accuracy``…), ``final/last5/…``, the typed privacy figures
+    (``final/privacy/epsilon``, ``final/privacy/sigma_mean``…) and ``final/wall_seconds``
+    (apart from the per-round ``privacy/…`` series)."""
     out = dict(_numbers("final", summary.get("final") or {}))
-    out.update(_numbers("last5", summary.get("last5") or {}))
-    out.update(_numbers("privacy", summary.get("privacy_figures") or {}))
-    out.update(_numbers("wall_seconds", summary.get("wall_seconds")))
+    out.update(_numbers("final/last5", summary.get("last5") or {}))
+    out.update(_numbers("final/privacy", summary.get("privacy_figures") or {}))
+    out.update(_numbers("final/wall_seconds", summary.get("wall_seconds")))
     return out
 
 
