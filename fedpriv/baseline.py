@@ -5,9 +5,8 @@ A run is read as flat ``{name: number}`` figures (:func:`run_figures`):
 - ``round[i].KEY``: every number of line ``i`` of ``rounds.jsonl`` (nested keys joined with
   ``.``, list items as ``[j]``, bools as 0/1), except wall-clock times;
 - ``final.KEY``: the numbers of ``summary.json``'s ``final`` block;
-- ``privacy.KEY``: the typed privacy figures (:class:`fedpriv.reporting.records.PrivacyFigures`: z,
-σ,
-  d, ε, ε_RDP, δ).
+- ``privacy.KEY``: the typed privacy figures
+  (:class:`fedpriv.reporting.records.PrivacyFigures`: z, σ, d, ε, ε_RDP, δ).
 
 Runs with sub-runs (IFCA sweeps, zonal comparisons) prefix each figure with the sub-run's
 folder, ``<folder>/round[i].KEY``.
