@@ -21,11 +21,12 @@ from typing import Any
 
 from scenarios.config.feature import Catalog, Command, Feature
 from scenarios.config.schema import ConfigError
+from scenarios.ifca.feature import KIND as IFCA_KIND
 from scenarios.tracking.keys import KEYS
 
 # the module each tracker imports (the `tracking` extra)
 PACKAGES = {"mlflow": "mlflow", "tensorboard": "tensorboard"}
-UNTRACKED_KINDS = ("ifca",)  # kinds whose runner is not the round engine
+UNTRACKED_KINDS = (IFCA_KIND,)  # kinds whose runner is not the round engine
 
 
 def check_tracking(cfg: Mapping[str, Any], catalog: Catalog) -> None:
