@@ -228,3 +228,28 @@ def test_a_real_run_writes_tensorboard_events(tracked):
         [r["server"]["accuracy"] for r in rounds], rel=1e-6
     )
     assert {"plots/accuracy", "plots/roc"} <= set(acc.Tags()["images"])
+
+
+def _cfg(tmp_path: Path, **over) -> dict:
+    return {"scenario": "digits", "strategy": "fedavg", "privacy": "none", "seed": 0,
+            "output-dir": str(tmp_path / "run"), "tracking-uri": "", **over}  # fmt: skip
+
+
+def test_a_tracker_that_fails_never_stops_the_run(tmp_path, capsys):
+    from scenarios.app.tracking import tracker_hooks
+
+    (tmp_path / "a-file").write_text("")  # a store below a file cannot be created
+    uri = f"sqlite:///{tmp_path / 'a-file' / 'm.db'}"
+    bad = _cfg(tmp_path, tracking="mlflow", **{"tracking-uri": uri})
+    assert tracker_hooks(bad) == ((), ())
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fedpriv: tracking (mlflow) failed")
+    (on_record,), (on_finish,) = tracker_hooks(_cfg(tmp_path, tracking="tensorboard"))
+    out, _, summary = _run_dir(tmp_path)
+    on_record(_record(1))
+    on_finish(summary, out)
+    on_finish(summary, out)  # its event file is closed now: one line, no exception
+    on_record(_record(2))  # and nothing more is tried
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tracking (tensorboard) failed" in err[0]
+    assert tracker_hooks(_cfg(tmp_path, tracking="none")) == ((), ())

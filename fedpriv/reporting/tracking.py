@@ -150,10 +150,11 @@ class MlflowTracker:
 
     def __init__(self, spec: TrackingSpec, params: Mapping[str, Any]) -> None:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # nothing leaves the machine
-        for name in ("mlflow", "alembic"):
-            logging.getLogger(name).setLevel(logging.WARNING)
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
+
+        for name in ("mlflow", "alembic"):  # its store's INFO lines (set up on import)
+            logging.getLogger(name).setLevel(logging.WARNING)
 
         self.uri = mlflow_uri(spec)
         self.client = MlflowClient(tracking_uri=self.uri)

@@ -6,6 +6,7 @@ a run tracks."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -52,20 +53,46 @@ def open_tracker(spec: Any, params: Mapping[str, Any]) -> Any:
     return TensorBoardTracker(spec, params)
 
 
+def _warn(spec: Any, err: Exception) -> None:
+    print(
+        f"fedpriv: tracking ({spec.kind}) failed: {type(err).__name__}: {err}; the run goes on "
+        "without it (its own files are complete)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def tracker_hooks(cfg: Mapping[str, Any]) -> tuple[tuple[RecordHook, ...], tuple[FinishHook, ...]]:
-    """``(on_record, on_finish)`` hooks of the run's tracker (both empty without one)."""
+    """``(on_record, on_finish)`` hooks of the run's tracker (both empty without one).
+
+    A tracker never stops a run: when it fails (a store that cannot be opened or written) the
+    run prints one line and goes on untracked; rounds.jsonl and summary.json are the record."""
     spec = tracking_spec(cfg)
     if spec is None:
         return (), ()
     from fedpriv.reporting.records import RoundRecord
 
-    tracker = open_tracker(spec, dict(cfg))
+    try:
+        tracker = open_tracker(spec, dict(cfg))
+    except Exception as err:  # noqa: BLE001 - any tracker failure leaves the run untracked
+        _warn(spec, err)
+        return (), ()
+    alive = [True]
+
+    def guarded(call: Callable[..., None], *args: Any) -> None:
+        if not alive[0]:
+            return
+        try:
+            call(*args)
+        except Exception as err:  # noqa: BLE001
+            alive[0] = False
+            _warn(spec, err)
 
     def on_record(record: dict) -> None:
-        tracker.log_round(RoundRecord.from_json(record))
+        guarded(tracker.log_round, RoundRecord.from_json(record))
 
     def on_finish(summary: dict, output_dir: Path) -> None:
-        tracker.finish(summary, output_dir)
+        guarded(tracker.finish, summary, output_dir)
 
     return (on_record,), (on_finish,)
 
