@@ -1,7 +1,7 @@
 """``fedpriv compare``: three seeds of two configs -> mean ± std per config, and the plot.
 
 The run directories are written with the run's own writer (:class:`RunLog`: rounds.jsonl,
-operator.jsonl and summary.json as a finished run leaves them); the means and sample
+operator.jsonl and summary.json as a finished run leaves them); the means and (population)
 standard deviations are recomputed here with :mod:`statistics`.
 """
 
@@ -53,7 +53,7 @@ def runs(tmp_path) -> list[Path]:
 
 
 def _mean_std(values: list[float]) -> str:
-    return f"{statistics.fmean(values):.4f} ± {statistics.stdev(values):.4f}"
+    return f"{statistics.fmean(values):.4f} ± {statistics.pstdev(values):.4f}"
 
 
 def test_compare_prints_mean_and_std_over_seeds_and_writes_the_plot(runs, tmp_path, capsys):
@@ -82,7 +82,7 @@ def test_groups_are_configs_that_differ_only_in_the_seed(runs):
     for i, r in enumerate(rounds):
         values = [_accuracy("global-dp", s, r) for s in SEEDS]
         assert mean[i] == pytest.approx(statistics.fmean(values))
-        assert std[i] == pytest.approx(statistics.stdev(values))
+        assert std[i] == pytest.approx(statistics.pstdev(values))
     rounds, eps, _ = per_round(groups[1].runs, lambda r: r.epsilon())
     assert list(eps) == pytest.approx([0.9 * r for r in rounds])
 

@@ -2,8 +2,8 @@
 
 Runs whose resolved configs (``summary.json``'s ``config``) differ only in the seed (and in
 where they write: :data:`IGNORED`) form one group; each group is one row of the table and
-one line of the plot. Per group, over its n runs (SPEC §6: mean ± std over seeds; the sample
-standard deviation, ``ddof = 1``; "—" for one run):
+one line of the plot. Per group, over its n runs (SPEC §6: mean ± std over seeds; the
+population standard deviation, ``ddof = 0``, as ``fedpriv report``; no ± for one run):
 
 - final accuracy on the server test set (``summary.json`` ``final.accuracy``);
 - the mean of the last 5 rounds' accuracy (``last5.accuracy_mean``);
@@ -19,7 +19,6 @@ axis. A group's label names the config keys in which the groups differ.
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,39 +27,30 @@ from typing import Any, Optional
 
 import numpy as np
 
-from fedpriv.reporting.records import PrivacyFigures, RoundRecord, read_round_records
+from fedpriv.grid import RunResult
+from fedpriv.grid import load_run as grid_load_run
+from fedpriv.reporting.records import PrivacyFigures
 from fedpriv.reporting.runlog import from_json_number
+from fedpriv.reporting.tables import DASH
+from fedpriv.reporting.tables import mean_std as table_mean_std
 
 # config keys that do not make two runs different experiments
 IGNORED = frozenset({"seed", "output-dir", "run-plan", "tracking", "tracking-uri", "verbose"})
-DASH = "—"
 
 
 class CompareError(ValueError):
     """A run directory that cannot be compared (one line naming it and why)."""
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """What the comparison reads of one finished run."""
+def params_of(run: RunResult) -> Mapping[str, Any]:
+    """The resolved config a run recorded (summary.json's ``config``)."""
+    params = run.summary.get("config")
+    return params if isinstance(params, Mapping) else {}
 
-    path: Path
-    params: Mapping[str, Any]
-    summary: Mapping[str, Any]
-    records: Sequence[RoundRecord]
 
-    @property
-    def seed(self) -> Any:
-        """The run's seed."""
-        return self.params.get("seed", self.summary.get("seed"))
-
-    def figure(self, block: str, name: str) -> Optional[float]:
-        """A number of summary.json (``final.accuracy``, ``last5.accuracy_mean``)."""
-        return from_json_number((self.summary.get(block) or {}).get(name))
-
-    def privacy(self) -> Optional[PrivacyFigures]:
-        """The run's typed privacy figures (None without a privacy mode)."""
-        return PrivacyFigures.from_summary(self.summary)
+def _figure(run: RunResult, block: str, name: str) -> Optional[float]:
+    """A number of summary.json (``final.accuracy``, ``last5.accuracy_mean``)."""
+    return from_json_number((run.summary.get(block) or {}).get(name))
 
 
 def run_dirs(paths: Sequence[str | Path]) -> list[Path]:
@@ -79,16 +69,13 @@ def run_dirs(paths: Sequence[str | Path]) -> list[Path]:
 
 
 def load_run(path: str | Path) -> RunResult:
-    """One finished run: its summary.json and round records."""
-    path = Path(path)
-    try:
-        summary = json.loads((path / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise CompareError(f"{path}: summary.json cannot be read ({err})") from err
-    params = summary.get("config")
-    if not isinstance(params, Mapping):
+    """One finished run (:func:`fedpriv.grid.load_run`: summary.json and round records)."""
+    run = grid_load_run(path)
+    if run is None:
+        raise CompareError(f"{path}: summary.json cannot be read")
+    if not params_of(run):
         raise CompareError(f"{path}: summary.json has no config block")
-    return RunResult(path, params, summary, read_round_records(path))
+    return run
 
 
 def experiment_key(params: Mapping[str, Any]) -> str:
@@ -109,13 +96,13 @@ def group_runs(runs: Sequence[RunResult]) -> list[Group]:
     keys whose values differ between the groups (the scenario name for a single group)."""
     groups: dict[str, list[RunResult]] = {}
     for run in runs:
-        groups.setdefault(experiment_key(run.params), []).append(run)
-    firsts = [members[0].params for members in groups.values()]
+        groups.setdefault(experiment_key(params_of(run)), []).append(run)
+    firsts = [params_of(members[0]) for members in groups.values()]
     keys = sorted({k for p in firsts for k in p if k not in IGNORED})
     differing = [k for k in keys if len({json.dumps(p.get(k)) for p in firsts}) > 1]
     out = []
     for i, members in enumerate(groups.values()):
-        params = members[0].params
+        params = params_of(members[0])
         words = [f"{k}={params.get(k)}" for k in differing[:3]]
         label = " ".join(words) or str(params.get("scenario", "run"))
         if len(differing) > 3:
@@ -125,12 +112,10 @@ def group_runs(runs: Sequence[RunResult]) -> list[Group]:
 
 
 def mean_std(values: Sequence[Optional[float]]) -> tuple[Optional[float], Optional[float]]:
-    """Mean and sample std (ddof = 1) of the numbers among ``values``; std None for one."""
-    numbers = [v for v in values if v is not None and math.isfinite(v)]
-    if not numbers:
-        return None, None
-    std = float(np.std(numbers, ddof=1)) if len(numbers) > 1 else None
-    return float(np.mean(numbers)), std
+    """Mean and std (population, ddof 0, as ``fedpriv report``) of the finite numbers among
+    ``values``: (None, None) for none, std None for one."""
+    mean, std, n = table_mean_std(v for v in values if v is not None)
+    return (None, None) if n == 0 else (mean, std if n > 1 else None)
 
 
 def fmt(mean: Optional[float], std: Optional[float], digits: int = 4) -> str:
@@ -143,15 +128,15 @@ def fmt(mean: Optional[float], std: Optional[float], digits: int = 4) -> str:
 def group_row(group: Group) -> dict[str, Any]:
     """One row: label, seeds, and the (mean, std) of each figure (module docstring)."""
     runs = group.runs
-    figures = [r.privacy() for r in runs]
+    figures = [PrivacyFigures.from_summary(r.summary) for r in runs]
     eps = mean_std([f.epsilon if f else None for f in figures])
     bounds = {f.bound for f in figures if f is not None and f.epsilon is None and f.bound}
     return {
         "label": group.label,
         "seeds": [r.seed for r in runs],
         "runs": [str(r.path) for r in runs],
-        "final_accuracy": mean_std([r.figure("final", "accuracy") for r in runs]),
-        "last5_accuracy": mean_std([r.figure("last5", "accuracy_mean") for r in runs]),
+        "final_accuracy": mean_std([_figure(r, "final", "accuracy") for r in runs]),
+        "last5_accuracy": mean_std([_figure(r, "last5", "accuracy_mean") for r in runs]),
         "epsilon": eps,
         "epsilon_note": "; ".join(sorted(bounds)) if eps[0] is None else "",
         "sigma_mean": mean_std([f.sigma_mean if f else None for f in figures]),
@@ -177,9 +162,9 @@ def compare_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def per_round(runs: Sequence[RunResult], value: Any) -> tuple[list[int], np.ndarray, np.ndarray]:
-    """Rounds (> 0) that every run recorded, and the mean and sample std of ``value(record)``
+    """Rounds (> 0) that every run recorded, and the mean and std (ddof 0) of ``value(record)``
     over the runs at each (NaN where a run has no number)."""
-    maps = [{r.round: value(r) for r in run.records if r.round > 0} for run in runs]
+    maps = [{r.round: value(r) for r in run.rounds if r.round > 0} for run in runs]
     rounds = sorted(set.intersection(*(set(m) for m in maps))) if maps else []
     table = np.array(
         [[np.nan if m[x] is None else float(m[x]) for x in rounds] for m in maps], dtype=float
@@ -187,7 +172,7 @@ def per_round(runs: Sequence[RunResult], value: Any) -> tuple[list[int], np.ndar
     with warnings.catch_warnings():  # all-NaN columns (no ε in a mode) stay NaN, silently
         warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(table, axis=0) if len(rounds) else np.array([])
-        std = np.nanstd(table, axis=0, ddof=1) if len(maps) > 1 else np.zeros(len(rounds))
+        std = np.nanstd(table, axis=0) if len(maps) > 1 else np.zeros(len(rounds))
     return rounds, mean, std
 
 
@@ -198,8 +183,7 @@ def plot_compare(groups: Sequence[Group], path: str | Path, *, title: str = "") 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fedpriv.reporting.plots import integer_rounds
-    from fedpriv.reporting.tables import save_figure
+    from fedpriv.reporting.tables import integer_rounds, save_figure
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     twin = None

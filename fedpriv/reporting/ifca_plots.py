@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fedpriv.reporting.tables import save_figure  # noqa: E402
+from fedpriv.reporting.tables import integer_rounds, save_figure  # noqa: E402
 
 _save = save_figure
 
@@ -132,6 +132,7 @@ def plot_leakage_per_cluster(
             ax.step(rounds, values[:, j], where="post", label=f"cluster {j}")
         ax.legend(fontsize=8)
     ax.set_xlabel("round")
+    integer_rounds(ax)
     ax.set_ylabel("max leakage in cluster")
     ax.grid(alpha=0.3)
     ax.set_title(title)
@@ -153,6 +154,7 @@ def plot_validation_loss(
     if best_round is not None:
         ax.axvline(best_round, c="grey", ls="--", lw=1, label="best (kept)")
     ax.set_xlabel("round")
+    integer_rounds(ax)
     ax.set_ylabel(ylabel)
     ax.set_yscale("log")
     ax.grid(alpha=0.3)

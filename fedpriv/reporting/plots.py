@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 
 from fedpriv.reporting.records import RoundRecord  # noqa: E402
 from fedpriv.reporting.runlog import from_json_number  # noqa: E402
-from fedpriv.reporting.tables import save_figure  # noqa: E402
+from fedpriv.reporting.tables import integer_rounds, save_figure  # noqa: E402
 
 
 def finite_points(points: Sequence[tuple[int, Any]]) -> list[tuple[int, float]]:
@@ -26,13 +26,6 @@ def finite_points(points: Sequence[tuple[int, Any]]) -> list[tuple[int, float]]:
         if number is not None and math.isfinite(number):
             out.append((int(x), number))
     return out
-
-
-def integer_rounds(ax: Any) -> None:
-    """Round ticks on integers only (never 1.25, 1.75)."""
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def plot_rounds(

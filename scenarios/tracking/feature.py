@@ -66,7 +66,7 @@ def _compare(args: argparse.Namespace, catalog: Catalog) -> int:
         print(json.dumps(doc["rows"], indent=1, default=str))
         return 0
     print(doc["table"], end="")
-    print(f"fedpriv compare: mean ± std (sample std) over seeds; plot {doc['plot']}")
+    print(f"fedpriv compare: mean ± std (ddof 0) over seeds; plot {doc['plot']}")
     return 0
 
 
