@@ -127,10 +127,11 @@ class Band:
     def from_json(cls, doc: Mapping[str, Any]) -> Band:
         """Inverse of :meth:`to_json`."""
         exact = doc.get("exact")
+        hi = float(doc.get("hi", "nan"))
         return cls(
             cls=str(doc["cls"]),
             lo=float(doc.get("lo", "nan")),
-            hi=float(doc.get("hi", "nan")),
+            hi=min(hi, 1.0) if doc["cls"] == "score" else hi,  # records made before the cap
             exact=None if exact is None else float(exact),
         )
 

@@ -104,10 +104,12 @@ def test_leakage_histogram_median_is_the_ledgers_and_no_bar_below_zero(figures, 
 
 
 def test_baseline_score_bands_stay_within_zero_and_one():
-    from fedpriv.baseline import RECORD_RULE, make_band
+    from fedpriv.baseline import RECORD_RULE, Band, make_band
 
     band = make_band("score", [0.97, 0.99], RECORD_RULE)
     assert band.hi == 1.0 and band.lo == pytest.approx(0.97 - 0.08)
     assert make_band("score", [0.01, 0.03], RECORD_RULE).lo == 0.0
     loss = make_band("value", [2.0, 2.5], RECORD_RULE)
     assert loss.hi > 1.0 and not math.isnan(loss.lo)  # values are not capped
+    old_record = {"cls": "score", "lo": 0.9, "hi": 1.07}  # recorded before the cap
+    assert Band.from_json(old_record).text() == Band("score", 0.9, 1.0).text()
