@@ -96,6 +96,9 @@ def test_mlflow_store_holds_params_round_metrics_and_artifacts(tmp_path):
     for line in rounds:
         tracker.log_round(RoundRecord.from_json(line))
     tracker.finish(summary, out)
+    assert tracker.where() == (
+        f"MLflow {mlflow_uri(spec)}, experiment 'digits', run 'fedavg global-dp 3'"
+    )
 
     client = MlflowClient(tracking_uri=mlflow_uri(spec))
     assert mlflow_uri(spec) == f"sqlite:///{(out / 'mlflow.db').resolve()}"
@@ -248,6 +251,9 @@ def test_a_tracker_that_fails_never_stops_the_run(tmp_path, capsys):
     out, _, summary = _run_dir(tmp_path)
     on_record(_record(1))
     on_finish(summary, out)
+    assert (
+        capsys.readouterr().out.strip() == f"fedpriv:   tracked  TensorBoard {out / 'tensorboard'}"
+    )
     on_finish(summary, out)  # its event file is closed now: one line, no exception
     on_record(_record(2))  # and nothing more is tried
     err = capsys.readouterr().err.strip().splitlines()

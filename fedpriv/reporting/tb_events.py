@@ -126,3 +126,7 @@ class TensorBoardTracker:
         text = json.dumps(summary, indent=1, sort_keys=True, default=str)
         self._write_summary(self._text("summary", f"```\n{text}\n```"), step=step)
         self._file.close()
+
+    def where(self) -> str:
+        """The event file's directory (``tensorboard --logdir DIR``)."""
+        return f"TensorBoard {self.dir}"

@@ -65,6 +65,9 @@ class Tracker(Protocol):
     def finish(self, summary: Mapping[str, Any], output_dir: Path) -> None:
         """Log the final metrics and the run's plots and files; close the run."""
 
+    def where(self) -> str:
+        """One line: where the run was logged and how to look at it."""
+
 
 # --- what is logged -----------------------------------------------------------------------------
 
@@ -156,7 +159,7 @@ class MlflowTracker:
         for name in ("mlflow", "alembic"):  # its store's INFO lines (set up on import)
             logging.getLogger(name).setLevel(logging.WARNING)
 
-        self.uri = mlflow_uri(spec)
+        self.spec, self.uri = spec, mlflow_uri(spec)
         self.client = MlflowClient(tracking_uri=self.uri)
         experiment = self.client.get_experiment_by_name(spec.experiment)
         if experiment is not None:
@@ -197,3 +200,7 @@ class MlflowTracker:
         for path in artifact_paths(output_dir):
             self.client.log_artifact(self.run_id, str(path), artifact_path="outputs")
         self.client.set_terminated(self.run_id, "FINISHED")
+
+    def where(self) -> str:
+        """The store, experiment and run name (``mlflow ui --backend-store-uri URI``)."""
+        return f"MLflow {self.uri}, experiment {self.spec.experiment!r}, run {self.spec.run_name!r}"

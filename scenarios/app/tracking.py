@@ -93,6 +93,8 @@ def tracker_hooks(cfg: Mapping[str, Any]) -> tuple[tuple[RecordHook, ...], tuple
 
     def on_finish(summary: dict, output_dir: Path) -> None:
         guarded(tracker.finish, summary, output_dir)
+        if alive[0]:
+            print(f"fedpriv:   tracked  {tracker.where()}", flush=True)
 
     return (on_record,), (on_finish,)
 
