@@ -14,6 +14,7 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 export PYTHONUNBUFFERED := 1
 
 .PHONY: install run test test-guards test-all test-durations test-base-install ci lint docs
+.PHONY: notebooks
 .PHONY: bench bench-gpu strategies clean
 
 # uv installs the ~2.5 GB stack in about a minute where pip takes several; both read PyPI.
@@ -79,8 +80,14 @@ ci: test test-guards test-base-install docs
 
 ## The documentation site (docs/: Sphinx + MyST, the `docs` extra, in `dev` too) with warnings
 ## as errors; the key reference and the API reference are generated -> docs/_build/html.
-docs: $(STAMP)
+docs: $(STAMP) notebooks
 	PYTHONPATH=$(CURDIR) $(BIN)/sphinx-build -q -W --keep-going -b html docs docs/_build/html
+
+## The example notebooks (examples/notebooks/*.ipynb), each run top to bottom in a fresh
+## kernel by nbmake (the `dev` extra); each trains a small scenario (about a minute on 2
+## cores). CI runs them with the docs.
+notebooks: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --nbmake --nbmake-timeout=600 examples/notebooks
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

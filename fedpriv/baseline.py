@@ -21,7 +21,7 @@ Every figure gets a :class:`Band` from its values over the recorded seeds
   (losses, norms, data-dependent σ of metric DP): the seed-spread band
   ``[min - k·s - tol, max + k·s + tol]`` with ``s = max - min`` over the seeds, ``k`` the
   rule's spread factor and ``tol`` its absolute tolerance (scores) or
-  ``max(value_floor, value_rel · max|v|)`` (values);
+  ``max(value_floor, value_rel · max|v|)`` (values); a score's band is capped to [0, 1];
 - ``choice``: discrete outcomes picked on trained weights (IFCA's cluster of a client, the
   clients clipped by the DP wrapper): a float-level change may flip one; not compared.
 
@@ -127,10 +127,11 @@ class Band:
     def from_json(cls, doc: Mapping[str, Any]) -> Band:
         """Inverse of :meth:`to_json`."""
         exact = doc.get("exact")
+        hi = float(doc.get("hi", "nan"))
         return cls(
             cls=str(doc["cls"]),
             lo=float(doc.get("lo", "nan")),
-            hi=float(doc.get("hi", "nan")),
+            hi=min(hi, 1.0) if doc["cls"] == "score" else hi,  # records made before the cap
             exact=None if exact is None else float(exact),
         )
 
@@ -271,7 +272,10 @@ def make_band(cls: str, values: Sequence[float], rule: BandRule) -> Band:
         return Band(cls)  # NaN record: only NaN passes
     lo, hi = min(values), max(values)
     margin = rule.spread_factor * (hi - lo) + rule.tolerance(cls, values)
-    return Band(cls, lo=lo - margin, hi=hi + margin)
+    lo, hi = lo - margin, hi + margin
+    if cls == "score":  # a score lies in [0, 1]: a band never claims more
+        lo, hi = max(lo, 0.0) if min(values) >= 0 else lo, min(hi, 1.0)
+    return Band(cls, lo=lo, hi=hi)
 
 
 def bands_of_runs(runs: Mapping[int, Mapping[str, float]], rule: BandRule) -> dict[str, Any]:

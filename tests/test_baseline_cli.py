@@ -47,12 +47,12 @@ def test_seed_spread_band_is_the_documented_formula():
     band = make_band("score", [0.90, 0.94, 0.92], rule)
     spread = 0.94 - 0.90
     assert band.lo == pytest.approx(0.90 - 1.5 * spread - 0.02)
-    assert band.hi == pytest.approx(0.94 + 1.5 * spread + 0.02)
+    assert band.hi == min(1.0, 0.94 + 1.5 * spread + 0.02) == 1.0  # a score is at most 1
     loss = make_band("value", [2.0, -3.0], rule)  # tol = max(0.01, 0.1 * 3.0) = 0.3
     assert (loss.lo, loss.hi) == pytest.approx((-3.0 - 1.5 * 5.0 - 0.3, 2.0 + 1.5 * 5.0 + 0.3))
     tiny = make_band("value", [0.001, 0.001], rule)  # the floor
     assert (tiny.lo, tiny.hi) == pytest.approx((0.001 - 0.01, 0.001 + 0.01))
-    assert not band.contains(band.hi + 1e-9) and band.contains(band.lo)
+    assert not band.contains(band.lo - 1e-9) and band.contains(band.lo) and band.contains(1.0)
 
 
 def test_classes_exact_where_training_does_not_matter():

@@ -279,7 +279,7 @@ def test_top_help_lists_each_command_in_a_sentence_without_internal_words():
 
 
 @pytest.mark.parametrize("command", ["run", "keys", "scenarios", "show", "epsilon", "grid",
-                                     "report", "attack", "audit"])  # fmt: skip
+                                     "report", "attack", "audit", "compare"])  # fmt: skip
 def test_each_command_help_has_an_example_and_no_internal_words(command):
     proc = _cli(command, "--help")
     assert proc.returncode == 0, proc.stderr

@@ -96,6 +96,7 @@ def test_no_privacy_key_or_mode_branch_outside_the_registry(path):
 OTHER_NAMESPACES = {
     ("fedpriv/reporting/console.py", "zonal"):
         "the summary.json / round record block of the zonal feature",
+    ("fedpriv/reporting/records.py", "zonal"): "the round record block of the zonal feature",
     ("strategies/zonal.py", "zonal"): "the round record block the zonal wrapper writes",
     ("scenarios/zonal/feature.py", "zonal"): "the feature's name and its summary/record block",
     ("scenarios/zonal/report.py", "zonal"): "the summary.json block it reads",

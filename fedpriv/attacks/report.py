@@ -25,7 +25,12 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fedpriv.privacy.modes.registry import selected  # noqa: E402
 from fedpriv.reporting import tables as reporting  # noqa: E402
-from fedpriv.reporting.tables import PRIVACY_LABELS, STRATEGY_LABELS, save_figure  # noqa: E402
+from fedpriv.reporting.tables import (  # noqa: E402
+    PRIVACY_LABELS,
+    STRATEGY_LABELS,
+    integer_rounds,
+    save_figure,
+)
 
 # Table labels are shared with the grid report (one place for the names).
 # MP's CIA tables per strategy. Table 10 is captioned "FedYogi" but MP's text presents it as
@@ -299,6 +304,7 @@ def plot_cia_auc(cells: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
         ax.set_ylim(0.2, 0.9)
         ax.set_title(_label(STRATEGY_LABELS, s), fontsize=9)
         ax.set_xlabel("round", fontsize=8)
+        integer_rounds(ax)
         ax.set_ylabel("AUC", fontsize=8)
         ax.grid(alpha=0.3)
     handles, labels = axes.flat[0].get_legend_handles_labels()

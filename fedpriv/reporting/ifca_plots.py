@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fedpriv.reporting.tables import save_figure  # noqa: E402
+from fedpriv.reporting.tables import integer_rounds, save_figure  # noqa: E402
 
 _save = save_figure
 
@@ -36,19 +36,27 @@ def plot_leakage_histogram(
 ) -> Path:
     """Histogram of per-client leakage (GP Fig. 4). ``leakage`` holds one value per client
     (0 for clients never sampled); bins are aligned on multiples of ``per_participation``
-    (n/ν) when given, so each bar is a number of participations."""
+    (n/ν) when given, so each bar is a number of participations; no bin starts below 0.
+
+    The median line is the median over the clients that participated (leakage > 0), the
+    figure the console and summary.json state (:meth:`LeakageLedger.stats`); the never-sampled
+    clients still have their bar at 0."""
     values = np.asarray([float(v) for v in leakage], dtype=np.float64)
     fig, ax = plt.subplots(figsize=(6, 4))
     if values.size and per_participation and per_participation > 0:
         top = int(np.ceil(values.max() / per_participation + 1e-9))
         bins = (np.arange(top + 2) - 0.5) * per_participation
+        bins[0] = 0.0  # the "never sampled" bar: [0, n/(2ν)), nothing below zero
     else:
-        bins = 20
+        bins = np.linspace(0.0, max(float(values.max()) if values.size else 1.0, 1e-12), 21)
     ax.hist(values, bins=bins, color="tab:blue", edgecolor="white")
+    ax.set_xlim(left=0.0)
     ax.set_xlabel(r"leakage $\sum \varepsilon\,\|\delta\|_2$ per client (GP heuristic)")
     ax.set_ylabel("clients")
-    if values.size:
-        ax.axvline(float(np.median(values)), c="k", ls="--", lw=1, label="median")
+    participated = values[values > 0]
+    if participated.size:
+        median = float(np.median(participated))
+        ax.axvline(median, c="k", ls="--", lw=1, label=f"median of sampled clients {median:.3g}")
         ax.axvline(float(values.max()), c="tab:red", ls=":", lw=1, label="max")
         ax.legend(fontsize=8)
     ax.set_title(title or f"{values.size} clients")
@@ -124,6 +132,7 @@ def plot_leakage_per_cluster(
             ax.step(rounds, values[:, j], where="post", label=f"cluster {j}")
         ax.legend(fontsize=8)
     ax.set_xlabel("round")
+    integer_rounds(ax)
     ax.set_ylabel("max leakage in cluster")
     ax.grid(alpha=0.3)
     ax.set_title(title)
@@ -145,6 +154,7 @@ def plot_validation_loss(
     if best_round is not None:
         ax.axvline(best_round, c="grey", ls="--", lw=1, label="best (kept)")
     ax.set_xlabel("round")
+    integer_rounds(ax)
     ax.set_ylabel(ylabel)
     ax.set_yscale("log")
     ax.grid(alpha=0.3)

@@ -1,10 +1,11 @@
-"""PNG plots (matplotlib, Agg backend): accuracy per round, ROC curves."""
+"""PNG plots (matplotlib, Agg backend): accuracy per round (with σ and ε), ROC curves."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -12,7 +13,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fedpriv.reporting.tables import save_figure  # noqa: E402
+from fedpriv.reporting.records import RoundRecord  # noqa: E402
+from fedpriv.reporting.runlog import from_json_number  # noqa: E402
+from fedpriv.reporting.tables import integer_rounds, save_figure  # noqa: E402
+
+
+def finite_points(points: Sequence[tuple[int, Any]]) -> list[tuple[int, float]]:
+    """The (round, value) points whose value is a finite number (None / NaN / ±inf dropped)."""
+    out = []
+    for x, y in points:
+        number = from_json_number(y)
+        if number is not None and math.isfinite(number):
+            out.append((int(x), number))
+    return out
 
 
 def plot_rounds(
@@ -24,12 +37,10 @@ def plot_rounds(
     chance: float | None = None,
     legend_size: int = 8,
 ) -> Path:
-    """One line per label of (round, value) points in [0, 1]; ``chance`` dashed if given."""
+    """One line per label of (round, value) points in [0, 1]; ``chance`` dashed if given.
+    A label without a finite point draws nothing and gets no legend entry."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    for label, points in series.items():
-        if points:
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="o", ms=3, label=label)
+    _round_lines(ax, series)
     if chance is not None:
         ax.axhline(chance, ls="--", c="grey", lw=0.8)
     ax.set_xlabel("round")
@@ -37,16 +48,83 @@ def plot_rounds(
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.set_title(title)
-    ax.legend(fontsize=legend_size)
+    integer_rounds(ax)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=legend_size)
     return save_figure(fig, path)
 
 
+def _round_lines(ax: Any, series: Mapping[str, Sequence[tuple[int, Any]]], **style: Any) -> None:
+    for label, points in series.items():
+        finite = finite_points(points)
+        if finite:
+            xs, ys = zip(*finite)
+            ax.plot(xs, ys, marker="o", ms=3, label=label, **style)
+
+
 def plot_accuracy_per_round(
-    series: Mapping[str, Sequence[float]], path: str | Path, *, title: str = ""
+    series: Mapping[str, Sequence[float]],
+    path: str | Path,
+    *,
+    title: str = "",
+    privacy: Mapping[str, Sequence[tuple[int, Any]]] | None = None,
 ) -> Path:
-    """One line per label: accuracy (y) against round 1..R (x) (MP Appendix B shape)."""
+    """Accuracy (y) against round 1..R (x) per label (MP Appendix B shape).
+
+    ``privacy``: the noise std σ and the ε so far per round (e.g. ``{"σ": [(1, 0.02), ...],
+    "ε": [(1, 0.8), ...]}``), drawn dashed on a second y axis (log scale) when any is given.
+    """
     points = {label: list(enumerate(values, 1)) for label, values in series.items()}
-    return plot_rounds(points, path, ylabel="accuracy", title=title)
+    privacy = {k: finite_points(v) for k, v in (privacy or {}).items()}
+    privacy = {k: v for k, v in privacy.items() if v}
+    if not privacy:
+        return plot_rounds(points, path, ylabel="accuracy", title=title)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    _round_lines(ax, points)
+    ax.set_xlabel("round")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    twin = ax.twinx()
+    for (label, pts), colour in zip(privacy.items(), ("tab:red", "tab:purple", "tab:brown")):
+        xs, ys = zip(*pts)
+        twin.plot(xs, ys, ls="--", marker="x", ms=4, c=colour, label=label)
+    twin.set_ylabel(" and ".join(privacy))
+    if all(y > 0 for pts in privacy.values() for _, y in pts):
+        from matplotlib.ticker import FuncFormatter
+
+        twin.set_yscale("log")
+        plain = FuncFormatter(lambda value, _: f"{value:g}")
+        twin.yaxis.set_major_formatter(plain)
+        twin.yaxis.set_minor_formatter(plain)
+    integer_rounds(ax)
+    handles, labels = ax.get_legend_handles_labels()
+    extra_handles, extra_labels = twin.get_legend_handles_labels()
+    ax.legend(handles + extra_handles, labels + extra_labels, fontsize=8, loc="lower right")
+    return save_figure(fig, path)
+
+
+def plot_run_accuracy(rounds: Sequence[Mapping[str, Any]], path: str | Path, *, title: str) -> Path:
+    """A run's ``accuracy.png``: server-test and distributed accuracy per round, with the
+    round's σ and ε so far (:meth:`RoundRecord.sigma`, :meth:`RoundRecord.epsilon`) on a
+    second axis; ``rounds``: the run's rounds.jsonl lines."""
+    records = [RoundRecord.from_json(r) for r in rounds if int(r.get("round", 0)) > 0]
+    series = {
+        "server test": [r.metric("server", "accuracy") for r in records],
+        "distributed": [r.metric("distributed", "accuracy") for r in records],
+    }
+    privacy = {
+        "σ": [(r.round, r.sigma()) for r in records],
+        "ε so far": [(r.round, r.epsilon()) for r in records],
+    }
+    return plot_accuracy_per_round(series, path, title=title, privacy=privacy)
+
+
+def roc_auc(fpr: Sequence[float], tpr: Sequence[float]) -> float:
+    """Area under a ROC curve by the trapezoidal rule (what ``sklearn.metrics.auc`` does)."""
+    x, y = np.asarray(fpr, dtype=float), np.asarray(tpr, dtype=float)
+    return float(np.sum(np.diff(x) * (y[1:] + y[:-1]) / 2.0))
 
 
 def plot_roc(
@@ -56,14 +134,14 @@ def plot_roc(
     title: str = "",
     log_scale: bool = False,
 ) -> Path:
-    """ROC curves, one per label (MP Appendix C shape).
+    """ROC curves, one per label, each with its AUC in the legend (MP Appendix C shape).
 
     ``log_scale=True`` draws both axes on a log scale from 1e-4 (Carlini et al.'s LiRA
     figures): the low-FPR region where a membership attack is confident becomes visible.
     """
     fig, ax = plt.subplots(figsize=(5, 5))
     for label, (fpr, tpr) in curves.items():
-        ax.plot(fpr, tpr, label=label)
+        ax.plot(fpr, tpr, label=f"{label} (AUC {roc_auc(fpr, tpr):.3f})")
     ax.plot([0, 1], [0, 1], ls="--", c="grey", lw=0.8)
     if log_scale:
         ax.set_xscale("log")

@@ -64,6 +64,23 @@ class RoundRecord:
         """A numeric report of a wrapper (e.g. ``dp-sigma``), None when absent."""
         return from_json_number(self.reports.get(key))
 
+    def sigma(self) -> Optional[float]:
+        """The round's noise std σ of the global or metric DP wrapper (None: not noised)."""
+        return self.report("dp-sigma")
+
+    def epsilon(self) -> Optional[float]:
+        """The round's ε so far, as the console states it: global DP's accountant bound
+        (``dp-epsilon``), DP-SGD's worst client (``dp-sgd-epsilon-max``), or zonal's
+        per-level accountant ε (``zonal.epsilon.level.pld``). None when the mode gives no ε
+        (metric DP, IFCA's leakage, no privacy)."""
+        for key in ("dp-epsilon", "dp-sgd-epsilon-max"):
+            if self.report(key) is not None:
+                return self.report(key)
+        block: Any = self.reports.get("zonal")
+        for name in ("epsilon", "level", "pld"):
+            block = block.get(name) if isinstance(block, Mapping) else None
+        return from_json_number(block)
+
 
 def read_round_records(output_dir: str | Path) -> list[RoundRecord]:
     """The round records of a run directory ([] without rounds.jsonl)."""

@@ -21,6 +21,7 @@ from fedpriv.reporting.tables import (  # noqa: E402
     PRIVACY_LABELS,
     STRATEGY_LABELS,
     fmt_mean_std,
+    integer_rounds,
     save_figure,
 )
 
@@ -61,6 +62,7 @@ def plot_strategy_accuracy(
             (line,) = ax.plot(x, mean, marker="o", ms=3, label=PRIVACY_LABELS.get(mode, mode))
             ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, lw=0)
         ax.set_xlabel("round")
+        integer_rounds(ax)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("accuracy")
         ax.set_ylim(0, 1)
@@ -97,6 +99,7 @@ def plot_accuracy_by_privacy(
                 drawn = True
         ax.set_title(PRIVACY_LABELS.get(mode, mode))
         ax.set_xlabel("round")
+        integer_rounds(ax)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("accuracy")
         ax.set_ylim(0, 1)

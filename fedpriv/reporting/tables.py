@@ -81,6 +81,13 @@ def markdown_table(
     return "\n".join(lines)
 
 
+def integer_rounds(ax: Any) -> None:
+    """Round ticks on integers only (never 1.25, 1.75) on a figure's x axis."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def save_figure(fig: Any, path: str | Path, *, layout: Any = True) -> Path:
     """``tight_layout`` (``layout``: True, a rect, or False), save at 110 dpi, close."""
     import matplotlib.pyplot as plt

@@ -22,6 +22,8 @@ and plots at the end. What differs between those runs is a hook, not a copy of t
 - ``summary_extra(rounds) -> dict`` — merged into summary.json;
 - ``after_run(RunEnd) -> dict`` — after the last round, with the final weights and the
   strategy chain (the audit of a canary run), merged into summary.json;
+- ``on_finish(summary, output_dir)`` — after summary.json and the plots (the tracker's
+  end; ``tracking``, :mod:`scenarios.app.tracking`, also adds an ``on_record``);
 - ``first_round`` / ``initial`` / ``previous_rounds`` — start at round r from given global
   weights (resume) with the records of the rounds already run (for summary.json); the
   round-0 evaluation is only made when ``first_round == 1`` and rounds.jsonl is appended to.
@@ -62,7 +64,7 @@ from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
 from fedpriv.privacy.modes.registry import selected
 from fedpriv.reporting.console import round_line
-from fedpriv.reporting.plots import plot_accuracy_per_round, plot_roc
+from fedpriv.reporting.plots import plot_roc, plot_run_accuracy
 from fedpriv.reporting.records import RoundRecord
 from fedpriv.reporting.runlog import RunLog, read_rounds
 from fedpriv.spec import RunSpec, TrainSpec
@@ -70,6 +72,7 @@ from scenarios.app import startup
 from scenarios.app.federation import PartitionGrid
 from scenarios.app.fused import EVALUATE_RECEIVED_KEY, evaluate_in_train, split_evaluations
 from scenarios.app.recorder import RoundRecorder, wrapper_chain
+from scenarios.app.tracking import with_tracker
 from scenarios.app.wire_config import wire_config
 from scenarios.config.feature import Catalog
 from scenarios.config.specs import ServerRun
@@ -211,14 +214,8 @@ def write_final_outputs(
     model.set_weights(weights)
     model.save(runlog.dir / "final_model.keras")
     np.savez(runlog.dir / "final_weights.npz", *weights)
-    series = {
-        "server test": [r["server"]["accuracy"] for r in rounds if r["round"] > 0],
-        "distributed": [
-            r.get("distributed", {}).get("accuracy", np.nan) for r in rounds if r["round"] > 0
-        ],
-    }
     title = f"{spec.scenario} {spec.strategy.strategy} {selected(run.record)} seed {spec.seed}"
-    plot_accuracy_per_round(series, runlog.dir / "accuracy.png", title=title)
+    plot_run_accuracy(rounds, runlog.dir / "accuracy.png", title=title)
     plot_roc({"micro": micro_roc_curve(data.y_test, proba)}, runlog.dir / "roc.png", title=title)
     np.savez(runlog.dir / "test_predictions.npz", y_true=data.y_test, proba=proba)
     return summary
@@ -288,6 +285,7 @@ class RunHooks:
     after_round: Sequence[Callable[[RoundState], None]] = ()
     summary_extra: Optional[Callable[[list[dict]], dict]] = None
     after_run: Optional[Callable[[RunEnd], dict]] = None
+    on_finish: Sequence[Callable[[dict, Any], None]] = ()
 
 
 @dataclass
@@ -425,7 +423,8 @@ def train_run(
     ``resumable``: checkpoint after every round and, when ``output-dir`` holds a checkpoint
     of this config, continue from it (:mod:`scenarios.app.resume`).
     """
-    spec, hooks = run.spec, hooks or RunHooks()  # the spec built once, at the server's boundary
+    spec = run.spec  # the spec built once, at the server's boundary
+    hooks = with_tracker(hooks or RunHooks(), run)  # tracking = mlflow | tensorboard
     t0 = time.time()
     rng = sampling_rng(spec)
     checkpoint, charged, before_release = None, None, ()
@@ -499,4 +498,6 @@ def train_run(
     if hooks.after_run is not None:
         extra.update(hooks.after_run(RunEnd(run, data, recorder, final, rounds)))
     summary = write_final_outputs(run, data, final, rounds, runlog, extra, catalog)
+    for hook in hooks.on_finish:
+        hook(summary, runlog.dir)
     return RunOutcome(summary, rounds, final)

@@ -22,6 +22,7 @@ from scenarios.grid import feature as grid_cli
 from scenarios.ifca import feature as ifca
 from scenarios.speed import feature as speed
 from scenarios.standard import feature as standard
+from scenarios.tracking import feature as tracking
 from scenarios.zonal import feature as zonal
 
 FEATURES: tuple[Feature, ...] = (
@@ -36,6 +37,7 @@ FEATURES: tuple[Feature, ...] = (
     grid_cli.FEATURE,
     baseline_cli.FEATURE,
     speed.FEATURE,
+    tracking.FEATURE,
 )
 
 CATALOG = Catalog(FEATURES)

@@ -87,6 +87,7 @@ from scenarios.grid import keys as keys_grid
 from scenarios.ifca import keys as keys_ifca
 from scenarios.speed import keys as keys_speed
 from scenarios.standard import keys as keys_standard
+from scenarios.tracking import keys as keys_tracking
 from scenarios.zonal import keys as keys_zonal
 
 IFCA_MODE = ifca.MODE.name  # the role of an IFCA node (scenarios.config.node_roles.client_mode)
@@ -105,6 +106,7 @@ KEY_MODULES = (
     keys_audit,
     keys_grid,
     keys_speed,
+    keys_tracking,
 )
 ZONAL_COMPARE, IFCA_KIND = "zonal-compare", "ifca"
 
