@@ -11,6 +11,7 @@ complete and consistent.
 
 from __future__ import annotations
 
+from scenarios.adaptive_clip import feature as adaptive_clip
 from scenarios.attacks import feature as attacks
 from scenarios.audit import feature as audit
 from scenarios.baseline import feature as baseline_cli
@@ -27,6 +28,7 @@ from scenarios.zonal import feature as zonal
 FEATURES: tuple[Feature, ...] = (
     standard.FEATURE,
     dp.FEATURE,
+    adaptive_clip.FEATURE,
     dpsgd.FEATURE,
     ifca.FEATURE,
     zonal.FEATURE,

@@ -76,6 +76,7 @@ from fedpriv.privacy.ownership import (
     same,
 )
 from fedpriv.privacy.releases import CLIENT_STATE_DIR, STATE_DIR_KEY
+from scenarios.adaptive_clip import keys as keys_adaptive_clip
 from scenarios.app.task_names import IFCA_TASK, ZONE_NODE_TASK
 from scenarios.attacks import keys as keys_attacks
 from scenarios.audit import keys as keys_audit
@@ -98,6 +99,7 @@ SNAPSHOT = Path(__file__).with_name("node_catalog.json")
 KEY_MODULES = (
     keys_standard,
     keys_dp,
+    keys_adaptive_clip,
     keys_dpsgd,
     keys_ifca,
     keys_zonal,
