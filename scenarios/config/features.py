@@ -17,6 +17,7 @@ from scenarios.audit import feature as audit
 from scenarios.baseline import feature as baseline_cli
 from scenarios.config.feature import Catalog, Feature
 from scenarios.dp import feature as dp
+from scenarios.dp_ftrl import feature as dp_ftrl
 from scenarios.dp_sgd import feature as dpsgd
 from scenarios.faults import feature as faults
 from scenarios.grid import feature as grid_cli
@@ -29,6 +30,7 @@ FEATURES: tuple[Feature, ...] = (
     standard.FEATURE,
     dp.FEATURE,
     adaptive_clip.FEATURE,
+    dp_ftrl.FEATURE,
     dpsgd.FEATURE,
     ifca.FEATURE,
     zonal.FEATURE,

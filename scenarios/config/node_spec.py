@@ -83,6 +83,7 @@ from scenarios.audit import keys as keys_audit
 from scenarios.config.node_roles import client_mode, zonal_level, zone_node_level
 from scenarios.config.schema import AUTO, ConfigError, KeySpec, choice, default_output_dir, resolve
 from scenarios.dp import keys as keys_dp
+from scenarios.dp_ftrl import keys as keys_dp_ftrl
 from scenarios.dp_sgd import keys as keys_dpsgd
 from scenarios.faults import keys as keys_faults
 from scenarios.grid import keys as keys_grid
@@ -100,6 +101,7 @@ KEY_MODULES = (
     keys_standard,
     keys_dp,
     keys_adaptive_clip,
+    keys_dp_ftrl,
     keys_dpsgd,
     keys_ifca,
     keys_zonal,

@@ -24,7 +24,7 @@ __all__ = ["BUILTIN", "KEY", "get", "mode_of", "name_of", "names", "register", "
 KEY = "privacy"  # the run-config key that selects a mode
 NO_MODE = "none"  # the mode of a config that selects none
 IFCA_KIND = "ifca"  # IFCA runs: the mode is chosen by the scenario kind / client task
-BUILTIN = ("none", "global_dp", "metric_dp", "dp_sgd", "zonal", "ifca", "adaptive_clip")
+BUILTIN = ("none", "global_dp", "metric_dp", "dp_sgd", "zonal", "ifca", "adaptive_clip", "dp_ftrl")
 _MODES: dict[str, Mode] = {}
 
 
