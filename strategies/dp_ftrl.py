@@ -58,6 +58,8 @@ class DPFTRL(StrategyWrapper):
     (of the reported ε), ``seed`` (the tree seed; None: 63 bits of OS entropy, secret).
     """
 
+    CHECKPOINT_SKIP = ("in_tree", "sent")  # node ids: process-local; a resume restarts the tree
+
     def __init__(
         self,
         strategy: Any,

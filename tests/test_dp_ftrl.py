@@ -199,3 +199,20 @@ def test_dp_ftrl_runs_end_to_end_on_digits(tmp_path):
     assert "at most once per tree restart" in block["epsilon_condition"]
     assert privacy_plan(run_spec(cfg))["epsilon"] == pytest.approx(expected, rel=1e-9)
     assert outcome.summary["final"]["accuracy"] > 0.6  # 0.911 measured (seed 2)
+
+
+def test_a_checkpoint_holds_no_tree_seed_and_a_restored_tree_restarts():
+    import pickle
+
+    wrapper = DPFTRL(FedAvg(), noise_multiplier=0.9, clipping_norm=1.0, num_sampled_clients=4,
+                     restart_rounds=4, seed=11)  # fmt: skip
+    run_rounds(wrapper, 3, range(100, 104))
+    blob = pickle.dumps(wrapper.ftrl)
+    restored = pickle.loads(blob)
+    assert b"seed" not in blob and restored.seed != 11 and restored.starts_new_tree()
+    wrapper.ftrl = restored
+    run_rounds(wrapper, 1, range(100, 104))
+    assert wrapper.ftrl.steps_per_tree == [3, 1]  # the 3 released leaves stay accounted
+    assert wrapper.round_metrics()["dp-epsilon"] == pytest.approx(
+        tree_epsilon(0.9, [3, 1], 1e-5)["epsilon"], rel=1e-12
+    )

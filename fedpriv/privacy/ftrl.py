@@ -15,7 +15,8 @@ Round t of a tree (t = 1, 2, ... since its last restart), m the expected partici
    (μ = 0: ``θ_t = θ_start + η·S̃_t/m``, FTRL with the quadratic regulariser around θ_start).
 
 Every ``restart_rounds`` rounds the tree restarts (new tree, prefix sums from 0; θ and the
-momentum carry on). Node noise is a pure function of (tree seed, tree, level, index):
+momentum carry on); so does a tree restored from a checkpoint, which never holds the seed.
+Node noise is a pure function of (tree seed, tree, level, index):
 ``numpy.random.default_rng([seed, tree, level, index])``, so each round's noise can be
 recomputed from the seed (the seed is secret: OS entropy unless ``reproducible-noise``).
 
@@ -32,6 +33,7 @@ contributes at most once per restart (the server wrapper enforces it).
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Sequence
 from typing import Any, ClassVar, Optional
 
@@ -133,6 +135,7 @@ class TreeAggregatedFTRL:
         self.momentum = float(check_real("momentum", momentum, lo=0.0, hi=1.0, hi_open=True))
         self.restart_rounds = check_int("restart_rounds", restart_rounds, lo=1)
         self.seed = int(seed)
+        self.restart_pending = False
         self.tree, self.step_in_tree = 0, 0
         self.steps_per_tree: list[int] = []
         self.theta: Optional[NDArrays] = None
@@ -147,6 +150,20 @@ class TreeAggregatedFTRL:
             f"learning_rate={self.learning_rate}, momentum={self.momentum}, "
             f"restart_rounds={self.restart_rounds})"
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A checkpoint's copy: everything but the secret tree seed (its reader could
+        regenerate the noise); the restored tree restarts (:meth:`__setstate__`)."""
+        state = dict(self.__dict__)
+        del state["seed"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restored from a checkpoint: a fresh secret seed and a new tree at the next step
+        (the old tree's nodes cannot be redrawn; the trees so far stay accounted)."""
+        self.__dict__.update(state)
+        self.seed = secrets.randbits(63)
+        self.restart_pending = True
 
     @property
     def node_std(self) -> float:
@@ -167,8 +184,9 @@ class TreeAggregatedFTRL:
         return total
 
     def starts_new_tree(self) -> bool:
-        """True when the next step restarts the tree (the current one has R leaves)."""
-        return self.step_in_tree >= self.restart_rounds
+        """True when the next step restarts the tree (the current one has R leaves, or the
+        state was restored from a checkpoint)."""
+        return self.restart_pending or self.step_in_tree >= self.restart_rounds
 
     def start(self, model: Sequence[np.ndarray]) -> None:
         """θ_0 (float64 copy) and zero state, if not started yet."""
@@ -208,7 +226,7 @@ class TreeAggregatedFTRL:
         if self.starts_new_tree() or not self.steps_per_tree:
             if self.steps_per_tree:
                 self.tree += 1
-            self.step_in_tree = 0
+            self.step_in_tree, self.restart_pending = 0, False
             self.steps_per_tree.append(0)
             self._clean_prefix = [np.zeros_like(a) for a in self.theta]
             self._noisy_prefix = [np.zeros_like(a) for a in self.theta]
