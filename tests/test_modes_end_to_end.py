@@ -27,6 +27,9 @@ RUNS = {  # mode -> the run config of its tiny run
     "metric-dp": {**TINY, "privacy": "metric-dp"},
     "adaptive-clip": {**TINY, "privacy": "adaptive-clip", "clipping-norm": 1.0},
     "dp-ftrl": {**TINY, "privacy": "dp-ftrl", "strategy": "fedavg"},
+    "client-budgets": {**TINY, "privacy": "client-budgets", "strategy": "fedavg",
+                       "clients-per-round": 0, "noise-multiplier": 1.0, "clipping-norm": 1.0,
+                       "client-epsilon-groups": "2,5,10"},  # fmt: skip
     "dp-sgd": {**TINY, "privacy": "dp-sgd", "noise-multiplier": 0.5},
     "zonal": {
         **TINY,
@@ -106,6 +109,9 @@ def test_each_mode_runs_end_to_end(name, tmp_path):
             assert any(isinstance(v, float) and 0 < v < math.inf for v in reported), name
     if name == get("ifca").name:  # GP's IFCA results: tests/test_ifca_simulation.py
         assert summary["rounds_run"] == 3 and summary["stopped"] == "num-server-rounds"
+        return
+    if name == get("client-budgets").name:  # budgets a 4-client model survives are ~1e3
+        assert summary["privacy"]["within_budgets"] is True  # tests/test_client_budgets.py
         return
     assert summary["final"]["accuracy"] > MIN_ACCURACY, (name, summary["final"])
 

@@ -15,6 +15,7 @@ from scenarios.adaptive_clip import feature as adaptive_clip
 from scenarios.attacks import feature as attacks
 from scenarios.audit import feature as audit
 from scenarios.baseline import feature as baseline_cli
+from scenarios.client_budgets import feature as client_budgets
 from scenarios.config.feature import Catalog, Feature
 from scenarios.dp import feature as dp
 from scenarios.dp_ftrl import feature as dp_ftrl
@@ -31,6 +32,7 @@ FEATURES: tuple[Feature, ...] = (
     dp.FEATURE,
     adaptive_clip.FEATURE,
     dp_ftrl.FEATURE,
+    client_budgets.FEATURE,
     dpsgd.FEATURE,
     ifca.FEATURE,
     zonal.FEATURE,

@@ -80,6 +80,7 @@ from scenarios.adaptive_clip import keys as keys_adaptive_clip
 from scenarios.app.task_names import IFCA_TASK, ZONE_NODE_TASK
 from scenarios.attacks import keys as keys_attacks
 from scenarios.audit import keys as keys_audit
+from scenarios.client_budgets import keys as keys_client_budgets
 from scenarios.config.node_roles import client_mode, zonal_level, zone_node_level
 from scenarios.config.schema import AUTO, ConfigError, KeySpec, choice, default_output_dir, resolve
 from scenarios.dp import keys as keys_dp
@@ -102,6 +103,7 @@ KEY_MODULES = (
     keys_dp,
     keys_adaptive_clip,
     keys_dp_ftrl,
+    keys_client_budgets,
     keys_dpsgd,
     keys_ifca,
     keys_zonal,
