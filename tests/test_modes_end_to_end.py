@@ -27,9 +27,15 @@ RUNS = {  # mode -> the run config of its tiny run
     "metric-dp": {**TINY, "privacy": "metric-dp"},
     "adaptive-clip": {**TINY, "privacy": "adaptive-clip", "clipping-norm": 1.0},
     "dp-ftrl": {**TINY, "privacy": "dp-ftrl", "strategy": "fedavg"},
-    "client-budgets": {**TINY, "privacy": "client-budgets", "strategy": "fedavg",
-                       "clients-per-round": 0, "noise-multiplier": 1.0, "clipping-norm": 1.0,
-                       "client-epsilon-groups": "2,5,10"},  # fmt: skip
+    "client-budgets": {
+        **TINY,
+        "privacy": "client-budgets",
+        "strategy": "fedavg",
+        "clients-per-round": 0,
+        "noise-multiplier": 1.0,
+        "clipping-norm": 1.0,
+        "client-epsilon-groups": "2,5,10",
+    },  # fmt: skip
     "dp-sgd": {**TINY, "privacy": "dp-sgd", "noise-multiplier": 0.5},
     "zonal": {
         **TINY,
