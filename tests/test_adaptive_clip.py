@@ -199,6 +199,7 @@ def test_adaptive_clip_runs_end_to_end_on_digits(tmp_path):
         "scenario": "digits", "privacy": "adaptive-clip", "num-clients": 4,
         "clients-per-round": 4, "num-server-rounds": 5, "local-epochs": 1,
         "noise-multiplier": 0.05, "clipping-norm": 1.0, "clipped-count-stddev": 0.5, "seed": 3,
+        "reproducible-noise": True,
     }  # fmt: skip
     cfg, outcome = run_in_process(run_config, tmp_path, 4)
     trained = [r for r in outcome.rounds if r.get("round", 0) > 0]

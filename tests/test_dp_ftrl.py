@@ -183,6 +183,7 @@ def test_dp_ftrl_runs_end_to_end_on_digits(tmp_path):
         "scenario": "digits", "privacy": "dp-ftrl", "strategy": "fedavg", "num-clients": 4,
         "clients-per-round": 2, "num-server-rounds": 6, "local-epochs": 1,
         "noise-multiplier": 0.01, "clipping-norm": 5.0, "server-momentum": 0.5, "seed": 2,
+        "reproducible-noise": True,
     }  # fmt: skip
     cfg, outcome = run_in_process(run_config, tmp_path, 4)
     trained = [r for r in outcome.rounds if r.get("round", 0) > 0]

@@ -20,7 +20,7 @@ from flwr.app import Context, Message, MessageType, RecordDict
 from fedpriv.privacy.modes import get, names
 
 TINY = {"scenario": "digits", "num-clients": 4, "num-server-rounds": 3, "local-epochs": 1,
-        "seed": 1}  # fmt: skip
+        "seed": 1, "reproducible-noise": True}  # fmt: skip
 RUNS = {  # mode -> the run config of its tiny run
     "none": {**TINY, "privacy": "none"},
     "global-dp": {**TINY, "privacy": "global-dp"},
@@ -55,6 +55,7 @@ RUNS = {  # mode -> the run config of its tiny run
     },  # fmt: skip
 }
 MIN_ACCURACY = 0.4  # digits after 3 rounds (IFCA: its clients evaluate only with the opt-in)
+DPSGD_ACCURACY = 0.25  # DP-SGD at z = 0.5 on 3 rounds: 0.38-0.5 measured
 
 
 class InProcessGrid:
@@ -119,7 +120,8 @@ def test_each_mode_runs_end_to_end(name, tmp_path):
     if name == get("client-budgets").name:  # budgets a 4-client model survives are ~1e3
         assert summary["privacy"]["within_budgets"] is True  # tests/test_client_budgets.py
         return
-    assert summary["final"]["accuracy"] > MIN_ACCURACY, (name, summary["final"])
+    band = DPSGD_ACCURACY if name == get("dp-sgd").name else MIN_ACCURACY
+    assert summary["final"]["accuracy"] > band, (name, summary["final"])
 
 
 def _walk(obj):
