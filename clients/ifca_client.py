@@ -19,7 +19,7 @@ Training (message type ``train.ifca``), for user c:
    sanitized parameter vector (as the model's layer list). No sample count, no cluster
    index, no δ, no metrics (GP-extended §4, rules 1–4).
 
-The ledger is the client's own (issue 26, :mod:`clients.releases`): the file
+The ledger is the client's own (:mod:`clients.releases`): the file
 ``ifca-<partition>.json`` in the node's own state directory (``client-state-dir`` of its node
 or run config, else one per run; never a path, tag or round from the message). Every release
 is charged there BEFORE the client trains, persisted atomically, so a restarted client (a new
@@ -253,7 +253,7 @@ def ifca_evaluate(msg: Message, spec: RunSpec, partition: int, eval_split: str) 
     users: choose and measure on all local data) or ``"test"`` (training users: choose on the
     training split, measure on the test split).
 
-    Issue 11 / GP's rule (only the sanitized vector leaves a training user): a training
+    GP's rule (only the sanitized vector leaves a training user): a training
     user (``"test"``) answers only when it opted in with ``unaccounted-metrics = true``
     (:func:`may_report`); otherwise it declines with an empty reply.
     """

@@ -1,4 +1,4 @@
-"""The Flower side of a node's own release counter (:mod:`fedpriv.privacy.releases`, issue 26).
+"""The Flower side of a node's own release counter (:mod:`fedpriv.privacy.releases`).
 
 :func:`node_counter` opens the ledger of a node from its ``Context`` only (its
 ``node_config`` / ``run_config`` and run id, never the message); :func:`sequence_of` names a

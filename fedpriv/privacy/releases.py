@@ -1,4 +1,4 @@
-"""Each noising party counts its own releases (issue 26): a monotonic, persisted counter.
+"""Each noising party counts its own releases: a monotonic, persisted counter.
 
 A client, a zone node or the server that adds privacy noise keeps its own ledger of what it
 released, in a state directory it owns (never one named by a message), and decides itself

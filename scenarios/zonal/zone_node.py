@@ -1,4 +1,4 @@
-"""Client task ``zone-node``: a zone as one Flower SuperNode (issue 21; SPEC §3.5, HDP §III).
+"""Client task ``zone-node``: a zone as one Flower SuperNode (SPEC §3.5, HDP §III).
 
 With ``zonal-runtime = zone-nodes`` the federation has one SuperNode per zone; its
 ``partition-id`` is the zone id. The node holds its clients' partitions (it derives them
@@ -15,7 +15,7 @@ client's step), sums ``Δ(i) = Σ w_k Δ_k / (q·W_i)`` and adds the HDP zone no
 plus counts and the clients' weighted train metrics. ``evaluate``: the zone's listed clients
 (all its members when none is listed) evaluate; the reply carries their example-weighted means.
 
-The zone node counts its own releases (issue 26, :mod:`clients.releases`): its ledger is in its
+The zone node counts its own releases (:mod:`clients.releases`): its ledger is in its
 own state directory (``client-state-dir`` of its node / run config, else one per run), one
 release sequence per run and zone mechanism (level, z, C, σ_i, members, q). A request for a
 round it already released gets the identical cached reply when it is the same request, and
