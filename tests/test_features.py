@@ -98,8 +98,8 @@ def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
     # scenarios.app.quiet sets the worker's log levels (logging and os only);
     # scenarios.config.specs builds the node's typed RunSpec from its resolved config, and
     # scenarios.config.node_roles reads the node's role, zone level and state folder from its own
-    features = ("attacks", "audit", "dp", "dp_sgd", "faults", "grid", "ifca", "speed", "standard",
-                "tracking", "zonal")
+    features = ("adaptive_clip", "attacks", "audit", "client_budgets", "dp", "dp_ftrl", "dp_sgd",
+                "faults", "grid", "ifca", "speed", "standard", "tracking", "zonal")
     expected = {"scenarios", "scenarios.app", "scenarios.config", "scenarios.app.client_app",
                 "scenarios.app.client_tasks", "scenarios.app.federation", "scenarios.app.quiet",
                 "scenarios.app.task_names", "scenarios.app.wire_config",

@@ -49,6 +49,10 @@ WEAKER = {
         "dp-delta": 0.5, "zonal-runtime": "in-server", **OPT_INS, "client-task": "zonal",
         "zonal-level": "hdp",
     },
+    "client-budgets": {
+        "privacy": "none", "noise-multiplier": 0.0, "dp-delta": 0.5, "client-epsilon": 1e3,
+        "client-epsilon-groups": "1000", **OPT_INS, "client-task": "standard",
+    },
     "ifca": {
         "ifca-noise-multiplier": 0.0, "leakage-budget": 0.0, "num-clients": 121,
         "validation-clients": 0, **OPT_INS, "client-task": "standard", "ifca-eval-split": "all",

@@ -31,6 +31,7 @@ from fedpriv.privacy.releases import Ticket
 from fedpriv.spec import RunSpec
 from fedpriv.zonal import ldp_client_update
 from scenarios.app.task_names import (  # noqa: F401  (re-exported: the names tasks are known by)
+    CLIENT_BUDGETS_TASK,
     DPSGD_STATE_KEY,
     DPSGD_TASK,
     EPSILON_KEY,
@@ -239,6 +240,48 @@ def ifca_evaluate_handler(msg: Message, call: NodeCall, context: Context) -> Mes
     return ifca_client.evaluate_handler(msg, call.spec, context, eval_split=split)
 
 
+BUDGET_STATE_KEY = "client-budget-releases"  # the node's own release count (context.state)
+
+
+def train_client_budgets(
+    msg: Message, cfg: dict[str, Any], partition: int, context: Context | None = None
+) -> RecordDict:
+    """Client task ``client-budgets``: the client checks its own ε before it releases.
+
+    It recomputes its rate q_i from its own budget (``client-epsilon`` or its group's; the
+    node's own values: a message changing them or the rounds is refused by
+    :mod:`fedpriv.privacy.ownership`), refuses a message that says it was sampled at a higher
+    rate, and declines once ε of ``PoissonSampled(q_i, Gaussian(z))`` after this round (the
+    larger of the server's round and its own release count + 1) would pass its budget.
+    """
+    from clients.releases import ReleaseRefused
+    from fedpriv.privacy.client_budgets import budget_of, client_epsilon, sampling_rate_for
+    from fedpriv.privacy.modes.client_budgets import RATE_KEY
+
+    spec = run_spec(cfg)
+    p = spec.params
+    budget = budget_of(p.groups, partition, p.own_budget)
+    own_q = sampling_rate_for(budget, p.noise_multiplier, spec.rounds, p.delta)
+    asked = float(cfg.get(RATE_KEY, own_q))
+    if asked > own_q * (1 + 1e-9):
+        raise ReleaseRefused(
+            f"{RATE_KEY} = {asked!r} is not allowed; expected <= {own_q:.6g}, this client's "
+            f"own rate for its budget {budget:g}"
+        )
+    state = context.state if context is not None else RecordDict()
+    done = int(state[BUDGET_STATE_KEY]["releases"]) if BUDGET_STATE_KEY in state else 0
+    after = max(server_round(cfg), done + 1)
+    epsilon = client_epsilon(own_q, p.noise_multiplier, after, p.delta)
+    if epsilon > budget:
+        raise ReleaseRefused(
+            f"client-epsilon: {epsilon:.4g} after round {after} would pass this client's "
+            f"budget {budget:g}; it declines"
+        )
+    content = train_standard(msg, cfg, partition)
+    state[BUDGET_STATE_KEY] = MetricRecord({"releases": done + 1})
+    return content
+
+
 # The client-side list: task name -> implementation (the features name the same tasks).
 TASKS: Mapping[str, Task] = {
     "standard": train_standard,
@@ -246,11 +289,14 @@ TASKS: Mapping[str, Task] = {
     ZONAL_TASK: train_zonal,
     ZONE_NODE_TASK: train_zone,
     IFCA_TASK: train_ifca,
+    CLIENT_BUDGETS_TASK: train_client_budgets,
 }
 
 # Tasks that also take the node's ``Context`` (``task(msg, call, partition, context)``): they
 # keep their own release ledger (:mod:`clients.releases`).
-STATEFUL_TASKS: frozenset[str] = frozenset({DPSGD_TASK, ZONE_NODE_TASK, IFCA_TASK})
+STATEFUL_TASKS: frozenset[str] = frozenset(
+    {DPSGD_TASK, ZONE_NODE_TASK, IFCA_TASK, CLIENT_BUDGETS_TASK}
+)
 
 # Message handlers of custom message types: (``train`` | ``evaluate``, action, handler);
 # ``handler(msg, call, context)`` gets the node's call of the message

@@ -11,11 +11,14 @@ complete and consistent.
 
 from __future__ import annotations
 
+from scenarios.adaptive_clip import feature as adaptive_clip
 from scenarios.attacks import feature as attacks
 from scenarios.audit import feature as audit
 from scenarios.baseline import feature as baseline_cli
+from scenarios.client_budgets import feature as client_budgets
 from scenarios.config.feature import Catalog, Feature
 from scenarios.dp import feature as dp
+from scenarios.dp_ftrl import feature as dp_ftrl
 from scenarios.dp_sgd import feature as dpsgd
 from scenarios.faults import feature as faults
 from scenarios.grid import feature as grid_cli
@@ -28,6 +31,9 @@ from scenarios.zonal import feature as zonal
 FEATURES: tuple[Feature, ...] = (
     standard.FEATURE,
     dp.FEATURE,
+    adaptive_clip.FEATURE,
+    dp_ftrl.FEATURE,
+    client_budgets.FEATURE,
     dpsgd.FEATURE,
     ifca.FEATURE,
     zonal.FEATURE,

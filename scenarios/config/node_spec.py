@@ -75,12 +75,15 @@ from fedpriv.privacy.ownership import (
     same,
 )
 from fedpriv.privacy.releases import CLIENT_STATE_DIR, STATE_DIR_KEY
+from scenarios.adaptive_clip import keys as keys_adaptive_clip
 from scenarios.app.task_names import IFCA_TASK, ZONE_NODE_TASK
 from scenarios.attacks import keys as keys_attacks
 from scenarios.audit import keys as keys_audit
+from scenarios.client_budgets import keys as keys_client_budgets
 from scenarios.config.node_roles import client_mode, zonal_level, zone_node_level
 from scenarios.config.schema import AUTO, ConfigError, KeySpec, choice, default_output_dir, resolve
 from scenarios.dp import keys as keys_dp
+from scenarios.dp_ftrl import keys as keys_dp_ftrl
 from scenarios.dp_sgd import keys as keys_dpsgd
 from scenarios.faults import keys as keys_faults
 from scenarios.grid import keys as keys_grid
@@ -98,6 +101,9 @@ SNAPSHOT = Path(__file__).with_name("node_catalog.json")
 KEY_MODULES = (
     keys_standard,
     keys_dp,
+    keys_adaptive_clip,
+    keys_dp_ftrl,
+    keys_client_budgets,
     keys_dpsgd,
     keys_ifca,
     keys_zonal,

@@ -24,7 +24,10 @@ __all__ = ["BUILTIN", "KEY", "get", "mode_of", "name_of", "names", "register", "
 KEY = "privacy"  # the run-config key that selects a mode
 NO_MODE = "none"  # the mode of a config that selects none
 IFCA_KIND = "ifca"  # IFCA runs: the mode is chosen by the scenario kind / client task
-BUILTIN = ("none", "global_dp", "metric_dp", "dp_sgd", "zonal", "ifca")
+BUILTIN = (
+    "none", "global_dp", "metric_dp", "dp_sgd", "zonal", "ifca",
+    "adaptive_clip", "dp_ftrl", "client_budgets",
+)  # fmt: skip
 _MODES: dict[str, Mode] = {}
 
 

@@ -1,0 +1,250 @@
+"""DP-FTRL: tree-aggregated noise on the sum of clipped updates, no sampling assumed.
+
+Kairouz, McMahan, Song, Thakkar, Thakurta, Xu (2021), "Practical and Private (Deep)
+Learning without Sampling or Shuffling" (ICML), Algorithm 1 and §4 (momentum, restarts).
+Flower-free, numpy only.
+
+Round t of a tree (t = 1, 2, ... since its last restart), m the expected participants:
+
+1. each participant's update is clipped to C (FlatClip): ``s_t = Σ_i clip(Δ_i, C)``;
+2. the online binary tree releases the noisy prefix sum ``S̃_t = Σ_{τ<=t} s_τ + N_t``, where
+   ``N_t`` is the sum of the node noises ``n(ℓ, k) ~ N(0, (z·C)² I)`` of the dyadic blocks
+   ``[k·2^ℓ + 1, (k+1)·2^ℓ]`` that tile ``[1, t]`` (:func:`tree_nodes`, one per set bit of t);
+3. the FTRL step with heavy-ball momentum as post-processing of those releases:
+   ``g̃_t = (S̃_t − S̃_{t−1})/m``, ``v_t = μ·v_{t−1} + g̃_t``, ``θ_t = θ_{t−1} + η·v_t``
+   (μ = 0: ``θ_t = θ_start + η·S̃_t/m``, FTRL with the quadratic regulariser around θ_start).
+
+Every ``restart_rounds`` rounds the tree restarts (new tree, prefix sums from 0; θ and the
+momentum carry on); so does a tree restored from a checkpoint, which never holds the seed.
+Node noise is a pure function of (tree seed, tree, level, index):
+``numpy.random.default_rng([seed, tree, level, index])``, so each round's noise can be
+recomputed from the seed (the seed is secret: OS entropy unless ``reproducible-noise``).
+
+Privacy (Kairouz et al. Thm 4.1, appendix D; dp_accounting's
+``SingleEpochTreeAggregationDpEvent``): one client's contribution of norm <= C to one leaf
+enters ``⌈log2(T+1)⌉`` nodes of a tree of T leaves, each noised with std z·C, under the
+replace-with-zero ("replace-special") relation. With at most one contribution per client per
+tree, the trees compose: ``ComposedDpEvent`` of one event per tree (:func:`ftrl_event`),
+accounted by dp_accounting's RDP accountant (:func:`tree_epsilon`). No amplification by
+sampling is assumed, so the bound holds for ANY participation pattern in which a client
+contributes at most once per restart (the server wrapper enforces it).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Sequence
+from typing import Any, ClassVar, Optional
+
+import numpy as np
+
+from fedpriv.privacy.mechanisms import clip_update, flat_norm
+from fedpriv.privacy.protocol import Metrics, noise_norm
+from fedpriv.validation import check_int, check_real
+
+__all__ = [
+    "PARTICIPATION_CONDITION",
+    "TreeAggregatedFTRL",
+    "ftrl_event",
+    "tree_epsilon",
+    "tree_nodes",
+]
+
+NDArrays = list[np.ndarray]
+PARTICIPATION_CONDITION = (
+    "no amplification by sampling assumed: holds for any participation pattern in which a "
+    "client contributes at most once per tree restart (the server enforces it)"
+)
+ADJACENCY = "replace-special (one client's contributions replaced by zero)"
+ACCOUNTANT = "dp_accounting RdpAccountant, SingleEpochTreeAggregationDpEvent per tree (composed)"
+
+
+def tree_nodes(t: int) -> list[tuple[int, int]]:
+    """The (level, index) nodes whose blocks ``[k·2^ℓ + 1, (k+1)·2^ℓ]`` tile ``[1, t]``:
+    one per set bit of t, highest level first (the online tree's prefix sum)."""
+    t = check_int("t", t, lo=1)
+    out, start = [], 0
+    for level in range(t.bit_length() - 1, -1, -1):
+        if t & (1 << level):
+            out.append((level, start >> level))
+            start += 1 << level
+    return out
+
+
+def ftrl_event(noise_multiplier: float, steps_per_tree: Sequence[int]):
+    """``ComposedDpEvent`` of one ``SingleEpochTreeAggregationDpEvent(z, steps)`` per tree
+    (a client at most once per tree; trees compose)."""
+    import dp_accounting
+
+    trees = [int(s) for s in steps_per_tree if int(s) > 0]
+    return dp_accounting.ComposedDpEvent(
+        [dp_accounting.SingleEpochTreeAggregationDpEvent(noise_multiplier, s) for s in trees]
+    )
+
+
+def tree_epsilon(noise_multiplier: float, steps_per_tree: Sequence[int], delta: float) -> dict:
+    """ε at δ of the trees released so far (:func:`ftrl_event`), by dp_accounting's RDP
+    accountant under the replace-special relation; with its labels and condition."""
+    import dp_accounting
+
+    z = check_real("noise_multiplier", noise_multiplier, lo=0.0)
+    steps = [int(s) for s in steps_per_tree if int(s) > 0]
+    epsilon = 0.0
+    if steps:
+        if z == 0:
+            epsilon = math.inf
+        else:
+            accountant = dp_accounting.rdp.RdpAccountant(
+                neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+            )
+            epsilon = float(accountant.compose(ftrl_event(z, steps)).get_epsilon(delta))
+    return {
+        "epsilon": epsilon, "delta": delta, "rounds": sum(steps), "trees": len(steps),
+        "accountant": ACCOUNTANT, "adjacency": ADJACENCY, "sampling": PARTICIPATION_CONDITION,
+    }  # fmt: skip
+
+
+class TreeAggregatedFTRL:
+    """The DP-FTRL server state and step (module docstring).
+
+    ``noise_multiplier`` z >= 0 (node std z·C), ``clipping_norm`` C > 0,
+    ``num_sampled_clients`` m >= 1 (the FTRL step's denominator), ``learning_rate`` η > 0,
+    ``momentum`` μ in [0, 1), ``restart_rounds`` R >= 1, ``seed`` the tree seed (an int;
+    secret unless the run opts in to reproducible noise). The protocol's ``constrain`` is
+    FlatClip; ``add_noise`` adds the current step's prefix noise; ``event`` the trees so far.
+    """
+
+    accountable: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        noise_multiplier: float,
+        clipping_norm: float,
+        num_sampled_clients: int,
+        learning_rate: float = 1.0,
+        momentum: float = 0.0,
+        restart_rounds: int = 1,
+        seed: int,
+    ) -> None:
+        self.noise_multiplier = float(check_real("noise_multiplier", noise_multiplier, lo=0.0))
+        self.clipping_norm = float(check_real("clipping_norm", clipping_norm, lo=0, lo_open=True))
+        self.num_sampled_clients = check_int("num_sampled_clients", num_sampled_clients, lo=1)
+        self.learning_rate = float(check_real("learning_rate", learning_rate, lo=0, lo_open=True))
+        self.momentum = float(check_real("momentum", momentum, lo=0.0, hi=1.0, hi_open=True))
+        self.restart_rounds = check_int("restart_rounds", restart_rounds, lo=1)
+        self.seed = int(seed)
+        self.restart_pending = False
+        self.tree, self.step_in_tree = 0, 0
+        self.steps_per_tree: list[int] = []
+        self.theta: Optional[NDArrays] = None
+        self._clean_prefix: NDArrays = []
+        self._noisy_prefix: NDArrays = []
+        self._velocity: NDArrays = []
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(noise_multiplier={self.noise_multiplier}, clipping_norm="
+            f"{self.clipping_norm}, num_sampled_clients={self.num_sampled_clients}, "
+            f"learning_rate={self.learning_rate}, momentum={self.momentum}, "
+            f"restart_rounds={self.restart_rounds})"
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A checkpoint's copy: everything but the secret tree seed (its reader could
+        regenerate the noise); the restored tree restarts (:meth:`__setstate__`)."""
+        state = dict(self.__dict__)
+        del state["seed"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restored from a checkpoint: a fresh secret seed and a new tree at the next step
+        (the old tree's nodes cannot be redrawn; the trees so far stay accounted)."""
+        self.__dict__.update(state)
+        self.seed = secrets.randbits(63)
+        self.restart_pending = True
+
+    @property
+    def node_std(self) -> float:
+        """z·C: the std of every tree node's noise (on the sum)."""
+        return self.noise_multiplier * self.clipping_norm
+
+    def node_noise(self, tree: int, level: int, index: int, shapes) -> NDArrays:
+        """Node (level, index) of tree ``tree``: ``N(0, (z·C)²)`` per element, float64."""
+        rng = np.random.default_rng([self.seed, tree, level, index])
+        return [rng.normal(0.0, self.node_std, size=shape) for shape in shapes]
+
+    def prefix_noise(self, tree: int, t: int, shapes) -> NDArrays:
+        """``N_t``: the sum of the noises of :func:`tree_nodes` (t) in tree ``tree``."""
+        total = [np.zeros(shape, np.float64) for shape in shapes]
+        for level, index in tree_nodes(t):
+            for acc, layer in zip(total, self.node_noise(tree, level, index, shapes)):
+                acc += layer
+        return total
+
+    def starts_new_tree(self) -> bool:
+        """True when the next step restarts the tree (the current one has R leaves, or the
+        state was restored from a checkpoint)."""
+        return self.restart_pending or self.step_in_tree >= self.restart_rounds
+
+    def start(self, model: Sequence[np.ndarray]) -> None:
+        """θ_0 (float64 copy) and zero state, if not started yet."""
+        if self.theta is None:
+            self.theta = [np.asarray(a, np.float64).copy() for a in model]
+            self._velocity = [np.zeros_like(a) for a in self.theta]
+
+    def constrain(self, update, reference=None) -> tuple[NDArrays, Metrics]:
+        """FlatClip ``Δ·min(1, C/‖Δ‖)`` (``reference``: Δ = update − reference)."""
+        if reference is not None:
+            update = [np.subtract(u, r, dtype=np.float64) for u, r in zip(update, reference)]
+        norm = flat_norm(update)
+        out, was = clip_update(update, self.clipping_norm)
+        return [np.asarray(a, np.float64) for a in out], {"update_norm": norm, "clipped": was}
+
+    def add_noise(self, aggregate, *, denominator: float = 1.0, rng=None, cohort=None):
+        """``aggregate`` + the next step's prefix noise / ``denominator`` (no state change;
+        the protocol's view of one release)."""
+        del rng, cohort
+        tree, t = self.tree, self.step_in_tree + 1
+        if self.starts_new_tree():
+            tree, t = tree + 1, 1
+        shapes = [np.shape(a) for a in aggregate]
+        noise = self.prefix_noise(tree, t, shapes)
+        out = [np.asarray(a, np.float64) + n / denominator for a, n in zip(aggregate, noise)]
+        return out, {"sigma": self.node_std / denominator, "noise_norm": noise_norm(out, aggregate)}
+
+    def event(self, **kwargs: Any):
+        """The trees released so far (sampling arguments ignored: no amplification)."""
+        del kwargs
+        return ftrl_event(self.noise_multiplier, self.steps_per_tree)
+
+    def step(self, clipped_sum: Sequence[np.ndarray]) -> tuple[NDArrays, Metrics]:
+        """One release: θ_t from the clipped sum s_t (module docstring, steps 2–3)."""
+        if self.theta is None:
+            raise ValueError("TreeAggregatedFTRL.step before start(model)")
+        if self.starts_new_tree() or not self.steps_per_tree:
+            if self.steps_per_tree:
+                self.tree += 1
+            self.step_in_tree, self.restart_pending = 0, False
+            self.steps_per_tree.append(0)
+            self._clean_prefix = [np.zeros_like(a) for a in self.theta]
+            self._noisy_prefix = [np.zeros_like(a) for a in self.theta]
+        self.step_in_tree += 1
+        self.steps_per_tree[-1] = self.step_in_tree
+        shapes = [a.shape for a in self.theta]
+        noise = self.prefix_noise(self.tree, self.step_in_tree, shapes)
+        m, lr, mu = self.num_sampled_clients, self.learning_rate, self.momentum
+        metrics: Metrics = {"tree": self.tree, "tree_step": self.step_in_tree}
+        increment_noise = 0.0
+        for i, s in enumerate(clipped_sum):
+            self._clean_prefix[i] += np.asarray(s, np.float64)
+            noisy = self._clean_prefix[i] + noise[i]
+            g = (noisy - self._noisy_prefix[i]) / m
+            increment_noise += float(np.sum((g - np.asarray(s, np.float64) / m) ** 2))
+            self._noisy_prefix[i] = noisy
+            self._velocity[i] = mu * self._velocity[i] + g
+            self.theta[i] = self.theta[i] + lr * self._velocity[i]
+        metrics["noise_norm"] = math.sqrt(increment_noise)  # ‖g̃_t − s_t/m‖
+        metrics["prefix_noise_norm"] = flat_norm(noise) / m
+        return [a.copy() for a in self.theta], metrics

@@ -1,0 +1,108 @@
+"""``privacy = dp-ftrl``: tree-aggregated noise and the FTRL step, no sampling assumed.
+
+Kairouz et al. (2021), DP-FTRL with momentum and restarts (:mod:`fedpriv.privacy.ftrl`): the
+server clips each update to C, adds the online binary tree's noise (std z·C per node) to the
+prefix sums of the clipped sums and steps from the noisy prefix sums with heavy-ball
+momentum; the tree restarts every ``ftrl-restart-rounds`` rounds (auto: an epoch of rounds,
+``num-clients // clients-per-round``). ε from dp_accounting's tree-aggregation events with
+NO amplification: it holds for any participation in which a client contributes at most once
+per restart, which the server enforces (a client already in the tree is not asked again
+before the restart). A trusted server, as in global DP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fedpriv.privacy.modes.base import PUBLIC, Mode
+from fedpriv.spec import RunSpec
+from fedpriv.spec import key as config_key
+
+UNACCOUNTED = (
+    "train-loss: un-noised training loss of each client (aggregated into rounds.jsonl)",
+    "distributed evaluation metrics on each client's test split",
+)
+AUTO_RESTART = 0  # ftrl-restart-rounds = 0: an epoch of rounds, num-clients // clients-per-round
+
+
+@dataclass(frozen=True)
+class DPFTRLParams:
+    """z (node noise / C), C, δ, the server's learning rate and momentum, the restart."""
+
+    noise_multiplier: float = config_key("noise-multiplier", mode_default=0.01)
+    clipping_norm: float = config_key("clipping-norm", mode_default=5.0)
+    delta: float = config_key("dp-delta")
+    learning_rate: float = config_key("server-learning-rate")
+    momentum: float = config_key("server-momentum")
+    restart_rounds: int = config_key("ftrl-restart-rounds")
+
+
+def restart_rounds(spec: RunSpec) -> int:
+    """R: the configured restart, or an epoch of rounds (N // m, at least 1) when 0."""
+    value = int(spec.params.restart_rounds)
+    if value != AUTO_RESTART:
+        return value
+    part = spec.participation
+    return max(1, part.population // max(1, part.per_round))
+
+
+def steps_per_tree(rounds: int, restart: int) -> list[int]:
+    """The leaves of each tree of a ``rounds``-round run restarted every ``restart`` rounds."""
+    full, rest = divmod(int(rounds), int(restart))
+    return [restart] * full + ([rest] if rest else [])
+
+
+def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict[str, Any]:
+    """ε of the run's trees (dp_accounting, no amplification), with its condition."""
+    from fedpriv.privacy.ftrl import PARTICIPATION_CONDITION, tree_epsilon
+
+    del examples_per_client
+    params: DPFTRLParams = spec.params
+    restart = restart_rounds(spec)
+    report = tree_epsilon(
+        params.noise_multiplier, steps_per_tree(spec.rounds, restart), params.delta
+    )
+    return {
+        "mode": MODE.name, **report, "noise_multiplier": params.noise_multiplier,
+        "restart_rounds": restart, "epsilon_condition": PARTICIPATION_CONDITION,
+        "notes": [
+            "DP-FTRL (Kairouz et al. 2021): tree-aggregated Gaussian noise, std z*C per node, "
+            f"restart every {restart} rounds; epsilon {PARTICIPATION_CONDITION}",
+        ],
+    }  # fmt: skip
+
+
+def epsilon_of_z(spec: RunSpec, examples: int | None = None):
+    """ε(z) of the run's trees."""
+    from fedpriv.privacy.ftrl import tree_epsilon
+
+    del examples
+    steps = steps_per_tree(spec.rounds, restart_rounds(spec))
+    return lambda z: float(tree_epsilon(z, steps, spec.params.delta)["epsilon"])
+
+
+MODE = Mode(
+    name="dp-ftrl",
+    params=DPFTRLParams,
+    threat_model={
+        "server": "trusted to clip, add the tree's noise, keep its tree seed secret and ask "
+        "each client at most once per tree; it sees every client's un-noised update.",
+        "clients and observers": "see only the released models: client-level "
+        "(epsilon, delta)-DP with no sampling assumption.",
+    },
+    epsilon_against={
+        "server": "none (trusted)",
+        "clients and observers": "client-level (epsilon, delta) of the released models, "
+        "for any participation with at most one contribution per client per restart",
+    },
+    plan=plan,
+    disclosure={"train": PUBLIC, "evaluate": PUBLIC},
+    unaccounted=UNACCOUNTED,
+    report_label="DP-FTRL",
+    noise_field="noise_multiplier",
+    epsilon_of_z=epsilon_of_z,
+    against="clients and observers of the model, any participation pattern (server trusted)",
+    server_noise=True,
+    audit=None,
+)

@@ -1,0 +1,107 @@
+"""Feature ``dp_ftrl``: privacy mode ``dp-ftrl`` (Kairouz et al. 2021).
+
+Declares the mode's server wrapper (:class:`strategies.dp_ftrl.DPFTRL` around FedAvg or
+FedProx; tree seed secret unless ``reproducible-noise``), its config check (a mean strategy,
+no Poisson sampling, no ``max-epsilon``) and its summary.json ``privacy`` block (ε of the
+trees with its participation condition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from fedpriv import seeds
+from fedpriv.privacy.disclosure import unaccounted_channels
+from fedpriv.privacy.modes import dp_ftrl, mode_of
+from fedpriv.reporting.records import PrivacyFigures, mean_of
+from scenarios.app.privacy_modes import declare
+from scenarios.config.feature import Catalog, Feature
+from scenarios.config.schema import ConfigError
+from scenarios.config.specs import run_spec
+from scenarios.dp_ftrl.keys import KEYS
+
+MODE = dp_ftrl.MODE
+STRATEGIES = ("fedavg", "fedprox")  # DP-FTRL replaces the server's aggregation and optimizer
+
+
+def build_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
+    """:class:`strategies.dp_ftrl.DPFTRL` around ``strategy`` (``rng`` is not used: the tree
+    seed is OS entropy, or the ``dp-noise`` stream with ``reproducible-noise``)."""
+    from strategies.dp_ftrl import DPFTRL
+
+    del rng
+    spec = run_spec(cfg)
+    params = spec.params
+    seed = None
+    if spec.reproducible_noise:
+        stream = seeds.privacy_stream(int(cfg["seed"]), "dp-noise", reproducible=True)
+        seed = int(stream.integers(2**63 - 1))
+    return DPFTRL(
+        strategy,
+        noise_multiplier=params.noise_multiplier,
+        clipping_norm=params.clipping_norm,
+        num_sampled_clients=spec.participation.noise_clients,
+        learning_rate=params.learning_rate,
+        momentum=params.momentum,
+        restart_rounds=dp_ftrl.restart_rounds(spec),
+        delta=params.delta,
+        seed=seed,
+    )
+
+
+def check_dp_ftrl(cfg: Mapping[str, Any], catalog: Catalog) -> None:
+    """A FedAvg/FedProx run with fixed sampling (one line otherwise)."""
+    del catalog
+    if mode_of(cfg) is not MODE:
+        return
+    if cfg["strategy"] not in STRATEGIES:
+        raise ConfigError(
+            "strategy", cfg["strategy"], f"{' | '.join(STRATEGIES)} with privacy = {MODE.name} "
+            "(DP-FTRL replaces the server's aggregation and optimizer)",
+        )  # fmt: skip
+
+
+def summary_block(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
+    """summary.json ``privacy``: ε of the trees released (recomputed), its condition."""
+    from fedpriv.privacy.ftrl import tree_epsilon
+
+    if mode_of(cfg) is not MODE:
+        return {}
+    spec = run_spec(cfg)
+    params = spec.params
+    trained = [r for r in rounds if r.get("round", 0) > 0 and r.get("dp-noised")]
+    steps: dict[int, int] = {}
+    for r in trained:
+        steps[int(r["dp-tree"])] = max(steps.get(int(r["dp-tree"]), 0), int(r["dp-tree-step"]))
+    report = tree_epsilon(params.noise_multiplier, [steps[k] for k in sorted(steps)], params.delta)
+    block = {
+        "mode": MODE.name, "noise_multiplier": params.noise_multiplier,
+        "clipping_norm": params.clipping_norm, "learning_rate": params.learning_rate,
+        "momentum": params.momentum, "restart_rounds": dp_ftrl.restart_rounds(spec),
+        "num_sampled_clients": spec.participation.noise_clients, "delta": params.delta,
+        "sigma_per_round": [r.get("dp-sigma") for r in trained], "noised_rounds": len(trained),
+        "repeat_excluded_per_round": [r.get("dp-repeat-excluded") for r in trained],
+        "formula": "theta_t = theta_{t-1} + lr*v_t, v_t = mu*v_{t-1} + (S~_t - S~_{t-1})/m",
+        "guarantee": "(epsilon, delta)-DP, client level, no amplification by sampling",
+        "epsilon": report, "epsilon_condition": report["sampling"],
+        "unaccounted": unaccounted_channels(MODE.name, opted_in=spec.unaccounted_metrics),
+    }  # fmt: skip
+    figures = PrivacyFigures(
+        mode=MODE.name, bound=f"{report['adjacency']}; {report['sampling']}",
+        noise_multiplier=params.noise_multiplier, sigma_mean=mean_of(block["sigma_per_round"]),
+        epsilon=report["epsilon"], epsilon_rdp=report["epsilon"], delta=params.delta,
+    )  # fmt: skip
+    return {MODE.summary_key: block, PrivacyFigures.KEY: figures.to_json()}
+
+
+FEATURE = Feature(
+    name="dp_ftrl",
+    description="DP-FTRL (Kairouz et al. 2021): tree-aggregated noise, no sampling assumed.",
+    keys=KEYS,
+    privacy_modes=(declare(MODE, build_wrapper),),
+    summary=summary_block,
+    checks=(check_dp_ftrl,),
+)

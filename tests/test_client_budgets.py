@@ -1,0 +1,115 @@
+"""Per-client budgets (``privacy = client-budgets``; individualized DP-FedAvg), in process.
+
+* each budget's rate q_i is the largest whose ε after the run meets it (dp_accounting);
+* a run with budgets 1, 3 and 10: every client's final ε is within its own budget by an
+  independent accountant over the rounds it was exposed to, and summary.json and the console
+  show the per-client ε and their distribution;
+* a message that raises a client's sampling rate, changes its budget or goes past it is
+  refused by the client.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import dp_accounting
+import pytest
+from flwr.app import ConfigRecord, Message
+
+from fedpriv.privacy.client_budgets import client_epsilon, sampling_rate_for
+from fedpriv.privacy.modes.client_budgets import RATE_KEY
+from tests.test_modes_end_to_end import InProcessGrid
+
+Z, ROUNDS, DELTA = 1.0, 4, 1e-5
+BUDGETS = (1.0, 3.0, 10.0)
+
+
+def independent_epsilon(q: float, rounds: int) -> float:
+    """dp_accounting's PLD at its default (finer) discretization."""
+    event = dp_accounting.GaussianDpEvent(Z)
+    if q < 1:
+        event = dp_accounting.PoissonSampledDpEvent(q, event)
+    return dp_accounting.pld.PLDAccountant().compose(event, rounds).get_epsilon(DELTA)
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_each_rate_is_the_largest_that_meets_its_budget(budget):
+    q = sampling_rate_for(budget, Z, ROUNDS, DELTA)
+    assert 0 < q <= 1
+    assert independent_epsilon(q, ROUNDS) <= budget
+    if q < 1:
+        assert client_epsilon(min(1.0, q * 1.01), Z, ROUNDS, DELTA) > budget
+
+
+class RecordingGrid(InProcessGrid):
+    """Keeps the last train message each node received."""
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        self.last = getattr(self, "last", {})
+        for msg in messages:
+            if str(msg.metadata.message_type).startswith("train"):
+                self.last[msg.metadata.dst_node_id] = msg
+        return super().send_and_receive(messages, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def budget_run(tmp_path_factory):
+    from scenarios.config.features import CATALOG
+
+    out = tmp_path_factory.mktemp("budgets")
+    run_config = {
+        "scenario": "digits", "privacy": "client-budgets", "strategy": "fedavg",
+        "num-clients": 6, "clients-per-round": 0, "num-server-rounds": ROUNDS,
+        "local-epochs": 1, "noise-multiplier": Z, "clipping-norm": 1.0, "seed": 4,
+        "client-epsilon-groups": ",".join(str(b) for b in BUDGETS), "output-dir": str(out),
+    }  # fmt: skip
+    cfg = CATALOG.resolve_run_config(run_config)
+    grid = RecordingGrid(run_config, 6)
+    CATALOG.runners[CATALOG.kind(cfg)](grid, cfg, CATALOG)
+    return grid, json.loads((out / "summary.json").read_text())
+
+
+def test_every_clients_final_epsilon_is_within_its_budget(budget_run):
+    from fedpriv.reporting.console import privacy_statement
+
+    _, summary = budget_run
+    block = summary["privacy"]
+    assert block["mode"] == "client-budgets" and block["noised_rounds"] == ROUNDS
+    assert block["within_budgets"] is True
+    for partition, client in block["epsilon_per_client"].items():
+        budget = BUDGETS[int(partition) % 3]
+        q = sampling_rate_for(budget, Z, ROUNDS, DELTA)
+        assert client["budget"] == budget and client["sampling_rate"] == pytest.approx(q)
+        # every round exposes every client (Poisson): its ε over the ROUNDS rounds run
+        assert client["epsilon"] == pytest.approx(independent_epsilon(q, ROUNDS), rel=0.01)
+        assert independent_epsilon(q, ROUNDS) <= budget
+    distribution = block["epsilon_distribution"]
+    assert sorted(float(b) for b in distribution) == list(BUDGETS)
+    assert all(d["clients"] == 2 and d["max"] <= float(b) for b, d in distribution.items())
+    text = privacy_statement(summary)
+    assert text.startswith("client-budgets: (ε = ") and "budget 1.0: ε" in text
+
+
+def _resend(grid, node: int, **changes):
+    """A train message the server sent (the last one recorded), with ``changes`` in its
+    config, sent to ``node`` and answered by it."""
+    sent = grid.last[max(grid.last)]
+    content = copy.deepcopy(sent.content)
+    content["config"] = ConfigRecord({**dict(content["config"]), **changes})
+    msg = Message(content=content, dst_node_id=node, message_type=sent.metadata.message_type)
+    return grid.send_and_receive([msg])[0]
+
+
+def test_a_message_raising_a_rate_or_a_budget_or_passing_it_is_refused(budget_run):
+    grid, _ = budget_run
+    node = next(n for n, p in grid.nodes.items() if p % 3 == 0)  # budget 1
+    own = sampling_rate_for(1.0, Z, ROUNDS, DELTA)
+    reply = _resend(grid, node, **{RATE_KEY: min(1.0, own * 2)})
+    assert reply.has_error() and f"{RATE_KEY} = " in reply.error.reason
+    assert "\n" not in reply.error.reason
+    reply = _resend(grid, node, **{"client-epsilon-groups": "10,10,10", RATE_KEY: own})
+    assert reply.has_error() and "client-epsilon-groups" in reply.error.reason
+    reply = _resend(grid, node, **{"server-round": 60, RATE_KEY: own})
+    assert reply.has_error() and "would pass this client's budget 1" in reply.error.reason
