@@ -178,15 +178,16 @@ def run_in_process(run_config: dict, tmp_path, num_clients: int):
     from scenarios.app.engine import train_run
     from scenarios.app.federation import PartitionGrid
     from scenarios.config.features import CATALOG
-    from scenarios.config.specs import data_spec
+    from scenarios.config.specs import server_run
     from tests.test_new_mode import InProcessGrid
 
     run_config = {**run_config, "output-dir": str(tmp_path / "run")}
     cfg = CATALOG.resolve_run_config(run_config)
+    run = server_run(cfg, CATALOG.kind(cfg))  # the server's spec, built once
     nodes = {100 + p: p for p in range(num_clients)}
     grid = InProcessGrid(run_config, nodes, run_id=926_011)
-    data = federated_data(data_spec(cfg))
-    return cfg, train_run(PartitionGrid(grid, nodes), cfg, data, CATALOG, resumable=False)
+    data = federated_data(run.spec.data)
+    return cfg, train_run(PartitionGrid(grid, nodes), run, data, CATALOG, resumable=False)
 
 
 def test_adaptive_clip_runs_end_to_end_on_digits(tmp_path):

@@ -67,7 +67,9 @@ def budget_run(tmp_path_factory):
     }  # fmt: skip
     cfg = CATALOG.resolve_run_config(run_config)
     grid = RecordingGrid(run_config, 6)
-    CATALOG.runners[CATALOG.kind(cfg)](grid, cfg, CATALOG)
+    from scenarios.config.specs import server_run
+
+    CATALOG.runners[CATALOG.kind(cfg)](grid, server_run(cfg, CATALOG.kind(cfg)), CATALOG)
     return grid, json.loads((out / "summary.json").read_text())
 
 

@@ -96,18 +96,19 @@ def test_every_registered_mode_has_an_end_to_end_run():
 def test_each_mode_runs_end_to_end(name, tmp_path):
     from fedpriv.privacy.accounting.planning import privacy_plan
     from scenarios.config.features import CATALOG
-    from scenarios.config.specs import run_spec
+    from scenarios.config.specs import server_run
 
     run_config = {**RUNS[name], "output-dir": str(tmp_path / name)}
     cfg = CATALOG.resolve_run_config(run_config)
     grid = InProcessGrid(run_config, int(cfg["num-clients"]))
-    CATALOG.runners[CATALOG.kind(cfg)](grid, cfg, CATALOG)
+    run = server_run(cfg, CATALOG.kind(cfg))  # the server's spec, built once
+    CATALOG.runners[CATALOG.kind(cfg)](grid, run, CATALOG)
     summary = json.loads((tmp_path / name / "summary.json").read_text())
     text = json.dumps(summary)
     assert f'"{name}"' in text  # the summary names the mode
     mode = get(name)
     if mode.epsilon_of_z is not None:
-        planned = privacy_plan(run_spec({**cfg, "scenario-kind": CATALOG.kind(cfg)}))
+        planned = privacy_plan(run.spec)
         figures = summary.get("privacy_figures") or {}
         if planned.get("epsilon") is not None and figures.get("epsilon") is not None:
             assert figures["epsilon"] == pytest.approx(float(planned["epsilon"]), rel=1e-6)

@@ -233,6 +233,8 @@ BOUNDARY = frozenset(
         ("scenarios/app/client_app.py", "resolved"),  # a node: its Context and the message
         ("scenarios/app/fused.py", "check_evaluate_in_train"),  # a check of the config resolved
         ("scenarios/dp/feature.py", "_epsilon"),  # `fedpriv epsilon`: a command's own config
+        ("scenarios/adaptive_clip/feature.py", "check_adaptive"),  # checks of the config
+        ("scenarios/client_budgets/feature.py", "check_client_budgets"),  # resolved, own mode only
     }
 )
 BUILDERS = frozenset(

@@ -22,12 +22,12 @@ from scenarios.adaptive_clip.keys import KEYS
 from scenarios.app.privacy_modes import declare
 from scenarios.config.feature import Catalog, Feature
 from scenarios.config.schema import ConfigError
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import ServerRun, run_spec
 
 MODE = adaptive_clip.MODE
 
 
-def build_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
+def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     """The adaptive-clipping wrapper around the Message-API ``strategy`` (``rng``, the run's
     sampling Generator, is not used for noise: OS entropy unless ``reproducible-noise``)."""
     from fedpriv.privacy.accounting.rounds import global_dp_accountant
@@ -35,7 +35,7 @@ def build_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
     from strategies.adaptive_dp import ServerSideAdaptiveClippingDP
 
     del rng
-    spec = run_spec(cfg)
+    cfg, spec = run.record, run.spec
     params, part = spec.params, spec.participation
     return ServerSideAdaptiveClippingDP(
         strategy,
@@ -46,9 +46,9 @@ def build_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
         clip_learning_rate=params.clip_learning_rate,
         clipped_count_stddev=adaptive_clip.count_stddev(params, part.noise_clients),
         rng=seeds.privacy_stream(
-            int(cfg["seed"]), "dp-noise", reproducible=spec.reproducible_noise
+            int(spec.seed), "dp-noise", reproducible=spec.reproducible_noise
         ),
-        accept_failures=bool(cfg["accept-failures"]),
+        accept_failures=bool(spec.strategy.accept_failures),
         weighting=params.weighting,
         accountant=global_dp_accountant(part, delta=params.delta, weighting=params.weighting),
         poisson=part.sampling == "poisson",
@@ -72,14 +72,14 @@ def check_adaptive(cfg: Mapping[str, Any], catalog: Catalog) -> None:
         )  # fmt: skip
 
 
-def summary_block(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
+def summary_block(run: ServerRun, rounds: list[dict]) -> dict:
     """summary.json ``privacy``: ε of the charged rounds (global DP's accountant at the
     composed multipliers), z_Δ, σ_b and the clipping norm per round."""
     from fedpriv.privacy.accounting.rounds import global_dp_epsilon
 
-    if mode_of(cfg) is not MODE:
+    spec = run.spec
+    if spec.mode is not MODE:
         return {}
-    spec = run_spec(cfg)
     params, part = spec.params, spec.participation
     trained = [r for r in rounds if r.get("round", 0) > 0]
     noised = [r for r in trained if r.get("dp-noised")]

@@ -244,7 +244,7 @@ BUDGET_STATE_KEY = "client-budget-releases"  # the node's own release count (con
 
 
 def train_client_budgets(
-    msg: Message, cfg: dict[str, Any], partition: int, context: Context | None = None
+    msg: Message, call: NodeCall, partition: int, context: Context | None = None
 ) -> RecordDict:
     """Client task ``client-budgets``: the client checks its own ε before it releases.
 
@@ -258,11 +258,11 @@ def train_client_budgets(
     from fedpriv.privacy.client_budgets import budget_of, client_epsilon, sampling_rate_for
     from fedpriv.privacy.modes.client_budgets import RATE_KEY
 
-    spec = run_spec(cfg)
+    spec = call.spec
     p = spec.params
     budget = budget_of(p.groups, partition, p.own_budget)
     own_q = sampling_rate_for(budget, p.noise_multiplier, spec.rounds, p.delta)
-    asked = float(cfg.get(RATE_KEY, own_q))
+    asked = float(call.record.get(RATE_KEY, own_q))
     if asked > own_q * (1 + 1e-9):
         raise ReleaseRefused(
             f"{RATE_KEY} = {asked!r} is not allowed; expected <= {own_q:.6g}, this client's "
@@ -270,14 +270,14 @@ def train_client_budgets(
         )
     state = context.state if context is not None else RecordDict()
     done = int(state[BUDGET_STATE_KEY]["releases"]) if BUDGET_STATE_KEY in state else 0
-    after = max(server_round(cfg), done + 1)
+    after = max(call.round, done + 1)
     epsilon = client_epsilon(own_q, p.noise_multiplier, after, p.delta)
     if epsilon > budget:
         raise ReleaseRefused(
             f"client-epsilon: {epsilon:.4g} after round {after} would pass this client's "
             f"budget {budget:g}; it declines"
         )
-    content = train_standard(msg, cfg, partition)
+    content = train_standard(msg, call, partition)
     state[BUDGET_STATE_KEY] = MetricRecord({"releases": done + 1})
     return content
 

@@ -22,19 +22,19 @@ from scenarios.app.privacy_modes import declare
 from scenarios.client_budgets.keys import KEYS
 from scenarios.config.feature import Catalog, Feature
 from scenarios.config.schema import ConfigError
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import ServerRun, run_spec
 
 MODE = client_budgets.MODE
 STRATEGIES = ("fedavg", "fedprox")
 
 
-def build_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
+def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     """:class:`strategies.client_budgets.ClientBudgetsDP` (``rng`` unused: sampling and noise
     from the secret ``dp-noise`` stream)."""
     from strategies.client_budgets import ClientBudgetsDP
 
     del rng
-    spec = run_spec(cfg)
+    spec = run.spec
     p = spec.params
     return ClientBudgetsDP(
         strategy,
@@ -43,9 +43,9 @@ def build_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
         noise_multiplier=p.noise_multiplier,
         clipping_norm=p.clipping_norm,
         rng=seeds.privacy_stream(
-            int(cfg["seed"]), "dp-noise", reproducible=spec.reproducible_noise
+            int(spec.seed), "dp-noise", reproducible=spec.reproducible_noise
         ),
-        accept_failures=bool(cfg["accept-failures"]),
+        accept_failures=bool(spec.strategy.accept_failures),
     )
 
 
@@ -68,12 +68,12 @@ def check_client_budgets(cfg: Mapping[str, Any], catalog: Catalog) -> None:
         raise ConfigError("client-epsilon-groups", cfg["client-epsilon-groups"], str(err)) from err
 
 
-def summary_block(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
+def summary_block(run: ServerRun, rounds: list[dict]) -> dict:
     """summary.json ``privacy``: each client's final ε, its budget and q, and per budget the
     min / median / max ε (the console shows the distribution)."""
-    if mode_of(cfg) is not MODE:
+    spec = run.spec
+    if spec.mode is not MODE:
         return {}
-    spec = run_spec(cfg)
     p = spec.params
     noised = [r for r in rounds if r.get("round", 0) > 0 and r.get("dp-noised")]
     final = {str(k): float(v) for k, v in (noised[-1].get("dp-client-epsilon") or {}).items()} \

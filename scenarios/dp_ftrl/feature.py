@@ -20,24 +20,24 @@ from fedpriv.reporting.records import PrivacyFigures, mean_of
 from scenarios.app.privacy_modes import declare
 from scenarios.config.feature import Catalog, Feature
 from scenarios.config.schema import ConfigError
-from scenarios.config.specs import run_spec
+from scenarios.config.specs import ServerRun
 from scenarios.dp_ftrl.keys import KEYS
 
 MODE = dp_ftrl.MODE
 STRATEGIES = ("fedavg", "fedprox")  # DP-FTRL replaces the server's aggregation and optimizer
 
 
-def build_wrapper(strategy, cfg: Mapping[str, Any], rng: np.random.Generator):
+def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     """:class:`strategies.dp_ftrl.DPFTRL` around ``strategy`` (``rng`` is not used: the tree
     seed is OS entropy, or the ``dp-noise`` stream with ``reproducible-noise``)."""
     from strategies.dp_ftrl import DPFTRL
 
     del rng
-    spec = run_spec(cfg)
+    spec = run.spec
     params = spec.params
     seed = None
     if spec.reproducible_noise:
-        stream = seeds.privacy_stream(int(cfg["seed"]), "dp-noise", reproducible=True)
+        stream = seeds.privacy_stream(int(spec.seed), "dp-noise", reproducible=True)
         seed = int(stream.integers(2**63 - 1))
     return DPFTRL(
         strategy,
@@ -64,13 +64,13 @@ def check_dp_ftrl(cfg: Mapping[str, Any], catalog: Catalog) -> None:
         )  # fmt: skip
 
 
-def summary_block(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
+def summary_block(run: ServerRun, rounds: list[dict]) -> dict:
     """summary.json ``privacy``: ε of the trees released (recomputed), its condition."""
     from fedpriv.privacy.ftrl import tree_epsilon
 
-    if mode_of(cfg) is not MODE:
+    spec = run.spec
+    if spec.mode is not MODE:
         return {}
-    spec = run_spec(cfg)
     params = spec.params
     trained = [r for r in rounds if r.get("round", 0) > 0 and r.get("dp-noised")]
     steps: dict[int, int] = {}
