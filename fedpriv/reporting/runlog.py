@@ -62,7 +62,8 @@ OPERATOR_FILE = "operator.jsonl"
 # sample and of clipped updates); a wrapper's ``*-nodes`` report lands here without "-nodes"
 OPERATOR_KEYS = frozenset(
     {
-        "sampled", "replied", "failed", "rejoined", "empty-sample", "rejected", "participants",
+        "sampled", "replied", "failed", "rejoined", "empty-sample", "rejected",
+        "rejected-evaluation", "participants",
         "declined", "zone", "dp-clipped", "dp-num-clipped", "dp-num-reports",
         "dp-num-failures", "dp-client-epsilon", "dp-sgd-epsilon", "dp-sgd-participations",
         "dp-empty-sample", "audit-real-reports",
