@@ -166,12 +166,13 @@ def _zone_delta(reply: Message, weights: list) -> np.ndarray:
 
 
 @pytest.mark.parametrize("who", list(ZONE_NODES))
-def test_a_zone_node_releases_at_its_own_sigma_with_secret_noise(zone_weights, who):
-    """The legit message with a server-chosen ``seed`` (the noise seed of a seeded run), in
-    two runs (a repeat within one run is answered from the node's cache, see
-    test_release_counting): accepted, and the replies differ by noise of std sqrt(2)·σ_i with
-    the node's own σ_i = z·C/(q·W_i) (HDP Algorithm 1), computed here from the node's own
-    keys: the same training, fresh secret noise."""
+def test_a_zone_node_releases_at_its_own_sigma_with_secret_noise(zone_weights, who, tmp_path):
+    """The legit message with a server-chosen ``seed`` (the noise seed of a seeded run) to
+    two nodes holding the same zone, each with its own ledger folder (one node answers an
+    identical request from its cache in any run, see test_lifetime_ledgers): accepted, and
+    the replies differ by noise of std sqrt(2)·σ_i with the node's own σ_i = z·C/(q·W_i) (HDP
+    Algorithm 1), computed here from the node's own keys: the same training, fresh secret
+    noise."""
     run_config, node = ZONE_NODES[who]
     spec = node_spec(7, run_config, {"partition-id": ZONE, **node}).base
     z, c = float(spec["noise-multiplier"]), float(spec["clipping-norm"])
@@ -181,7 +182,8 @@ def test_a_zone_node_releases_at_its_own_sigma_with_secret_noise(zone_weights, w
     extra = zone_extra(run_config, {"partition-id": ZONE, **node})
     replies = []
     for run_id in (7, 8):
-        ctx = context(run_config, ZONE, node, run_id)
+        own = {**node, "client-state-dir": str(tmp_path / f"node-{run_id}")}
+        ctx = context(run_config, ZONE, own, run_id)
         reply = app(server_message(run_config, extra, zone_weights, {"seed": 12345}), ctx)
         assert not reply.has_error(), reply.error
         assert reply.content["metrics"]["zonal-zone-sigma"] == pytest.approx(sigma)
@@ -220,17 +222,19 @@ def test_a_dp_sgd_client_refuses_each_weakened_key(dpsgd_weights, dpsgd_node, wh
 
 @pytest.mark.parametrize("who", list(DPSGD_NODES))
 def test_a_dp_sgd_client_trains_and_reports_at_its_own_settings(dpsgd_weights, dpsgd_node, who):
-    """Two identical legit messages (with a server-chosen seed) in two runs of the node:
-    different replies (secret noise) and the ε of the node's own z, B, E, δ (an independent
-    accountant call). A node with its own state folder counts both runs' releases of its
-    data (the second reply's ε is for 2 participations); the default folder is per run."""
+    """Two legit messages (with a server-chosen seed) in two runs of the node: different
+    replies (secret noise) and the ε of the node's own z, B, E, δ (an independent accountant
+    call) over every participation of its lifetime ledger (its own folder, or the per-node
+    default: the second reply's ε is for 2 participations either way); the second message
+    again in a third run gets the cached reply, bit for bit."""
     run_config, node = dpsgd_node(who)
     spec = node_spec(7, run_config, {"partition-id": 0, **node}).base
     assert spec["reproducible-noise"] is False
-    sent = []
+    sent, replies = [], []
     for index, run_id in enumerate((7, 8)):
         ctx = context(run_config, 0, node, run_id)
-        msg = server_message(run_config, {"client-task": "dp-sgd"}, dpsgd_weights, {"seed": 5})
+        arrays = [w + 1e-3 * index for w in dpsgd_weights]
+        msg = server_message(run_config, {"client-task": "dp-sgd"}, arrays, {"seed": 5})
         reply = app(msg, ctx)
         assert not reply.has_error(), reply.error
         metrics = reply.content["metrics"]
@@ -238,13 +242,20 @@ def test_a_dp_sgd_client_trains_and_reports_at_its_own_settings(dpsgd_weights, d
             num_examples=int(metrics["num-examples"]),
             batch_size=int(spec["batch-size"]),
             local_epochs=int(spec["local-epochs"]),
-            participations=1 + (index if "client-state-dir" in node else 0),
+            participations=1 + index,
             noise_multiplier=float(spec["noise-multiplier"]),
             delta=float(spec["dp-delta"]),
         )
         assert metrics["dp-sgd-epsilon"] == pytest.approx(want.epsilon)
-        sent.append(_zone_delta(reply, dpsgd_weights))
+        sent.append(_zone_delta(reply, arrays))
+        replies.append(reply)
     assert np.max(np.abs(sent[0] - sent[1])) > 1e-4  # not replayable from the seed
+    arrays = [w + 1e-3 for w in dpsgd_weights]
+    again = app(server_message(run_config, {"client-task": "dp-sgd"}, arrays, {"seed": 5}),
+                context(run_config, 0, node, 9))  # fmt: skip
+    first, second = again.content["arrays"], replies[1].content["arrays"]
+    assert all(np.array_equal(a, b) for a, b in zip(first.to_numpy_ndarrays(),
+                                                    second.to_numpy_ndarrays()))  # fmt: skip
 
 
 @pytest.mark.parametrize("key", ["privacy", "unaccounted-metrics", "reproducible-noise"])

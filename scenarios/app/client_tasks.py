@@ -80,7 +80,8 @@ def dpsgd_sequence(context: Context, dp: Any, settings: TrainSettings) -> str:
         "B": settings.batch_size,
         "E": settings.epochs,
     }
-    return sequence_of(int(context.run_id), own)
+    del context  # the same sequence in every run: the node's own mechanism settings only
+    return sequence_of(own)
 
 
 def train_dpsgd(
@@ -117,14 +118,49 @@ def train_dpsgd(
         state[DPSGD_STATE_KEY] = MetricRecord({"participations": ticket.releases})
         return content
 
+    budget, budget_name = dpsgd_budget(context, spec, dp, partition, settings)
     return guarded_release(
         node_counter(context, DPSGD_PARTY, node_state_dir(context)),
         dpsgd_sequence(context, dp, settings),
         round_,
         request_digest(msg, round_),
         release,
+        run=str(context.run_id),
+        budget=budget,
+        budget_name=budget_name,
         rewind="charge",
     )
+
+
+def own_max_epsilon(context: Context) -> float | None:
+    """The node's own lifetime ``max-epsilon`` (its node config, else its run config; 0,
+    unset or ``auto``: none). Never the message's."""
+    for source in (context.node_config, context.run_config):
+        value = source.get("max-epsilon")
+        if value not in (None, "", "auto"):
+            return float(value) if float(value) > 0 else None
+    return None
+
+
+def dpsgd_budget(
+    context: Context, spec: RunSpec, dp: Any, partition: int, settings: TrainSettings
+) -> tuple[float | None, str]:
+    """A DP-SGD node's lifetime budget in participations: the most k whose ε (its own z, δ,
+    B, E and its n examples, :func:`fedpriv.privacy.dpsgd.client_epsilon`) is within its own
+    ``max-epsilon`` (None: no budget), and the budget's one-line name."""
+    from fedpriv.audit.example_canaries import with_example_canaries
+    from fedpriv.privacy.dpsgd import max_participations
+
+    max_eps = own_max_epsilon(context)
+    if max_eps is None:
+        return None, "budget"
+    data = federated_data(spec.data)
+    client = data.clients[partition]
+    x_train, _ = with_example_canaries(spec, data, partition, client.x_train, client.y_train)
+    k = max_participations(max_eps, num_examples=len(x_train), batch_size=settings.batch_size,
+                           local_epochs=settings.epochs, noise_multiplier=dp.noise_multiplier,
+                           delta=dp.delta)  # fmt: skip
+    return float(k), f"max-epsilon = {max_eps:g} (at most {k} participations)"
 
 
 def _dpsgd_release(

@@ -19,11 +19,11 @@ server code. ``"auto"`` resolves ON THE NODE:
   (:data:`fedpriv.privacy.ownership.NODE_SECURE_DEFAULTS`; a paper scenario's opt-in does not
   reach the nodes, :func:`scenarios.app.wire_config.wire_config` does not send it);
 * z, C, δ, the zones and the placement: the scenario's, as the server resolves them;
-* ``client-state-dir``: the node's ``node_config`` value, else ``<output-dir>/client-state``
-  of its own resolved ``output-dir`` (what the ServerApp names in a legit run); a message may
-  only repeat it. Its release ledgers (:mod:`fedpriv.privacy.releases`) are written whatever the
-  message says: in that folder, else ``<output-dir>/client-state`` of its ``run_config``, else
-  a per-run folder under ``$FEDPRIV_STATE_ROOT``.
+* ``client-state-dir``: the node's ``node_config`` value, else the per-node default
+  ``$FEDPRIV_STATE_ROOT/node-<data key>`` (its own data settings; outside every run's output
+  folder, the same in every run); a message may only repeat it. Its lifetime release ledgers
+  (:mod:`fedpriv.privacy.releases`) are written there whatever the message says
+  (:func:`scenarios.config.node_roles.node_ledger`).
 
 **The allow-list** (:mod:`fedpriv.privacy.ownership`, one place: ``PRIVACY_KEYS``,
 each mode's ``release_keys``, ``SEEDED_KEYS``, ``DERIVED_KEYS``, ``MESSAGE_KEYS``). A message
@@ -75,11 +75,16 @@ from fedpriv.privacy.ownership import (
     reason,
     same,
 )
-from fedpriv.privacy.releases import CLIENT_STATE_DIR, STATE_DIR_KEY
+from fedpriv.privacy.releases import STATE_DIR_KEY
 from scenarios.app.task_names import IFCA_TASK, ZONE_NODE_TASK
 from scenarios.attacks import keys as keys_attacks
 from scenarios.audit import keys as keys_audit
-from scenarios.config.node_roles import client_mode, zonal_level, zone_node_level
+from scenarios.config.node_roles import (
+    client_mode,
+    ledger_folder,
+    zonal_level,
+    zone_node_level,
+)
 from scenarios.config.schema import AUTO, ConfigError, KeySpec, choice, default_output_dir, resolve
 from scenarios.dp import keys as keys_dp
 from scenarios.dp_sgd import keys as keys_dpsgd
@@ -229,6 +234,7 @@ class NodeSpec:
     partition: int
     variants: tuple[Mapping[str, Any], ...]
     state_dir: str = ""
+    ledger_dir: str = ""  # node_roles.node_ledger's folder (its own state dir, or the default)
 
     @property
     def base(self) -> Mapping[str, Any]:
@@ -236,8 +242,10 @@ class NodeSpec:
         return self.variants[0]
 
     def state_dir_of(self, cfg: Mapping[str, Any]) -> str:
-        """The node's state folder in variant ``cfg`` (node_config's, else its own output-dir's)."""
-        return self.state_dir or str(Path(cfg["output-dir"]) / CLIENT_STATE_DIR)
+        """The node's state folder (node_config's, else the per-node default of its own data
+        settings: :func:`scenarios.config.node_roles.node_ledger`), whatever the variant."""
+        del cfg  # the same folder in every variant: the node's, not a cell's
+        return self.ledger_dir or str(ledger_folder(self.state_dir, {}))
 
     def derived(self, cfg: Mapping[str, Any], mode: str | None) -> dict[str, Any]:
         """The derived keys of variant ``cfg``: task, zone level, state folder, IFCA split."""
@@ -333,5 +341,10 @@ def node_spec(run_id: int, run_config: Mapping[str, Any], node_config: Mapping[s
             partition=int(node_config["partition-id"]),
             variants=tuple(MappingProxyType(v) for v in runs),
             state_dir=str(node_config.get(STATE_DIR_KEY, "")),
+            ledger_dir=str(
+                ledger_folder(
+                    str(node_config.get(STATE_DIR_KEY, "") or ""), {**run_config, **node_config}
+                )
+            ),  # fmt: skip
         )
     return _CACHE[ident]
