@@ -52,8 +52,10 @@ __all__ = [
     "PRIVACY_KEYS",
     "ZONE_NODE",
     "REFUSED_CODE",
+    "TRAINING_KEYS",
     "owned_keys",
     "privacy_keys",
+    "server_keys",
     "reason",
     "same",
 ]
@@ -128,6 +130,40 @@ DERIVED_KEYS: tuple[str, ...] = (
 
 # values the client counts itself: no message may carry them
 CLIENT_COUNTED = ("dp-sgd-participations",)
+
+# THE allow-list of what a server may SET (any value) in a message, besides MESSAGE_KEYS: the
+# training hyper-parameters that change no privacy figure of the node's mode (a mode's
+# ``release_keys`` and ``owned_keys`` are taken out: DP-SGD's B and E enter its ε). Every
+# other key a message carries must equal the node's own value, else the message is refused
+# and nothing is sent: data, partition, seed, canaries, placements, caps, rounds, budgets.
+TRAINING_KEYS: tuple[str, ...] = (
+    "learning-rate",
+    "optimizer",
+    "proximal-mu",
+    "local-epochs",
+    "batch-size",
+    "strategy",
+    "server-learning-rate",
+    "server-momentum",
+    "eta",
+    "eta-l",
+    "beta-1",
+    "beta-2",
+    "tau",
+    "jit-compile",
+    "mixed-precision",
+    "op-determinism",
+)
+
+
+def server_keys(mode: str | None) -> frozenset[str]:
+    """The keys a message may set for a node of ``mode`` (its role, None: a node that trusts
+    the server): :data:`MESSAGE_KEYS` and the :data:`TRAINING_KEYS` that are not the mode's
+    ``release_keys`` or ``owned_keys``."""
+    declared = _mode_or_none(mode)
+    taken = set(declared.release_keys) if declared else set()
+    taken |= set(owned_keys(mode)) if mode else set()
+    return frozenset(MESSAGE_KEYS) | (frozenset(TRAINING_KEYS) - taken)
 
 
 def owned_keys(mode: str) -> tuple[str, ...]:

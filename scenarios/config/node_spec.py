@@ -74,6 +74,7 @@ from fedpriv.privacy.ownership import (
     privacy_keys,
     reason,
     same,
+    server_keys,
 )
 from fedpriv.privacy.releases import STATE_DIR_KEY
 from scenarios.app.task_names import IFCA_TASK, ZONE_NODE_TASK
@@ -207,6 +208,15 @@ def _expand(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _own_placement(runs: list[dict[str, Any]], own: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The variants of a node that sets its own ``noise-placement``: only that placement
+    (a comparison's other placements, ``none`` and ``cdp`` included, are not the node's)."""
+    placement = own.get("noise-placement", AUTO)
+    if placement in (AUTO, None, ""):
+        return runs
+    return [v for v in runs if v.get("noise-placement") == placement] or runs[:1]
+
+
 def node_mode(cfg: Mapping[str, Any], partition: int, message_task: str = "") -> str | None:
     """The node's server-distrusting mode in variant ``cfg`` (None: it trusts the server):
     :func:`scenarios.config.node_roles.client_mode` on the resolved values; IFCA by the scenario
@@ -285,6 +295,21 @@ class NodeSpec:
         for rank, (key, value) in enumerate(wanted.items()):
             if key in asked and asked[key] != AUTO and not same(asked[key], value):
                 return rank, reason(mode, key, asked[key], f"the node's own value is {value!r}")
+        return self._not_allowed(cfg, sent, mode, len(wanted))
+
+    def _not_allowed(
+        self, cfg: Mapping[str, Any], sent: Mapping[str, Any], mode: str | None, rank: int
+    ) -> tuple[int, str] | None:
+        """The allow-list (:func:`fedpriv.privacy.ownership.server_keys`): a key the server
+        may not set must equal the node's own value (a key the node does not know: refused)."""
+        allowed = server_keys(mode) | set(DERIVED_KEYS) | set(CLIENT_COUNTED)
+        for key, value in sent.items():
+            if key in allowed or value == AUTO or key in NODE_SECURE_DEFAULTS:
+                continue
+            if key not in cfg or not same(value, cfg[key]):
+                own = cfg.get(key, "unset")
+                why = f"the server may not set it; the node's own value is {own!r}"
+                return rank, reason(mode, key, value, why)
         return None
 
     def accept(
@@ -334,7 +359,7 @@ def node_spec(run_id: int, run_config: Mapping[str, Any], node_config: Mapping[s
         own = {**run_config, **{k: v for k, v in node_config.items() if k in keys}}
         base = resolve_node(own)
         cells = _plan_cells(base) if base["run-plan"] else []
-        runs = [v for cfg in [base, *cells] for v in _expand(cfg)]
+        runs = _own_placement([v for cfg in [base, *cells] for v in _expand(cfg)], own)
         if len(_CACHE) > 8:
             _CACHE.clear()
         _CACHE[ident] = NodeSpec(

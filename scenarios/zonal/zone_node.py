@@ -97,9 +97,18 @@ def check_sample(zone: int, clients: Sequence[int], minimum: int) -> None:
 
 
 def max_releases(context: Context | None, cfg: Mapping[str, Any]) -> int:
-    """The node's own ``num-server-rounds`` (else the run's resolved one): its release limit."""
+    """The node's own ``num-server-rounds``, its release limit per run: its node or run
+    config's value, else its own resolved one (the scenario's), never the message's (the
+    allow-list refuses a message whose rounds differ; ``cfg`` is a direct call's config)."""
     value = own_value(context, "num-server-rounds")
-    return int(value if value is not None else cfg["num-server-rounds"])
+    if value is not None:
+        return int(value)
+    if context is None or "partition-id" not in context.node_config:
+        return int(cfg["num-server-rounds"])
+    from scenarios.config.node_spec import node_spec
+
+    own = node_spec(context.run_id, context.run_config, context.node_config).base
+    return int(own["num-server-rounds"])
 
 
 def _client_seed(cfg: Mapping[str, Any], partition: int) -> int:
