@@ -32,9 +32,12 @@ node's secure defaults for the opt-ins (:data:`NODE_SECURE_DEFAULTS`: false) and
 folder — never delegated to the server. The allow-list is declared here, once:
 :data:`PRIVACY_KEYS` (+ the mode's ``release_keys``, ``seed`` for a node that opted in to
 seeded noise) and :data:`DERIVED_KEYS` (client task, zone level, state folder, IFCA's
-evaluation split) must equal the node's own values; :data:`MESSAGE_KEYS` (round, a zone's
-sampled clients, super-node, zone id, IFCA ledger tag) and every other training key may
-come from the message; :data:`CLIENT_COUNTED` never. :data:`OWNED_KEYS` (what each
+evaluation split) must equal the node's own values; only :data:`MESSAGE_KEYS` (round, a
+zone's sampled clients, super-node, zone id, IFCA ledger tag) and the mode's
+:func:`server_keys` (the :data:`TRAINING_KEYS` that change no privacy figure of that mode)
+may come from the message: any other key must equal the node's own value (the allow-list:
+data, partition, seed, canaries, placements, caps, rounds, budgets); :data:`CLIENT_COUNTED`
+never. :data:`OWNED_KEYS` (what each
 server-distrusting mode declares, ``PrivacyMode.owned_keys``) is a subset of that list.
 Which role a node plays (``client_mode``) and its zone's level are read from the node's own
 config, so they live with the node's resolution, in :mod:`scenarios.config.node_roles`.
@@ -111,7 +114,8 @@ SEEDED_KEYS = ("seed",)  # decide the noise only when the node's own reproducibl
 # zone node's sampled client ids, the elected super-node, the zone id, IFCA's sweep label,
 # and a train message's "evaluate the received model first" (issue 27: its metrics are
 # filtered as an evaluate reply's).
-# Keys in no list are training keys (learning rate, optimizer, ...): a message may vary them.
+# What else a message may set is :data:`TRAINING_KEYS` (:func:`server_keys`); any other key
+# must equal the node's own value.
 MESSAGE_KEYS: tuple[str, ...] = (
     "server-round",
     "zonal-clients",
