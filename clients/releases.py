@@ -53,9 +53,12 @@ def sequence_of(settings: Mapping[str, Any]) -> str:
 
 
 def request_digest(msg: Message, server_round: int) -> str:
-    """A fingerprint of the request: its round and every array it carries (names, dtypes,
-    shapes, bytes)."""
+    """A fingerprint of the request: its round, its config records (every key and value: a
+    replayed message is the same request, another cell's or strategy's is not) and every
+    array it carries (names, dtypes, shapes, bytes)."""
     h = hashlib.sha256(str(int(server_round)).encode())
+    for name, config in sorted(msg.content.config_records.items()):
+        h.update(f"{name}|{sorted((str(k), repr(v)) for k, v in config.items())}".encode())
     for name, record in sorted(msg.content.array_records.items()):
         h.update(name.encode())
         for key, array in record.items():
