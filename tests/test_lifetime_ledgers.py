@@ -8,7 +8,8 @@ ledger per identity (its ``partition-id`` / zone id) in a folder it owns: its ow
 ``$FEDPRIV_STATE_ROOT/node-<data key>`` (never a run's folder). What leaves the node is
 counted here independently, from the replies:
 
-- a zone round replayed in 32 runs is one release (every reply is the first, bit for bit);
+- a zone round replayed in 32 runs is one release (every reply is the first, bit for bit),
+  and so is an in-server LDP client's round;
 - an IFCA client with a leakage budget of 2 releases gives 2, whatever the runs;
 - a DP-SGD node's ε after N runs equals an independent dp_accounting accountant over all its
   participations, and its own lifetime ``max-epsilon`` refuses past it in one line.
@@ -156,3 +157,30 @@ def test_dp_sgd_own_max_epsilon_refuses_past_it_in_one_line_across_runs(dp, tmp_
     assert "lifetime max-epsilon" in reason and "at most 3 participations" in reason
     assert ReleaseCounter(tmp_path / "own", "dp-sgd", 1).load().releases == 3
     assert math.isfinite(eps3)
+
+
+@pytest.mark.parametrize("own", OWNERSHIP)
+def test_an_in_server_ldp_client_answers_32_replays_with_one_release(tmp_path, own):
+    """The in-server zonal runtime: an LDP zone's client (client task ``zonal``) answers the
+    same round, replayed in 32 runs, with one noisy release."""
+    from flwr.app import ArrayRecord, MessageType
+
+    from clients.keras_client import federated_data, initial_weights
+    from scenarios.config.specs import data_spec, train_spec
+    from tests.test_privacy_keys import OWN
+    from tests.test_release_counting import message
+
+    cfg = resolve_run_config(OWN["zonal"])
+    weights = initial_weights(train_spec(cfg), federated_data(data_spec(cfg)))
+    sent = {"client-task": "zonal", "zonal-level": "ldp"}
+    content = {"arrays": ArrayRecord(weights)}
+    replies = [
+        app(message(cfg, MessageType.TRAIN, sent, content, 1), node_context(cfg, 1, run, own,
+                                                                          tmp_path))
+        for run in range(1, 33)
+    ]  # fmt: skip
+    served = [r for r in replies if not r.has_error()]
+    assert served and all(refused(r) for r in replies if r.has_error())
+    assert distinct([arrays_of(r) for r in served]) == 1
+    ledger = ledger_of(node_context(cfg, 1, 40, own, tmp_path), "zonal-ldp").load()
+    assert ledger.releases == 1

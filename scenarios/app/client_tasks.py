@@ -188,8 +188,34 @@ def _dpsgd_release(
     return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})
 
 
-def train_zonal(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict:
-    """Client task ``zonal``: train, clip Δ to C, and add N(0, (z·C)²) in an LDP zone.
+ZONAL_LDP_PARTY = "zonal-ldp"  # the ledger file of an in-server LDP client
+
+
+def train_zonal(
+    msg: Message, cfg: dict[str, Any], partition: int, context: Context | None = None
+) -> RecordDict:
+    """Client task ``zonal`` (:func:`zonal_release`). A client of an LDP zone is a noising
+    party: it counts its releases in its own lifetime ledger (file ``zonal-ldp-<partition>``
+    in its own folder, :func:`scenarios.config.node_roles.node_ledger`): a request identical
+    to one it answered, in any run, gets the cached reply or is refused; every other one is
+    charged before it trains. ``context`` None (a direct call): no ledger."""
+    if cfg.get("zonal-level", "none") != "ldp" or context is None:
+        return zonal_release(msg, cfg, partition)
+    own = {"level": "ldp", "z": float(cfg["noise-multiplier"]), "C": float(cfg["clipping-norm"])}
+    round_ = server_round(cfg)
+    return guarded_release(
+        node_counter(context, ZONAL_LDP_PARTY, node_state_dir(context)),
+        sequence_of(own),
+        round_,
+        request_digest(msg, round_),
+        lambda _ticket: zonal_release(msg, cfg, partition),
+        run=str(context.run_id),
+        rewind="charge",
+    )
+
+
+def zonal_release(msg: Message, cfg: dict[str, Any], partition: int) -> RecordDict:
+    """Train, clip Δ to C, and add N(0, (z·C)²) in an LDP zone.
 
     Zones of level ``none`` (the no-DP baseline) send the trained weights unclipped.
 
@@ -286,7 +312,7 @@ TASKS: Mapping[str, Task] = {
 
 # Tasks that also take the node's ``Context`` (``task(msg, cfg, partition, context)``): they
 # keep their own release ledger (:mod:`clients.releases`).
-STATEFUL_TASKS: frozenset[str] = frozenset({DPSGD_TASK, ZONE_NODE_TASK, IFCA_TASK})
+STATEFUL_TASKS: frozenset[str] = frozenset({DPSGD_TASK, ZONE_NODE_TASK, IFCA_TASK, ZONAL_TASK})
 
 # Message handlers of custom message types: (``train`` | ``evaluate``, action, handler);
 # ``handler(msg, cfg, context)`` gets the message's full config (``scenarios.app.client_app``).
