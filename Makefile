@@ -105,7 +105,7 @@ bench-gpu: $(STAMP)
 clean:
 	rm -rf runs reports .pytest_cache docs/_build docs/reference/_autosummary
 
-## --- MP grid (issue 3) -------------------------------------------------------------------
+## --- MP grid -----------------------------------------------------------------------------
 ## `fedpriv grid` runs every strategy x privacy x seed cell as its own simulation into
 ## runs/<grid>/<strategy>/<privacy>/seed<k>/, skips complete cells (re-running resumes),
 ## and exits 1 if a cell failed; `fedpriv report` writes runs/<grid>/report.md + plots/.
@@ -139,7 +139,7 @@ mp-grid-alzheimer: $(STAMP)
 
 .PHONY: mp-grid-synthetic mp-grid-alzheimer
 
-## --- attacks (issue 6) ----------------------------------------------------------------------
+## --- attacks --------------------------------------------------------------------------------
 ## The client inference attack on synthetic-mri (MP §7.4, Tables 9-11 and D.13-D.16 shapes):
 ## 6 strategies x {vanilla, global-DP, metric-DP} = 18 simulations of the `cia` scenario (1 round
 ## of 20 local epochs, plus the same round with the target absent), then reports/cia/cia.md and

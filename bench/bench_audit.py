@@ -1,4 +1,4 @@
-"""Must-show 4 of issue 22: the cost of ``fedpriv audit`` against the ``fedpriv run`` it audits.
+"""The cost of ``fedpriv audit`` against the ``fedpriv run`` it audits.
 
 One row: the default config (``scenario = digits``, metric DP around FedAvg) run by
 ``fedpriv run`` and by ``fedpriv audit`` (``audit-canaries`` = 100, its default: canary

@@ -1,4 +1,4 @@
-"""Load row of ``make bench`` (issue 12): many virtual clients, 100 per round, in the
+"""Load row of ``make bench``: many virtual clients, 100 per round, in the
 simulation engine — time per round and peak memory per process, side by side for two
 federation sizes in one run.
 

@@ -1,4 +1,4 @@
-"""``make bench`` row: grid cells side by side against the same cells serially (issue 27).
+"""``make bench`` row: grid cells side by side against the same cells serially.
 
 The same ``fedpriv grid`` (digits, FedAvg, privacy none, seeds ``0..N-1``, a few rounds each)
 twice, side by side in one run of the bench: ``--parallel 1`` (every cell in one simulation,

@@ -1,4 +1,4 @@
-"""The MP-CNN per-round overhead row of ``make bench`` (issue 27): fedpriv's seconds per round
+"""The MP-CNN per-round overhead row of ``make bench``: fedpriv's seconds per round
 above the plain-Keras floor's, with almost no compute per round.
 
 Both sides run synthetic-mri with the MP CNN (6.4 M weights, 25.7 MB in float32), 4 clients,
@@ -114,7 +114,7 @@ def fedpriv_rounds(values: dict, out: Path) -> dict:
     return res
 
 
-# the row's variants (issue 27): train and evaluate in two messages per round (the model sent
+# the row's variants: train and evaluate in two messages per round (the model sent
 # twice), and in one (``evaluate-in-train``, :mod:`scenarios.app.fused`), side by side in one call
 VARIANTS = {"two messages": False, "one message": True}
 

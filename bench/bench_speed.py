@@ -1,4 +1,4 @@
-"""Speed rows of ``make bench`` (issue 10): each a ratio measured side by side in one run.
+"""Speed rows of ``make bench``: each a ratio measured side by side in one run.
 
 - cross-device work: ``fedpriv run`` of digits, 100 IID clients all sampled, 5 local epochs,
   batch 8, digits-mlp, SGD 0.02, 20 rounds (start-up included) vs the plain-Keras floor on

@@ -1,4 +1,4 @@
-"""``hdp-paper`` with zone SuperNodes vs a plain loop doing the same trainings (issue 21).
+"""``hdp-paper`` with zone SuperNodes vs a plain loop doing the same trainings.
 
 ``fedpriv run scenario=hdp-paper`` trains, per placement (none, ldp, hdp, cdp) and round, the
 k = 100 sampled clients of s = 10 zones: ``4 × rounds × 100`` client trainings (80,000 at the

@@ -1,4 +1,4 @@
-"""Adversarial clients: what a malicious partition does to its training reply (issue 12).
+"""Adversarial clients: what a malicious partition does to its training reply.
 
 The honest training task runs unchanged; :func:`tamper_reply` then rewrites the reply of a
 partition listed in ``malicious-clients`` (threat model: a malicious client that controls

@@ -260,7 +260,7 @@ def ifca_evaluate(msg: Message, spec: RunSpec, partition: int, eval_split: str) 
     users: choose and measure on all local data) or ``"test"`` (training users: choose on the
     training split, measure on the test split).
 
-    Issue 11 / GP's rule (only the sanitized vector leaves a training user): a training
+    GP's rule (only the sanitized vector leaves a training user): a training
     user (``"test"``) answers only when it opted in with ``unaccounted-metrics = true``
     (:func:`may_report`); otherwise it declines with an empty reply.
     """

@@ -46,7 +46,7 @@ TIMING_WORDS = ("seconds", "wall", "time", "duration", "elapsed")
 REL_TOL = 1e-6
 ABS_TOL = 1e-9
 
-# Exact where the figure does not depend on float training (issue 19: Keras 3 computes the
+# Exact where the figure does not depend on float training (Keras 3 computes the
 # same training at float precision with other kernels, and chaotic training amplifies that
 # over rounds, so what depends on the trained weights is compared within a band).
 EXACT_KEYS = (
@@ -93,7 +93,7 @@ class BandRule:
 
 
 # The repository's behaviour records (tests/baseline.py): one recorded seed, the bands of
-# issue 19 (scores ± 0.08 absolute; values ± 35 % with a 0.05 floor).
+# the Keras 3 stack (scores ± 0.08 absolute; values ± 35 % with a 0.05 floor).
 RECORD_RULE = BandRule(spread_factor=0.0, score_tol=0.08, value_rel=0.35, value_floor=0.05)
 
 

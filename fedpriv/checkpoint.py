@@ -1,4 +1,4 @@
-"""Checkpoints of a run, so a killed run continues where it stopped (issue 12, SPEC §7).
+"""Checkpoints of a run, so a killed run continues where it stopped (SPEC §7).
 
 One file per output directory, ``checkpoint.pkl``, replaced atomically after every
 completed round (written to a temporary file, fsynced, renamed: a kill leaves the previous
@@ -18,7 +18,7 @@ run-config mapping, so it is answered in the Flower app, not here).
 
 What is *not* here: node-held state (IFCA leakage ledgers, DP-SGD participations, zone nodes'
 releases) stays with the nodes, which keep their own release ledgers in their own state
-directories (:mod:`fedpriv.privacy.releases`, issue 26: every release is charged there before it
+directories (:mod:`fedpriv.privacy.releases`: every release is charged there before it
 leaves the node, a round re-run after a kill included), and Keras client training is seeded
 per (seed, round, partition), so it needs no state. Same seed and ``reproducible-noise`` ->
 the resumed ``rounds.jsonl`` equals an uninterrupted run's.

@@ -5,7 +5,7 @@ A run has one integer ``seed``. Each consumer draws from its own stream,
 consumer never shifts another's numbers. The table below is the only place a tag is chosen;
 ``tests/test_seeds.py`` checks that no two streams have the same tags.
 
-Secret by default (issue 20): a stream that draws privacy noise or the client-sampling
+Secret by default: a stream that draws privacy noise or the client-sampling
 schedule is reproducible from ``seed`` only when the run sets ``reproducible-noise = true``
 (an explicit opt-in for tests and regression baselines; labelled, see :func:`noise_label`).
 Otherwise it comes from OS entropy (:func:`privacy_rng`), so a party that knows the run
@@ -134,7 +134,7 @@ def client_seed(seed: int, server_round: int, partition: int) -> int:
     return int(state.generate_state(1)[0] % (2**31 - 1))
 
 
-# --- secret randomness (issue 20) -----------------------------------------------------------
+# --- secret randomness ----------------------------------------------------------------------
 
 REPRODUCIBLE_KEY = "reproducible-noise"
 NOISE_LABEL_KEY = "noise-randomness"

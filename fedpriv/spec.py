@@ -1,4 +1,4 @@
-"""The typed run spec: what the layers below ``scenarios/`` read of a run config (issue 26).
+"""The typed run spec: what the layers below ``scenarios/`` read of a run config.
 
 A run config is a flat mapping of Flower keys (``num-server-rounds``), checked and resolved
 by ``scenarios.config.schema``. Nothing below ``scenarios/`` reads that mapping: each party builds

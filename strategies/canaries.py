@@ -1,4 +1,4 @@
-"""Canary clients for privacy auditing (issue 13), a thin Message-API wrapper.
+"""Canary clients for privacy auditing, a thin Message-API wrapper.
 
 :class:`CanaryInsertion` sits *outside* the privacy wrapper (``ValidUpdatesOnly ->
 CanaryInsertion -> privacy wrapper -> stock strategy``). Every round it adds one reply per

@@ -2,7 +2,7 @@
 
 This is the ``zonal-runtime = in-server`` runtime (one SuperNode per client, the zone
 arithmetic in the ServerApp), kept for comparison; the default runtime, one SuperNode per
-zone, is :class:`strategies.zonal_nodes.ZoneNodeAggregation` (issue 21).
+zone, is :class:`strategies.zonal_nodes.ZoneNodeAggregation`.
 
 :class:`ZonalAggregation` wraps a stock strategy (FedAvg, FedProx, FedAvgM, FedOpt, FedYogi).
 Each round it

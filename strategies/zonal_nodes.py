@@ -1,4 +1,4 @@
-"""Zonal aggregation with one Flower SuperNode per zone (issue 21; SPEC §3.5, HDP Alg. 1).
+"""Zonal aggregation with one Flower SuperNode per zone (SPEC §3.5, HDP Alg. 1).
 
 :class:`ZoneNodeAggregation` is :class:`strategies.zonal.ZonalAggregation` for
 ``zonal-runtime = zone-nodes``: the federation's SuperNodes are the zones
@@ -64,7 +64,7 @@ class ZoneNodeAggregation(ZonalAggregation):
         """As :class:`ZonalAggregation`; ``reply_log(instruction, reply)``, when given, is
         installed on the ZoneGrid and sees every reply the ServerApp receives.
 
-        ``min_zone_clients`` (issue 26): a zone node refuses a sample of 1 ..
+        ``min_zone_clients``: a zone node refuses a sample of 1 ..
         ``min_zone_clients`` − 1 of its clients, so the server does not ask for one: such a
         zone gets an empty sample (its node releases the zone noise only; the sampled
         clients' updates are left out, recorded as ``undersized_zones``)."""

@@ -1,6 +1,6 @@
 """Behaviour baseline: the rounds.jsonl metrics of seeded runs, committed from the old code.
 
-Issue 9 must-show 1: the redesign keeps every run's round metrics. The simulation tests that
+The redesign keeps every run's round metrics. The simulation tests that
 already run each scenario kind (default digits run, DP grid, DP-SGD grid, IFCA sweeps, zonal
 comparison and failures, CIA) call :func:`assert_matches_baseline` on their output directory,
 so the check costs no extra simulation time. ``FEDPRIV_RECORD_BASELINE=1`` rewrites the records
@@ -15,7 +15,7 @@ Records (old engine = main before redesign stage 2, same numerics otherwise):
 
 - ``cia``: from main@7e03fea; ``dpsgd-grid``, ``zonal-failures``, ``zonal-compare``,
   ``ifca-digits-sweep``: from main@1caa077, the last commit before redesign stage 2 (after the
-  privacy issue's DP-SGD ε and zonal accounting changes, which change those figures on
+  privacy audit's DP-SGD ε and zonal accounting changes, which change those figures on
   purpose). All five matched the stage-2 engine when committed.
 - ``dp-grid-{fedavg,fedyogi}-{none,global-dp,metric-dp}`` (six separate ``fedpriv run``) and
   ``ifca-gp-sweep``: from main@1caa077 too (after stage 1's DP noise stream move), with the
@@ -32,36 +32,36 @@ Records (old engine = main before redesign stage 2, same numerics otherwise):
 
 Intended differences:
 
-- issue 19 (Keras 3 / TF 2.21): figures that depend on float training are compared within
+- Keras 3 / TF 2.21: figures that depend on float training are compared within
   bands (see ``fedpriv.baseline.EXACT_KEYS`` and ``RECORD_RULE``), the rest exactly.
   Measured at the switch: the default digits run's final accuracy is 0.989 on both stacks.
-- issue 19/20 (DP-SGD without tensorflow-privacy): the ``fedavg/dp-sgd/seed0`` run of
+- DP-SGD without tensorflow-privacy: the ``fedavg/dp-sgd/seed0`` run of
   ``dpsgd-grid`` was re-recorded from the new engine: batches are Poisson-sampled (each
   example with q = B/n per step) and ε is the PLD of that Poisson-subsampled Gaussian (a bound
   for the batching that runs), replacing fixed shuffled batches and tensorflow-privacy's
   "assuming Poisson" figure; the once-per-epoch figures are gone. The ``none`` run of that
   record is still the old engine's.
-- issue 20 (DP with stateful server optimizers): ``dp-grid-fedyogi-global-dp`` and
+- DP with stateful server optimizers: ``dp-grid-fedyogi-global-dp`` and
   ``dp-grid-fedyogi-metric-dp`` were re-recorded from the new engine: the noise is now added
   to the mean of the clipped updates BEFORE FedYogi's moment update (so its state sees only
   noised means), not after it. Only training-dependent figures moved (server accuracy,
   losses, F1...); sampling, σ of global DP and every ε are the old engine's. The FedAvg
   records are unchanged (the FedAvg release is the same computation as before).
 
-- issue 20 (secret randomness): every baseline run opts in to ``reproducible-noise = true``
-  (``tests.simulate`` adds it to every run; since issue 26 the paper scenarios no longer
-  set it, the tests opt in explicitly), so the seeded noise
+- Secret randomness: every baseline run opts in to ``reproducible-noise = true``
+  (``tests.simulate`` adds it to every run; the paper scenarios no longer set it,
+  the tests opt in explicitly), so the seeded noise
   and sampling streams are the old ones and no record changed. The round lines' new
   ``noise-randomness`` label is a string: not compared (only numbers are).
 
-- issue 21 (zones as SuperNodes, ``zonal-runtime = zone-nodes``, the new default):
+- Zones as SuperNodes (``zonal-runtime = zone-nodes``, the new default):
   ``zonal-failures`` was re-recorded from the zone-node runtime: a failed super-node now takes
   its zone's message out of the round (HDP §V; before, only that one client was offline), so
   ``replied`` and the accuracies moved, one round with both zones down is not aggregated, and
   the per-client ``zonal-update-norm`` / ``zonal-clipped`` / ``zonal-noise-norm`` train
   metrics are gone (a zone node reports its zone aggregate only). ``zonal-compare`` matched
   the zone-node runtime unchanged (same noise streams, figures within the bands).
-- issue 26 (DP-SGD under replace-one example: the replies publish n): the ``dp-sgd-epsilon.*``
+- DP-SGD under replace-one example (the replies publish n): the ``dp-sgd-epsilon.*``
   and ``dp-sgd-epsilon-max`` figures of ``dpsgd-grid`` were recomputed offline with the new
   accountant (multiplier z/2) from the recorded participations and the clients' n (288, 287,
   287, 287: the n for which the old accountant gives the recorded figures exactly); nothing

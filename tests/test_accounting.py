@@ -1,6 +1,5 @@
-"""Tests for fedpriv.privacy.accounting: the headline ε is a valid upper bound (issue 11, must-show
-1),
-one event accountant, capped RDP, GP leakage ledger, HDP amplification."""
+"""Tests for fedpriv.privacy.accounting: the headline ε is a valid upper bound, one
+event accountant, capped RDP, GP leakage ledger, HDP amplification."""
 
 from __future__ import annotations
 
@@ -32,7 +31,7 @@ def exact_gaussian_epsilon(mu: float, delta: float) -> float:
 
 
 def mixture_pair_lower_bound(z: float, q: float, rounds: int, delta: float) -> float:
-    """Independent lower bound: the issue's realisable pair, composed ``rounds`` times.
+    """Independent lower bound: a realisable pair, composed ``rounds`` times.
 
     Every other update 0; the changed client's clipped update −C·e (one data set) or +C·e
     (the neighbour), included with probability q; noise std z·C on the sum (C = 1). The
@@ -66,7 +65,7 @@ def one_direction_lower_bound(z: float, q: float, rounds: int, delta: float) -> 
     return float(pld.self_compose(rounds).get_epsilon_for_delta(delta))
 
 
-# --- must-show 1: headline between the realisable lower bound and RDP ---------------------------
+# --- headline between the realisable lower bound and RDP ----------------------------------------
 
 
 @pytest.mark.parametrize(

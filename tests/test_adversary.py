@@ -1,4 +1,4 @@
-"""Adversarial clients (issue 12, must-show 4): one test per ``attack`` value and its invariant.
+"""Adversarial clients: one test per ``attack`` value and its invariant.
 
 Each round goes through the real server chain of a standard run
 (``scenarios.app.server_app.build_strategy``: RoundRecorder -> ValidUpdatesOnly -> privacy
@@ -165,7 +165,7 @@ def test_distance_gaming_cannot_push_sigma_below_the_clipped_bound():
     honest_cfg = _cfg("metric-dp", "none", 1.0, z=z, **{"distance-on": "clipped"})
     _, honest_record = run_round(honest_cfg)
     floor = metric_sigma_lower_bound(z, C, M, len(SHAPES), distance_on="clipped")
-    assert floor == pytest.approx(sigma_floor(z, C, M, len(SHAPES)))  # the privacy issue's bound
+    assert floor == pytest.approx(sigma_floor(z, C, M, len(SHAPES)))  # the metric-DP σ floor
     for factor in (1e2, 1e4, 1e6):
         _, record = run_round(
             _cfg("metric-dp", "distance-gaming", factor, z=z, **{"distance-on": "clipped"})

@@ -1,6 +1,6 @@
-"""Empirical privacy auditing estimators (issue 13), no training: seconds.
+"""Empirical privacy auditing estimators, no training: seconds.
 
-Must show 1: on a Gaussian mechanism with known ε (canary updates plus N(0, σ²) noise), the
+On a Gaussian mechanism with known ε (canary updates plus N(0, σ²) noise), the
 95 % one-run lower bound (Steinke et al.) is below the true ε in at least 19 of 20 seeds (a 95 %
 bound may miss about once in 20; the test allows exactly that) and within a factor 4 of it
 (median over the seeds; the one-run bound with δ > 0 is known to be loose — Steinke et al.
@@ -255,7 +255,7 @@ def test_zonal_and_laplace_mechanism_audits():
 
 
 def test_zonal_audit_with_orthogonal_canaries_has_more_power_and_stays_sound():
-    """issue 22: 2000 canaries on disjoint blocks (fedpriv audit's zonal budget) raise the CDP
+    """2000 canaries on disjoint blocks (fedpriv audit's zonal budget) raise the CDP
     aggregator's bound at z = 3 above the 200 dense canaries', still below its accountant."""
     from fedpriv.audit.mechanism_audits import BlockCanaries, audit_zonal_mechanism
 
@@ -291,7 +291,7 @@ def test_grid_report_answers_metric_vs_global(tmp_path):
 
 
 def test_grid_report_states_the_guarantee_each_mechanism_audit_tests(tmp_path):
-    """issue 22: audit.md says which guarantee the zonal / Laplace audits test."""
+    """audit.md says which guarantee the zonal / Laplace audits test."""
     from fedpriv.audit.mechanism_audits import GUARANTEES, audit_zonal_mechanism
     from fedpriv.audit.report import audit_grid_report
 

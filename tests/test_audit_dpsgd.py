@@ -1,8 +1,8 @@
-"""The planted DP-SGD bug (issue 22, must-show 3): fixed batches from a public partition
+"""The planted DP-SGD bug: fixed batches from a public partition
 accounted as Poisson at q = B/n are flagged by the white-box one-run audit with the default
 budget; the correct mechanism (secret Poisson batches) is not.
 
-The claim is the run's: replace-one example adjacency (issue 26, ``fedpriv.privacy.dpsgd``: n is
+The claim is the run's: replace-one example adjacency (``fedpriv.privacy.dpsgd``: n is
 released, multiplier z/2), and the canaries are replace-one pairs (gradient ±A·e_j)."""
 
 import argparse

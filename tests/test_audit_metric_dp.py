@@ -1,6 +1,6 @@
-"""Metric DP audited with power (issue 22): the exact MetricScaledGaussian round with 50 000
+"""Metric DP audited with power: the exact MetricScaledGaussian round with 50 000
 canaries at MP's settings (z = 0.01, C = 5, 20 rounds, m = 4, raw d) and beside global DP's
-must-show config, where metric DP's d > 1 removes noise the global-DP claim counts on."""
+reference config, where metric DP's d > 1 removes noise the global-DP claim counts on."""
 
 import numpy as np
 import pytest
@@ -52,7 +52,7 @@ def test_metric_dp_at_mp_settings_is_audited_as_no_privacy(mp):
 
 
 def test_metric_dp_leaks_more_than_the_global_dp_claim_at_the_same_z():
-    """At must-show 1's config (global DP accounted at ε = 2.00), metric DP with raw d > 1
+    """At the reference config (global DP accounted at ε = 2.00), metric DP with raw d > 1
     adds less noise and the audit's lower bound exceeds 2; with d on clipped models
     (d ≈ √2·C) it still adds less noise than global DP."""
     cfg = gdm.MUST_SHOW.with_(canary_norm=1.0)

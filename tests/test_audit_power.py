@@ -1,6 +1,6 @@
-"""Auditing with power (issue 22): one-run ε-DP and f-DP bounds, the global-DP mechanism
-audit (must-show 1: bound >= ε/2 and never above ε in 200 audits; must-show 2: no noise
-gives >= 5), and the planted bugs the audit must flag (must-show 3)."""
+"""Auditing with power: one-run ε-DP and f-DP bounds, the global-DP mechanism
+audit (bound >= ε/2 and never above ε in 200 audits; no noise gives >= 5), and the planted
+bugs the audit must flag."""
 
 import subprocess
 import sys
@@ -107,7 +107,7 @@ def test_simulated_rounds_are_the_wrapper_math():
 
 
 def test_must_show_config_is_accounted_at_two():
-    """Must-show 1's config: z = 12.6, T = 10, m = N = 100, δ = 1e-5 (fixed sampling)."""
+    """The reference config: z = 12.6, T = 10, m = N = 100, δ = 1e-5 (fixed sampling)."""
     assert gdm.accountant_epsilon(gdm.MUST_SHOW) == pytest.approx(2.0, abs=0.01)
 
 
@@ -136,7 +136,7 @@ def test_no_privacy_gives_a_lower_bound_of_at_least_five():
 
 
 def test_diluted_canaries_lose_the_power():
-    """Issue 22's old failure: dividing by all replies (K + m) instead of m hides the canaries."""
+    """The old failure: dividing by all replies (K + m) instead of m hides the canaries."""
     cfg = gdm.MUST_SHOW
 
     def diluted(cfg, signs, rng):

@@ -1,4 +1,4 @@
-"""Must show 2 (issue 13): `fedpriv audit` on digits, real Flower simulations.
+"""`fedpriv audit` on digits, real Flower simulations.
 
 ONE `fedpriv audit --grid --z 1` simulation (2 rounds, 1 local epoch, 60 canaries; its five
 cells in one simulation through scenarios.app.multirun): global DP at z = 1 gives a lower bound
@@ -53,7 +53,7 @@ def test_fedpriv_audit_grid_global_dp_none_metric_dp_and_dpsgd(tmp_path):
     assert glob["epsilon_upper_bound"] <= glob["epsilon_upper_bound_run"]
     assert glob["confidence"] == 0.95 and glob["threat_model"] == "final"
     assert glob["canaries"]["count"] == 60 and glob["rounds"] == 2
-    assert isinstance(glob["epsilon_lower_bound_fdp"], float)  # issue 22: f-DP beside eps-DP
+    assert isinstance(glob["epsilon_lower_bound_fdp"], float)  # f-DP beside eps-DP
     assert "lower_bound_fdp" in glob["methods"] and "LB f-DP (95 %)" in text
 
     none = json.loads((runs / "none-z0" / "audit.json").read_text())
@@ -91,7 +91,7 @@ def test_fedpriv_audit_rejects_bad_keys_before_training(tmp_path, capsys):
 @pytest.mark.guard
 @pytest.mark.simulation
 def test_fedpriv_audit_fixed_sampling_canaries_certify_a_bound_and_the_model_trains(tmp_path):
-    """Issue 22: under client-sampling = fixed the canaries enter at a real client's
+    """Under client-sampling = fixed the canaries enter at a real client's
     sensitivity (sum over the fixed m = 4, σ = z·C/m), 300 canaries in random directions of
     the 38k-parameter CNN, small enough (norm C/10) that the model still trains; one run
     certifies a nonzero bound under both named threat models, below the canary accountant."""

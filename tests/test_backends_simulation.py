@@ -1,4 +1,4 @@
-"""Issue 19 must-show 2: the same runs on both Keras backends land in the same bands.
+"""The same runs on both Keras backends land in the same bands.
 
 The default scenario (digits, 4 clients, FedAvg, metric DP) and a short synthetic-mri run
 (the MP CNN at 32x32, FedAvg, no privacy) run as the two cells of one real Flower simulation,

@@ -1,4 +1,4 @@
-"""``fedpriv baseline record`` / ``check`` (issue 28, must-show 5) and the one comparer.
+"""``fedpriv baseline record`` / ``check`` and the one comparer.
 
 The simulation tests record a baseline of two small runs (the default digits scenario,
 metric DP, and its global-DP grid cell; 2 rounds, 2 seeds), then plant regressions the
@@ -171,7 +171,7 @@ def test_check_refuses_targets_and_seeds_not_recorded(tmp_path, capsys):
     assert "not a baseline file" in capsys.readouterr().err
 
 
-# --- must-show 5: record, plant regressions, check -----------------------------------------
+# --- record, plant regressions, check -------------------------------------------------------
 
 
 def fedpriv_baseline(*args: str) -> subprocess.CompletedProcess:

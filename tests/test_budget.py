@@ -287,7 +287,7 @@ def test_cli_bad_target_is_one_line(run_config, target, words):
 
 
 def test_zonal_epsilon_says_against_whom():
-    """Issue 21: with zone nodes (the default runtime) LDP and HDP ε hold against the
+    """With zone nodes (the default runtime) LDP and HDP ε hold against the
     ServerApp; the in-server runtime keeps saying that HDP's holds against no one in it."""
     labels, old = {}, {}
     for placement in ("ldp", "hdp", "cdp", "none"):

@@ -1,4 +1,4 @@
-"""The canary-inserting Message-API wrapper (issue 13), on Flower messages, no simulation."""
+"""The canary-inserting Message-API wrapper, on Flower messages, no simulation."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def test_audit_fails_when_the_mechanism_adds_less_noise_than_the_accountant_assu
 
 
 def test_canaries_have_a_real_clients_sensitivity_under_fixed_sampling():
-    """Issue 22: beside m clients the global-DP wrapper divides the clipped sum by m (not by
+    """Beside m clients the global-DP wrapper divides the clipped sum by m (not by
     m + K replies), σ = z·C/m unchanged, and charges the real clients the run's own z; the
     canary accountant is μ = √T/z. Without a privacy wrapper the canaries stay diluted."""
     from fedpriv.audit.audit import canary_upper_bound

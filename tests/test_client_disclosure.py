@@ -1,5 +1,5 @@
-"""Must-show 3 (issue 11): every message a client sends, in each privacy mode, carries only
-what that mode's accounting covers — or a labelled opt-in listed in the summary.
+"""Every message a client sends, in each privacy mode, carries only what that mode's accounting
+covers — or a labelled opt-in listed in the summary.
 
 The real ClientApp (``scenarios.app.client_app.app``) is called with real Flower ``Message`` and
 ``Context`` objects (no mocks, no simulation); Flower dispatches on the message type exactly
@@ -27,7 +27,7 @@ NEVER_UNDER_DP = {"train-loss", "loss", "accuracy", "zonal-update-norm", "zonal-
 
 
 def context(partition: int = 0, run_config: dict | None = None) -> Context:
-    """A node of the run: its ``run_config`` is the run's (issue 26: the node resolves its
+    """A node of the run: its ``run_config`` is the run's (the node resolves its
     own privacy settings from it; a message cannot set them)."""
     return Context(
         run_id=1, node_id=1, node_config={"partition-id": partition}, state=RecordDict(),
@@ -146,7 +146,7 @@ def test_ifca_training_users_send_only_the_sanitized_vector():
 
 
 def test_nothing_a_dp_client_sent_above_is_a_forbidden_side_channel():
-    """The side channels the issue lists never appear without the opt-in (one table)."""
+    """The known side channels never appear without the opt-in (one table)."""
     from fedpriv.privacy.disclosure import reply_keys
 
     assert set(reply_keys()) >= {"global-dp", "metric-dp", "dp-sgd", "zonal", "ifca"}

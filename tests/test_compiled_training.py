@@ -291,7 +291,7 @@ def test_xla_and_mixed_precision_options_on_cpu():
 
 
 def test_cached_client_data_and_optimizer_state_leave_every_call_unchanged():
-    """Issue 27: a trainer converts each client's split to backend tensors once (kept for
+    """A trainer converts each client's split to backend tensors once (kept for
     the last DATA_CACHE pairs) and Adam's fresh state once. Calls that hit those caches give
     the weights of the SGD reference (clients A, B, A again, an equal copy of A, then A after
     the cache has evicted it), and Adam's state still starts fresh at every call (the same

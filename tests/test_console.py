@@ -1,4 +1,4 @@
-"""The run console (issue 28): round lines, the summary, framework noise off, the CLI's help.
+"""The run console: round lines, the summary, framework noise off, the CLI's help.
 
 The simulation checks run the real ``fedpriv run`` as a subprocess (digits, tiny) twice:
 by default and with ``--verbose``, in an environment without the quiet variables that
@@ -194,7 +194,7 @@ def test_simulation_env_is_quiet_by_default_and_loud_with_verbose():
     assert quiet.verbose({"FEDPRIV_LOG": "DEBUG"}) and not quiet.verbose({})
 
 
-# --- must-show 2: a DP wrapper with 4 replies says what happened, not "Received 1 results" --
+# --- a DP wrapper with 4 replies says what happened, not "Received 1 results" ---------------
 
 
 def _replies(models):
@@ -325,7 +325,7 @@ def test_run_config_parsing_equals_flowers():
     assert parse_overrides(items) == parse_config_args(items)
 
 
-# --- must-show 1: the default run, on the console, and with --verbose ----------------------
+# --- the default run, on the console, and with --verbose -----------------------------------
 
 TINY = "num-server-rounds=2 local-epochs=1 reproducible-noise=true"
 
@@ -400,7 +400,7 @@ def test_verbose_brings_the_framework_lines_back(tmp_path):
 
 
 def test_an_ifca_final_evaluation_declined_by_every_user_says_why():
-    """Each node decides its own opt-in (issue 26): when every user declines, the final line
+    """Each node decides its own opt-in: when every user declines, the final line
     says so instead of printing the counts as metrics."""
     declined = {"config": {"privacy": "none"}, "final": {"clients": 0, "declined": 100}}
     line = console.final_metrics(declined)

@@ -1,4 +1,4 @@
-"""A curious ServerApp (issue 26, must-show 1, node side): keys left at "auto" are the node's.
+"""A curious ServerApp (node side): keys left at "auto" are the node's.
 
 The real ClientApp (``scenarios.app.client_app.app``, with its zone-node and DP-SGD code paths)
 gets real Flower ``Message`` / ``Context`` objects. The legit message is what the real server
@@ -325,7 +325,7 @@ def test_a_zonal_comparison_variant_is_one_the_node_declares(zone_weights):
 def test_the_node_resolves_like_the_server_but_for_its_secure_defaults():
     """For every scenario, a node with nothing set resolves what the ServerApp resolves,
     except the opt-ins: those are false on the node. No scenario opts in to seeded noise (the
-    paper scenarios use secret noise too; issue 26)."""
+    paper scenarios use secret noise too)."""
     assert load_snapshot() == catalog_snapshot(CATALOG), (
         "scenarios/config/node_catalog.json is stale: run python -c 'from "
         "scenarios.config.features import CATALOG; from scenarios.config.node_spec import "

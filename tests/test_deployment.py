@@ -6,11 +6,11 @@ with ``--disable-runtime-dependency-installation`` (offline), once for the modul
 SuperNode with its own ``FLWR_HOME`` as on its own machine. The run is submitted with
 ``flwr run . local-deployment`` from the repository root exactly as docs/gpu.md says: a
 SuperLink connection ``local-deployment`` in a throwaway ``$FLWR_HOME/config.toml``; the
-repository's pyproject.toml must come out of it unchanged. The one run is also the fault test
-(issue 12, must-show 3): a SuperNode is SIGKILLed (with its SuperExec and ClientApp
-processes) during a round and restarted; every process is stopped at the end, whatever
-happens (:mod:`tests.localflower`). (A separate fault-free run added ~1-2 min of CI and
-checked nothing this run's round 1 and final summary do not.)
+repository's pyproject.toml must come out of it unchanged. The one run is also the fault test:
+a SuperNode is SIGKILLed (with its SuperExec and ClientApp processes) during a round and
+restarted; every process is stopped at the end, whatever happens (:mod:`tests.localflower`).
+(A separate fault-free run added ~1-2 min of CI and checked nothing this run's round 1 and
+final summary do not.)
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def test_superlink_and_supernodes_run_and_survive_a_killed_supernode(federation,
 
 
 def test_zone_supernodes_survive_a_killed_zone_node(federation, tmp_path):
-    """Issue 21, must-show 3: the same SuperNodes serve as s = 4 zone nodes (partition-id =
+    """The same SuperNodes serve as s = 4 zone nodes (partition-id =
     zone) of an HDP run over 8 clients (2 per zone, blocks). Zone 1's SuperNode is SIGKILLed
     after round 1 and not restarted: from the round it misses on, that zone's message gets
     Flower's node-unavailable error; the round records the zone as missing and its clients as

@@ -94,7 +94,7 @@ def test_conf_loads_the_generating_extension():
 
 
 def test_key_reference_lists_every_key_fedpriv_keys_lists(capsys):
-    """Must-show 4: the key reference page lists every key of ``fedpriv keys``, no other,
+    """The key reference page lists every key of ``fedpriv keys``, no other,
     with the same 'allowed' text."""
     cli = _cli_keys(capsys)
     assert len(cli) == len(CATALOG.keys) >= 50

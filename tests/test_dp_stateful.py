@@ -1,4 +1,4 @@
-"""Global DP with stateful server optimizers (issue 20, must-show 5).
+"""Global DP with stateful server optimizers.
 
 The wrapper noises the mean of the clipped updates BEFORE the inner strategy's stateful
 update, so FedAvgM's momentum and FedYogi's moments only ever see noised means. The test

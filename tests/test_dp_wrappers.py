@@ -495,7 +495,7 @@ def test_accountant_per_round_matches_dp_epsilon_and_grows():
 
 
 def test_uniform_weighting_by_default_and_examples_accounted_by_the_largest_weight():
-    """Issue 11 item 2: MP non-IID weights 0.35/0.15/0.40/0.10, z = 1, 20 rounds."""
+    """MP non-IID weights 0.35/0.15/0.40/0.10, z = 1, 20 rounds."""
     reference = global_model()
     models = client_models([0.5, 0.5, 0.5, 0.5])
     examples = [35, 15, 40, 10]
@@ -537,7 +537,7 @@ def test_uniform_weighting_by_default_and_examples_accounted_by_the_largest_weig
 
 
 def test_one_client_moved_by_1000_cannot_push_metric_sigma_below_the_bound():
-    """Must-show 2: default metric DP, one of four clients moved by +1000."""
+    """Default metric DP, one of four clients moved by +1000."""
     reference = global_model()
     models = client_models([0.05, 0.08, 0.1, 0.12])
     models[2] = [w + 1000.0 for w in models[2]]

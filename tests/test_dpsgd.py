@@ -147,7 +147,7 @@ def _optimistic_pld_epsilon(q: float, z: float, steps: int, delta: float) -> flo
 
 def test_q_one_equals_the_closed_form_gaussian():
     """n <= B: every step is the unsampled Gaussian, T steps = μ-GDP with μ = 2√T/z
-    (replace-one example, sensitivity 2C; issue 26: was √T/z under add/remove)."""
+    (replace-one example, sensitivity 2C; was √T/z under add/remove)."""
     eps = dpsgd.client_epsilon(
         num_examples=10, batch_size=16, local_epochs=3, participations=4,
         noise_multiplier=2.0, delta=1e-5,
@@ -179,7 +179,7 @@ def test_digits_defaults_epsilon_is_at_least_the_realisable_lower_bound(n):
     publishes it): x*, whose clipped gradient is C·e₁ while the others are orthogonal to e₁,
     replaced by an example of zero gradient; each step then releases exactly the sampled
     Gaussian pair above, so the run's ε is at least that pair's composed T = round(n/B)·2·8
-    times (its optimistic PLD) and at least one step's exactly integrated ε. Issue 26: the
+    times (its optimistic PLD) and at least one step's exactly integrated ε. The
     accounted pair is the replace-one dominating pair (sensitivity 2C, multiplier z/2), and
     the reported ε is within 5% of its optimistic PLD.
     """
@@ -208,7 +208,7 @@ def test_epsilon_monotone_and_edge_cases():
 
 
 # --- the client's own participation count ---------------------------------------------------
-# (issue 26: counted in the client's own ledger, tests/test_release_counting.py)
+# (counted in the client's own ledger, tests/test_release_counting.py)
 
 
 # --- server wrapper and config --------------------------------------------------------------

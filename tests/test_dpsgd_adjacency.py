@@ -1,4 +1,4 @@
-"""DP-SGD's ε holds for what its replies reveal (issue 26 must-show 5, "DP-SGD n").
+"""DP-SGD's ε holds for what its replies reveal ("DP-SGD n").
 
 Adversary's view covered: the server (or anyone who reads the messages) — every DP-SGD
 reply carries the client's model, ``num-examples`` = n and its ``dp-sgd-epsilon`` (a
@@ -21,7 +21,7 @@ import pytest
 from fedpriv.privacy import dpsgd
 
 DIGITS = dict(batch_size=16, local_epochs=2, noise_multiplier=1.1, delta=1e-5)
-AUDIT_LOWER_BOUND = 8.51  # replace-one white-box, digits n = 288, 8 rounds (issue 26)
+AUDIT_LOWER_BOUND = 8.51  # replace-one white-box, digits n = 288, 8 rounds
 OLD_ADD_REMOVE = 5.31  # what was reported for the same client
 
 

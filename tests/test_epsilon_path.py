@@ -1,4 +1,4 @@
-"""One ε path for global DP (issue 20, must-show 4).
+"""One ε path for global DP.
 
 ``fedpriv epsilon`` (the real command, its printed JSON) is never below the ε a run charges,
 under uniform and example weighting, fixed and Poisson client sampling; equal where the
@@ -106,7 +106,7 @@ def test_planning_with_example_weights_is_at_least_the_run_and_says_worst_case()
     plan = planned(cfg)
     runs = [run_headline(cfg, seed) for seed in range(4)]
     assert all(plan["epsilon"] >= r for r in runs)
-    # the issue's figures: 15.14 printed before (uniform), 42.71 charged by a run
+    # the old figures: 15.14 printed before (uniform), 42.71 charged by a run
     assert plan["epsilon"] > 40.0
     assert max(runs) > 15.2
     assert any("worst case" in n for n in plan["notes"])

@@ -1,4 +1,4 @@
-"""The stock strategy factory builds from a typed StrategySpec (issue 26: no run config below
+"""The stock strategy factory builds from a typed StrategySpec (no run config below
 scenarios/): each hyper-parameter of the spec reaches the Flower strategy."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The feature declarations are complete and consistent (issue 9), and the layers hold."""
+"""The feature declarations are complete and consistent, and the layers hold."""
 
 from __future__ import annotations
 
@@ -90,13 +90,13 @@ def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
         check=True, env={"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)},
     ).stdout  # fmt: skip
     loaded = json.loads(out.strip().splitlines()[-1])
-    # issue 21: the zone-node task (scenarios.zonal.zone_node) derives the zone's plan from the
+    # the zone-node task (scenarios.zonal.zone_node) derives the zone's plan from the
     # zonal keys (scenarios.zonal.keys: declarations and plan_from_config, over
     # scenarios.config.schema's key checks) - client-side code, no server app, CLI or report
-    # issue 26: each node resolves its own spec (scenarios.config.node_spec) from the key
-    # declarations (the scenarios.keys_* modules, declarations only) - still client-side;
-    # issue 28: scenarios.app.quiet sets the worker's log levels (logging and os only);
-    # issue 26: scenarios.config.specs builds the node's typed RunSpec from its resolved config, and
+    # each node resolves its own spec (scenarios.config.node_spec) from the key
+    # declarations (the scenarios.<feature>.keys modules, declarations only) - still client-side;
+    # scenarios.app.quiet sets the worker's log levels (logging and os only);
+    # scenarios.config.specs builds the node's typed RunSpec from its resolved config, and
     # scenarios.config.node_roles reads the node's role, zone level and state folder from its own
     features = ("attacks", "audit", "dp", "dp_sgd", "faults", "grid", "ifca", "speed", "standard",
                 "zonal")

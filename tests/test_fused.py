@@ -1,4 +1,4 @@
-"""One message per round for train + evaluate (issue 27, ``evaluate-in-train``,
+"""One message per round for train + evaluate (``evaluate-in-train``,
 :mod:`scenarios.app.fused`).
 
 The runs here are the real engine (:func:`scenarios.app.engine.train_run`, the standard strategy
@@ -249,7 +249,7 @@ def test_a_killed_fused_run_resumes_to_the_same_run(both, tmp_path, kill_at):
     """Killed when round 3's messages leave the server (round 2 charged, its evaluation not
     yet back; or the last round's evaluate message), the run resumes from its charged
     checkpoint and ends with the uninterrupted run's records and model: each round recorded
-    once, and each model sent out was charged before (issue 26)."""
+    once, and each model sent out was charged before."""
     (_, _), (one, _) = both
     with pytest.raises(Killed):
         run(tmp_path, "killed", True, kill_at=kill_at)

@@ -1,4 +1,4 @@
-"""HDP's datasets from a local path (issue 21, must-show 4): CIFAR-10/100 python batches and
+"""HDP's datasets from a local path: CIFAR-10/100 python batches and
 EMNIST by writer (LEAF json shards, TFF h5), generated here in their real layouts.
 
 Every generated image encodes where it came from, so the tests can check that the pixel
@@ -376,7 +376,7 @@ def test_hdp_paper_preflight_accepts_the_layouts(
 
 @pytest.mark.slow
 def test_hdp_paper_runs_on_generated_cifar10(tmp_path):
-    """One short `hdp-paper` simulation on the generated CIFAR-10 batches (must-show 4)."""
+    """One short `hdp-paper` simulation on the generated CIFAR-10 batches."""
     root = write_cifar10(tmp_path / "data")
     overrides = {
         "scenario": "hdp-paper",

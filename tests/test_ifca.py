@@ -138,7 +138,7 @@ def test_noise_norm_is_nu_times_delta_norm_on_average():
 
 def test_handler_keeps_a_copy_of_its_own_ledger_in_context_state():
     """Three rounds are three releases; the same round-3 message again is the cached reply
-    (issue 26: a replay is answered once, not charged again)."""
+    (a replay is answered once, not charged again)."""
     context = Context(
         run_id=1, node_id=7, node_config={"partition-id": 2}, state=RecordDict(), run_config={}
     )
@@ -286,7 +286,7 @@ def textbook_lloyd(points: np.ndarray, init: np.ndarray) -> tuple[np.ndarray, np
 
 
 def test_kmeans_is_textbook_lloyd_including_initially_empty_clusters():
-    """Issue 11: clusters that start empty take part (the old step left them out and reached
+    """Clusters that start empty take part (the old step left them out and reached
     another fixed point in ~1% of small cases)."""
     rng = np.random.default_rng(11)
     started_empty = 0
@@ -300,7 +300,7 @@ def test_kmeans_is_textbook_lloyd_including_initially_empty_clusters():
         np.testing.assert_array_equal(step.labels, labels)
         np.testing.assert_allclose(step.centroids, cents, atol=1e-12)
         np.testing.assert_array_equal(nearest_centroid(points, step.centroids), step.labels)
-    assert started_empty > 50  # the case the issue is about is well covered
+    assert started_empty > 50  # the initially empty case is well covered
 
 
 def test_cluster_means_rejects_bad_labels():
@@ -389,7 +389,7 @@ class LocalGrid:
     """In-process stand-in for the simulation grid: calls the ClientApp handlers directly
     (config resolved as the ClientApp does), one persistent ``context.state`` per node (what
     Flower keeps between rounds). ``run_config``: what every node's ``context.run_config``
-    holds, the run's own (issue 26: each node resolves its own spec from it and refuses a
+    holds, the run's own (each node resolves its own spec from it and refuses a
     message whose privacy keys differ; a node with an empty run config is a ``digits`` node).
     Each grid is a run of its own (its own run id); ``state_dir``: the nodes' own
     ``client-state-dir`` (their ledgers survive a restart there; without it, the ledgers are in
@@ -463,7 +463,7 @@ def gp_run_config(tmp_path, **over) -> dict:
 
 # A server without a wire base (library use) sends the whole config it resolved, the
 # scenario's opt-ins included (gp-synthetic: unaccounted-metrics = true for GP's final
-# evaluation). A node resolves "auto" to false and refuses that message (issue 26), so the
+# evaluation). A node resolves "auto" to false and refuses that message, so the
 # runs below that send the whole config set the opt-in in the run config both sides hold.
 NO_OPT_IN = {"unaccounted-metrics": False}
 
@@ -480,8 +480,8 @@ def wire_base():
 
 def test_same_seed_same_rounds_in_process(tmp_path, wire_base):
     """SPEC §7: seeded sampling, training and noise -> identical released vectors; the
-    second run's messages carry only the wire config (issue 10): the same rounds."""
-    # compared exactly: seeded noise, an explicit opt-in (issue 26: gp-synthetic is secret)
+    second run's messages carry only the wire config: the same rounds."""
+    # compared exactly: seeded noise, an explicit opt-in (gp-synthetic is secret)
     run_config = gp_run_config(tmp_path, **{"reproducible-noise": True, **NO_OPT_IN})
     cfg = resolve_run_config(run_config)
     runs = []
@@ -504,11 +504,11 @@ def test_same_seed_same_rounds_in_process(tmp_path, wire_base):
 
 
 def test_ifca_messages_carry_only_what_differs_from_run_config(tmp_path, wire_base):
-    """Issue 10: an IFCA message's ConfigRecord holds the keys whose resolved value differs
+    """An IFCA message's ConfigRecord holds the keys whose resolved value differs
     from the node's ``run_config`` (here: the scenario's values of pyproject's ``"auto"``
     keys), the digest, the round and the IFCA keys, not the whole resolved config (88 keys
     before); the ClientApp rebuilds the config the old code sent, with the node's own values
-    for what it owns (issue 26)."""
+    for what it owns."""
     run_config = gp_run_config(tmp_path, seed=3)
     cfg = resolve_run_config(run_config)
     whole = {**config_record(cfg, "2"), "server-round": 1}  # no base: what was sent before
@@ -531,7 +531,7 @@ def test_ifca_messages_carry_only_what_differs_from_run_config(tmp_path, wire_ba
         lambda m, c, ctx: seen.append(c) or ifca_train_handler(m, c, ctx), "train", ACTION
     )
     assert list(handler(msg, context).content.array_records) == [REPLY_KEY]
-    # issue 26: the node runs the old config except what it owns: its opt-in, which the run
+    # the node runs the old config except what it owns: its opt-in, which the run
     # config leaves at "auto" (the scenario's true is not sent: the node's secure false), and
     # its evaluation split (partition 0 trains: "test")
     assert run_config["unaccounted-metrics"] == "auto" and whole["unaccounted-metrics"] is True
@@ -617,7 +617,7 @@ def test_plots_write_pngs(tmp_path):
 
 
 def test_killed_run_resumes_from_its_checkpoint_and_the_clients_own_ledgers(tmp_path):
-    """Issue 12 / issue 26: a run checkpointed after round 2 and killed after its clients
+    """A run checkpointed after round 2 and killed after its clients
     answered round 3 continues in a new strategy and a new run (new ``context.state``, new run
     id; the nodes keep their own ``client-state-dir``). Round 3 runs again: every client
     that released a vector in it before the kill answers the identical request with that
@@ -690,7 +690,7 @@ def test_final_evaluation_counts_the_users_whose_own_opt_in_is_off(
     tmp_path, wire_base, node_opt_in
 ):
     """gp-synthetic opts in to GP's final test evaluation on the server; each node decides its
-    own (issue 26). Nodes that leave ``unaccounted-metrics`` at auto answer with an empty reply:
+    own. Nodes that leave ``unaccounted-metrics`` at auto answer with an empty reply:
     the run counts them as declined instead of failing; nodes that opt in report metrics."""
     from scenarios.ifca.feature import final_evaluation
 

@@ -42,8 +42,8 @@ from tests.simulate import (
 # the slow tier, and CI runs it (guard: GP's results and the leakage accounting).
 pytestmark = [pytest.mark.simulation, pytest.mark.slow, pytest.mark.guard]
 
-# GP's final evaluation leaves the clients unaccounted: the nodes opt in themselves (issue 26:
-# the scenario's opt-in is not the nodes'; the run config, which they share, is)
+# GP's final evaluation leaves the clients unaccounted: the nodes opt in themselves (the
+# scenario's opt-in is not the nodes'; the run config, which they share, is)
 FINAL_EVALUATION = {"unaccounted-metrics": True}
 
 GP_RUNS = [
@@ -147,7 +147,7 @@ def _without_wall_time(rounds: list[dict]) -> list[dict]:
 def test_killed_ifca_run_resumes_and_equals_the_uninterrupted_run(
     gp_run, tmp_path, monkeypatch, capsys
 ):
-    """Issue 12 for IFCA: a run killed after round 1 (of 8) and started again continues
+    """Resume for IFCA: a run killed after round 1 (of 8) and started again continues
     from its checkpoint (hypotheses, server Generator, mirror ledger, early stopping) with
     the clients' own ledger files; its rounds equal the sweep's uninterrupted run 4."""
     out = tmp_path / "resumed"
@@ -164,7 +164,7 @@ def test_killed_ifca_run_resumes_and_equals_the_uninterrupted_run(
     assert ledgers and not list(out.rglob("ifca-*.json"))
     spent = {p.stem.rsplit("-", 1)[1]: json.loads(p.read_text())["spent"] for p in ledgers}
     charged = {p: v for p, v in summary["leakage"]["per_client"].items() if v > 0}
-    # issue 26: each client's own ledger counts every vector it released, the round that the
+    # each client's own ledger counts every vector it released, the round that the
     # kill interrupted and that ran again included; the server's mirror restarts from its
     # checkpoint, so the clients' count is never below it
     assert set(spent) == set(charged)

@@ -1,4 +1,4 @@
-"""Issue 26: one key name per idea. ``noise-multiplier``, ``clipping-norm`` and ``dp-delta`` are
+"""One key name per idea. ``noise-multiplier``, ``clipping-norm`` and ``dp-delta`` are
 shared by every mode; left at ``auto`` each takes the selected mode's value (declared on the
 mode's params, :func:`fedpriv.spec.key`); the old per-mode names are refused in one line that
 names the new key, by the server's resolution and by a node's own."""

@@ -6,7 +6,7 @@ the heavy packages are made unimportable (``sys.modules[name] = None``), and fed
 wrapper modules are imported and wrap a Flower ``FedAvg`` for both APIs. An import of a
 heavy package anywhere in fedpriv's wrapper path fails the check on every stack, so the
 pinned simulation stack guards the base install too. In an environment without TensorFlow
-(CI's base-install environment, ``make test-base-install``) the plain statement of the issue
+(CI's base-install environment, ``make test-base-install``) the plain statement of the problem
 is checked as well.
 The feature list and the ``fedpriv`` CLI are checked the same way: the commands that only
 compute run without the simulation extra; the others exit 2 naming the extra.

@@ -1,4 +1,4 @@
-"""Cross-device scale (issue 12, load): 10,000 virtual clients on embedded data, sampled
+"""Cross-device scale (load): 10,000 virtual clients on embedded data, sampled
 evaluation. The timed figures are in ``make bench`` (bench/bench_load.py), not here."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 26 must-show 7: the ``privacy`` key and mode names live in the mode registry only.
+"""The ``privacy`` key and mode names live in the mode registry only.
 
 An AST scan of ``fedpriv/``, ``strategies/``, ``clients/`` and ``scenarios/``: outside the
 registry and the mode modules (``fedpriv/privacy/modes/``) and the Flower-side declaration
@@ -88,7 +88,7 @@ def test_no_privacy_key_or_mode_branch_outside_the_registry(path):
     assert not found, f"{path.relative_to(ROOT)}: " + "; ".join(f"line {n}: {w}" for n, w in found)
 
 
-# Mode names as DATA (issue 26 must-show 7): outside the owners a constant equal to a mode's
+# Mode names as DATA: outside the owners a constant equal to a mode's
 # name is taken from the mode (``global_dp.MODE.name``, ``mode.client_task``,
 # ``mode.report_label``). ``none`` is exempt (it is also a value of attack, zonal-level,
 # noise-placement). The exceptions below are other namespaces that share a word with a mode:

@@ -1,4 +1,4 @@
-"""Issue 26 must-show 7: a NEW privacy mode, defined entirely in this module, runs end to end.
+"""A NEW privacy mode, defined entirely in this module, runs end to end.
 
 The mode (``fixed-sigma-test``: the server clips each update to C, averages the m sampled
 clients and adds N(0, σ²) with σ = z·C/m; a trusted server) is declared here: typed

@@ -1,4 +1,4 @@
-"""Who may read which output, and the ε that holds for each reader (issue 26 must-show 5).
+"""Who may read which output, and the ε that holds for each reader.
 
 Adversary's view covered here: a reader of the PUBLIC outputs of a run — ``rounds.jsonl``,
 ``summary.json`` and the models — but not ``operator.jsonl`` or ``checkpoint.pkl``. The

@@ -1,4 +1,4 @@
-"""``fedpriv epsilon`` under example weights with dropped replies (issue 26 must-show 5).
+"""``fedpriv epsilon`` under example weights with dropped replies.
 
 Adversary's view covered: a reader of the released global models (and of rounds.jsonl /
 summary.json) of a global-DP run with ``dp-weighting = examples`` and the default

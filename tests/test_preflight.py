@@ -1,4 +1,4 @@
-"""Fuzz of `fedpriv run`'s checks (issue 12, must-show 2): bad configs and bad data folders.
+"""Fuzz of `fedpriv run`'s checks: bad configs and bad data folders.
 
 Every case must exit 2 with a one-line error that names the key (or the file) and must
 leave no output directory behind. Most cases go through ``scenarios.cli.main.main`` in this

@@ -1,4 +1,4 @@
-"""Must-show 3 (issue 20): clients own their privacy settings; the server cannot weaken them.
+"""Clients own their privacy settings; the server cannot weaken them.
 
 The real ClientApp (``scenarios.app.client_app.app``) gets real Flower ``Message`` / ``Context``
 objects, as in a run: the client's own config is its ``run_config`` (a fully set config
@@ -42,7 +42,7 @@ WEAKER = {
         "num-clients": 2, "noise-multiplier": 0.0, "clipping-norm": 100.0,
         "dp-delta": 0.5, **OPT_INS, "client-task": "standard", "zonal-level": "hdp",
     },
-    "zone-node": {  # issue 21: a zone SuperNode of an LDP (or HDP) zone
+    "zone-node": {  # a zone SuperNode of an LDP (or HDP) zone
         "privacy": "none", "noise-placement": "hdp", "ldp-fraction": 0.5, "hdp-fraction": 0.5,
         "num-zones": 1, "zone-assignment": "round-robin", "zone-map": "0:0,1:0",
         "num-clients": 2, "noise-multiplier": 0.0, "clipping-norm": 100.0,
@@ -249,7 +249,7 @@ def test_a_digestless_full_config_with_a_weakened_key_is_refused(own, weights):
 
 
 def test_modes_that_trust_the_server_take_its_training_keys_not_its_privacy_keys(own, weights):
-    """Issue 26: the allow-list holds in every mode. A global-DP client trusts the server with
+    """The allow-list holds in every mode. A global-DP client trusts the server with
     its noise, but a message that turns its mode or its opt-ins (privacy-relevant keys) is
     refused like any other; a training key (the learning rate of a sweep) is the server's."""
     cfg = resolve_run_config({**FAST, "privacy": "global-dp"})
@@ -270,7 +270,7 @@ def test_a_mixed_zonal_client_owns_its_keys_only_in_an_ldp_zone():
            "num-clients": 4, "num-zones": 2, "zone-assignment": "blocks"}  # fmt: skip
     assert [client_mode(own, p) for p in range(4)] == ["zonal", "zonal", None, None]
     assert client_mode({**own, "num-zones": "auto"}, 0) is None  # delegated to the server
-    # zone nodes (issue 21): the node's partition-id is its zone; LDP and HDP zones own
+    # zone nodes: the node's partition-id is its zone; LDP and HDP zones own
     nodes = {**own, "hdp-fraction": 0.5, "ldp-fraction": 0.0, "zonal-runtime": "zone-nodes"}
     assert [client_mode(nodes, z) for z in range(2)] == ["zone-node", None]
     assert client_mode(own, 0, message_task="zone-node") == "zone-node"
@@ -289,7 +289,7 @@ def test_a_mixed_zonal_client_owns_its_keys_only_in_an_ldp_zone():
 def test_a_shared_key_left_auto_takes_the_nodes_mode_value_not_the_messages(
     own, weights, sent, refused
 ):
-    """Issue 26, one key name per idea: a DP-SGD node that leaves ``noise-multiplier`` and
+    """One key name per idea: a DP-SGD node that leaves ``noise-multiplier`` and
     ``clipping-norm`` at auto resolves them to DP-SGD's own values (z = 1.1, C = 1) from its
     own mode. A message with another value is refused, and so is an old per-mode name (not
     on the allow-list); an allowed training key changes nothing of ε: the reply's ε is the

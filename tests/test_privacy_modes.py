@@ -1,4 +1,4 @@
-"""A privacy mode is one declaration that fails closed (issue 20, must-show 6 first half)."""
+"""A privacy mode is one declaration that fails closed."""
 
 from __future__ import annotations
 

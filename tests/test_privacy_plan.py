@@ -1,4 +1,4 @@
-"""``fedpriv epsilon``'s core: privacy figures from a config alone (issue 11), TF-free."""
+"""``fedpriv epsilon``'s core: privacy figures from a config alone, TF-free."""
 
 from __future__ import annotations
 

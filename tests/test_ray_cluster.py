@@ -1,4 +1,4 @@
-"""Grids side by side and on a Ray cluster (issue 27, must-shows 3 and 4).
+"""Grids side by side and on a Ray cluster.
 
 Fast tests: the pieces of :mod:`scenarios.cli.ray_cluster` and the options (``--parallel``,
 ``--ray-address``, the federation's ``ray-address``), each bad value one line, exit 2.

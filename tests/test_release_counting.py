@@ -1,5 +1,5 @@
-"""Issue 26: each noising party counts its own releases (must-shows 2 and 3, and the one-client
-zone of must-show 1).
+"""Each noising party counts its own releases: replays, restarts, budgets and
+the one-client zone.
 
 The real ClientApp (``scenarios.app.client_app.app``) gets real Flower ``Message`` / ``Context``
 objects; the client's own config is its ``run_config`` (a fully resolved config) and its
@@ -90,7 +90,7 @@ def zone_message(cfg, weights, server_round, clients=(0, 1)) -> Message:
 
 
 def test_a_zone_node_answers_32_replays_of_a_round_with_one_release(zone, tmp_path):
-    """Must-show 2: the same round-1 message 32 times yields one release: every reply is the
+    """The same round-1 message 32 times yields one release: every reply is the
     first one bit for bit (or refused), so their average has the noise of one release."""
     cfg, weights = zone
     node = {STATE_DIR_KEY: str(tmp_path / "zone-0")}
@@ -129,7 +129,7 @@ def test_a_zone_node_refuses_rewound_and_altered_rounds_and_counts_to_its_own_li
 
 
 def test_a_one_client_zone_is_refused(zone, tmp_path):
-    """Must-show 1 (a one-client zone): the zone node refuses a sample of one client, whatever
+    """A one-client zone: the zone node refuses a sample of one client, whatever
     ``min-zone-clients`` the message says; an own value of 1 is refused before training."""
     cfg, weights = zone
     node = {STATE_DIR_KEY: str(tmp_path / "z")}
@@ -168,7 +168,7 @@ def ifca_message(cfg, record, server_round, **sent) -> Message:
 
 
 def test_ifca_a_budget_of_two_releases_gives_two_whatever_the_server_sends(ifca, tmp_path):
-    """Must-show 3 (IFCA): with a budget of 2 releases, a new ledger tag in every message (it
+    """IFCA: with a budget of 2 releases, a new ledger tag in every message (it
     selects nothing), a replayed round 2 naming a new state dir (refused: the dir is the
     node's), an identical replay of round 2 and a restart give 2 releases in all; the
     client's own ledger says 2 participations and 2·n/ν spent."""
@@ -246,7 +246,7 @@ def expected_epsilon(cfg: dict, n: int, participations: int) -> float:
 
 
 def test_dp_sgd_counts_every_release_across_restarts_and_replays(dp, tmp_path):
-    """Must-show 3 (DP-SGD): 7 participations, 3 before a restart and 4 after it, where the
+    """DP-SGD: 7 participations, 3 before a restart and 4 after it, where the
     restarted node first gets every message naming a new state dir (refused: the dir is the
     node's, nothing is charged or created), then a rewound round and an identical repeat: the
     client's count and ε are those of an independent count of the distinct releases."""
@@ -323,7 +323,7 @@ class AnsweringGrid:
 
 
 def test_a_kill_between_configure_evaluate_and_the_checkpoint_never_releases_uncharged(tmp_path):
-    """Must-show 4: a global-DP run under ``max-epsilon`` killed after round 3's new model left
+    """A global-DP run under ``max-epsilon`` killed after round 3's new model left
     the server (``configure_evaluate``) and before its round was recorded resumes without a
     second, fresh round 3: the reported ε equals an independent accountant over every distinct
     model that left the server, and never exceeds the budget."""

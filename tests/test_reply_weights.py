@@ -1,4 +1,4 @@
-"""Weights that cannot crash the run (issue 26 must-show 6).
+"""Weights that cannot crash the run.
 
 A reply whose ``num-examples`` is negative, zero, NaN, huge (1e308), a bool or a string used
 to stop ``aggregate_train`` under ``dp-weighting = examples`` (ZeroDivisionError,

@@ -149,7 +149,7 @@ def test_privacy_table(fake_grid):
     by_mode = {r[0]: r[1:] for r in rows}
     gdp, mdp = by_mode["Global-DP"], by_mode["Metric-privacy"]
     g = truth[("fedavg", "global-dp", 0)]
-    # every ε is named with what it bounds (issue 11)
+    # every ε is named with what it bounds
     assert gdp[0] == "replace-one client; fixed size without replacement"
     gdp, mdp_bound, mdp = gdp[1:], mdp[0], mdp[1:]
     assert gdp[0] == "0.01" and gdp[1] == f"{g['sigma'].mean():.3g}" and gdp[2] == "—"

@@ -1,4 +1,4 @@
-"""Resume a killed run (issue 12, must-show 1) and the checkpoint module under it.
+"""Resume a killed run and the checkpoint module under it.
 
 Fast checks drive the real server chain of a standard run (RoundRecorder -> ValidUpdatesOnly
 -> DP wrapper -> stock strategy) round by round with real Flower Messages: a chain restored
@@ -91,7 +91,7 @@ def _chain(cfg):
         ("fedopt", "none"),
         ("fedyogi", "none"),
         ("fedavgm", "zonal"),  # elections (super-nodes, log, Generator), failure Generator
-        ("fedavg", "zonal-nodes"),  # the same with zone SuperNodes (issue 21)
+        ("fedavg", "zonal-nodes"),  # the same with zone SuperNodes
     ],
 )
 def test_restored_chain_continues_bit_identically(strategy, privacy, tmp_path):

@@ -76,7 +76,7 @@ def test_default_scenario_reaches_085_and_writes_outputs(default_runs):
     assert set(summary["last5"]) >= {"accuracy_mean", "accuracy_std"}
     assert summary["seed"] == 0 and summary["config"]["scenario"] == "digits"
     assert [r["round"] for r in rounds] == list(range(summary["config"]["num-server-rounds"] + 1))
-    # metric DP (the default) withholds the clients' evaluation metrics (issue 11: not covered
+    # metric DP (the default) withholds the clients' evaluation metrics (not covered
     # by any accounting; opt in with unaccounted-metrics = true)
     assert all("accuracy" not in r.get("distributed", {}) for r in rounds[1:])
     assert rounds[-1]["sampled"] == [0, 1, 2, 3]
@@ -151,7 +151,7 @@ def test_summary_json_is_valid_json_with_config(default_runs):
     assert summary["config"]["strategy"] == "fedavg"
 
 
-# --- issue 12 must-show 1: kill a real simulation after round 3 of 6, run the same command again
+# --- kill a real simulation after round 3 of 6, run the same command again
 
 
 def test_killed_run_resumes_and_equals_an_uninterrupted_run(plan_runs, tmp_path):

@@ -1,4 +1,4 @@
-"""Secret randomness by default (issue 20, must-show 1).
+"""Secret randomness by default.
 
 Every DP draw used to derive from the public ``seed``, which every ClientApp holds and
 summary.json records: a client could rebuild the server's noise and subtract it. Now the
@@ -273,7 +273,7 @@ def test_reproducible_noise_is_one_checked_run_key():
     assert _cfg()["reproducible-noise"] is False  # the default run is secret
     with pytest.raises(ConfigError, match="reproducible-noise = 'yes' is not allowed"):
         resolve_run_config({"reproducible-noise": "yes"})
-    # issue 26: the paper scenarios use secret noise too; seeded noise is an explicit opt-in
+    # the paper scenarios use secret noise too; seeded noise is an explicit opt-in
     # (tests, regression baselines), labelled in every record
     for paper in ("hdp-paper", "gp-fig2", "synthetic-mri", "hdp-digits", "cia", "gp-synthetic",
                   "digits-rotated", "cia-digits"):  # fmt: skip

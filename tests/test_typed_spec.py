@@ -1,4 +1,4 @@
-"""Issue 26 must-show 7: no run-config mapping below ``scenarios/``; the typed spec it hands down.
+"""No run-config mapping below ``scenarios/``; the typed spec it hands down.
 
 ``scenarios/`` (the Flower app) resolves a run config and builds one frozen
 :class:`fedpriv.spec.RunSpec` per party (:func:`scenarios.config.specs.run_spec`); ``fedpriv/``,

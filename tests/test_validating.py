@@ -74,7 +74,7 @@ def test_failures_follow_accept_failures():
 
 
 def test_huge_finite_and_two_record_replies_are_rejected_and_named_through_global_dp():
-    """Issue 20 point 7: a reply of finite 1e18 values and a reply with two ArrayRecords are
+    """A reply of finite 1e18 values and a reply with two ArrayRecords are
     rejected like NaN (named in the round record) in front of the global-DP wrapper, whose
     clipping would otherwise compute a non-finite norm; the round aggregates the rest."""
     from strategies.dp_wrappers import ServerSideFixedClippingDP

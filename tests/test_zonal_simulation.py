@@ -8,8 +8,8 @@ Two runs:
   aggregator LDP < HDP < CDP (HDP Fig. 2, Table III).
 * the standard runner with ``privacy = "zonal"``, a C5 mix (LDP zone + server noise) and
   ``supernode-failure-rate = 0.5``: failed super-nodes are re-elected, logged in
-  rounds.jsonl, and every round still completes; with zone nodes (the default runtime,
-  issue 21) a failed super-node's zone gets no message that round (HDP §V).
+  rounds.jsonl, and every round still completes; with zone nodes (the default runtime)
+  a failed super-node's zone gets no message that round (HDP §V).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_epsilon_at_aggregator_order_ldp_hdp_cdp(compare_run):
 
 
 def test_epsilon_says_against_whom_it_holds(compare_run):
-    """Issue 21: the zones are SuperNodes of their own (zonal-runtime = zone-nodes), so HDP's
+    """The zones are SuperNodes of their own (zonal-runtime = zone-nodes), so HDP's
     and LDP's ε hold against the ServerApp; HDP's none against the zone node, which hosts its
     clients: summary.json, rounds.jsonl and report.md say so."""
     out, _, rounds = compare_run
@@ -114,8 +114,8 @@ def test_round_records_log_zones_sigma_elections_and_epsilon(compare_run):
             zonal = rec["zonal"]
             assert zonal["epsilon"]["round"] == rec["round"]
             assert set(zonal["zones"]) == {"0", "1", "2", "3"}
-            # a zone with fewer than min-zone-clients = 2 sampled clients releases nothing
-            # (issue 26): its sampled clients are the ones missing from the zones' partitions
+            # a zone with fewer than min-zone-clients = 2 sampled clients releases nothing:
+            # its sampled clients are the ones missing from the zones' partitions
             released = sorted(p for zr in zonal["zones"].values() for p in zr["partitions"])
             small = {str(zone) for zone in zonal["undersized_zones"]}
             assert all(
@@ -178,7 +178,7 @@ def test_supernode_failures_trigger_reelections(tmp_path):
         assert set(zonal["supernodes"].values()).isdisjoint(zonal["failed_supernodes"])
         if zonal["zone_messages"]:
             assert len(record["distributed"]) > 0  # the sampled clients evaluated
-        # zone nodes (issue 21): a failed super-node's zone gets no message this round
+        # zone nodes: a failed super-node's zone gets no message this round
         down = {p * 2 // 8 for p in zonal["failed_supernodes"]}  # blocks: 4 clients a zone
         assert zonal["down_zones"] == sorted(down)
         assert zonal["zone_messages"] == 2 - len(down)

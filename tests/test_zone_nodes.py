@@ -1,5 +1,5 @@
-"""Issue 21, must-show 1: with zone nodes the ServerApp receives zone aggregates only, and each
-level's noise is drawn where the level lives.
+"""With zone nodes the ServerApp receives zone aggregates only, and each level's noise is drawn
+where the level lives.
 
 One real simulation (``fedpriv run``, scenario ``hdp-digits``: none / LDP / HDP / CDP one after
 the other) with ``zonal-save-replies = true``: the ZoneGrid writes EVERY reply the ServerApp
@@ -207,7 +207,7 @@ def test_the_server_adds_noise_only_under_cdp(views, placement, std):
 def test_a_zone_sweep_runs_on_the_largest_zone_count(tmp_path):
     """``zonal-sweep-zones``: one simulation of max(s) zone nodes; a variant with fewer zones
     messages only its own zones' nodes, and every sampled client is trained by one of them,
-    except the one client of a zone sampled below ``min-zone-clients`` (issue 26: that zone's
+    except the one client of a zone sampled below ``min-zone-clients`` (that zone's
     sample is left empty, ``undersized_zones``)."""
     overrides = {
         "scenario": "hdp-digits", "num-clients": 8, "clients-per-round": 4, "num-zones": 2,
@@ -221,7 +221,7 @@ def test_a_zone_sweep_runs_on_the_largest_zone_count(tmp_path):
         for record in records[1:]:
             assert record["zonal"]["zone_messages"] == zones
             assert sorted(record["zonal"]["zones"]) == [str(z) for z in range(zones)]
-            # issue 26: a zone sampled below min-zone-clients (2) gets an empty sample
+            # a zone sampled below min-zone-clients (2) gets an empty sample
             left_out = sorted(set(record["sampled"]) - set(record["replied"]))
             undersized = record["zonal"]["undersized_zones"]
             assert set(record["replied"]) <= set(record["sampled"])

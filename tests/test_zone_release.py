@@ -1,4 +1,4 @@
-"""Zone-node math (issue 21, :mod:`fedpriv.zonal.release`): what a zone node releases and the
+"""Zone-node math (:mod:`fedpriv.zonal.release`): what a zone node releases and the
 server step over zone releases give the same global step as the in-server aggregation
 (:func:`fedpriv.zonal.aggregate_round`) for the same updates and noise streams."""
 

@@ -1,4 +1,4 @@
-"""Empirical privacy auditing, Flower-free (issue 13).
+"""Empirical privacy auditing, Flower-free.
 
 - :mod:`fedpriv.audit.one_run` — Steinke, Nasr & Jagielski (NeurIPS 2023), auditing with one
   training run: canaries included at random, the attacker guesses on its top / bottom scores,

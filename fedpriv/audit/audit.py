@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 
-# issue 22's names: the auditor sees every round's release, or the final model only
+# the threat models' names: the auditor sees every round's release, or the final model only
 THREAT_MODEL_NAMES = {"every-round": "white-box", "final": "final-model"}
 
 

@@ -1,9 +1,9 @@
-"""Mechanism-level audit of DP-SGD batching (issue 22, must-show 3's planted DP-SGD bug).
+"""Mechanism-level audit of DP-SGD batching.
 
 DP-SGD as :mod:`fedpriv.privacy.dpsgd` runs it, on one client's ``n`` examples, expected batch
 ``B``, ``q = B/n``, ``T = round(1/q)·E`` steps of ``g̃_t = (Σ_{i∈batch_t} clip(∇ℓ_i, C) +
 N(0, (zC)² I)) / D`` (``D = min(B, n)``); the accountant claims ε of the Poisson-subsampled
-Gaussian under **replace-one** example adjacency (the replies publish n, issue 26):
+Gaussian under **replace-one** example adjacency (the replies publish n):
 ``PoissonSampledDpEvent(q, GaussianDpEvent(z/2))`` self-composed T times
 (:func:`fedpriv.privacy.dpsgd.client_epsilon`, sensitivity 2C). That accountant covers the white-box
 threat model: every noisy step ``g̃_t`` is released (adaptive composition).
@@ -34,7 +34,7 @@ Mechanisms (``schedule``):
 one-run bound (Steinke et al. 2023), valid against any (ε, δ) claim; the f-DP bound tests a
 Gaussian curve, which the Poisson claim is not, so it is reported but never decides.
 
-Must-show config (:data:`FIXED_BATCHES`): z = 2, n = 100 000, B = 100 (q = 0.001, 1000
+Reference config (:data:`FIXED_BATCHES`): z = 2, n = 100 000, B = 100 (q = 0.001, 1000
 steps), one epoch, δ = 1e-5, 50 000 canaries: Poisson ε (replace-one, multiplier z/2 = 1)
 ≈ 0.155, true ε of fixed batches (μ = 2/z = 1) ≈ 4.38. At z = 1 the replace-one claim is
 3.24 (multiplier 0.5 amplifies little) against a true 10.0, too close for a one-run bound.

@@ -1,4 +1,4 @@
-"""Example-level canaries for auditing client-side DP-SGD (issue 13).
+"""Example-level canaries for auditing client-side DP-SGD.
 
 DP-SGD (``privacy = dp-sgd``) protects *examples*, not clients, so its audit inserts canary
 examples (Steinke et al. 2023 §6, "input space" canaries): ``count`` examples with pixels

@@ -1,4 +1,4 @@
-"""Mechanism-level audit of global DP with power (issue 22, must-show 1 and 2).
+"""Mechanism-level audit of global DP with power.
 
 The exact round of :class:`fedpriv.privacy.dp.FixedClippingGaussian` (SPEC §3.1), run on a flat
 model vector of ``d = K·b`` parameters with ``K`` canary clients and a few real clients:
@@ -69,7 +69,7 @@ Round = Callable[..., np.ndarray]
 class GlobalDPAudit:
     """One audit's configuration: the mechanism (z, T, m, N, C, δ) and the audit budget.
 
-    Defaults: must-show 1 — z = 12.6, T = 10, m = N = 100, δ = 1e-5 (accountant ε = 2.00),
+    Defaults (the reference audit) — z = 12.6, T = 10, m = N = 100, δ = 1e-5 (accountant ε = 2.00),
     50 000 canaries of norm 4C on blocks of 2 coordinates (d = 100 000), 4 real clients.
     """
 

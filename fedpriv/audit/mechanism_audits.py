@@ -62,7 +62,7 @@ GUARANTEES = {
 
 
 class BlockCanaries:
-    """Canaries on disjoint blocks of ``block`` coordinates (exactly orthogonal; issue 22).
+    """Canaries on disjoint blocks of ``block`` coordinates (exactly orthogonal).
 
     The interface of :class:`fedpriv.audit.canaries.CanarySet` that the zonal audit uses:
     ``direction(j)`` is a random-sign unit vector on coordinates ``[j·b, (j+1)·b)``,

@@ -1,4 +1,4 @@
-"""Mechanism-level audit of metric DP (MP §6, SPEC §3.2) with power (issue 22).
+"""Mechanism-level audit of metric DP (MP §6, SPEC §3.2) with power.
 
 The round of :class:`fedpriv.privacy.dp.MetricScaledGaussian`, on the canary layout of
 :mod:`fedpriv.audit.global_dp_mechanism` (K canaries on disjoint blocks of a flat model, a

@@ -1,4 +1,4 @@
-"""Planted bugs: versions of the global-DP round with known errors (issue 22, must-show 3).
+"""Planted bugs: versions of the global-DP round with known errors.
 
 Each variant has the signature of :func:`fedpriv.audit.global_dp_mechanism.simulate_releases`
 (``cfg, signs, rng -> (T, d) deltas``) and is audited against the CORRECT mechanism's

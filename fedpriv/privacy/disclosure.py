@@ -1,6 +1,6 @@
 """What a client may send in each privacy mode: only what that mode's accounting covers.
 
-Issue 11: data must not leave a client outside the accounted mechanism. A client's reply is
+Data must not leave a client outside the accounted mechanism. A client's reply is
 its model parameters (the accounted mechanism's input or output) plus a MetricRecord; each
 privacy mode declares (``Mode.disclosure`` in its module of :mod:`fedpriv.privacy.modes`), per
 message kind, the metric keys a reply may carry, and this module filters every reply in

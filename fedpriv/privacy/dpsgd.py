@@ -11,7 +11,7 @@ DP-SGD (Abadi et al. 2016, §3.1 and the moments accountant of §3.2) as fedpriv
 * **Step** (``clients.dp_grads.private_grads``): g̃ = (Σ_i m_i·clip(∇ℓ_i, C) + N(0,
   (zC)² I)) / D with D = q·n = min(B, n), the expected batch size, fixed (never the realised
   size, which is private). An empty batch is a step of pure noise.
-* **Adjacency: replace-one example** (issue 26). Every reply carries ``num-examples`` = n
+* **Adjacency: replace-one example**. Every reply carries ``num-examples`` = n
   (and its ε, a function of n), so a data set with one example more or less is told apart by
   n itself: add/remove adjacency describes nothing the server cannot see. With n public, the
   neighbouring data sets have the same n and differ in one example; replacing it moves the

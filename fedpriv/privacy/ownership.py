@@ -1,4 +1,4 @@
-"""Clients own their privacy settings (issue 20, must-show 3): the server may not weaken them.
+"""Clients own their privacy settings: the server may not weaken them.
 
 In the modes whose threat model distrusts the server (each mode's ``threat_model`` and
 ``owned_keys`` in :mod:`fedpriv.privacy.modes`: ``dp-sgd``; ``zonal`` for a client in an LDP
@@ -19,14 +19,14 @@ Which keys (:data:`OWNED_KEYS`, gathered from each mode's ``owned_keys``):
   ``dp-sgd-participations`` is refused (:data:`CLIENT_COUNTED`);
 * ``zonal`` (LDP): the mode, the placement keys that decide the client's zone level, z and C
   of its noise N(0, (z·C)²) (HDP Algorithm 1 line 14 at the client), δ;
-* ``zone-node`` (issue 21, ``zonal-runtime = zone-nodes``): a zone SuperNode of an LDP or
+* ``zone-node`` (``zonal-runtime = zone-nodes``): a zone SuperNode of an LDP or
   HDP zone owns the zonal keys and the runtime; its level comes from its own plan by its zone
   id (its ``partition-id``), so a message cannot turn its noise off;
 * ``ifca``: ν of GP Algorithm 2 (ε = n/(ν‖δ‖)), the leakage budget (GP Thm 3.1), and the
   keys that make a user a held-out validation user (``num-clients``, ``validation-clients``);
 * every mode: the opt-ins ``unaccounted-metrics`` and ``reproducible-noise``.
 
-Issue 26: every node, in every mode, resolves its own spec (``scenarios.config.node_spec``):
+Every node, in every mode, resolves its own spec (``scenarios.config.node_spec``):
 ``"auto"`` is resolved ON THE NODE — the scenario's z, C, δ, zones and placement, and the
 node's secure defaults for the opt-ins (:data:`NODE_SECURE_DEFAULTS`: false) and its state
 folder — never delegated to the server. The allow-list is declared here, once:
@@ -73,7 +73,7 @@ ZONE_NODE = "zone-node"  # the zonal party (and client task) of a zone SuperNode
 # a node resolves these opt-ins itself: "auto" (or unset) is the secure value, never the
 # scenario's; the server does not send them unless the run config sets them (wire_config)
 NODE_SECURE_DEFAULTS: dict[str, Any] = {"reproducible-noise": False, "unaccounted-metrics": False}
-REFUSED_CODE = 20  # the error code of a refused message (issue 20); Flower's own are 0-8
+REFUSED_CODE = 20  # the error code of a refused message; Flower's own are 0-8
 
 
 def _owned() -> dict[str, tuple[str, ...]]:
@@ -89,7 +89,7 @@ def _owned() -> dict[str, tuple[str, ...]]:
 # server-distrusting role -> the run-config keys that decide a client's privacy
 OWNED_KEYS: dict[str, tuple[str, ...]] = _owned()
 
-# THE allow-list (issue 26), one place. What decides a release in any mode: a message whose
+# THE allow-list, one place. What decides a release in any mode: a message whose
 # value differs from the node's own spec is refused, whatever the node's mode.
 PRIVACY_KEYS: tuple[str, ...] = (
     *ZONE_DECIDING,
@@ -112,7 +112,7 @@ PRIVACY_KEYS: tuple[str, ...] = (
 SEEDED_KEYS = ("seed",)  # decide the noise only when the node's own reproducible-noise is true
 # what a message may carry that the node does not decide itself (any value): the round, a
 # zone node's sampled client ids, the elected super-node, the zone id, IFCA's sweep label,
-# and a train message's "evaluate the received model first" (issue 27: its metrics are
+# and a train message's "evaluate the received model first" (its metrics are
 # filtered as an evaluate reply's).
 # What else a message may set is :data:`TRAINING_KEYS` (:func:`server_keys`); any other key
 # must equal the node's own value.

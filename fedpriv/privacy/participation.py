@@ -1,4 +1,4 @@
-"""Who takes part in a round, resolved once (issue 20, point 8).
+"""Who takes part in a round, resolved once.
 
 A run config says ``num-clients`` N, ``clients-per-round`` (0 = all clients),
 ``num-sampled-clients`` (the m of ``σ = z·C/m``; 0 = the clients sampled per round) and

@@ -1,4 +1,4 @@
-"""One protocol for the noise mechanisms, and placement as a wrapper (issue 26; SPEC §3).
+"""One protocol for the noise mechanisms, and placement as a wrapper (SPEC §3).
 
 In pfl-research's shape (``pfl/privacy/privacy_mechanism.py``): a mechanism has two steps and
 a privacy event, and *where* the noise is added is a wrapper around the same mechanism, not

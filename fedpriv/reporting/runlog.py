@@ -3,7 +3,7 @@
 Each round line is flushed and fsynced, so a killed run loses at most the round in flight
 (SPEC §7). ``summary.json`` is written to a temporary file and renamed (never half-written).
 
-Who may read what (issue 26). The headline ε of a sampled run is amplified by sampling, which
+Who may read what. The headline ε of a sampled run is amplified by sampling, which
 holds only while the sampling schedule is secret. So the round's partition lists (sampled,
 replied, failed, rejected, clipped, per-client ε and participations: :data:`OPERATOR_KEYS`)
 and the counts that are functions of the raw updates (``dp-num-clipped``) or of the sample

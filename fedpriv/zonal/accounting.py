@@ -46,7 +46,7 @@ EPSILON_AGAINST_IN_SERVER = {
     "cdp": "observers of the global model only; none against the server, which adds the noise "
     "and sees the clients' clipped un-noised updates",
 }
-# With ``zonal-runtime = zone-nodes`` (issue 21) each zone is a SuperNode of its own that hosts
+# With ``zonal-runtime = zone-nodes`` each zone is a SuperNode of its own that hosts
 # its clients' training and adds the HDP noise inside: the ServerApp receives zone aggregates.
 EPSILON_AGAINST = {
     "ldp": "everyone outside the client's own training step: the zone node's aggregate, the "

@@ -1,4 +1,4 @@
-"""What a zone SuperNode releases, and the server step over zone releases (issue 21).
+"""What a zone SuperNode releases, and the server step over zone releases.
 
 HDP Algorithm 1 lines 10–15 split between the two parties that run them when every zone is
 its own Flower SuperNode (``zonal-runtime = zone-nodes``):

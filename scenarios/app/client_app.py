@@ -12,18 +12,18 @@ message's ``config`` record (:mod:`scenarios.app.wire_config`; the client merges
 :func:`with_config`). This module imports client code only: no
 server app, CLI, report or plotting module is loaded in a worker.
 
-Every reply passes :func:`disclose` (issue 11): in a privacy mode, its MetricRecords keep
+Every reply passes :func:`disclose`: in a privacy mode, its MetricRecords keep
 only what that mode's accounting covers (:mod:`fedpriv.privacy.disclosure`) unless the run opted
 in with ``unaccounted-metrics = true``; an evaluation that may not be sent is not run.
 
-Each node owns its privacy settings (issues 20, 26): it resolves its own spec from its
+Each node owns its privacy settings: it resolves its own spec from its
 ``run_config`` overlaid with ``node_config`` (:mod:`scenarios.config.node_spec`: ``"auto"`` is the
 node's secure default, never the server's choice), and a message whose privacy keys differ
 from that spec (:mod:`fedpriv.privacy.ownership` ``PRIVACY_KEYS``, the allow-list) gets an error
 reply
 naming the key (:func:`resolved`) — no arrays, no metrics, no training — in every mode.
 
-A train message whose config sets ``evaluate-received`` (issue 27, :mod:`scenarios.app.fused`)
+A train message whose config sets ``evaluate-received`` (:mod:`scenarios.app.fused`)
 is also an evaluate message: the node evaluates the model it carries first
 (:func:`evaluation`, the evaluate handler's own code and disclosure) and adds that record,
 ``evaluation``, to the train reply.
@@ -145,15 +145,14 @@ def train(msg: Message, context: Context) -> Message:
     name = str(cfg.get("client-task", "standard"))
     partition = partition_id(context)
     node = (context,) if name in STATEFUL_TASKS else ()
-    # issue 27 (scenarios.app.fused): evaluate the received model first, as an evaluate message
-    # would
+    # scenarios.app.fused: evaluate the received model first, as an evaluate message would
     evaluated = evaluation(msg, cfg, partition) if cfg.get(EVALUATE_RECEIVED_KEY) else None
     try:
         content = disclose(cfg, "train", TASKS[name](msg, cfg, partition, *node))
-    except ReleaseRefused as err:  # issue 26: the node's own release counter says no
+    except ReleaseRefused as err:  # the node's own release counter says no
         return Message(Error(code=REFUSED_CODE, reason=str(err)), reply_to=msg)
     spec = run_spec(cfg)
-    if is_malicious(spec, partition) and "arrays" in msg.content:  # issue 12: adversaries
+    if is_malicious(spec, partition) and "arrays" in msg.content:  # adversarial clients
         reference = msg.content["arrays"].to_numpy_ndarrays()
         content = tamper_reply(content, reference, spec, partition, server_round(cfg))
     if evaluated is not None:
@@ -174,7 +173,7 @@ def evaluation(msg: Message, cfg: dict, partition: int) -> RecordDict:
     """The evaluate reply's content for the message's global model: ``{"metrics": ...}``
     restricted to what an evaluate reply may carry in this mode (:func:`disclose`); the
     evaluation is not run when its metrics may not be sent. The same for an evaluate
-    message and for a train message that asks for it (``evaluate-received``, issue 27)."""
+    message and for a train message that asks for it (``evaluate-received``)."""
     spec = run_spec(cfg)
     allowed = allowed_metric_keys(spec.mode_name, "evaluate", opted_in=spec.unaccounted_metrics)
     if cfg.get("client-task") == ZONE_NODE_TASK:  # a zone SuperNode evaluates its clients

@@ -89,7 +89,7 @@ def train_dpsgd(
 ) -> RecordDict:
     """Client task ``dp-sgd``: DP-SGD local training from the received global weights.
 
-    The client counts its participations itself (issue 26): every release is charged in its
+    The client counts its participations itself: every release is charged in its
     own ledger (:mod:`clients.releases`, file ``dp-sgd-<partition>.json`` in its own state
     directory, before it trains) and ε covers the ledger's total count — every participation
     this state directory saw, restarts and rewound or repeated rounds included; an identical

@@ -1,4 +1,4 @@
-"""The one round loop of a training run, with its hooks (issue 9: one run engine).
+"""The one round loop of a training run, with its hooks.
 
 :func:`train_run` is what the standard run, each zonal-comparison variant and each CIA phase
 execute: build the strategy chain (stock strategy -> privacy wrapper -> update validation ->
@@ -18,7 +18,7 @@ model / plots at the end. What differs between those runs is a hook, not a copy 
   the place for a checkpoint (``RoundState`` holds the round, the global arrays, the record
   and the strategy chain, whose recorder holds the sampling Generator); a resumable run also
   checkpoints each round right after ``aggregate_train`` charged it and before
-  ``configure_evaluate`` sends the new model out (issue 26, :mod:`scenarios.app.resume`), so a kill
+  ``configure_evaluate`` sends the new model out (:mod:`scenarios.app.resume`), so a kill
   in between resumes with that round charged once and its model released once;
 - ``summary_extra(rounds) -> dict`` — merged into summary.json;
 - ``after_run(RunEnd) -> dict`` — after the last round, with the final weights and the
@@ -321,7 +321,7 @@ def run_rounds(
 
     ``stop_before(round)``: a reason not to run that round (then no later round runs).
     ``before_release``: hooks after ``aggregate_train`` (the round is charged) and before
-    ``configure_evaluate`` sends the new global model out (issue 26: the checkpoint that makes
+    ``configure_evaluate`` sends the new global model out (the checkpoint that makes
     a resume never release a round twice uncharged). ``charged_round``: a round that such a
     checkpoint holds (its arrays are ``initial``) but whose evaluation and record did not
     happen: it is finished first (the same arrays are sent again, no new noise).

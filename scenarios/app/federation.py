@@ -201,7 +201,7 @@ ZONE_PULL_INTERVAL_S = 0.005  # reply polling of the simulation grid with zone n
 
 
 class ZoneGrid(PartitionGrid):
-    """The clients as the strategy chain sees them, the zone SuperNodes as messages go (issue 21).
+    """The clients as the strategy chain sees them, the zone SuperNodes as messages go.
 
     With ``zonal-runtime = zone-nodes`` the federation has one SuperNode per zone (its
     ``partition-id`` is the zone id). Sampling and the stock strategy still address the
@@ -281,7 +281,7 @@ def federation_grid(grid: Grid, cfg: Any) -> PartitionGrid:
         inner = getattr(grid, "_grid", grid)
         if _all_nodes_start_together(grid) and hasattr(inner, "pull_interval"):
             # the simulation grid polls for replies every 0.1 s; a zone round is ~10 replies
-            # of ~0.2 s of training, so the default poll adds up to half a round (issue 21)
+            # of ~0.2 s of training, so the default poll adds up to half a round
             inner.pull_interval = ZONE_PULL_INTERVAL_S
         return ZoneGrid(grid, mapping, int(cfg["num-clients"]))
     return PartitionGrid(grid, mapping)
@@ -292,7 +292,7 @@ def save_replies(folder: str | Path) -> Callable[[Optional[Message], Message], N
     ``folder/NNNNNN-<type>-node<id>.npz``: its arrays (``reply-<key>``), the instruction's
     arrays (``sent-<key>``) and a JSON header (``meta``: message type, sender, the
     instruction's config, the reply's metrics, error). Key ``zonal-save-replies``: an
-    audit trail of what left the zone nodes (issue 21, must-show 1)."""
+    audit trail of what left the zone nodes."""
     import json
 
     root = Path(folder)

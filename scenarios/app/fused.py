@@ -1,4 +1,4 @@
-"""One message per round for train + evaluate (issue 27): the ``evaluate-in-train`` key.
+"""One message per round for train + evaluate: the ``evaluate-in-train`` key.
 
 Without it, round t sends two messages to every client: a train message with the global
 model after round t-1, then an evaluate message with the new global model after round t
@@ -29,7 +29,7 @@ default) turns the option on only there (:func:`equivalence_gap`): the ``standar
 One difference remains: a client whose training fails (an error reply) also loses its
 evaluation of model t-1, which a separate evaluate message might have returned.
 
-Charge and checkpoint before the release (issue 26) still holds: model t-1 leaves the server
+Charge and checkpoint before the release still holds: model t-1 leaves the server
 in round t's train message, after round t-1 was charged and checkpointed (stage ``charged``,
 :mod:`scenarios.app.resume`); round t-1's ``recorded`` checkpoint holds the chain's state from
 before round t's sampling (:attr:`scenarios.app.engine.RoundState.states`), so a resume from it

@@ -16,7 +16,7 @@ The report step is the caller's, once, after the loop.
 then runs :func:`run_plan`: every cell with its kind's runner, ``<plan dir>/cells.json``
 recording each cell's status and wall time.
 
-Side by side (``fedpriv grid --parallel N``, issue 27): :func:`launch_plan` deals the cells
+Side by side (``fedpriv grid --parallel N``): :func:`launch_plan` deals the cells
 round-robin into ``N`` lanes, each its own plan (``<dir>/lanes/<k>/plan.json``), simulation
 process, log and ``cells.json``, all started at once and sharing the Ray cluster when the
 federation attaches to one (:mod:`scenarios.cli.ray_cluster`). Each cell keeps its own config

@@ -10,7 +10,7 @@ the engine's loop starts at round ``k+1``, so the strategies, the clients (``ser
 in their config, hence their seeds) and the round records see the true round numbers, and
 the round-0 evaluation is not repeated.
 
-Run kinds (issue 12): the standard run and every run built on ``engine.train_run`` (each
+Run kinds: the standard run and every run built on ``engine.train_run`` (each
 zonal-comparison variant, both CIA phases) resume through ``train_run(resumable=True)``; the
 IFCA run's own loop (``strategies.ifca.LaplaceIFCA.start``: early stopping, round-0
 validation) takes the same hook (``after_round``) and start round, with
@@ -18,7 +18,7 @@ validation) takes the same hook (``after_round``) and start round, with
 ledgers, DP-SGD participations, zone nodes' releases) is not here: each node keeps its own
 ledger in its own state directory (:mod:`fedpriv.privacy.releases`).
 
-Charge and checkpoint before the release (issue 26): a resumable run writes a checkpoint of
+Charge and checkpoint before the release: a resumable run writes a checkpoint of
 stage :data:`CHARGED` right after ``aggregate_train`` (the DP wrapper's accountant has charged
 the round; the new global model has not left the server), and one of stage :data:`RECORDED`
 after the round's record. A run killed after ``configure_evaluate`` sent the new model but

@@ -14,7 +14,7 @@ ZONAL_TASK = zonal.MODE.client_task
 ZONE_NODE_TASK = "zone-node"  # a zone SuperNode (zonal-runtime = zone-nodes)
 IFCA_TASK = ifca.MODE.client_task
 
-# one message per round for train + evaluate (issue 27, :mod:`scenarios.app.fused`): the train
+# one message per round for train + evaluate (:mod:`scenarios.app.fused`): the train
 # message's config flag "evaluate the received model first", and the reply's record holding
 # that evaluation (filtered as an evaluate reply's metrics, :mod:`fedpriv.privacy.disclosure`)
 EVALUATE_RECEIVED_KEY = "evaluate-received"

@@ -19,7 +19,7 @@ initial weights with the target left out of training and evaluation (its node st
 the counterfactual MP does not report. Outputs: the standard run outputs in ``output-dir``
 (target present) and ``output-dir/target-absent``, and ``output-dir/cia.json``.
 
-Resume (issue 12): both phases checkpoint every round; after a kill the same command skips
+Resume: both phases checkpoint every round; after a kill the same command skips
 a finished phase and continues the other from its last completed round. The run is
 finished when ``cia.json`` holds this config (``cia_complete``), not when the present
 phase's summary.json exists.

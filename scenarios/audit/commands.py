@@ -57,7 +57,7 @@ MECHANISMS = (
 # fedpriv.audit.planted: PLANTED (global-dp) and DPSGD_PLANTED (dp-sgd)
 PLANTED_BUGS = ("fixed-batches", "no-clipping", "noise-halved", "public-seed", "sigma-2m")
 PLANTED_FOR = {"fixed-batches": DP_SGD}  # every other bug: global-dp
-ZONAL_BUDGET = {"num_canaries": 2000, "block": 2}  # orthogonal canaries (issue 22)
+ZONAL_BUDGET = {"num_canaries": 2000, "block": 2}  # orthogonal canaries
 GRID_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     (NO_DP, {"privacy": NO_DP}),
     (GLOBAL_DP, {"privacy": GLOBAL_DP}),

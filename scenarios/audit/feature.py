@@ -1,4 +1,4 @@
-"""Empirical privacy auditing of a standard run with canary clients (issue 13).
+"""Empirical privacy auditing of a standard run with canary clients.
 
 With ``audit-canaries`` = K > 0 the standard run builds a
 :class:`fedpriv.audit.canaries.CanarySet` (K random unit directions of norm

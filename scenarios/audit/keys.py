@@ -1,4 +1,4 @@
-"""Run-config keys of empirical privacy auditing (issue 13), declared in the audit feature.
+"""Run-config keys of empirical privacy auditing, declared in the audit feature.
 
 ``audit-canaries`` = 0 (default) runs no audit; ``fedpriv audit`` sets it (100 unless given).
 See ``scenarios/audit/feature.py`` for what the canaries are and what the audit reports.

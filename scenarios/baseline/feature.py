@@ -1,6 +1,6 @@
 """Feature ``baseline``: ``fedpriv baseline record`` and ``fedpriv baseline check``.
 
-Scenario regression checks for a user's CI (issue 28). ``record`` runs the named scenarios
+Scenario regression checks for a user's CI. ``record`` runs the named scenarios
 or grid cells over a few seeds (:mod:`scenarios.baseline.runs`) and writes a baseline file:
 for each run's final metrics, per-round metrics and privacy figures, either the exact value
 per seed (ε, σ, z, δ, sampling: what does not depend on float training) or a seed-spread band

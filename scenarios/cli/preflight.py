@@ -1,7 +1,7 @@
 """Preflight of the environment: what ``fedpriv run`` checks after the config, before Ray.
 
 The config checks (every key, every cross-key rule) say whether the *values* are allowed;
-this module checks that the *world* can carry the run (SPEC §7, issue 12):
+this module checks that the *world* can carry the run (SPEC §7):
 
 - the output directory can be created and written, and is not a file
   (``output-dir = '/proc/x'`` is one line and exit 2, not a traceback from inside Ray);

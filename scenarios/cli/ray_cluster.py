@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 PLACEMENT_KEY = "ray_nodes"
-# GPU memory one grid cell of the MP CNN held on an H200 (issue 27: at most 9.4 GiB for a run of
+# GPU memory one grid cell of the MP CNN held on an H200 (at most 9.4 GiB for a run of
 # four clients), rounded up: the default number of cells side by side on a GPU.
 GIB_PER_GPU_CELL = 10.0
 CPUS_PER_CELL = 4  # a driver (the ServerApp) and a few client actors; 2 CPUs: one cell at a time

@@ -2,7 +2,7 @@
 
 A checkpoint (:mod:`fedpriv.checkpoint`) holds the state of a run; which run config it
 belongs to is a question about the run-config mapping itself (every key, hashed and
-compared), so it is answered here, in the Flower app, not below it (issue 26: nothing below
+compared), so it is answered here, in the Flower app, not below it (nothing below
 ``scenarios/`` takes a run config).
 
 - :func:`write_manifest` writes ``run-config.json`` when a run starts: the config's

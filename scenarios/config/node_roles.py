@@ -1,4 +1,4 @@
-"""A node's role and zone level, read from its OWN config (issue 20, issue 26).
+"""A node's role and zone level, read from its OWN config.
 
 These read a node's own run config (``context.run_config`` overlaid with its
 ``node_config``), keys possibly still ``"auto"`` (then the value is not decided by the node):

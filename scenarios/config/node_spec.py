@@ -1,4 +1,4 @@
-"""Each ClientApp node's own run spec, and the message allow-list (issue 26).
+"""Each ClientApp node's own run spec, and the message allow-list.
 
 The server resolves its config for itself; every ClientApp node (a client or a zone
 SuperNode) resolves ITS OWN with the same code (:func:`scenarios.config.schema.resolve` over the

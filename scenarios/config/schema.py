@@ -121,7 +121,7 @@ def key(
     return KeySpec(name, default, check, allowed, help, auto)
 
 
-# one key name per idea (issue 26): the old per-mode names, refused with the new one
+# one key name per idea: the old per-mode names, refused with the new one
 RENAMED = {
     "l2-norm-clip": "clipping-norm",
     "zonal-clipping-norm": "clipping-norm",

@@ -1,6 +1,6 @@
 """Build the typed run spec (:class:`fedpriv.spec.RunSpec`) from a resolved run config.
 
-The one place below which no run-config mapping travels (issue 26): the server builds its
+The one place below which no run-config mapping travels: the server builds its
 spec from its resolved config, each ClientApp node from its own (:mod:`scenarios.config.node_spec`),
 with :func:`run_spec`. Every field of a spec class names its config key in its metadata
 (:func:`fedpriv.spec.key`); :func:`build` reads those keys, so no key name is repeated here.

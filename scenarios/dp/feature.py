@@ -1,4 +1,4 @@
-"""Feature ``dp``: privacy modes ``global-dp`` and ``metric-dp`` (issues 3, 11; SPEC §3.1–3.2).
+"""Feature ``dp``: privacy modes ``global-dp`` and ``metric-dp`` (SPEC §3.1–3.2).
 
 Declares (``FEATURE``):
 
@@ -200,7 +200,7 @@ def privacy_summary(cfg: Mapping[str, Any], rounds: list[dict]) -> dict:
         "weighting": cfg["dp-weighting"],
         "delta": float(cfg["dp-delta"]),
         "sigma_per_round": [r.get("dp-sigma") for r in trained],
-        # clip and sample counts are operator-only (operator.jsonl, issue 26): not here
+        # clip and sample counts are operator-only (operator.jsonl): not here
         "noised_rounds": len(noised),
         "underfilled_rounds": [r["round"] for r in noised if "dp-underfilled" in r],
         "sensitivity_note": SENSITIVITY_NOTE,

@@ -1,4 +1,4 @@
-"""Run-config keys of the DP wrappers (issue 3), declared in the feature.
+"""Run-config keys of the DP wrappers, declared in the feature.
 
 Privacy modes: ``global-dp`` (server-side fixed clipping, ``σ = z·C/m``, SPEC §3.1) and
 ``metric-dp`` (``σ = z·C/(m·d)``, SPEC §3.2). Defaults are MP's values (z = 0.01, C = 5).

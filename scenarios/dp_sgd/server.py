@@ -44,7 +44,7 @@ class DpSgdClients(StrategyWrapper):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Delegate with ``client-task = dp-sgd``; mirror each client's participation count
-        (the clients count their own, in their own state directories: issue 26)."""
+        (the clients count their own, in their own state directories)."""
         config = ConfigRecord({**dict(config), "client-task": TASK})
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         for msg in messages:

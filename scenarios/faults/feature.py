@@ -1,4 +1,4 @@
-"""Feature ``faults``: adversarial clients as a scenario feature (issue 12).
+"""Feature ``faults``: adversarial clients as a scenario feature.
 
 Declares the keys ``malicious-clients``, ``attack``, ``attack-factor``
 (:mod:`scenarios.faults.keys`) and their cross-key check. The attack itself is client-side

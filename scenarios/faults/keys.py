@@ -1,4 +1,4 @@
-"""Run-config keys of the faults feature: adversarial clients (issue 12).
+"""Run-config keys of the faults feature: adversarial clients.
 
 ``attack`` names what the clients listed in ``malicious-clients`` do to their training
 reply (:mod:`clients.adversary`, which has the table); ``attack-factor`` is its strength

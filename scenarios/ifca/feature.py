@@ -17,7 +17,7 @@ SuperNodes; each client keeps ONE ledger across the sweep's runs, :mod:`fedpriv.
 the cells release the same data, so their leakage adds up), each in
 ``output-dir/sweep-NN/``, plus a summary and ``ifca_table.md`` in ``output-dir``.
 
-Resume (issue 12): every run checkpoints after each round (``checkpoint.pkl``: hypotheses,
+Resume: every run checkpoints after each round (``checkpoint.pkl``: hypotheses,
 server Generator, mirror ledger, early stopping, best hypotheses; ``scenarios.app.resume``) and
 its clients keep their own ledgers in their own state directories (``clients.ifca_client``,
 :mod:`fedpriv.privacy.releases`: ``output-dir/client-state/`` when the run config names the output
@@ -231,7 +231,7 @@ def final_evaluation(
     grid: PartitionGrid, strategy: LaplaceIFCA, best, cfg: Mapping[str, Any], config: ConfigRecord
 ) -> tuple[Optional[dict[str, Any]], dict[str, dict[str, Any]]]:
     """Training users pick their best hypothesis (training split) and report test metrics —
-    only with ``unaccounted-metrics = true`` in the run's config ``cfg`` (issue 11; ``config``,
+    only with ``unaccounted-metrics = true`` in the run's config ``cfg`` (``config``,
     the record sent, holds only what differs from ``run_config``). Returns (summary, rows) |
     (None, {}); the summary's ``declined`` counts the users whose own opt-in is off (each node
     decides its own, so a scenario's opt-in alone gets empty replies)."""

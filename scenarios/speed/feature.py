@@ -1,4 +1,4 @@
-"""The ``speed`` feature (issue 10): paper-scale scenarios and the training switches.
+"""The ``speed`` feature: paper-scale scenarios and the training switches.
 
 Keys (:mod:`scenarios.speed.keys`): ``image-size``, ``jit-compile``, ``mixed-precision``,
 ``op-determinism``, ``evaluate-in-train`` (one message per round, :mod:`scenarios.app.fused`).
@@ -11,7 +11,7 @@ Scenarios at the papers' own settings, runnable on a 2-core machine since traini
   FedAvg, SGD 0.02, 5 local epochs, server learning rate 1, 200 rounds; none / LDP / HDP / CDP
   at the same z and C in one simulation (HDP Fig. 2 / Table III). Digits (100 Dirichlet(0.5)
   clients, 1,437 training images) stands in for EMNIST, so k = 100 is every client (q = 1).
-  HDP's own datasets are read from ``data-path`` (issue 21): ``dataset = cifar10 | cifar100``
+  HDP's own datasets are read from ``data-path``: ``dataset = cifar10 | cifar100``
   with ``partition = iid num-clients = 500``, or ``dataset = emnist partition = writer
   num-clients = 3383`` (:mod:`fedpriv.data.cifar`, :mod:`fedpriv.data.emnist`).
   Server test accuracy only (no per-client evaluation messages).
@@ -110,7 +110,7 @@ def check_mixed_precision(cfg: Mapping[str, Any], catalog: Any) -> None:
 
 FEATURE = Feature(
     name="speed",
-    description="Compiled-training switches, image size, paper-scale scenarios (issue 10).",
+    description="Compiled-training switches, image size, paper-scale scenarios.",
     keys=KEYS,
     scenarios=SCENARIOS,
     summary=speed_summary,

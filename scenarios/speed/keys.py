@@ -1,4 +1,4 @@
-"""Run-config keys of the ``speed`` feature (issue 10): image size and the GPU-path switches.
+"""Run-config keys of the ``speed`` feature: image size and the GPU-path switches.
 
 - ``image-size`` — side of the MP image datasets' images: 128 (MP's, the default), 64 or 32
   (block-averaged, :mod:`fedpriv.data.resize`; a labelled deviation from MP). Other datasets
@@ -12,8 +12,8 @@
 - ``op-determinism`` — TensorFlow op determinism (``enable_op_determinism``), on by default so
   the same seed gives the same weights; turn it off on a GPU whose kernels have no
   deterministic implementation or to trade reproducibility for speed. No effect on JAX.
-- ``evaluate-in-train`` — one message per round for train + evaluate (issue 27,
-  :mod:`scenarios.app.fused`): round t's train message also asks each client to evaluate the model
+- ``evaluate-in-train`` — one message per round for train + evaluate
+  (:mod:`scenarios.app.fused`): round t's train message also asks each client to evaluate the model
   it carries (the global model after round t-1) on its test split before training; one evaluate
   message follows the last round only. ``auto`` (the default): on where that is the same
   evaluation as today's (every client trains every round, standard run kind, not zonal),

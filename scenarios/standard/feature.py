@@ -38,7 +38,7 @@ MP_TRAINING = {
     "num-clients": 4,
     "partition": "homogeneous",
     "pretrain-epochs": 1,
-    # MP's own choices, explicit (issue 11): the authors' raw distance (no sigma floor),
+    # MP's own choices, explicit: the authors' raw distance (no sigma floor),
     # FedAvg's example weights (accounted by the largest weight, per-client epsilon) and the
     # clients' evaluation metrics (unaccounted; listed in summary privacy.unaccounted)
     "distance-on": "raw",

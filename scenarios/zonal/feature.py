@@ -3,7 +3,7 @@
 - ``privacy = "zonal"`` plugs :class:`strategies.zonal.ZonalAggregation` around the stock
   strategy of the standard run (privacy mode ``zonal``), e.g.
   ``fedpriv run -c "privacy='zonal' noise-placement='hdp' num-zones=2"``.
-- Runtime (``zonal-runtime``, issue 21). ``zone-nodes`` (default): one Flower SuperNode per
+- Runtime (``zonal-runtime``). ``zone-nodes`` (default): one Flower SuperNode per
   zone (:class:`scenarios.app.federation.ZoneGrid`,
   :class:`strategies.zonal_nodes.ZoneNodeAggregation`,
   client task ``zone-node`` in :mod:`scenarios.zonal.zone_node`): the server sends each zone node

@@ -1,4 +1,4 @@
-"""Run-config keys of the zonal feature (issue 5; SPEC §3.5, HDP), declared in the feature.
+"""Run-config keys of the zonal feature (SPEC §3.5, HDP), declared in the feature.
 
 Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
 (:mod:`fedpriv.zonal`, :mod:`strategies.zonal`).
@@ -31,7 +31,7 @@ Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
   the placements run one after the other in one simulation, comma-separated.
 - ``zonal-sweep-zones`` — for ``zonal-compare``: comma-separated numbers of zones
   (HDP Fig. 3); '' = only ``num-zones``.
-- ``zonal-runtime`` — ``zone-nodes`` (default, issue 21): the federation has one Flower
+- ``zonal-runtime`` — ``zone-nodes`` (default): the federation has one Flower
   SuperNode per zone, holding its clients' partitions; the zone node trains its sampled
   clients, clips, adds the LDP / HDP noise and replies with its zone aggregate only, so the
   ServerApp never holds one client's update under ldp / hdp. ``in-server`` (the earlier
@@ -40,7 +40,7 @@ Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
 - ``zonal-save-replies`` — with zone nodes: write every reply the ServerApp receives (and
   the instruction it answers) to ``output-dir/zone-replies/`` (an audit trail of what left
   the zone nodes; :func:`scenarios.app.federation.save_replies`).
-- ``min-zone-clients`` — with zone nodes (issue 26): a zone node refuses a round whose sample
+- ``min-zone-clients`` — with zone nodes: a zone node refuses a round whose sample
   of its clients has 1 .. ``min-zone-clients`` − 1 clients (its reply would be one client's
   update plus the zone noise only); an empty sample releases only the zone noise and is
   served. Default 2: the smallest zone sample of the HDP paper's settings (s = 2 zones, k = 4

@@ -1,4 +1,4 @@
-"""Client task ``zone-node``: a zone as one Flower SuperNode (issue 21; SPEC §3.5, HDP §III).
+"""Client task ``zone-node``: a zone as one Flower SuperNode (SPEC §3.5, HDP §III).
 
 With ``zonal-runtime = zone-nodes`` the federation has one SuperNode per zone; its
 ``partition-id`` is the zone id. The node holds its clients' partitions (it derives them

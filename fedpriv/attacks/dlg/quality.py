@@ -1,6 +1,6 @@
 """Quality of a reconstruction: MSE, PSNR, SSIM and matching of reconstructions to examples.
 
-Why not scikit-image (checked for issue 9): scikit-image 0.26.0 resolves with the pinned
+Why not scikit-image: scikit-image 0.26.0 resolves with the pinned
 stack (``pip install --dry-run -c constraints.txt scikit-image``), and its
 ``structural_similarity(gaussian_weights=True, sigma=1.5, use_sample_covariance=True,
 data_range=1)`` equals :func:`ssim` here (28×28 noisy image, seed 0: 0.9368580845330766 both;

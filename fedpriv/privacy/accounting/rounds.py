@@ -152,7 +152,7 @@ def epsilon_for_rounds(
     return accountant.extend(noise_multipliers).current()
 
 
-# --- THE ε of global DP (issue 20, point 8: one path) ------------------------------------------
+# --- THE ε of global DP (one path) -------------------------------------------------------------
 
 
 def is_conditional(weighting: str, participation: Participation) -> bool:

@@ -1,4 +1,4 @@
-"""Privacy modes as objects (issue 26): one module per mode, one registry.
+"""Privacy modes as objects: one module per mode, one registry.
 
 See :mod:`fedpriv.privacy.modes.base` (the declaration) and :mod:`fedpriv.privacy.modes.registry`.
 """

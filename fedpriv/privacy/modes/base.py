@@ -1,4 +1,4 @@
-"""The declaration every privacy mode makes, in its own module (issue 26, "modes as objects").
+"""The declaration every privacy mode makes, in its own module ("modes as objects").
 
 A :class:`Mode` holds a mode's whole declaration: its typed parameters, who it trusts and
 the ε it reports against each party (``epsilon_against``), the run-config keys each party
