@@ -19,14 +19,16 @@ Training (message type ``train.ifca``), for user c:
    sanitized parameter vector (as the model's layer list). No sample count, no cluster
    index, no δ, no metrics (GP-extended §4, rules 1–4).
 
-The ledger is the client's own (:mod:`clients.releases`): the file
+The ledger is the client's own, over its lifetime (:mod:`clients.releases`): the file
 ``ifca-<partition>.json`` in the node's own state directory (``client-state-dir`` of its node
-or run config, else one per run; never a path, tag or round from the message). Every release
-is charged there BEFORE the client trains, persisted atomically, so a restarted client (a new
-``Context``, the same state directory) keeps its spent leakage; a rewound ``server-round``, a
-new ``ifca-ledger-tag`` or a sweep's next cell is a new release and is charged; only an
-identical repeat of its last request gets the cached reply (the same vector, no fresh noise,
-no charge). The budget is the client's own ``leakage-budget``. A copy of the ledger is kept in
+config, else the per-node default of its data; never a run's folder, a path, tag or round
+from the message). Every release is charged there BEFORE the client trains, persisted
+atomically, so a restarted client, a new run or a resumed run (a new ``Context``, a new run
+id) keeps its spent leakage; a rewound ``server-round`` with other hypotheses, a new
+``ifca-ledger-tag`` or a sweep's next cell is a new release and is charged; a request
+identical to one it answered, in any run, gets the cached reply (its last release: the same
+vector, no fresh noise, no charge) or is refused. The budget is the client's own
+``leakage-budget``, over every run. A copy of the ledger is kept in
 ``context.state`` (record ``ifca-ledger``) for in-process readers; the file is
 authoritative. The server keeps a mirror (the cost is data-independent) for reports; the
 ledger is never sent to the server.
@@ -52,6 +54,7 @@ import numpy as np  # noqa: E402
 from flwr.app import (  # noqa: E402
     ArrayRecord,
     Context,
+    Error,
     Message,
     MetricRecord,
     RecordDict,
@@ -65,6 +68,7 @@ from clients.keras_client import (  # noqa: E402
     train_local,
 )
 from clients.releases import (  # noqa: E402
+    ReleaseRefused,
     guarded_release,
     node_counter,
     request_digest,
@@ -82,6 +86,7 @@ from fedpriv.ifca import (  # noqa: E402
 from fedpriv.privacy.accounting import laplace_leakage  # noqa: E402
 from fedpriv.privacy.disclosure import sends_unaccounted  # noqa: E402
 from fedpriv.privacy.mechanisms import sanitize_laplace  # noqa: E402
+from fedpriv.privacy.ownership import REFUSED_CODE  # noqa: E402
 from fedpriv.privacy.releases import ReleaseCounter  # noqa: E402
 from fedpriv.seeds import privacy_rng  # noqa: E402
 from fedpriv.spec import RunSpec  # noqa: E402
@@ -205,12 +210,14 @@ def ifca_train(
     try:
         return guarded_release(
             counter,
-            sequence_of(int(context.run_id), {"nu": nu, "dim": dim}),
+            sequence_of({"nu": nu, "dim": dim}),
             server_round,
             request_digest(msg, server_round),
             lambda _ticket: _release(hypotheses, spec, partition, server_round, nu),
+            run=str(context.run_id),
             cost=cost,
             budget=budget if budget > 0 else None,
+            budget_name=f"leakage-budget = {budget:g}",
             rewind="charge",
             on_declined=lambda _ticket: RecordDict(),  # decline: no parameters, nothing else
         )
@@ -297,7 +304,10 @@ def train_handler(
     it and refuses a message whose privacy keys differ); ``server_round``: the message's round;
     ``state_folder``: the node's own state directory (:func:`ifca_train`).
     """
-    content = ifca_train(msg, spec, _partition(context), server_round, context, state_folder)
+    try:
+        content = ifca_train(msg, spec, _partition(context), server_round, context, state_folder)
+    except ReleaseRefused as err:  # the node's own ledger says no: an error reply, nothing else
+        return Message(Error(code=REFUSED_CODE, reason=str(err)), reply_to=msg)
     return Message(content=content, reply_to=msg)
 
 

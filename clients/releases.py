@@ -1,8 +1,9 @@
 """The Flower side of a node's own release counter (:mod:`fedpriv.privacy.releases`).
 
-:func:`node_counter` opens the ledger of a node from its ``Context`` only (its
-``node_config`` / ``run_config`` and run id, never the message); :func:`sequence_of` names a
-release sequence by the run id and the node's own mechanism settings; :func:`request_digest`
+:func:`node_counter` opens the lifetime ledger of a node in its own folder, keyed by its own
+identity (``scenarios.config.node_roles.node_ledger``: its ``node_config``, never the message,
+the run id or the Flower node id); :func:`sequence_of` names a release sequence by the node's
+own mechanism settings only (the same in every run); :func:`request_digest`
 fingerprints a request's arrays and round; :func:`guarded_release` runs a release through the
 counter: a fresh release is charged before it is computed and its reply cached, an identical
 repeat gets the cached reply (the same arrays bit for bit), anything else the counter does not
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from fedpriv.privacy.releases import ReleaseCounter, Rewind, Ticket, state_dir
+from fedpriv.privacy.releases import ReleaseCounter, Rewind, Ticket, node_dir
 
 __all__ = [
     "ReleaseRefused",
@@ -37,24 +38,27 @@ class ReleaseRefused(ValueError):
 
 def node_counter(context: Context, party: str, folder: Path | None = None) -> ReleaseCounter:
     """The ledger of this node's ``party`` in ``folder`` (the node's own state directory,
-    resolved from its own configs by ``scenarios.config.node_roles.node_state_dir``; None: the
-    per-run folder under ``$FEDPRIV_STATE_ROOT``), keyed by its own ``partition-id`` (a zone
-    node: its zone id)."""
+    ``scenarios.config.node_roles.node_ledger``; None: the per-node default folder of no data
+    key), keyed by its own ``partition-id`` (a zone node: its zone id)."""
     if folder is None:
-        folder = state_dir("", "", int(context.run_id))
+        folder = node_dir("", "")
     return ReleaseCounter(folder, party, int(context.node_config["partition-id"]))
 
 
-def sequence_of(run_id: int, settings: Mapping[str, Any]) -> str:
-    """A release sequence: the run and the node's own mechanism settings (a short hash)."""
-    text = repr((int(run_id), sorted((str(k), repr(v)) for k, v in settings.items())))
+def sequence_of(settings: Mapping[str, Any]) -> str:
+    """A release sequence: the node's own mechanism settings (a short hash; no run id, so
+    every run's releases of that mechanism are one sequence)."""
+    text = repr(sorted((str(k), repr(v)) for k, v in settings.items()))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def request_digest(msg: Message, server_round: int) -> str:
-    """A fingerprint of the request: its round and every array it carries (names, dtypes,
-    shapes, bytes)."""
+    """A fingerprint of the request: its round, its config records (every key and value: a
+    replayed message is the same request, another cell's or strategy's is not) and every
+    array it carries (names, dtypes, shapes, bytes)."""
     h = hashlib.sha256(str(int(server_round)).encode())
+    for name, config in sorted(msg.content.config_records.items()):
+        h.update(f"{name}|{sorted((str(k), repr(v)) for k, v in config.items())}".encode())
     for name, record in sorted(msg.content.array_records.items()):
         h.update(name.encode())
         for key, array in record.items():
@@ -99,8 +103,10 @@ def guarded_release(
     digest: str,
     produce: Callable[[Ticket], RecordDict],
     *,
+    run: str = "",
     cost: float = 1.0,
     budget: float | None = None,
+    budget_name: str = "budget",
     max_releases: int | None = None,
     rewind: Rewind = "refuse",
     on_declined: Callable[[Ticket], RecordDict] | None = None,
@@ -108,13 +114,16 @@ def guarded_release(
     """One release through ``counter``: ``produce(ticket)`` runs only for a fresh, already
     charged release (its reply is cached); an identical repeat returns the cached reply; a
     declined request returns ``on_declined(ticket)`` (IFCA's empty reply) and anything else
-    refused raises :class:`ReleaseRefused`."""
+    refused raises :class:`ReleaseRefused`. ``run``: the run the request comes from (only the
+    in-run rewind rule and ``max_releases`` are per run)."""
     ticket = counter.begin(
         sequence,
         server_round,
         digest,
+        run=run,
         cost=cost,
         budget=budget,
+        budget_name=budget_name,
         max_releases=max_releases,
         rewind=rewind,
     )

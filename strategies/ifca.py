@@ -55,6 +55,7 @@ from fedpriv.ifca import (
 )
 from fedpriv.privacy.accounting import LeakageLedger, laplace_leakage
 from strategies.array_records import named_record
+from strategies.reply_checks import checked_evaluations
 
 
 def hypotheses_record(hypotheses: Sequence[Sequence[np.ndarray]]) -> ArrayRecord:
@@ -295,7 +296,13 @@ class LaplaceIFCA(Strategy):
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> Optional[MetricRecord]:
-        """Mean (over validation users) loss / rmse / accuracy of each user's best hypothesis."""
+        """Mean (over validation users) loss / rmse / accuracy of each user's best hypothesis;
+        a malformed reply is dropped and named under ``invalid-evaluations``
+        (:func:`checked_validation`)."""
+        replies, invalid = checked_validation(replies, self.k)
+        if invalid:
+            self.current["invalid-evaluations"] = invalid
+            log(WARNING, "[IFCA round %d] dropped invalid evaluations: %s", server_round, invalid)
         metrics = summarise_evaluation(replies, self.k)
         if metrics is None:
             return None
@@ -420,6 +427,25 @@ class LaplaceIFCA(Strategy):
         if self.on_round_end is not None:
             self.on_round_end(record)
         self.current = {}
+
+
+def checked_validation(replies: Iterable[Message], k: int) -> tuple[list[Message], dict[str, str]]:
+    """(usable, {node id: reason}) of IFCA evaluate replies: the answered ones whose content
+    is the one MetricRecord ``METRICS_KEY`` with a valid ``num-examples``, bounded finite
+    metrics (:func:`strategies.reply_checks.evaluate_problem`) and a ``hypothesis`` index in
+    [0, k). Error replies and declines (an empty content) are left out, not counted."""
+    answered = [r for r in replies if not r.has_error() and len(r.content.keys()) > 0]
+    usable, rejected = checked_evaluations(
+        answered, record=METRICS_KEY, required=("hypothesis",), same_keys=False
+    )
+    kept = []
+    for reply in usable:
+        choice = float(reply.content[METRICS_KEY]["hypothesis"])
+        if choice.is_integer() and 0 <= choice < k:
+            kept.append(reply)
+        else:
+            rejected[reply.metadata.src_node_id] = f"hypothesis = {choice:g} is outside 0..{k - 1}"
+    return kept, {str(node): reason for node, reason in rejected.items()}
 
 
 def summarise_evaluation(replies: Iterable[Message], k: int) -> Optional[dict[str, Any]]:

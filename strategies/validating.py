@@ -12,6 +12,8 @@ A reply to a message that asked for no client (a zone node sent an empty sample:
 of its zone sampled, or fewer than ``min-zone-clients``, which the zonal wrapper reports)
 carries no update to weigh: it is left out like an invalid reply but is not one (``declined``,
 no warning, and under ``on_invalid="fail"`` no reason to skip the round).
+Evaluate replies are checked too (:mod:`strategies.reply_checks`): a malformed one is dropped,
+logged and named in the round record (``rejected-evaluation``), and the round goes on.
 
 ``accept_failures=False`` (the default, Flower's legacy rule) skips aggregation when any
 client replied with an error; ``True`` aggregates the replies that arrived.
@@ -30,16 +32,20 @@ from flwr.serverapp.strategy.strategy import Strategy
 
 from strategies.array_records import array_view
 from strategies.base import StrategyWrapper
+from strategies.reply_checks import (
+    MAX_WEIGHT,
+    WEIGHT_KEY,
+    checked_evaluations,
+    weight_value_problem,
+)
+
+__all__ = ["MAX_CHANGE", "MAX_WEIGHT", "WEIGHT_KEY", "ValidUpdatesOnly", "update_problem",
+           "weight_key", "weight_problem"]  # fmt: skip
 
 # The largest change of one weight in one round that a reply may carry: |w_i - w_g| <= 1e9.
 # Beyond it a finite reply (1e18, say) overflows the float32 squared norm that clipping and
 # the distances compute, and would stop the round; no model trained by SGD moves that far.
 MAX_CHANGE = 1e9
-# The largest aggregation weight (``num-examples``) a reply may carry. Beyond it a finite
-# weight (1e308, say) overflows the sum of weights in FedAvg's mean and the example-weighted
-# DP accounting; no client of a federated run holds more than 10^9 examples.
-MAX_WEIGHT = 1e9
-WEIGHT_KEY = "num-examples"  # Flower's default ``weighted_by_key``
 
 
 def _max_change(value: np.ndarray, reference: np.ndarray) -> float:
@@ -89,15 +95,7 @@ def weight_problem(reply: Message, key: str = WEIGHT_KEY) -> Optional[str]:
     found = [r[key] for r in reply.content.metric_records.values() if key in r]
     if len(found) != 1:
         return f"expected one {key!r} metric, got {len(found)}"
-    value = found[0]
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        return f"{key} = {value!r} is not a number"
-    weight = float(value)
-    if not np.isfinite(weight):
-        return f"{key} = {weight!r} is not finite"
-    if not 0.0 < weight <= MAX_WEIGHT:
-        return f"{key} = {weight:.6g} is outside (0, {MAX_WEIGHT:.0e}]"
-    return None
+    return weight_value_problem(key, found[0])
 
 
 def sender_name(grid: object, reply: Message) -> str:
@@ -163,6 +161,7 @@ class ValidUpdatesOnly(StrategyWrapper):
         self.weight_key = weight_key(strategy)
         self.last_round: dict = {}
         self._grid: object = None
+        self.last_evaluate: dict[int, str] = {}
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -223,7 +222,19 @@ class ValidUpdatesOnly(StrategyWrapper):
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> Optional[MetricRecord]:
-        """Delegate, ignoring failed replies."""
-        return self.strategy.aggregate_evaluate(
-            server_round, [m for m in replies if not m.has_error()]
-        )
+        """Drop failed and malformed evaluate replies (:func:`checked_evaluations`: one
+        MetricRecord of bounded finite numbers, a valid weight, the round's common keys), log
+        and count the malformed ones, and delegate the rest (None when none is left)."""
+        answered = [m for m in replies if not m.has_error()]
+        valid, rejected = checked_evaluations(answered, weight_key=self.weight_key)
+        self.last_evaluate = rejected
+        for node, problem in rejected.items():
+            log(WARNING, "round %s: evaluation from node %s rejected: %s",
+                server_round, node, problem)  # fmt: skip
+        if not valid:
+            return None
+        return self.strategy.aggregate_evaluate(server_round, valid)
+
+    def evaluate_round_metrics(self) -> dict:
+        """For the round record: rejected evaluations (node -> reason)."""
+        return {"rejected-evaluation-nodes": dict(self.last_evaluate)}

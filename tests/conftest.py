@@ -32,6 +32,16 @@ def flower_task_identity():
     act_as_serverapp_task()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def module_state_root(tmp_path_factory):
+    """A module's fixtures get a ``FEDPRIV_STATE_ROOT`` of their own: a node's ledger is
+    lifetime (per node, across runs: ``fedpriv.privacy.releases``), so the simulated nodes of
+    two modules holding the same data must not be one node."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FEDPRIV_STATE_ROOT", str(tmp_path_factory.mktemp("module-state")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def own_state_root(tmp_path_factory, monkeypatch):
     """Every test's nodes keep their release ledgers (``fedpriv.privacy.releases``) under a fresh

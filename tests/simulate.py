@@ -20,6 +20,17 @@ ROOT = Path(__file__).resolve().parent.parent
 REPRODUCIBLE = {"reproducible-noise": True}
 
 
+STATE_ROOT_ENV = "FEDPRIV_STATE_ROOT"  # fedpriv.privacy.releases.STATE_ROOT_ENV
+
+
+def nodes_of(output_dir: str | Path) -> str:
+    """The simulated nodes' own state root of a test simulation: beside its output folder
+    (never in it), the same for the run and its resume, so each simulation of a test is a
+    federation of its own whose nodes keep lifetime ledgers (``fedpriv.privacy.releases``)."""
+    out = Path(output_dir)
+    return str(out.parent / f"{out.name}.nodes")
+
+
 def with_reproducible(overrides: dict[str, Any]) -> dict[str, Any]:
     """``overrides`` with ``reproducible-noise = true`` unless they set it themselves."""
     return {**REPRODUCIBLE, **overrides}
@@ -46,6 +57,7 @@ def run_fedpriv(
     cmd = [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config", " ".join(items)]
     cmd += list(extra_args)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    env[STATE_ROOT_ENV] = nodes_of(output_dir)
     proc = subprocess.run(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -80,6 +92,7 @@ def kill_after_round(
     overrides = {**with_reproducible(overrides), "output-dir": str(output_dir)}
     items = " ".join(to_override(k, v) for k, v in overrides.items())
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    env[STATE_ROOT_ENV] = nodes_of(output_dir)
     proc = subprocess.Popen(
         [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config", items],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -124,7 +137,15 @@ def run_fedpriv_cells(
     ]
     top = {"scenario": cells[0].cfg["scenario"], "num-clients": cells[0].cfg["num-clients"]}
     plan_dir = Path(plan_dir)
-    multirun.launch_plan(plan_dir, cells, top, "local-simulation", CATALOG)
+    before = os.environ.get(STATE_ROOT_ENV)
+    os.environ[STATE_ROOT_ENV] = nodes_of(plan_dir)
+    try:
+        multirun.launch_plan(plan_dir, cells, top, "local-simulation", CATALOG)
+    finally:
+        if before is None:
+            os.environ.pop(STATE_ROOT_ENV, None)
+        else:
+            os.environ[STATE_ROOT_ENV] = before
     log = (plan_dir / multirun.LOG_NAME).read_text()
     manifest = plan_dir / multirun.MANIFEST
     status = (

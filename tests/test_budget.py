@@ -157,6 +157,9 @@ def test_epsilon_if_leaves_the_accountant_unchanged():
 def test_max_epsilon_config():
     cfg = CATALOG.resolve_run_config({"privacy": "global-dp", "max-epsilon": 3.0})
     assert cfg["max-epsilon"] == 3.0
+    # DP-SGD: each client's own lifetime budget (it refuses past it, test_lifetime_ledgers)
+    dpsgd = CATALOG.resolve_run_config({"privacy": "dp-sgd", "max-epsilon": 3.0})
+    assert dpsgd["max-epsilon"] == 3.0
     assert CATALOG.resolve_run_config({"privacy": "metric-dp"})["max-epsilon"] == 0.0
 
 
@@ -166,7 +169,7 @@ def test_max_epsilon_config():
         ({"privacy": "global-dp", "max-epsilon": -1.0}, "a float >= 0"),
         ({"privacy": "global-dp", "max-epsilon": "x"}, "a float >= 0"),
         ({"privacy": "metric-dp", "max-epsilon": 3.0}, "privacy = metric-dp"),
-        ({"privacy": "dp-sgd", "max-epsilon": 3.0}, "privacy = dp-sgd"),
+        ({"privacy": "none", "max-epsilon": 3.0}, "privacy = none"),
         ({"privacy": "none", "max-epsilon": 3.0}, "privacy = none"),
         ({"privacy": "global-dp", "strategy": "fedmedian", "max-epsilon": 3.0}, "fedmedian"),
     ],

@@ -392,6 +392,14 @@ def test_default_run_log_keeps_the_full_log(default_run):
     assert "[ROUND 2/2]" in log  # Flower's driver lines are in the log, not on the console
     assert "2 failures" not in log and "Received 1 results" not in log
     assert re.search(r"4 replies, 0 failures, \d clipped, noise σ = ", log)
+    # so it is the operator's: its first line says so, only its owner reads it, and
+    # summary.json's output-readers agree
+    from fedpriv.reporting.runlog import RUN_LOG_NOTICE
+
+    assert log.splitlines()[0] == f"# {RUN_LOG_NOTICE}"
+    assert (out / "run.log").stat().st_mode & 0o077 == 0
+    readers = json.loads((out / "summary.json").read_text())["output-readers"]
+    assert readers["run.log"].startswith("operator only") and "sample sizes" in readers["run.log"]
 
 
 @pytest.mark.slow

@@ -79,6 +79,13 @@ ZONE_ATTACKS = {
     "privacy": "none",
     "clients-per-round": 100,
     "client-state-dir": "/tmp/curious-server-state",
+    # the allow-list: data, seed, canaries, caps and rounds are the node's, whatever it sets
+    "seed": 12345,
+    "partition": "bootstrap",
+    "dirichlet-alpha": 0.01,
+    "audit-canaries": 8000,
+    "num-server-rounds": 64,
+    "min-zone-clients": 100,
 }
 DPSGD_ATTACKS = {
     "reproducible-noise": True,
@@ -91,6 +98,12 @@ DPSGD_ATTACKS = {
     "privacy": "none",
     "client-state-dir": "/tmp/curious-server-state",
     "dp-sgd-participations": 1,
+    "seed": 12345,
+    "partition": "dirichlet",
+    "dirichlet-alpha": 0.01,
+    "audit-canaries": 8000,
+    "num-server-rounds": 64,
+    "max-epsilon": 1000.0,
 }
 
 
@@ -166,12 +179,13 @@ def _zone_delta(reply: Message, weights: list) -> np.ndarray:
 
 
 @pytest.mark.parametrize("who", list(ZONE_NODES))
-def test_a_zone_node_releases_at_its_own_sigma_with_secret_noise(zone_weights, who):
-    """The legit message with a server-chosen ``seed`` (the noise seed of a seeded run), in
-    two runs (a repeat within one run is answered from the node's cache, see
-    test_release_counting): accepted, and the replies differ by noise of std sqrt(2)·σ_i with
-    the node's own σ_i = z·C/(q·W_i) (HDP Algorithm 1), computed here from the node's own
-    keys: the same training, fresh secret noise."""
+def test_a_zone_node_releases_at_its_own_sigma_with_secret_noise(zone_weights, who, tmp_path):
+    """The legit message (a server-chosen ``seed`` is refused: test_allow_list) to two
+    nodes holding the same zone, each with its own ledger folder (one node answers an
+    identical request from its cache in any run, see test_lifetime_ledgers): accepted, and
+    the replies differ by noise of std sqrt(2)·σ_i with the node's own σ_i = z·C/(q·W_i) (HDP
+    Algorithm 1), computed here from the node's own keys: the same training, fresh secret
+    noise."""
     run_config, node = ZONE_NODES[who]
     spec = node_spec(7, run_config, {"partition-id": ZONE, **node}).base
     z, c = float(spec["noise-multiplier"]), float(spec["clipping-norm"])
@@ -181,14 +195,39 @@ def test_a_zone_node_releases_at_its_own_sigma_with_secret_noise(zone_weights, w
     extra = zone_extra(run_config, {"partition-id": ZONE, **node})
     replies = []
     for run_id in (7, 8):
-        ctx = context(run_config, ZONE, node, run_id)
-        reply = app(server_message(run_config, extra, zone_weights, {"seed": 12345}), ctx)
+        own = {**node, "client-state-dir": str(tmp_path / f"node-{run_id}")}
+        ctx = context(run_config, ZONE, own, run_id)
+        reply = app(server_message(run_config, extra, zone_weights, {}), ctx)
         assert not reply.has_error(), reply.error
         assert reply.content["metrics"]["zonal-zone-sigma"] == pytest.approx(sigma)
         replies.append(_zone_delta(reply, zone_weights))
     diff = replies[0] - replies[1]
     assert diff.size > 1000
     assert np.std(diff) / np.sqrt(2) == pytest.approx(sigma, rel=0.05)
+
+
+@pytest.mark.parametrize("placement", ["none", "cdp"])
+def test_a_zone_node_with_its_own_placement_serves_no_other_variant(zone_weights, placement):
+    """A zone node that sets only ``noise-placement = 'hdp'`` (its compare-placements left
+    at auto) is asked for a comparison's ``none`` / ``cdp`` variant (its level and
+    placement): refused, nothing sent; its own ``hdp`` message is served."""
+    run_config, node = ZONE_AUTO, {"noise-placement": "hdp"}
+    ctx = context(run_config, ZONE, node)
+    extra = {**zone_extra(run_config, ctx.node_config), "zonal-level": placement}
+    msg = server_message(run_config, extra, zone_weights, {"noise-placement": placement})
+    reply = app(msg, ctx)
+    assert reply.has_error() and reply.error.code == REFUSED_CODE and not reply.has_content()
+    ok = server_message(run_config, zone_extra(run_config, ctx.node_config), zone_weights, {})
+    assert not app(ok, context(run_config, ZONE, node)).has_error()
+
+
+def test_an_allowed_training_key_is_taken_from_the_message(dpsgd_weights, dpsgd_node):
+    """The allow-list's other side: a training key that changes no privacy figure (the
+    learning rate) may come from the message."""
+    run_config, node = dpsgd_node("auto")
+    msg = server_message(run_config, {"client-task": "dp-sgd"}, dpsgd_weights,
+                         {"learning-rate": 0.5})  # fmt: skip
+    assert not app(msg, context(run_config, 0, node)).has_error()
 
 
 DPSGD_SET = {**DPSGD_AUTO, **{k: v for k, v in DPSGD_SET_NODE.items() if k in CATALOG.keys}}
@@ -220,17 +259,19 @@ def test_a_dp_sgd_client_refuses_each_weakened_key(dpsgd_weights, dpsgd_node, wh
 
 @pytest.mark.parametrize("who", list(DPSGD_NODES))
 def test_a_dp_sgd_client_trains_and_reports_at_its_own_settings(dpsgd_weights, dpsgd_node, who):
-    """Two identical legit messages (with a server-chosen seed) in two runs of the node:
-    different replies (secret noise) and the ε of the node's own z, B, E, δ (an independent
-    accountant call). A node with its own state folder counts both runs' releases of its
-    data (the second reply's ε is for 2 participations); the default folder is per run."""
+    """Two legit messages in two runs of the node: different
+    replies (secret noise) and the ε of the node's own z, B, E, δ (an independent accountant
+    call) over every participation of its lifetime ledger (its own folder, or the per-node
+    default: the second reply's ε is for 2 participations either way); the second message
+    again in a third run gets the cached reply, bit for bit."""
     run_config, node = dpsgd_node(who)
     spec = node_spec(7, run_config, {"partition-id": 0, **node}).base
     assert spec["reproducible-noise"] is False
-    sent = []
+    sent, replies = [], []
     for index, run_id in enumerate((7, 8)):
         ctx = context(run_config, 0, node, run_id)
-        msg = server_message(run_config, {"client-task": "dp-sgd"}, dpsgd_weights, {"seed": 5})
+        arrays = [w + 1e-3 * index for w in dpsgd_weights]
+        msg = server_message(run_config, {"client-task": "dp-sgd"}, arrays, {})
         reply = app(msg, ctx)
         assert not reply.has_error(), reply.error
         metrics = reply.content["metrics"]
@@ -238,13 +279,20 @@ def test_a_dp_sgd_client_trains_and_reports_at_its_own_settings(dpsgd_weights, d
             num_examples=int(metrics["num-examples"]),
             batch_size=int(spec["batch-size"]),
             local_epochs=int(spec["local-epochs"]),
-            participations=1 + (index if "client-state-dir" in node else 0),
+            participations=1 + index,
             noise_multiplier=float(spec["noise-multiplier"]),
             delta=float(spec["dp-delta"]),
         )
         assert metrics["dp-sgd-epsilon"] == pytest.approx(want.epsilon)
-        sent.append(_zone_delta(reply, dpsgd_weights))
+        sent.append(_zone_delta(reply, arrays))
+        replies.append(reply)
     assert np.max(np.abs(sent[0] - sent[1])) > 1e-4  # not replayable from the seed
+    arrays = [w + 1e-3 for w in dpsgd_weights]
+    again = app(server_message(run_config, {"client-task": "dp-sgd"}, arrays, {}),
+                context(run_config, 0, node, 9))  # fmt: skip
+    first, second = again.content["arrays"], replies[1].content["arrays"]
+    assert all(np.array_equal(a, b) for a, b in zip(first.to_numpy_ndarrays(),
+                                                    second.to_numpy_ndarrays()))  # fmt: skip
 
 
 @pytest.mark.parametrize("key", ["privacy", "unaccounted-metrics", "reproducible-noise"])

@@ -20,6 +20,7 @@ IFCA notes in scenarios/ifca/feature.py.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,7 +30,13 @@ from fedpriv.reporting.runlog import read_rounds
 from scenarios.cli import launch
 from scenarios.cli import main as cli
 from tests.baseline import assert_matches_baseline
-from tests.simulate import kill_after_round, run_fedpriv, to_override, with_reproducible
+from tests.simulate import (
+    kill_after_round,
+    nodes_of,
+    run_fedpriv,
+    to_override,
+    with_reproducible,
+)
 
 # Paper-scale (GP §5: 5 IFCA runs of 30 rounds, the digits-rotated sweep of 2 x 15 rounds):
 # the slow tier, and CI runs it (guard: GP's results and the leakage accounting).
@@ -152,7 +159,9 @@ def test_killed_ifca_run_resumes_and_equals_the_uninterrupted_run(
     assert [r["round"] for r in rounds] == list(range(9))
     assert _without_wall_time(rounds) == _without_wall_time(full)
     assert summary["leakage"] == sub_summary(gp_run[2], 4)["leakage"]
-    ledgers = sorted((out / "client-state").glob("ifca-*.json"))  # written by the clients only
+    # written by the clients only, in their own per-node folder: never in the output folder
+    ledgers = sorted(Path(nodes_of(out)).glob("node-*/ifca-*.json"))
+    assert ledgers and not list(out.rglob("ifca-*.json"))
     spent = {p.stem.rsplit("-", 1)[1]: json.loads(p.read_text())["spent"] for p in ledgers}
     charged = {p: v for p, v in summary["leakage"]["per_client"].items() if v > 0}
     # each client's own ledger counts every vector it released, the round that the

@@ -160,3 +160,20 @@ def test_a_real_run_publishes_no_schedule_and_its_headline_holds_for_that_reader
                                                         for x in operator)  # fmt: skip
     most = max(counts.values())
     assert independent_unamplified_epsilon(z, most) > reported  # why it is operator only
+
+
+def test_run_log_is_the_operators_from_its_first_line(tmp_path):
+    """run.log holds Flower's "received N results" and the wrappers' clip counts: it is
+    listed as operator-only, opened owner-only, its first line the notice (once: a resumed
+    run appends to it)."""
+    from fedpriv.reporting.runlog import RUN_LOG_FILE, RUN_LOG_NOTICE
+    from scenarios.app.quiet import open_log
+
+    assert OUTPUT_READERS[RUN_LOG_FILE] == RUN_LOG_NOTICE and "operator only" in RUN_LOG_NOTICE
+    assert "amplification" in RUN_LOG_NOTICE and "clip counts" in RUN_LOG_NOTICE
+    path = tmp_path / "out" / RUN_LOG_FILE
+    for text in ("first run\n", "resumed\n"):
+        with open_log(path) as log:
+            log.write(text)
+    assert path.read_text().splitlines() == [f"# {RUN_LOG_NOTICE}", "first run", "resumed"]
+    assert path.stat().st_mode & 0o777 == 0o600

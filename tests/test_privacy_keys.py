@@ -145,9 +145,9 @@ def test_dp_sgd_and_zonal_ldp_clients_refuse_a_changed_key(own, weights, mode, k
     ctx = context(cfg)
     sent = {**task, "zonal-level": "ldp", key: WEAKER[mode][key]}
     reply = app(message(cfg, kind, sent, {"arrays": ArrayRecord(weights[mode])}), ctx)
-    # hdp-digits' own comparison declares an 'hdp' variant; the message matches
-    # its placement but keeps the LDP level, so the refusal names the level
-    assert_refused(reply, "zonal-level" if key == "noise-placement" else key, ctx)
+    # the node sets its own placement (ldp): hdp-digits' comparison variants of other
+    # placements are not its own, so the refusal names the placement itself
+    assert_refused(reply, key, ctx)
 
 
 @pytest.mark.parametrize("key", list(WEAKER["ifca"]))
@@ -285,7 +285,9 @@ def test_a_mixed_zonal_client_owns_its_keys_only_in_an_ldp_zone():
     [
         ({"noise-multiplier": 0.01}, "noise-multiplier"),  # global DP's auto value, not DP-SGD's
         ({"clipping-norm": 5.0}, "clipping-norm"),
-        ({"dp-sgd-noise-multiplier": 0.0}, None),  # an old name: no effect on the release
+        ({"dp-sgd-noise-multiplier": 0.0}, "dp-sgd-noise-multiplier"),  # an old name: not
+        # on the allow-list, refused like any key the server may not set
+        ({"learning-rate": 0.05}, None),  # a training key the server may set
     ],
 )
 def test_a_shared_key_left_auto_takes_the_nodes_mode_value_not_the_messages(
@@ -293,8 +295,9 @@ def test_a_shared_key_left_auto_takes_the_nodes_mode_value_not_the_messages(
 ):
     """One key name per idea: a DP-SGD node that leaves ``noise-multiplier`` and
     ``clipping-norm`` at auto resolves them to DP-SGD's own values (z = 1.1, C = 1) from its
-    own mode. A message with another value is refused; an old per-mode name changes nothing:
-    the reply's ε is the one of z = 1.1."""
+    own mode. A message with another value is refused, and so is an old per-mode name (not
+    on the allow-list); an allowed training key changes nothing of ε: the reply's ε is the
+    one of z = 1.1."""
     node_run_config = {**OWN["dp-sgd"], "noise-multiplier": "auto", "clipping-norm": "auto"}
     cfg = own["dp-sgd"]
     assert (cfg["noise-multiplier"], cfg["clipping-norm"]) == (1.1, 1.0)

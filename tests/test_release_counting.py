@@ -197,18 +197,26 @@ def test_ifca_a_budget_of_two_releases_gives_two_whatever_the_server_sends(ifca,
     assert not (tmp_path / "fresh").exists()
 
 
-def test_ifca_rewound_rounds_are_charged_and_an_identical_repeat_is_the_cached_vector(
+def test_ifca_rewound_rounds_are_charged_and_an_identical_request_never_gets_fresh_noise(
     ifca, tmp_path
 ):
+    """A rewound round with other hypotheses is a new release, charged; the identical
+    request of the last release gets its cached vector; an identical request of an earlier
+    release (no longer cached) is refused: no request ever gets fresh noise twice."""
+    from strategies.ifca import hypotheses_record
+
     base, record, cost = ifca
     node = {STATE_DIR_KEY: str(tmp_path / "own")}
-    rounds = [1, 2, 1, 1, 3, 2]  # the third and fourth: rewound; the fourth repeats the third
-    replies = [app(ifca_message(base, record, r), context(base, 3, node)) for r in rounds]
-    vectors = [arrays_of(r, REPLY_KEY) for r in replies]
-    assert all(not r.has_error() for r in replies)
-    assert same_arrays(vectors[3], vectors[2])  # the identical repeat: no fresh noise
+    altered = hypotheses_record([[a + 1e-3 for a in h] for h in unpack_hypotheses(record)])
+    sent = [(1, record), (2, record), (2, record), (1, record), (1, altered), (3, record)]
+    replies = [app(ifca_message(base, rec, r), context(base, 3, node)) for r, rec in sent]
+    assert refused(replies[3]) and "already answered" in replies[3].error.reason
+    answered = [r for r in replies if not r.has_error()]
+    assert len(answered) == 5
+    vectors = [arrays_of(r, REPLY_KEY) for r in answered]
+    assert same_arrays(vectors[2], vectors[1])  # the identical repeat: no fresh noise
     distinct = sum(not any(same_arrays(v, w) for w in vectors[:i]) for i, v in enumerate(vectors))
-    assert distinct == 5  # an independent count of the releases
+    assert distinct == 4  # an independent count of the releases
     ledger = ReleaseCounter(tmp_path / "own", "ifca", 3).load()
     assert ledger.releases == distinct and ledger.spent == pytest.approx(distinct * cost)
 
@@ -255,7 +263,10 @@ def test_dp_sgd_counts_every_release_across_restarts_and_replays(dp, tmp_path):
     assert ReleaseCounter(tmp_path / "own", "dp-sgd", 2).load().releases == 3
     replies += [app(dpsgd_message(cfg, weights, r), restarted) for r in (4, 5, 6, 7)]
     replies.append(app(dpsgd_message(cfg, weights, 7), context(cfg, 2, node)))
-    replies.append(app(dpsgd_message(cfg, weights, 2), context(cfg, 2, node)))  # rewound
+    rewound = app(dpsgd_message(cfg, weights, 2), context(cfg, 2, node))  # round 2 again
+    assert refused(rewound) and "already answered" in rewound.error.reason  # no fresh noise
+    altered = [w + 1e-3 for w in weights]  # a rewound round 2 with other arrays: charged
+    replies.append(app(dpsgd_message(cfg, altered, 2), context(cfg, 2, node)))
     assert all(not r.has_error() for r in replies), [r.error for r in replies if r.has_error()]
     vectors = [arrays_of(r) for r in replies]
     assert same_arrays(vectors[7], vectors[6])  # the identical repeat of round 7
@@ -363,24 +374,29 @@ def test_a_kill_between_configure_evaluate_and_the_checkpoint_never_releases_unc
 
 
 def test_the_state_dir_is_the_nodes_own():
-    from fedpriv.privacy.releases import STATE_ROOT_ENV, state_dir
-    from scenarios.config.node_roles import node_state_dir
+    """The node's ledger folder and identity come from its own Context: its node config's
+    folder, else the per-node default of its own data settings; never the run id, the Flower
+    node id, the run's output-dir or the run config's folder (a server's)."""
+    from fedpriv.privacy.releases import STATE_ROOT_ENV, node_dir
+    from scenarios.config.node_roles import node_ledger
 
-    def folder(node: dict, run_config: dict, run: int) -> Path:
-        return node_state_dir(context(run_config, node=node, run=run))
+    def ledger(node: dict, run_config: dict, run: int, node_id: int = 1):
+        ctx = Context(run, node_id, {"partition-id": 3, **node}, RecordDict(), run_config)
+        return node_ledger(ctx)
 
-    assert folder({STATE_DIR_KEY: "/n"}, {STATE_DIR_KEY: "/r", "output-dir": "/o"}, 4) == (
-        Path("/n")
-    )
-    assert folder({}, {STATE_DIR_KEY: "/r", "output-dir": "/o"}, 4) == Path("/r")
-    assert folder({}, {"output-dir": "/o"}, 4) == Path("/o/client-state")
+    own = ledger({STATE_DIR_KEY: "/n"}, {STATE_DIR_KEY: "/r", "output-dir": "/o"}, 4)
+    assert own.folder == Path("/n") and own.identity == 3
     root = Path(os.environ[STATE_ROOT_ENV])  # tests/conftest.py: one root per test
-    assert folder({}, {"output-dir": "auto"}, 4) == root / "run-4"
-    assert folder({STATE_DIR_KEY: "auto"}, {}, 5) == root / "run-5"
-    # the typed resolution below scenarios/: the node's own folder, its output-dir, the run's
-    assert state_dir("/n", "/o", 4) == Path("/n")
-    assert state_dir("auto", "/o", 4) == Path("/o/client-state")
-    assert state_dir("", "", 6) == root / "run-6"
+    default = ledger({}, {"dataset": "digits", "seed": 1, "output-dir": "/o"}, 4)
+    assert default.folder.parent == root and default.folder.name.startswith("node-")
+    same = [
+        ledger({}, {"dataset": "digits", "seed": 1, "output-dir": "/p", STATE_DIR_KEY: "/r"}, 9, 7),
+        ledger({STATE_DIR_KEY: "auto"}, {"dataset": "digits", "seed": 1}, 5),
+    ]
+    assert all(x == default for x in same)  # another run id, node id, output-dir: one ledger
+    other_data = ledger({}, {"dataset": "digits", "seed": 2}, 4)
+    assert other_data.folder != default.folder  # other data: another node
+    assert node_dir("/n", "k") == Path("/n") and node_dir("", "k") == root / "node-k"
 
 
 def test_a_release_is_charged_before_it_is_computed(tmp_path):
@@ -397,12 +413,14 @@ def test_a_release_is_charged_before_it_is_computed(tmp_path):
     with pytest.raises(RuntimeError):
         guarded_release(counter, "s", 1, "d", crash)
     assert counter.load().releases == 1
-    with pytest.raises(ReleaseRefused, match="already released"):
+    with pytest.raises(ReleaseRefused, match="already answered"):
         guarded_release(counter, "s", 1, "d", lambda t: RecordDict())
     charged = ReleaseCounter(tmp_path, "dp-sgd", 1)
     with pytest.raises(RuntimeError):
         guarded_release(charged, "s", 1, "d", crash, rewind="charge")
-    guarded_release(charged, "s", 1, "d", lambda t: RecordDict(), rewind="charge")
+    with pytest.raises(ReleaseRefused, match="already answered"):  # charged, never answered
+        guarded_release(charged, "s", 1, "d", lambda t: RecordDict(), rewind="charge")
+    guarded_release(charged, "s", 1, "d2", lambda t: RecordDict(), rewind="charge")
     assert charged.load().releases == 2
     assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporary file
 

@@ -262,3 +262,36 @@ def per_example_loss(model_name: str):
     if model_name in CLASSIFIERS:
         return keras.losses.SparseCategoricalCrossentropy(reduction=None)
     return keras.losses.MeanSquaredError(reduction=None)
+
+
+def max_participations(
+    max_epsilon: float,
+    *,
+    num_examples: int,
+    batch_size: int,
+    local_epochs: int,
+    noise_multiplier: float,
+    delta: float,
+    limit: int = 1 << 20,
+) -> int:
+    """The most participations k whose :func:`client_epsilon` is ≤ ``max_epsilon`` (ε grows
+    with k: doubling, then bisection; at most ``limit``). A node's lifetime budget in
+    participations: each release costs 1 of it."""
+    check_real("max_epsilon", max_epsilon, lo=0.0, lo_open=True)
+
+    def fits(k: int) -> bool:
+        eps = client_epsilon(num_examples=num_examples, batch_size=batch_size,
+                             local_epochs=local_epochs, participations=k,
+                             noise_multiplier=noise_multiplier, delta=delta).epsilon  # fmt: skip
+        return eps <= max_epsilon
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high < limit and fits(high):
+        low, high = high, 2 * high
+    high = min(high, limit + 1)
+    while high - low > 1:  # fits(low), not fits(high) (or high = limit + 1)
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low

@@ -32,9 +32,12 @@ node's secure defaults for the opt-ins (:data:`NODE_SECURE_DEFAULTS`: false) and
 folder — never delegated to the server. The allow-list is declared here, once:
 :data:`PRIVACY_KEYS` (+ the mode's ``release_keys``, ``seed`` for a node that opted in to
 seeded noise) and :data:`DERIVED_KEYS` (client task, zone level, state folder, IFCA's
-evaluation split) must equal the node's own values; :data:`MESSAGE_KEYS` (round, a zone's
-sampled clients, super-node, zone id, IFCA ledger tag) and every other training key may
-come from the message; :data:`CLIENT_COUNTED` never. :data:`OWNED_KEYS` (what each
+evaluation split) must equal the node's own values; only :data:`MESSAGE_KEYS` (round, a
+zone's sampled clients, super-node, zone id, IFCA ledger tag) and the mode's
+:func:`server_keys` (the :data:`TRAINING_KEYS` that change no privacy figure of that mode)
+may come from the message: any other key must equal the node's own value (the allow-list:
+data, partition, seed, canaries, placements, caps, rounds, budgets); :data:`CLIENT_COUNTED`
+never. :data:`OWNED_KEYS` (what each
 server-distrusting mode declares, ``PrivacyMode.owned_keys``) is a subset of that list.
 Which role a node plays (``client_mode``) and its zone's level are read from the node's own
 config, so they live with the node's resolution, in :mod:`scenarios.config.node_roles`.
@@ -52,8 +55,10 @@ __all__ = [
     "PRIVACY_KEYS",
     "ZONE_NODE",
     "REFUSED_CODE",
+    "TRAINING_KEYS",
     "owned_keys",
     "privacy_keys",
+    "server_keys",
     "reason",
     "same",
 ]
@@ -109,7 +114,8 @@ SEEDED_KEYS = ("seed",)  # decide the noise only when the node's own reproducibl
 # zone node's sampled client ids, the elected super-node, the zone id, IFCA's sweep label,
 # and a train message's "evaluate the received model first" (its metrics are
 # filtered as an evaluate reply's).
-# Keys in no list are training keys (learning rate, optimizer, ...): a message may vary them.
+# What else a message may set is :data:`TRAINING_KEYS` (:func:`server_keys`); any other key
+# must equal the node's own value.
 MESSAGE_KEYS: tuple[str, ...] = (
     "server-round",
     "zonal-clients",
@@ -128,6 +134,40 @@ DERIVED_KEYS: tuple[str, ...] = (
 
 # values the client counts itself: no message may carry them
 CLIENT_COUNTED = ("dp-sgd-participations",)
+
+# THE allow-list of what a server may SET (any value) in a message, besides MESSAGE_KEYS: the
+# training hyper-parameters that change no privacy figure of the node's mode (a mode's
+# ``release_keys`` and ``owned_keys`` are taken out: DP-SGD's B and E enter its ε). Every
+# other key a message carries must equal the node's own value, else the message is refused
+# and nothing is sent: data, partition, seed, canaries, placements, caps, rounds, budgets.
+TRAINING_KEYS: tuple[str, ...] = (
+    "learning-rate",
+    "optimizer",
+    "proximal-mu",
+    "local-epochs",
+    "batch-size",
+    "strategy",
+    "server-learning-rate",
+    "server-momentum",
+    "eta",
+    "eta-l",
+    "beta-1",
+    "beta-2",
+    "tau",
+    "jit-compile",
+    "mixed-precision",
+    "op-determinism",
+)
+
+
+def server_keys(mode: str | None) -> frozenset[str]:
+    """The keys a message may set for a node of ``mode`` (its role, None: a node that trusts
+    the server): :data:`MESSAGE_KEYS` and the :data:`TRAINING_KEYS` that are not the mode's
+    ``release_keys`` or ``owned_keys``."""
+    declared = _mode_or_none(mode)
+    taken = set(declared.release_keys) if declared else set()
+    taken |= set(owned_keys(mode)) if mode else set()
+    return frozenset(MESSAGE_KEYS) | (frozenset(TRAINING_KEYS) - taken)
 
 
 def owned_keys(mode: str) -> tuple[str, ...]:

@@ -1,37 +1,39 @@
-"""Each noising party counts its own releases: a monotonic, persisted counter.
+"""Each noising party counts its own releases, over its lifetime: a monotonic, persisted ledger.
 
 A client, a zone node or the server that adds privacy noise keeps its own ledger of what it
-released, in a state directory it owns (never one named by a message), and decides itself
-whether a request may produce a new release:
+released, in a state directory it owns (never one named by a message or chosen by a run), and
+decides itself whether a request may produce a new release:
 
-* **Where.** :func:`state_dir`: the node's own ``client-state-dir`` (its ``node_config``,
-  else its ``run_config``, read by ``clients.releases.node_counter``); else
-  ``<output-dir>/client-state`` when its ``run_config`` names an ``output-dir`` (a
-  simulation started with one: a resumed run finds the ledgers again);
-  else ``$FEDPRIV_STATE_ROOT`` (default ``<tempdir>/fedpriv-state-<uid>``) ``/run-<run_id>``:
-  one directory per run, keyed by the run id the node's runtime gives it. One file per
-  party and identity in it, ``<party>-<identity>.json`` (identity: the node's own
-  ``partition-id``, a zone node's zone id). A ledger kept in a named directory composes
-  every release of the node's data through it, across runs and restarts; the per-run
-  default lives for one run (a restarted run, a new run id, starts a new one).
+* **Where.** :func:`node_dir`: the node's own ``client-state-dir`` (its ``node_config``, read
+  by ``scenarios.config.node_roles.node_ledger``); else a per-node default outside every
+  run's output folder, ``$FEDPRIV_STATE_ROOT`` (default ``<tempdir>/fedpriv-state-<uid>``)
+  ``/node-<data key>``, where the data key is a digest of the node's own data settings
+  (dataset, partitioning, clients, seed: the same data is the same node). Neither the run id,
+  nor the Flower node id, nor the run's output folder selects it: a new run, a resumed run
+  (a new run id) and a restarted node find the same ledger. One file per party and identity
+  in it, ``<party>-<identity>.json`` (identity: the node's own ``partition-id``, a zone
+  node's zone id).
 * **What.** The ledger holds the node's total ``releases`` (monotonic), the ``spent`` cost
-  (for budgets in the party's own unit: GP leakage, one per DP-SGD participation, ...),
-  ``declined`` requests, and per *sequence* the last released round, its request digest and
-  the count of that sequence. A sequence is what the party releases under one mechanism in one
-  run: ``(run id, the party's own mechanism settings)``, chosen by the caller from the node's
-  own values; the server's round, ledger tag or path never selects it.
-* **Repeats.** :meth:`ReleaseCounter.begin` answers a request with a :class:`Ticket`:
-  ``repeat`` — the same round and request as the sequence's last release: the caller replies
-  with the cached reply (:meth:`ReleaseCounter.cached`, the same arrays bit for bit), no fresh
-  noise; ``fresh`` — a new release, already charged and persisted (charge BEFORE release:
-  the file is written atomically, temporary file + ``os.replace``, before the caller computes
-  anything, so a crash never loses a charge); ``refused`` / ``declined`` — nothing is
-  released. Under ``rewind = "refuse"`` (a zone node) a request for a round at or before the
-  sequence's last release that is not the identical repeat is refused, so a rewound or
-  replayed round never gets fresh noise; under ``rewind = "charge"`` (DP-SGD, IFCA: their ε
-  or leakage is computed from the node's own count) it is a new release and is charged.
-  ``max_releases`` caps a sequence (a zone node: its own ``num-server-rounds``), ``budget``
-  caps ``spent`` (IFCA: its own ``leakage-budget``).
+  (in the party's own unit: GP leakage, one per DP-SGD participation, ...), ``declined``
+  requests, and per *sequence* — what the party releases under one mechanism, named from the
+  node's own settings only (:func:`clients.releases.sequence_of`) — the lifetime count and
+  the digest of every request it answered; per sequence and run, the run's last round and
+  count (for the in-run rewind rule and the per-run limit).
+* **Repeats, in any run.** :meth:`ReleaseCounter.begin` answers a request with a
+  :class:`Ticket`: ``repeat`` — a request identical to one the sequence already answered
+  (same round, same arrays: its digest), from this run or any other: the caller replies with
+  the cached reply (:meth:`ReleaseCounter.cached`, the same arrays bit for bit, no fresh
+  noise) or, when that reply is no longer cached, the request is ``refused``; ``fresh`` — a
+  new release, already charged and persisted (charge BEFORE release: the file is written
+  atomically, temporary file + ``os.replace``, before the caller computes anything, so a
+  crash never loses a charge); ``refused`` / ``declined`` — nothing is released. Under
+  ``rewind = "refuse"`` (a zone node) a request of a run for a round at or before that run's
+  last release is refused; under ``rewind = "charge"`` (DP-SGD, IFCA: their ε or leakage is
+  computed from the node's own count) it is a new release and is charged. ``max_releases``
+  caps a run's releases of a sequence (a zone node: its own ``num-server-rounds``);
+  ``budget`` caps the lifetime ``spent`` of the party (IFCA: its own ``leakage-budget``;
+  DP-SGD: the participations its own ``max-epsilon`` allows): past it a request is declined
+  with one line.
 
 This module imports no Flower: the Flower adapters (records, contexts) are in
 :mod:`clients.releases`.
@@ -39,6 +41,7 @@ This module imports no Flower: the Flower adapters (records, contexts) are in
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -55,12 +58,13 @@ __all__ = [
     "Ledger",
     "ReleaseCounter",
     "Ticket",
-    "state_dir",
+    "data_key",
+    "node_dir",
 ]
 
 STATE_DIR_KEY = "client-state-dir"  # a node's own config: where it keeps its ledgers
 STATE_ROOT_ENV = "FEDPRIV_STATE_ROOT"  # the default root of per-run state directories
-CLIENT_STATE_DIR = "client-state"  # under a run config's own output-dir
+NODE_DIR_PREFIX = "node-"  # a per-node default folder: <root>/node-<data key>
 Rewind = Literal["refuse", "charge"]
 _REL_TOL = 1e-9  # float sums of costs against a budget
 
@@ -73,16 +77,20 @@ def default_root() -> Path:
     return Path(tempfile.gettempdir()) / f"fedpriv-state-{os.getuid()}"
 
 
-def state_dir(own_dir: str, output_dir: str, run_id: int) -> Path:
+def data_key(settings: Mapping[str, Any]) -> str:
+    """A short digest of a node's own data settings (the same data: the same key)."""
+    text = repr(sorted((str(k), repr(v)) for k, v in settings.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def node_dir(own_dir: str, key: str) -> Path:
     """The node's own state directory: ``own_dir`` (its own ``client-state-dir``), else
-    ``<output_dir>/client-state``, else ``default_root()/run-<run_id>`` (never a message's
-    value). ``""`` and ``"auto"`` name no directory. The node resolves ``own_dir`` and
-    ``output_dir`` from its own config (``clients.releases.node_counter``)."""
+    ``default_root()/node-<key>`` (``key``: :func:`data_key` of its own data settings).
+    ``""`` and ``"auto"`` name no directory. Never a message's value, a run id or a run's
+    output folder."""
     if _names_a_folder(own_dir):
         return Path(own_dir)
-    if _names_a_folder(output_dir):
-        return Path(output_dir) / CLIENT_STATE_DIR
-    return default_root() / f"run-{int(run_id)}"
+    return default_root() / f"{NODE_DIR_PREFIX}{key or 'default'}"
 
 
 def _names_a_folder(value: str | None) -> bool:
@@ -108,6 +116,7 @@ class Ledger:
     spent: float = 0.0
     declined: int = 0
     sequences: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -115,6 +124,7 @@ class Ledger:
             "spent": self.spent,
             "declined": self.declined,
             "sequences": self.sequences,
+            "runs": self.runs,
         }
 
     @classmethod
@@ -124,6 +134,7 @@ class Ledger:
             spent=float(data["spent"]),
             declined=int(data["declined"]),
             sequences={str(k): dict(v) for k, v in data["sequences"].items()},
+            runs={str(k): dict(v) for k, v in data.get("runs", {}).items()},
         )
 
 
@@ -168,44 +179,55 @@ class ReleaseCounter:
         server_round: int,
         digest: str,
         *,
+        run: str = "",
         cost: float = 1.0,
         budget: Optional[float] = None,
+        budget_name: str = "budget",
         max_releases: Optional[int] = None,
         rewind: Rewind = "refuse",
     ) -> Ticket:
         """Decide one request (module docstring); a ``fresh`` ticket is charged and
-        persisted before this returns. ``server_round`` and ``digest`` (of the request's
-        content) only detect repeats and rewinds; they never reset the count."""
+        persisted before this returns. ``digest`` (of the request's round and content) finds
+        a repeat in any run; ``run`` (the run it comes from) only scopes the in-run rewind
+        rule and ``max_releases``: it never resets a count or the budget."""
         if rewind not in ("refuse", "charge"):
             raise ValueError(f"rewind = {rewind!r} is not allowed; expected 'refuse' or 'charge'")
         ledger = self.load()
-        last = ledger.sequences.get(sequence)
-        if last is not None and int(server_round) <= int(last["round"]):
-            same = int(server_round) == int(last["round"]) and last["digest"] == digest
-            if same and self.cached(sequence, server_round, digest) is not None:
+        lifetime = ledger.sequences.get(sequence, {"count": 0, "digests": []})
+        if digest in lifetime["digests"]:
+            if self.cached(sequence, server_round, digest) is not None:
                 return Ticket("repeat", ledger.releases, ledger.spent)
-            if rewind == "refuse":
-                why = (
-                    f"round {int(server_round)} is not after round {int(last['round'])}, "
-                    "which this node already released"
-                )
-                return Ticket("refused", ledger.releases, ledger.spent, why)
-        count = 0 if last is None else int(last["count"])
+            why = (
+                f"round {int(server_round)} with these arrays was already answered (in this "
+                "or an earlier run); an identical request gets no fresh noise"
+            )
+            return Ticket("refused", ledger.releases, ledger.spent, why)
+        in_run = ledger.runs.get(f"{sequence}/{run}")
+        if in_run is not None and int(server_round) <= int(in_run["round"]) and rewind == "refuse":
+            why = (
+                f"round {int(server_round)} is not after round {int(in_run['round'])}, "
+                "which this node already released"
+            )
+            return Ticket("refused", ledger.releases, ledger.spent, why)
+        count = 0 if in_run is None else int(in_run["count"])
         if max_releases is not None and count >= int(max_releases):
             why = f"this node's own limit of {int(max_releases)} releases is reached"
             return Ticket("refused", ledger.releases, ledger.spent, why)
         if budget is not None and not _within(ledger.spent + float(cost), float(budget)):
             ledger.declined += 1
             self._save(ledger)
-            why = f"budget {float(budget):g} would be exceeded (spent {ledger.spent:g})"
+            why = (
+                f"this node's lifetime {budget_name} would be exceeded (spent {ledger.spent:g} "
+                f"of {float(budget):g} over {ledger.releases} releases)"
+            )
             return Ticket("declined", ledger.releases, ledger.spent, why)
         ledger.releases += 1
         ledger.spent += float(cost)
         ledger.sequences[sequence] = {
-            "round": int(server_round),
-            "digest": digest,
-            "count": count + 1,
+            "count": int(lifetime["count"]) + 1,
+            "digests": [*lifetime["digests"], digest],
         }
+        ledger.runs[f"{sequence}/{run}"] = {"round": int(server_round), "count": count + 1}
         self._save(ledger)  # charged before anything is released
         return Ticket("fresh", ledger.releases, ledger.spent)
 

@@ -9,7 +9,8 @@ replied, failed, rejected, clipped, per-client ε and participations: :data:`OPE
 and the counts that are functions of the raw updates (``dp-num-clipped``) or of the sample
 (``dp-num-reports``, ``dp-num-failures``) never go to ``rounds.jsonl``: each round line's
 operator part goes, at the same line number, to ``operator.jsonl``, every line of which says
-that its reader is outside the headline guarantee (:data:`OPERATOR_NOTICE`). ``summary.json``
+that its reader is outside the headline guarantee (:data:`OPERATOR_NOTICE`); ``run.log``
+(the simulation's whole output) is the operator's too (:data:`RUN_LOG_NOTICE`). ``summary.json``
 lists every output with who may read it (:data:`OUTPUT_READERS`). :func:`read_rounds` is the
 operator's view (both files merged: the reports and plots of the run's owner);
 ``read_rounds(d, public=True)`` is what a reader of ``rounds.jsonl`` sees.
@@ -62,7 +63,8 @@ OPERATOR_FILE = "operator.jsonl"
 # sample and of clipped updates); a wrapper's ``*-nodes`` report lands here without "-nodes"
 OPERATOR_KEYS = frozenset(
     {
-        "sampled", "replied", "failed", "rejoined", "empty-sample", "rejected", "participants",
+        "sampled", "replied", "failed", "rejoined", "empty-sample", "rejected",
+        "rejected-evaluation", "participants",
         "declined", "zone", "dp-clipped", "dp-num-clipped", "dp-num-reports",
         "dp-num-failures", "dp-client-epsilon", "dp-sgd-epsilon", "dp-sgd-participations",
         "dp-empty-sample", "audit-real-reports",
@@ -74,13 +76,27 @@ OPERATOR_NOTICE = (
     "operator only: this file reveals the sampling schedule and clip flags; amplification by "
     "sampling does not hold against its reader (ε without amplification, per participation)"
 )
+RUN_LOG_FILE = "run.log"
+# run.log is the simulation's whole output: Flower's own per-round lines ("received N results
+# and M failures": the sample size), the DP wrappers' clip counts, the rejected nodes, the
+# progress line's "k/m clipped", tracebacks. Filtering each framework's lines is not a
+# guarantee, so the file is the operator's, like operator.jsonl; its first line says so.
+RUN_LOG_NOTICE = (
+    "operator only: the simulation's whole output, with per-round sample sizes, clip counts "
+    "and node ids; amplification by sampling does not hold against its reader (ε without "
+    "amplification, per participation)"
+)
 OUTPUT_READERS = {
     ROUNDS_FILE: "anyone: the headline ε holds (no sampling schedule, no clip flags)",
     "summary.json": "anyone: the headline ε holds",
-    "final model, plots, test_predictions.npz": "anyone: post-processing of the releases",
+    "final model, plots, report.md, test_predictions.npz": "anyone: post-processing of "
+    "the releases and of rounds.jsonl / summary.json (the headline ε holds)",
     OPERATOR_FILE: OPERATOR_NOTICE,
+    RUN_LOG_FILE: RUN_LOG_NOTICE,
     "checkpoint.pkl": "operator only: the chain's state (accountants, schedule-derived "
     "ledgers, clip flags) for resuming; the headline ε does not hold against its reader",
+    "zone-replies/": "operator only (zonal-save-replies): every message and reply of the "
+    "zone nodes, what the server saw; each zone's ε without amplification holds",
 }
 
 

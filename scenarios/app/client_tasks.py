@@ -81,7 +81,8 @@ def dpsgd_sequence(context: Context, dp: Any, settings: TrainSettings) -> str:
         "B": settings.batch_size,
         "E": settings.epochs,
     }
-    return sequence_of(int(context.run_id), own)
+    del context  # the same sequence in every run: the node's own mechanism settings only
+    return sequence_of(own)
 
 
 def train_dpsgd(
@@ -118,14 +119,49 @@ def train_dpsgd(
         state[DPSGD_STATE_KEY] = MetricRecord({"participations": ticket.releases})
         return content
 
+    budget, budget_name = dpsgd_budget(context, spec, dp, partition, settings)
     return guarded_release(
         node_counter(context, DPSGD_PARTY, node_state_dir(context)),
         dpsgd_sequence(context, dp, settings),
         round_,
         request_digest(msg, round_),
         release,
+        run=str(context.run_id),
+        budget=budget,
+        budget_name=budget_name,
         rewind="charge",
     )
+
+
+def own_max_epsilon(context: Context) -> float | None:
+    """The node's own lifetime ``max-epsilon`` (its node config, else its run config; 0,
+    unset or ``auto``: none). Never the message's."""
+    for source in (context.node_config, context.run_config):
+        value = source.get("max-epsilon")
+        if value not in (None, "", "auto"):
+            return float(value) if float(value) > 0 else None
+    return None
+
+
+def dpsgd_budget(
+    context: Context, spec: RunSpec, dp: Any, partition: int, settings: TrainSettings
+) -> tuple[float | None, str]:
+    """A DP-SGD node's lifetime budget in participations: the most k whose ε (its own z, δ,
+    B, E and its n examples, :func:`fedpriv.privacy.dpsgd.client_epsilon`) is within its own
+    ``max-epsilon`` (None: no budget), and the budget's one-line name."""
+    from fedpriv.audit.example_canaries import with_example_canaries
+    from fedpriv.privacy.dpsgd import max_participations
+
+    max_eps = own_max_epsilon(context)
+    if max_eps is None:
+        return None, "budget"
+    data = federated_data(spec.data)
+    client = data.clients[partition]
+    x_train, _ = with_example_canaries(spec, data, partition, client.x_train, client.y_train)
+    k = max_participations(max_eps, num_examples=len(x_train), batch_size=settings.batch_size,
+                           local_epochs=settings.epochs, noise_multiplier=dp.noise_multiplier,
+                           delta=dp.delta)  # fmt: skip
+    return float(k), f"max-epsilon = {max_eps:g} (at most {k} participations)"
 
 
 def _dpsgd_release(
@@ -153,8 +189,35 @@ def _dpsgd_release(
     return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})
 
 
-def train_zonal(msg: Message, call: NodeCall, partition: int) -> RecordDict:
-    """Client task ``zonal``: train, clip Δ to C, and add N(0, (z·C)²) in an LDP zone.
+ZONAL_LDP_PARTY = "zonal-ldp"  # the ledger file of an in-server LDP client
+
+
+def train_zonal(
+    msg: Message, call: NodeCall, partition: int, context: Context | None = None
+) -> RecordDict:
+    """Client task ``zonal`` (:func:`zonal_release`). A client of an LDP zone is a noising
+    party: it counts its releases in its own lifetime ledger (file ``zonal-ldp-<partition>``
+    in its own folder, :func:`scenarios.config.node_roles.node_ledger`): a request identical
+    to one it answered, in any run, gets the cached reply or is refused; every other one is
+    charged before it trains. ``context`` None (a direct call): no ledger."""
+    if call.record.get("zonal-level", "none") != "ldp" or context is None:
+        return zonal_release(msg, call, partition)
+    params = call.spec.params  # the node's own zonal mode's z and C
+    own = {"level": "ldp", "z": float(params.noise_multiplier), "C": float(params.clipping_norm)}
+    round_ = server_round(call)
+    return guarded_release(
+        node_counter(context, ZONAL_LDP_PARTY, node_state_dir(context)),
+        sequence_of(own),
+        round_,
+        request_digest(msg, round_),
+        lambda _ticket: zonal_release(msg, call, partition),
+        run=str(context.run_id),
+        rewind="charge",
+    )
+
+
+def zonal_release(msg: Message, call: NodeCall, partition: int) -> RecordDict:
+    """Train, clip Δ to C, and add N(0, (z·C)²) in an LDP zone.
 
     Zones of level ``none`` (the no-DP baseline) send the trained weights unclipped.
 
@@ -295,7 +358,7 @@ TASKS: Mapping[str, Task] = {
 # Tasks that also take the node's ``Context`` (``task(msg, call, partition, context)``): they
 # keep their own release ledger (:mod:`clients.releases`).
 STATEFUL_TASKS: frozenset[str] = frozenset(
-    {DPSGD_TASK, ZONE_NODE_TASK, IFCA_TASK, CLIENT_BUDGETS_TASK}
+    {DPSGD_TASK, ZONE_NODE_TASK, IFCA_TASK, CLIENT_BUDGETS_TASK, ZONAL_TASK}
 )
 
 # Message handlers of custom message types: (``train`` | ``evaluate``, action, handler);

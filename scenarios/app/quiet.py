@@ -32,10 +32,11 @@ import tempfile
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TextIO
 
 LOG_ENV = "FEDPRIV_LOG"
 VERBOSE = "debug"
-LOG_NAME = "run.log"
+LOG_NAME = "run.log"  # fedpriv.reporting.runlog.RUN_LOG_FILE
 
 # Keras 3 on numpy 2 (keras/src/backend/tensorflow/core.py): np.array(x) of a tensor
 KERAS_COPY_MESSAGE = "__array__ implementation doesn't accept a copy keyword"
@@ -139,3 +140,19 @@ def import_quietly(module: str, noise: tuple[str, ...]) -> None:
             kept = [x for x in lines if not any(n in x for n in noise)]
             sys.stderr.write("".join(kept))
             sys.stderr.flush()
+
+
+def open_log(path: Path) -> TextIO:
+    """``path`` (run.log) opened for appending, line-buffered (a ``tail -f`` sees each line),
+    readable by its owner only, its first line the operator-only notice
+    (:data:`fedpriv.reporting.runlog.RUN_LOG_NOTICE`: it holds the per-round sample sizes and
+    clip counts that ``rounds.jsonl`` leaves out)."""
+    from fedpriv.reporting.runlog import RUN_LOG_NOTICE
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = not path.is_file() or path.stat().st_size == 0
+    log = path.open("a", buffering=1)
+    os.chmod(path, 0o600)
+    if fresh:
+        log.write(f"# {RUN_LOG_NOTICE}\n")
+    return log

@@ -133,4 +133,8 @@ class RoundRecorder(StrategyWrapper):
         """Delegate and keep the weighted distributed metrics."""
         metrics = self.strategy.aggregate_evaluate(server_round, list(replies))
         self.current["distributed"] = dict(metrics) if metrics is not None else {}
+        for wrapper in wrapper_chain(self.strategy):
+            report = getattr(wrapper, "evaluate_round_metrics", None)
+            if callable(report):
+                self.current.update(self._with_partitions(report()))
         return metrics

@@ -291,9 +291,8 @@ def simulate(
         return subprocess.run(
             cmd, cwd=os.getcwd(), env=env, stdout=pipe, stderr=pipe, check=False
         ).returncode
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     with (
-        log_path.open("a", buffering=1) as log,  # line-buffered: a tail -f sees each line
+        quiet.open_log(log_path) as log,  # the operator's: a notice, then line-buffered lines
         subprocess.Popen(
             cmd,
             cwd=os.getcwd(),

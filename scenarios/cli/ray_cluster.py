@@ -15,7 +15,12 @@ runner initialises Ray itself (:func:`init_ray`, the same call Flower makes) so 
   a second simulation's actors would wait for the first one's to end; :func:`share_actor_pool`
   gives each simulation ``max(1, capacity // N)`` actors;
 - record which Ray nodes ran a cell's clients (:func:`placement`, written into the cell's
-  ``summary.json`` as ``ray_nodes``).
+  ``summary.json`` as ``ray_nodes``);
+- keep a local Ray closed (:func:`loopback_args`): Ray has no authentication by default, and a
+  local Ray started by ``ray.init`` on Linux listens on every interface (its GCS, raylet and
+  worker gRPC servers), so any host that reaches the machine could connect a driver and run
+  code as the user. A simulation's own Ray binds to 127.0.0.1 instead (docs/multi-machine.md,
+  "Network security").
 """
 
 from __future__ import annotations
@@ -35,6 +40,14 @@ PLACEMENT_KEY = "ray_nodes"
 # four clients), rounded up: the default number of cells side by side on a GPU.
 GIB_PER_GPU_CELL = 10.0
 CPUS_PER_CELL = 4  # a driver (the ServerApp) and a few client actors; 2 CPUs: one cell at a time
+LOOPBACK = "127.0.0.1"
+# Ray 2.55 turns a node address of 127.0.0.1 into the machine's network address
+# (``services.resolve_ip_for_localhost``) unless "Ray clusters" are off for this platform
+# (``ray_constants.ENABLE_RAY_CLUSTER``, read from this variable when ray is imported); with them
+# off, the node address is 127.0.0.1 and the GCS, raylet, workers and runtime-env agent listen
+# there only (measured: /proc/net/tcp{,6}, tests/test_ray_cluster.py). It changes nothing else
+# in ``ray.init`` (only ``ray start`` reads it too).
+CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def address_of(backend: Mapping[str, Any]) -> str:
@@ -99,7 +112,22 @@ def init_ray(init_args: Mapping[str, Any], forward_env: Sequence[str]) -> None:
     os.environ["PYTHONPATH"] = pythonpath
     env_vars = {k: os.environ[k] for k in forward_env if k in os.environ}
     args = {"include_dashboard": False, "logging_level": logging.WARNING, **init_args}
+    args = loopback_args(args)
     ray.init(runtime_env={"env_vars": {**env_vars, "PYTHONPATH": pythonpath}}, **args)
+
+
+def loopback_args(init_args: Mapping[str, Any]) -> dict[str, Any]:
+    """``init_args`` for a local Ray bound to loopback: ``_node_ip_address = 127.0.0.1`` and
+    Ray's node-address lookup kept on loopback (:data:`CLUSTER_SWITCH`, in this process and
+    the Ray processes it starts). Unchanged when they attach to a cluster (``address``) or
+    name a node address themselves (``_node_ip_address``: opened on purpose)."""
+    if init_args.get("address") or init_args.get("_node_ip_address"):
+        return dict(init_args)
+    from ray._private import ray_constants
+
+    os.environ[CLUSTER_SWITCH] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False  # read at import; ray may be imported already
+    return {**init_args, "_node_ip_address": LOOPBACK}
 
 
 def share_actor_pool(share: int) -> None:

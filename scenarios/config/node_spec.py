@@ -18,11 +18,11 @@ server code. ``"auto"`` resolves ON THE NODE:
   (:data:`fedpriv.privacy.ownership.NODE_SECURE_DEFAULTS`; a paper scenario's opt-in does not
   reach the nodes, :func:`scenarios.app.wire_config.wire_config` does not send it);
 * z, C, δ, the zones and the placement: the scenario's, as the server resolves them;
-* ``client-state-dir``: the node's ``node_config`` value, else ``<output-dir>/client-state``
-  of its own resolved ``output-dir`` (what the ServerApp names in a legit run); a message may
-  only repeat it. Its release ledgers (:mod:`fedpriv.privacy.releases`) are written whatever the
-  message says: in that folder, else ``<output-dir>/client-state`` of its ``run_config``, else
-  a per-run folder under ``$FEDPRIV_STATE_ROOT``.
+* ``client-state-dir``: the node's ``node_config`` value, else the per-node default
+  ``$FEDPRIV_STATE_ROOT/node-<data key>`` (its own data settings; outside every run's output
+  folder, the same in every run); a message may only repeat it. Its lifetime release ledgers
+  (:mod:`fedpriv.privacy.releases`) are written there whatever the message says
+  (:func:`scenarios.config.node_roles.node_ledger`).
 
 **The allow-list** (:mod:`fedpriv.privacy.ownership`, one place: ``PRIVACY_KEYS``,
 each mode's ``release_keys``, ``SEEDED_KEYS``, ``DERIVED_KEYS``, ``MESSAGE_KEYS``). A message
@@ -73,14 +73,20 @@ from fedpriv.privacy.ownership import (
     privacy_keys,
     reason,
     same,
+    server_keys,
 )
-from fedpriv.privacy.releases import CLIENT_STATE_DIR, STATE_DIR_KEY
+from fedpriv.privacy.releases import STATE_DIR_KEY
 from scenarios.adaptive_clip import keys as keys_adaptive_clip
 from scenarios.app.task_names import IFCA_TASK, ZONE_NODE_TASK
 from scenarios.attacks import keys as keys_attacks
 from scenarios.audit import keys as keys_audit
 from scenarios.client_budgets import keys as keys_client_budgets
-from scenarios.config.node_roles import client_mode, zonal_level, zone_node_level
+from scenarios.config.node_roles import (
+    client_mode,
+    ledger_folder,
+    zonal_level,
+    zone_node_level,
+)
 from scenarios.config.schema import AUTO, ConfigError, KeySpec, choice, default_output_dir, resolve
 from scenarios.dp import keys as keys_dp
 from scenarios.dp_ftrl import keys as keys_dp_ftrl
@@ -209,6 +215,15 @@ def _expand(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _own_placement(runs: list[dict[str, Any]], own: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The variants of a node that sets its own ``noise-placement``: only that placement
+    (a comparison's other placements, ``none`` and ``cdp`` included, are not the node's)."""
+    placement = own.get("noise-placement", AUTO)
+    if placement in (AUTO, None, ""):
+        return runs
+    return [v for v in runs if v.get("noise-placement") == placement] or runs[:1]
+
+
 def node_mode(cfg: Mapping[str, Any], partition: int, message_task: str = "") -> str | None:
     """The node's server-distrusting mode in variant ``cfg`` (None: it trusts the server):
     :func:`scenarios.config.node_roles.client_mode` on the resolved values; IFCA by the scenario
@@ -236,6 +251,7 @@ class NodeSpec:
     partition: int
     variants: tuple[Mapping[str, Any], ...]
     state_dir: str = ""
+    ledger_dir: str = ""  # node_roles.node_ledger's folder (its own state dir, or the default)
 
     @property
     def base(self) -> Mapping[str, Any]:
@@ -243,8 +259,10 @@ class NodeSpec:
         return self.variants[0]
 
     def state_dir_of(self, cfg: Mapping[str, Any]) -> str:
-        """The node's state folder in variant ``cfg`` (node_config's, else its own output-dir's)."""
-        return self.state_dir or str(Path(cfg["output-dir"]) / CLIENT_STATE_DIR)
+        """The node's state folder (node_config's, else the per-node default of its own data
+        settings: :func:`scenarios.config.node_roles.node_ledger`), whatever the variant."""
+        del cfg  # the same folder in every variant: the node's, not a cell's
+        return self.ledger_dir or str(ledger_folder(self.state_dir, {}))
 
     def derived(self, cfg: Mapping[str, Any], mode: str | None) -> dict[str, Any]:
         """The derived keys of variant ``cfg``: task, zone level, state folder, IFCA split."""
@@ -284,6 +302,21 @@ class NodeSpec:
         for rank, (key, value) in enumerate(wanted.items()):
             if key in asked and asked[key] != AUTO and not same(asked[key], value):
                 return rank, reason(mode, key, asked[key], f"the node's own value is {value!r}")
+        return self._not_allowed(cfg, sent, mode, len(wanted))
+
+    def _not_allowed(
+        self, cfg: Mapping[str, Any], sent: Mapping[str, Any], mode: str | None, rank: int
+    ) -> tuple[int, str] | None:
+        """The allow-list (:func:`fedpriv.privacy.ownership.server_keys`): a key the server
+        may not set must equal the node's own value (a key the node does not know: refused)."""
+        allowed = server_keys(mode) | set(DERIVED_KEYS) | set(CLIENT_COUNTED)
+        for key, value in sent.items():
+            if key in allowed or value == AUTO or key in NODE_SECURE_DEFAULTS:
+                continue
+            if key not in cfg or not same(value, cfg[key]):
+                own = cfg.get(key, "unset")
+                why = f"the server may not set it; the node's own value is {own!r}"
+                return rank, reason(mode, key, value, why)
         return None
 
     def accept(
@@ -333,12 +366,17 @@ def node_spec(run_id: int, run_config: Mapping[str, Any], node_config: Mapping[s
         own = {**run_config, **{k: v for k, v in node_config.items() if k in keys}}
         base = resolve_node(own)
         cells = _plan_cells(base) if base["run-plan"] else []
-        runs = [v for cfg in [base, *cells] for v in _expand(cfg)]
+        runs = _own_placement([v for cfg in [base, *cells] for v in _expand(cfg)], own)
         if len(_CACHE) > 8:
             _CACHE.clear()
         _CACHE[ident] = NodeSpec(
             partition=int(node_config["partition-id"]),
             variants=tuple(MappingProxyType(v) for v in runs),
             state_dir=str(node_config.get(STATE_DIR_KEY, "")),
+            ledger_dir=str(
+                ledger_folder(
+                    str(node_config.get(STATE_DIR_KEY, "") or ""), {**run_config, **node_config}
+                )
+            ),  # fmt: skip
         )
     return _CACHE[ident]

@@ -31,6 +31,7 @@ import numpy as np
 
 from fedpriv import seeds
 from fedpriv.privacy.disclosure import unaccounted_channels
+from fedpriv.privacy.modes import dp_sgd as dp_sgd_mode
 from fedpriv.privacy.modes import global_dp, metric_dp, mode_of
 from fedpriv.reporting.records import PrivacyFigures, mean_of
 from fedpriv.spec import RunSpec
@@ -102,13 +103,16 @@ def budget_of(cfg: Mapping[str, Any]) -> float | None:
 
 def check_max_epsilon(cfg: Mapping[str, Any], catalog: Catalog) -> None:
     """``max-epsilon`` > 0 only where a server-side accountant has an ε to bound: global DP
-    around a mean (standard run). Metric DP has no ε; DP-SGD's ε is per client, computed on
-    the clients (refused, see docs/privacy.md); zonal and none: refused."""
+    around a mean (standard run), and DP-SGD, where it is each client's own lifetime budget
+    (the client refuses a participation past it, docs/privacy.md). Metric DP has no ε;
+    zonal and none: refused."""
     value = float(cfg.get("max-epsilon", 0.0))
     if value == 0:
         return
     allowed = "0 (no budget) unless privacy = global-dp around a mean (not fedmedian)"
     mode = mode_of(cfg)
+    if mode is dp_sgd_mode.MODE:  # each client's own lifetime budget (it refuses past it)
+        return
     if not mode.budgeted or catalog.kind(cfg) != "standard":
         raise ConfigError(
             "max-epsilon", value, f"{allowed} (privacy = {mode.name}: no server-side epsilon)"

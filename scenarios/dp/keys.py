@@ -100,6 +100,7 @@ KEYS = (
         real(0),
         "a float >= 0 (0 = no budget)",
         "global DP: stop before a round whose charge would push epsilon past this budget "
-        "(summary.json stopped says why)",
+        "(summary.json stopped says why); DP-SGD: each client's own lifetime budget over all "
+        "its runs (it refuses a participation past it)",
     ),
 )

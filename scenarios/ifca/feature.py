@@ -235,7 +235,7 @@ def final_evaluation(
     holds only what differs from ``run_config``). Returns (summary, rows) |
     (None, {}); the summary's ``declined`` counts the users whose own opt-in is off (each node
     decides its own, so a scenario's opt-in alone gets empty replies)."""
-    from strategies.ifca import EVALUATE_TYPE, summarise_evaluation
+    from strategies.ifca import EVALUATE_TYPE, checked_validation, summarise_evaluation
 
     if not sends_unaccounted(spec.mode_name, opted_in=spec.unaccounted_metrics):
         return None, {}
@@ -248,13 +248,15 @@ def final_evaluation(
         {"ifca-eval-split": "test"},
     )
     replies = grid.send_and_receive(messages)
-    answered = [r for r in replies if not r.has_error() and METRICS_KEY in r.content.metric_records]
+    answered, invalid = checked_validation(replies, strategy.k)
     rows = {str(grid.partition_of(r)): dict(r.content[METRICS_KEY]) for r in answered}
     final = summarise_evaluation(answered, strategy.k) or {"clients": 0}
+    if invalid:
+        final["invalid"] = invalid
     # a node decides its own opt-in (fedpriv.privacy.ownership.NODE_SECURE_DEFAULTS): one that
     # leaves
     # unaccounted-metrics unset answers with an empty reply, counted here, not read
-    final["declined"] = len(replies) - len(answered)
+    final["declined"] = len(replies) - len(answered) - len(invalid)
     return final, rows
 
 

@@ -15,13 +15,14 @@ client's step), sums ``Δ(i) = Σ w_k Δ_k / (q·W_i)`` and adds the HDP zone no
 plus counts and the clients' weighted train metrics. ``evaluate``: the zone's listed clients
 (all its members when none is listed) evaluate; the reply carries their example-weighted means.
 
-The zone node counts its own releases (:mod:`clients.releases`): its ledger is in its
-own state directory (``client-state-dir`` of its node / run config, else one per run), one
-release sequence per run and zone mechanism (level, z, C, σ_i, members, q). A request for a
-round it already released gets the identical cached reply when it is the same request, and
-is refused otherwise (a replayed or rewound round never gets fresh noise); a new round is
-charged before the node trains, and past its own ``num-server-rounds`` releases (the node's
-own value when it sets one, else the run's) it refuses. A sample of 1 .. ``min-zone-clients``
+The zone node counts its own releases over its lifetime (:mod:`clients.releases`): its ledger
+is in its own state directory (``client-state-dir`` of its node config, else the per-node
+default, :func:`scenarios.config.node_roles.node_ledger`), keyed by its zone id, one release
+sequence per zone mechanism (level, z, C, σ_i, members, q) across every run. A request
+identical to one it answered (in any run) gets the cached reply or is refused; a rewound or
+altered round of a run is refused (a replayed round never gets fresh noise); a new round is
+charged before the node trains, and past its own ``num-server-rounds`` releases in a run (the
+node's own value when it sets one, else the run's) it refuses. A sample of 1 .. ``min-zone-clients``
 − 1 of its clients is refused (``min-zone-clients``, its own value, default 2, the smallest
 zone sample of the HDP paper's settings: s = 2 zones, k = 4 online clients); an empty sample
 releases only the zone noise, so it is served.
@@ -97,7 +98,9 @@ def check_sample(zone: int, clients: Sequence[int], minimum: int) -> None:
 
 
 def max_releases(context: Context | None, spec: RunSpec) -> int:
-    """The node's own ``num-server-rounds`` (else the run's resolved one): its release limit."""
+    """The node's own ``num-server-rounds``, its release limit per run: its node or run
+    config's value, else its own resolved one (``spec``'s: the allow-list refuses a message
+    whose rounds differ from the node's own), never the message's."""
     value = own_value(context, "num-server-rounds")
     return int(value if value is not None else spec.rounds)
 
@@ -160,10 +163,11 @@ def train_zone(
     server_round = call.round
     return guarded_release(
         node_counter(context, ZONE_PARTY, node_state_dir(context)),
-        sequence_of(int(context.run_id), mechanism),
+        sequence_of(mechanism),
         server_round,
         request_digest(msg, server_round),
         lambda _ticket: _release(msg, call, zone, plan, clients),
+        run=str(context.run_id),
         max_releases=max_releases(context, call.spec),
         rewind="refuse",
     )

@@ -1,0 +1,136 @@
+"""A simulation's own Ray is closed to the network (docs/multi-machine.md, "Network security").
+
+Ray has no authentication by default; a local Ray that ``ray.init`` starts on Linux listens on
+every interface. The simulation runner binds it to loopback
+(:func:`scenarios.cli.ray_cluster.loopback_args`). The simulation test starts a default tiny
+``fedpriv run`` and reads, while it runs, the listening TCP sockets of its whole process tree
+from ``/proc/net/tcp`` and ``/proc/net/tcp6`` (no psutil): every one is on a loopback address.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = "num-server-rounds=2 num-clients=2 model='digits-mlp' local-epochs=1"
+LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's "st" column
+
+
+def _parents() -> dict[int, int]:
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            out[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return out
+
+
+def descendants(root: int) -> set[int]:
+    """``root`` and every process below it (Linux /proc)."""
+    parent, tree = _parents(), {root}
+    while True:
+        grown = tree | {pid for pid, up in parent.items() if up in tree}
+        if grown == tree:
+            return tree
+        tree = grown
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    found = set()
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            found.add(link[len("socket:[") : -1])
+    return found
+
+
+def _address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    raw = bytes.fromhex(hex_address)
+    if len(raw) == 4:
+        return ipaddress.IPv4Address(raw[::-1])
+    return ipaddress.IPv6Address(b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
+
+
+def listening(pids: set[int]) -> set[tuple[str, str, int]]:
+    """(process name, address, port) of every listening TCP socket that ``pids`` hold."""
+    owner = {inode: pid for pid in pids for inode in _socket_inodes(pid)}
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            field = line.split()
+            if field[3] != LISTEN or field[9] not in owner:
+                continue
+            host, port = field[1].split(":")
+            try:
+                name = Path(f"/proc/{owner[field[9]]}/comm").read_text().strip()
+            except OSError:
+                name = "?"
+            found.add((name, str(_address(host)), int(port, 16)))
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    """127.0.0.0/8, ::1, or an IPv4-mapped loopback (::ffff:127.0.0.1)."""
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def test_loopback_parsing_tells_open_from_closed():
+    assert _address("0100007F") == ipaddress.IPv4Address("127.0.0.1")
+    assert str(_address("0000000000000000FFFF00000100007F")) == "::ffff:7f00:1"
+    assert is_loopback("::ffff:7f00:1") and is_loopback("127.0.0.1") and is_loopback("::1")
+    for address in ("0.0.0.0", "::", "192.0.2.2", "::ffff:c000:202"):
+        assert not is_loopback(address)
+
+
+def test_local_ray_args_bind_loopback_and_an_attached_cluster_is_left_alone(monkeypatch):
+    from ray._private import ray_constants
+
+    from scenarios.cli.ray_cluster import CLUSTER_SWITCH, LOOPBACK, loopback_args
+
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    monkeypatch.delenv(CLUSTER_SWITCH, raising=False)
+    attached = {"address": "auto", "include_dashboard": False}
+    assert loopback_args(attached) == attached and CLUSTER_SWITCH not in os.environ
+    named = {"_node_ip_address": "10.0.0.5"}  # opened on purpose: the operator's choice
+    assert loopback_args(named) == named
+    local = loopback_args({"include_dashboard": False})
+    assert local == {"include_dashboard": False, "_node_ip_address": LOOPBACK}
+    assert os.environ[CLUSTER_SWITCH] == "0" and ray_constants.ENABLE_RAY_CLUSTER is False
+
+
+@pytest.mark.simulation
+def test_a_default_simulation_listens_on_loopback_only(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config",
+           f"{TINY} output-dir='{tmp_path / 'run'}'"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    seen: set[tuple[str, str, int]] = set()
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and time.monotonic() < deadline:
+        seen |= listening(descendants(proc.pid))
+        time.sleep(0.3)
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, output[-3000:]
+    names = {name for name, _, _ in seen}
+    assert {"gcs_server", "raylet"} <= names, seen  # the scan saw Ray's servers listening
+    assert [s for s in seen if not is_loopback(s[1])] == [], seen
