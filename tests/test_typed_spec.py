@@ -216,6 +216,8 @@ PAST_BOUNDARY = (
     "scenarios/app/fused.py",
     "scenarios/app/recorder.py",
     "scenarios/app/resume.py",
+    "scenarios/app/round_loop.py",
+    "scenarios/app/tracking.py",
     "scenarios/app/server_app.py",
     "scenarios/zonal/zone_node.py",
 )
