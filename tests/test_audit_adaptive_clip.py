@@ -100,7 +100,7 @@ def test_update_noise_at_z_leaks_more_than_the_correct_mechanism(correct):
     """z instead of z_Δ (the count's release ignored): the same secrets and noise give a
     higher bound; at this budget it stays below the claim (z = 9.5: μ ×1.38)."""
     bug = am.audit(am.MUST_SHOW, planted="update-at-z")
-    assert bug["white-box"]["best"] > correct["white-box"]["best"] + 0.3
+    assert bug["white-box"]["best"] > correct["white-box"]["best"] + 0.2
     assert bug["final-model"]["best"] > correct["final-model"]["best"]
 
 
