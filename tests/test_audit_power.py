@@ -186,9 +186,11 @@ def _cli(argv):
 def test_cli_global_dp_mechanism_audit_passes_and_a_planted_bug_fails(capsys):
     import json
 
+    from fedpriv.audit.adaptive_clip_mechanism import PLANTED as ADAPTIVE_PLANTED
     from scenarios.audit import commands as audit_cli
 
-    assert audit_cli.PLANTED_BUGS == tuple(sorted({**planted.PLANTED, **planted.DPSGD_PLANTED}))
+    every = {**planted.PLANTED, **planted.DPSGD_PLANTED, **ADAPTIVE_PLANTED}
+    assert audit_cli.PLANTED_BUGS == tuple(sorted(every))
     base = ["--mechanism", "global-dp", "--z", "12.6", "--run-config", "num-server-rounds=10"]
     assert _cli(base) == 0
     out = json.loads(capsys.readouterr().out)

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedpriv.privacy.modes import dp_sgd, global_dp, metric_dp, none
+from fedpriv.privacy.modes import adaptive_clip, dp_sgd, global_dp, metric_dp, none
 from fedpriv.reporting.records import mean_of, read_round_records
 from scenarios.app import multirun, quiet
 from scenarios.cli.launch import (
@@ -47,16 +47,25 @@ from scenarios.config.feature import Catalog
 from scenarios.config.schema import ConfigError
 
 # the audited mechanisms that are privacy modes carry the mode's registered name
-NO_DP, GLOBAL_DP, METRIC_DP, DP_SGD = (m.MODE.name for m in (none, global_dp, metric_dp, dp_sgd))
+NO_DP, GLOBAL_DP, METRIC_DP, DP_SGD, ADAPTIVE_CLIP = (
+    m.MODE.name for m in (none, global_dp, metric_dp, dp_sgd, adaptive_clip)
+)
 AUDIT_NAME = "audit.json"
 DEFAULT_CANARIES = 100
 DPSGD_Z = 1.1  # the DP-SGD MNIST tutorial value (Abadi et al.), the dp-sgd default
 MECHANISMS = (
     "zonal-ldp", "zonal-hdp", "zonal-cdp", "ifca-laplace", GLOBAL_DP, DP_SGD, METRIC_DP,
+    ADAPTIVE_CLIP,
 )  # fmt: skip
-# fedpriv.audit.planted: PLANTED (global-dp) and DPSGD_PLANTED (dp-sgd)
-PLANTED_BUGS = ("fixed-batches", "no-clipping", "noise-halved", "public-seed", "sigma-2m")
-PLANTED_FOR = {"fixed-batches": DP_SGD}  # every other bug: global-dp
+# fedpriv.audit.planted: PLANTED (global-dp) and DPSGD_PLANTED (dp-sgd);
+# fedpriv.audit.adaptive_clip_mechanism.PLANTED (adaptive-clip)
+PLANTED_BUGS = (
+    "count-noiseless", "fixed-batches", "no-clipping", "noise-halved", "public-seed",
+    "sigma-2m", "update-at-z",
+)  # fmt: skip
+PLANTED_FOR = {  # every other bug: global-dp
+    "fixed-batches": DP_SGD, "count-noiseless": ADAPTIVE_CLIP, "update-at-z": ADAPTIVE_CLIP,
+}  # fmt: skip
 ZONAL_BUDGET = {"num_canaries": 2000, "block": 2}  # orthogonal canaries
 GRID_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
     (NO_DP, {"privacy": NO_DP}),
@@ -88,14 +97,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "m = N = 100, num-server-rounds rounds; dp-sgd: Poisson DP-SGD at --z (replace-one; "
         "the planted bug shows at --z 2), q = 0.001, "
         "one epoch, 50000 Dirac canaries; metric-dp: MP's settings (C = 5, m = 4, raw d; "
-        "num-server-rounds, default 20; distance-on from --run-config); exit 1 if the bound "
-        "exceeds the accountant)",
+        "num-server-rounds, default 20; distance-on from --run-config); adaptive-clip: one "
+        "mechanism copy per canary, 50000 canaries, m = N = 100, clipped-count-stddev "
+        "(default 5) and num-server-rounds (default 6) from --run-config; exit 1 if the "
+        "bound exceeds the accountant)",
     )
     parser.add_argument(
         "--planted",
         choices=PLANTED_BUGS,
-        help="with --mechanism global-dp (fixed-batches: dp-sgd): audit a version with "
-        "this known error",
+        help="with --mechanism global-dp (fixed-batches: dp-sgd; count-noiseless, "
+        "update-at-z: adaptive-clip): audit a version with this known error",
     )
 
 
@@ -155,6 +166,16 @@ def dpsgd_audit(z: float, planted_bug: str | None = None) -> dict[str, Any]:
     schedule = planted.DPSGD_PLANTED[planted_bug] if planted_bug else "poisson"
     out = dm.audit(dm.FIXED_BATCHES.with_(noise_multiplier=z), schedule=schedule)
     return {"row": DP_SGD, "z": z, "planted": planted_bug, **out}
+
+
+def adaptive_clip_audit(
+    z: float, rounds: int, count_stddev: float, planted_bug: str | None = None
+) -> dict[str, Any]:
+    """:mod:`fedpriv.audit.adaptive_clip_mechanism` at z, σ_b and T (optionally a planted bug)."""
+    from fedpriv.audit import adaptive_clip_mechanism as am
+
+    cfg = am.MUST_SHOW.with_(noise_multiplier=z, rounds=rounds, count_stddev=count_stddev)
+    return {"row": ADAPTIVE_CLIP, "z": z, **am.audit(cfg, planted=planted_bug or "")}
 
 
 def metric_dp_audit(z: float, rounds: int, distance_on: str) -> dict[str, Any]:
@@ -223,10 +244,19 @@ def _mechanisms(args: argparse.Namespace) -> int:
     if error:
         print(f"fedpriv: {error}", file=sys.stderr)
         return 2
-    rounds = int(values.get("num-server-rounds", 20 if args.mechanism == METRIC_DP else 5))
+    default_rounds = {METRIC_DP: 20, ADAPTIVE_CLIP: 6}.get(args.mechanism, 5)
+    rounds = int(values.get("num-server-rounds", default_rounds))
     failed = False
     for z in args.z:
-        out = _one_mechanism(args.mechanism, z, rounds, args.planted, distance_on)
+        if args.mechanism == ADAPTIVE_CLIP:
+            sigma_b = float(values.get("clipped-count-stddev", 5.0))
+            try:
+                out = adaptive_clip_audit(z, rounds, sigma_b, args.planted)
+            except ValueError as err:  # z >= 2*sigma_b: no z_update (one line)
+                print(f"fedpriv: {err}", file=sys.stderr)
+                return 2
+        else:
+            out = _one_mechanism(args.mechanism, z, rounds, args.planted, distance_on)
         failed = failed or bool(out.get("audit_failed"))
         print(json.dumps(out))
     return 1 if failed else 0
