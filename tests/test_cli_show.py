@@ -133,7 +133,7 @@ def test_text_outside_any_pair_is_refused():
 )
 def test_a_mistyped_key_suggests_the_nearest(typo, nearest):
     text = _error([f"{typo}=1"])
-    assert f"did you mean {nearest}?" in text, text
+    assert f"did you mean {nearest}" in text, text  # the nearest first
 
 
 def test_an_unrelated_key_suggests_nothing():
