@@ -270,23 +270,6 @@ class ZoneGrid(PartitionGrid):
         return self._sent.get(message.metadata.reply_to_message_id, node)
 
 
-def federation_grid(grid: Grid, cfg: Any) -> PartitionGrid:
-    """The run's partition-aware grid: a :class:`ZoneGrid` over the zone SuperNodes when the
-    run has zone nodes (``zonal-runtime = zone-nodes``), else a :class:`PartitionGrid` over
-    one SuperNode per client."""
-    from scenarios.zonal.keys import federation_size, zone_nodes
-
-    mapping = discover_partitions(grid, federation_size(cfg))
-    if zone_nodes(cfg):
-        inner = getattr(grid, "_grid", grid)
-        if _all_nodes_start_together(grid) and hasattr(inner, "pull_interval"):
-            # the simulation grid polls for replies every 0.1 s; a zone round is ~10 replies
-            # of ~0.2 s of training, so the default poll adds up to half a round
-            inner.pull_interval = ZONE_PULL_INTERVAL_S
-        return ZoneGrid(grid, mapping, int(cfg["num-clients"]))
-    return PartitionGrid(grid, mapping)
-
-
 def save_replies(folder: str | Path) -> Callable[[Optional[Message], Message], None]:
     """A :class:`ZoneGrid` reply log that writes every reply the ServerApp receives to
     ``folder/NNNNNN-<type>-node<id>.npz``: its arrays (``reply-<key>``), the instruction's

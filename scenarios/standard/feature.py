@@ -109,7 +109,7 @@ def run_standard(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     ServerApp and ``run-plan`` check completion before any runner)."""
     from clients.partitions import federated_data
     from scenarios.app.engine import RunHooks, train_run
-    from scenarios.app.federation import federation_grid
+    from scenarios.app.virtual_grid import federation_grid
     from scenarios.config.specs import data_spec
 
     data = federated_data(data_spec(cfg))

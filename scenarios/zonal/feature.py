@@ -290,7 +290,7 @@ def run_variant(
 def run_zonal_compare(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     """Every placement (and zone count) in one simulation, then the comparison report."""
     from clients.partitions import federated_data
-    from scenarios.app.federation import federation_grid
+    from scenarios.app.virtual_grid import federation_grid
     from scenarios.config.specs import data_spec
     from scenarios.zonal.report import write_compare_outputs
 
