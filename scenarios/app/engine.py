@@ -66,7 +66,7 @@ from fedpriv.reporting.console import round_line
 from fedpriv.reporting.plots import plot_accuracy_per_round, plot_roc
 from fedpriv.reporting.records import RoundRecord
 from fedpriv.reporting.runlog import RunLog, read_rounds
-from scenarios.app.federation import PartitionGrid
+from scenarios.app.federation import PartitionGrid, supernodes
 from scenarios.app.fused import EVALUATE_RECEIVED_KEY, evaluate_in_train, split_evaluations
 from scenarios.app.recorder import RoundRecorder, wrapper_chain
 from scenarios.app.wire_config import wire_config
@@ -489,7 +489,7 @@ def train_run(
         fused=evaluate_in_train(cfg, catalog.kind(cfg)),
     )
     final = last.to_numpy_ndarrays() if last is not None else weights
-    extra: dict[str, Any] = {"wall_seconds": time.time() - t0}
+    extra: dict[str, Any] = {"wall_seconds": time.time() - t0, "supernodes": supernodes(grid)}
     extra.update(budget_stopped(recorder))
     if hooks.summary_extra is not None:
         extra.update(hooks.summary_extra(rounds))

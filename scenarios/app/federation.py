@@ -141,6 +141,13 @@ def sample_partitions(
     return sorted(int(p) for p in rng.choice(num_clients, size=per_round, replace=False))
 
 
+def supernodes(grid: Any) -> int:
+    """How many SuperNodes a run's grid sends to (workers, zones or one per client; 0 for a
+    grid that does not say)."""
+    count = getattr(grid, "supernodes", None)
+    return int(count()) if callable(count) else 0
+
+
 class PartitionGrid:
     """A ``Grid`` proxy that restricts and orders nodes by partition id."""
 
@@ -160,6 +167,10 @@ class PartitionGrid:
         node id) to their partitions; the newest node of a partition takes it over.
         Returns the partitions that were re-mapped (none in the simulation engine)."""
         return remap_joined(self._grid, self.node_to_partition, self.partition_to_node, timeout)
+
+    def supernodes(self) -> int:
+        """How many SuperNodes the messages go to (here one per client)."""
+        return len(self.partition_to_node)
 
     def offer(self, partitions: Optional[Sequence[int]]) -> None:
         """Offer only these partitions to the next ``get_node_ids`` (None = all)."""
@@ -223,6 +234,10 @@ class ZoneGrid(PartitionGrid):
         self.zone_to_node = {z: n for n, z in self.node_to_zone.items()}
         self._covers: dict[str, list[int]] = {}
         self.reply_log = reply_log  # (instruction, reply) of every reply the ServerApp gets
+
+    def supernodes(self) -> int:
+        """How many SuperNodes the messages go to: one per zone."""
+        return len(self.zone_to_node)
 
     def zone_node(self, zone: int) -> int:
         """The SuperNode of ``zone``."""

@@ -54,6 +54,10 @@ class VirtualGrid(PartitionGrid):
         self.worker_of = {int(p): int(node) for node, parts in served.items() for p in parts}
         super().__init__(grid, {p: p for p in sorted(self.worker_of)})
 
+    def supernodes(self) -> int:
+        """How many SuperNodes the messages go to: the workers."""
+        return len(set(self.worker_of.values()))
+
     def refresh(self, timeout: float = 60.0) -> list[int]:
         """Workers are simulation nodes: none joins later (nothing to re-map)."""
         return []
