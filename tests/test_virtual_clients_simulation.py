@@ -6,18 +6,20 @@ clients as virtual clients of 2 SuperNodes, packed messages) and once with ``num
 4`` (one SuperNode per client, the reference). The round records (metrics, sampled and
 replied clients, σ, clipping, ε and counts) and the final model agree within float
 tolerance. Covered: none, global-dp, metric-dp, dp-sgd, and zonal in the server with the
-ldp, hdp and cdp placements.
+ldp, hdp and cdp placements; IFCA (its own message types, client-side noise and ledgers) on
+2 workers against 120 SuperNodes.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.simulate import run_fedpriv_cells
+from tests.simulate import run_fedpriv, run_fedpriv_cells
 
 pytestmark = pytest.mark.simulation
 
@@ -38,7 +40,7 @@ MODES = {
     },
 }
 # keys of a round record that time the run rather than compute it
-TIMING = {"seconds", "wall_seconds", "time", "duration"}
+TIMING = {"seconds", "wall_seconds", "time", "duration", "supernodes"}
 
 
 def _runs(workers: int, base: Path) -> dict:
@@ -102,3 +104,35 @@ def test_two_workers_give_the_run_of_one_supernode_per_client(pairs, mode):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     _close(virtual[1].get("privacy", {}), reference[1].get("privacy", {}), "summary.privacy")
     _close(virtual[1]["final"], reference[1]["final"], "summary.final")
+
+
+GP = {  # IFCA (GP Algorithm 1) with client-side d-privacy noise, 3 rounds
+    "scenario": "gp-synthetic",
+    "unaccounted-metrics": True,
+    "ifca-noise-multiplier": 5,
+    "seed": 0,
+    "num-server-rounds": 3,
+    "patience": 50,
+}
+
+
+def test_ifca_on_two_workers_is_the_run_of_one_supernode_per_client(tmp_path):
+    """The same rounds (cluster choices, released clients, leakage), the same final
+    evaluation and the same per-client leakage ledgers on 2 workers as on 120 SuperNodes."""
+    out = {}
+    for workers in (2, 120):
+        rc, summary, rounds, log = run_fedpriv(
+            {**GP, "num-workers": workers}, tmp_path / f"w{workers}", timeout=1200
+        )
+        assert rc == 0, log[-3000:]
+        out[workers] = (summary, rounds, tmp_path / f"w{workers}")
+    assert out[2][0]["supernodes"] == 2 and out[120][0]["supernodes"] == 120
+    for a, b in zip(out[2][1], out[120][1]):
+        _close(a, b, f"round {a.get('round')}")
+    _close(out[2][0]["final"], out[120][0]["final"], "final")
+    _close(out[2][0]["leakage"], out[120][0]["leakage"], "leakage")
+    ledgers = [
+        {p.name: json.loads(p.read_text())["spent"] for p in (d / "client-state").glob("*.json")}
+        for _, _, d in out.values()
+    ]
+    assert ledgers[0] == ledgers[1] and ledgers[0]

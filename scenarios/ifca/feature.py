@@ -271,6 +271,7 @@ def run_one(
     of this config continues after its last completed round."""
     from clients.partitions import federated_data
     from scenarios.app.engine import RoundState
+    from scenarios.app.federation import supernodes
     from scenarios.app.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
     from scenarios.config.specs import data_spec
     from scenarios.ifca.outputs import build_summary
@@ -330,6 +331,7 @@ def run_one(
     final, per_client = final_evaluation(grid, strategy, result.arrays, cfg, config)
     summary = build_summary(cfg, data, strategy, result.arrays, final, per_client, rounds)
     summary["wall_seconds"] = time.time() - t0
+    summary["supernodes"] = supernodes(grid)
     runlog.write_summary(summary)
     from fedpriv.reporting.ifca_plots import run_title, write_run_plots
 
@@ -347,11 +349,11 @@ def run_one(
 
 def run_ifca(grid: Grid, cfg: dict[str, Any], catalog: Catalog) -> None:
     """Runner of kind ``ifca``: one run, or every run of ``ifca-sweep`` in this simulation."""
-    from scenarios.app.federation import PartitionGrid, discover_partitions
+    from scenarios.app.virtual_grid import discover_federation
     from scenarios.ifca.outputs import sweep_table
 
     t0 = time.time()
-    pgrid = PartitionGrid(grid, discover_partitions(grid, int(cfg["num-clients"])))
+    pgrid = discover_federation(grid, cfg)  # one SuperNode per client, or worker SuperNodes
     sweep = sweep_configs(cfg, catalog)
     if not sweep:
         run_one(pgrid, cfg)
