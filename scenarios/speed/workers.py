@@ -46,9 +46,11 @@ def simulation_size(
 ) -> tuple[int, list[str]]:
     """(SuperNodes, run-config overrides) of the simulation of ``cfg``: one per zone with zone
     nodes, W worker SuperNodes serving the clients as virtual clients where the run kinds
-    allow it (``num-workers``, ``auto`` resolved here from this machine's CPUs over the
-    client's ``num-cpus`` and handed to the ServerApp as ``num-workers = W``), else one per
-    client (:func:`scenarios.zonal.keys.federation_size`)."""
+    allow it, else one per client (:func:`scenarios.zonal.keys.federation_size`).
+
+    ``num-workers = auto`` is resolved here: this machine's CPUs over the client's
+    ``num-cpus`` (with ``num-gpus`` > 0, at most the clients its GPUs hold at once), handed to
+    the ServerApp as ``num-workers = W``."""
     size, overrides = federation_size(cfg), list(overrides)
     configs = _plan_configs(cfg)
     if zone_nodes(cfg) or any(zone_nodes(c) for c in configs) or "scenario" not in cfg:
@@ -56,8 +58,15 @@ def simulation_size(
     workers = {c.get("num-workers", cfg.get("num-workers")) for c in configs}
     own = {**cfg, "num-workers": workers.pop() if len(workers) == 1 else cfg.get("num-workers")}
     kinds = {scenario_kind(c) for c in configs}
-    per_client = float(backend.get("client-resources", {}).get("num-cpus", 1) or 1)
-    count = simulation_workers(own, kinds, float(os.cpu_count() or 1), per_client)
+    resources = backend.get("client-resources", {})
+    per_client = float(resources.get("num-cpus", 1) or 1)
+    slots = float(os.cpu_count() or 1)
+    gpus_per_client = float(resources.get("num-gpus", 0) or 0)
+    if gpus_per_client > 0 and own["num-workers"] == "auto":  # the GPUs the clients share
+        from scenarios.cli.ray_cluster import local_gpus
+
+        slots = min(slots, per_client * max(1, int(local_gpus() / gpus_per_client)))
+    count = simulation_workers(own, kinds, slots, per_client)
     if count is None:
         return size, overrides
     if own["num-workers"] != "auto":  # the ServerApp resolves the same number itself
