@@ -216,3 +216,22 @@ def test_the_virtual_grid_shows_one_node_per_client_and_answers_as_each(dpsgd_we
         assert json.dumps(dict(reply.content["metrics"]), sort_keys=True) == json.dumps(
             dict(alone.content["metrics"]), sort_keys=True
         )
+
+
+def test_a_replayed_packed_round_is_one_release_per_client(dpsgd_weights, tmp_path):  # noqa: F811
+    """The same packed DP-SGD round sent 3 times: each client charges it once in its own
+    ledger and answers the repeats with its cached reply (no fresh noise), as a SuperNode of
+    its own does (``tests/test_release_counting.py``)."""
+    node = {"client-state-dir": str(tmp_path / "state")}
+    ctx = worker_context(DPSGD_AUTO, 1, node)
+    msg = server_message(DPSGD_AUTO, {"client-task": "dp-sgd"}, dpsgd_weights, {})
+    replies = [replies_of(app(packed({1: msg, 3: msg}), ctx)) for _ in range(3)]
+    assert all(not errors for _, errors in replies)
+    for p in (1, 3):
+        first = replies[0][0][p]["arrays"].to_numpy_ndarrays()
+        for contents, _ in replies[1:]:
+            for a, b in zip(first, contents[p]["arrays"].to_numpy_ndarrays()):
+                np.testing.assert_array_equal(a, b)
+        assert int(ctx.state[f"{DPSGD_STATE_KEY}@{p}"]["participations"]) == 1
+    spent = [replies[0][0][p]["arrays"].to_numpy_ndarrays()[0] for p in (1, 3)]
+    assert np.max(np.abs(spent[0] - spent[1])) > 0  # each client its own noise
