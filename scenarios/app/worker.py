@@ -58,30 +58,46 @@ def _is_worker(context: Context) -> bool:
     return served_clients(context) != [int(context.node_config["partition-id"])]
 
 
-def client_context(context: Context, partition: int, num_clients: int) -> Context:
-    """Virtual client ``partition``'s Context on this worker (module docstring)."""
+def client_states(context: Context) -> dict[int, dict[str, Any]]:
+    """The worker's state split per client: partition -> {record name: record}
+    (``"<record>@<p>"`` in the worker's state), in one pass."""
+    out: dict[int, dict[str, Any]] = {}
+    for key, record in context.state.items():
+        name, _, tail = key.rpartition(SEP)
+        if name and tail.isdigit():
+            out.setdefault(int(tail), {})[name] = record
+    return out
+
+
+def client_context(
+    context: Context, partition: int, num_clients: int, state: dict[str, Any] | None = None
+) -> Context:
+    """Virtual client ``partition``'s Context on this worker (module docstring); ``state``:
+    its records (:func:`client_states`; None: read from the worker's state)."""
     node_config = dict(context.node_config)
     node_config["partition-id"] = int(partition)
     node_config["num-partitions"] = int(num_clients)
     folder = str(node_config.get(STATE_DIR_KEY, "") or "")
     if folder and folder != "auto":
         node_config[STATE_DIR_KEY] = f"{folder.rstrip('/')}/client-{int(partition)}"
-    tail = f"{SEP}{int(partition)}"
-    state = RecordDict({k[: -len(tail)]: v for k, v in context.state.items() if k.endswith(tail)})
+    if state is None:
+        state = client_states(context).get(int(partition), {})
     return Context(
         run_id=context.run_id,
         node_id=context.node_id,
         node_config=node_config,
-        state=state,
+        state=RecordDict(dict(state)),
         run_config=context.run_config,
     )
 
 
-def _keep_state(context: Context, client: Context, partition: int) -> None:
-    """Write the client's state back into the worker's (``"<record>@<p>"``)."""
+def _keep_state(context: Context, client: Context, partition: int, old: Any = ()) -> None:
+    """Write the client's state back into the worker's (``"<record>@<p>"``); ``old``: the
+    names it had."""
     tail = f"{SEP}{int(partition)}"
-    for key in [k for k in context.state.keys() if k.endswith(tail)]:
-        del context.state[key]
+    for name in old:
+        if f"{name}{tail}" in context.state:
+            del context.state[f"{name}{tail}"]
     for key, record in client.state.items():
         context.state[f"{key}{tail}"] = record
 
@@ -113,8 +129,10 @@ def serve_packed(handler: Handler, msg: Message, context: Context) -> Message:
     )
     replies: dict[int, RecordDict] = {}
     errors: dict[int, tuple[int, str]] = {}
+    states = client_states(context)
     for partition, content in contents.items():
-        client = client_context(context, partition, num_clients)
+        own = states.get(partition, {})
+        client = client_context(context, partition, num_clients, own)
         try:
             reply = handler(_sub_message(msg, partition, content), client)
         except Exception as err:  # noqa: BLE001 (that client's error reply, as Flower's)
@@ -123,7 +141,7 @@ def serve_packed(handler: Handler, msg: Message, context: Context) -> Message:
                 f"{type(err).__name__}: {err}",
             )
             continue
-        _keep_state(context, client, partition)
+        _keep_state(context, client, partition, own)
         if reply.has_error():
             errors[partition] = (int(reply.error.code), str(reply.error.reason))
         else:
