@@ -235,6 +235,6 @@ def federation_grid(grid: Grid, cfg: Any) -> PartitionGrid:
     inner = getattr(grid, "_grid", grid)
     if _all_nodes_start_together(grid) and hasattr(inner, "pull_interval"):
         # the simulation grid polls for replies every 0.1 s; a zone round is ~10 replies
-        # of ~0.2 s of training, so the default poll adds up to half a round (issue 21)
+        # of ~0.2 s of training, so the default poll adds up to half a round
         inner.pull_interval = ZONE_PULL_INTERVAL_S
     return ZoneGrid(grid, mapping, int(cfg["num-clients"]))
