@@ -235,3 +235,16 @@ def test_a_replayed_packed_round_is_one_release_per_client(dpsgd_weights, tmp_pa
         assert int(ctx.state[f"{DPSGD_STATE_KEY}@{p}"]["participations"]) == 1
     spent = [replies[0][0][p]["arrays"].to_numpy_ndarrays()[0] for p in (1, 3)]
     assert np.max(np.abs(spent[0] - spent[1])) > 0  # each client its own noise
+
+
+def test_a_zone_supernode_is_not_a_worker():
+    """A zone SuperNode's ``num-partitions`` is the number of zones (< num-clients): it serves
+    its zone's plain messages, not a share of the clients."""
+    from scenarios.app.worker import served_clients
+
+    zone = Context(7, 1, {"partition-id": 3, "num-partitions": 10}, RecordDict(),
+                   {**AUTO_RUN_CONFIG, "scenario": "hdp-digits"})  # fmt: skip
+    assert served_clients(zone) == [3]
+    worker = Context(7, 1, {"partition-id": 3, "num-partitions": 10}, RecordDict(),
+                     {**AUTO_RUN_CONFIG, "scenario": "digits", "num-clients": 100})  # fmt: skip
+    assert served_clients(worker) == list(range(3, 100, 10))

@@ -33,8 +33,10 @@ from flwr.common.constant import ErrorCode
 from fedpriv.privacy.ownership import REFUSED_CODE
 from fedpriv.privacy.releases import STATE_DIR_KEY
 from scenarios.app.packing import CLIENTS_KEY, SEP, is_packed, pack_replies, unpack, worker_clients
-from scenarios.config.node_spec import node_spec
+from scenarios.config.node_spec import load_snapshot, node_spec
 from scenarios.config.schema import ConfigError
+from scenarios.speed.keys import WORKER_KINDS
+from scenarios.zonal.keys import zone_nodes
 
 Handler = Callable[[Message, Context], Message]
 
@@ -42,14 +44,19 @@ __all__ = ["CLIENTS_KEY", "client_context", "serves_virtual", "served_clients"]
 
 
 def served_clients(context: Context) -> list[int]:
-    """The partitions this node serves, from its own ``node_config`` and own ``num-clients``."""
+    """The partitions this node serves, from its own ``node_config`` and own config: a worker
+    of a run kind that has workers (:data:`scenarios.speed.keys.WORKER_KINDS`, not with zone
+    SuperNodes, whose ``partition-id`` is a zone) serves its share; any other node its one
+    ``partition-id``."""
     worker = int(context.node_config["partition-id"])
     try:
-        num_clients = int(
-            node_spec(context.run_id, context.run_config, context.node_config).base["num-clients"]
-        )
+        own = node_spec(context.run_id, context.run_config, context.node_config).base
     except ConfigError:  # a bad own config: the handlers refuse every message with its line
         return [worker]
+    kind = load_snapshot()["scenarios"][own["scenario"]]["kind"]
+    if kind not in WORKER_KINDS or zone_nodes(own):
+        return [worker]
+    num_clients = int(own["num-clients"])
     workers = int(context.node_config.get("num-partitions", num_clients))
     return worker_clients(worker, workers, num_clients)
 
