@@ -116,6 +116,8 @@ GP = {  # IFCA (GP Algorithm 1) with client-side d-privacy noise, 3 rounds
 }
 
 
+@pytest.mark.slow
+@pytest.mark.guard
 def test_ifca_on_two_workers_is_the_run_of_one_supernode_per_client(tmp_path):
     """The same rounds (cluster choices, released clients, leakage), the same final
     evaluation and the same per-client leakage ledgers on 2 workers as on 120 SuperNodes."""
