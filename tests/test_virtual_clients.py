@@ -103,7 +103,7 @@ def test_simulation_workers_resolves_auto_and_keeps_other_kinds_one_node_per_cli
     assert simulation_workers(cfg, {"standard"}, cpus=2, cpus_per_client=1) == 2
     assert simulation_workers({**cfg, "num-clients": 1}, {"standard"}, 8, 1) == 1
     assert simulation_workers({**cfg, "num-workers": 7}, {"standard"}, 2, 1) == 7
-    assert simulation_workers(cfg, {"standard", "cia"}, 8, 1) is None
+    assert simulation_workers(cfg, {"standard", "zonal-compare"}, 8, 1) is None
     assert simulation_workers({"num-clients": 4}, {"standard"}, 8, 1) is None
 
 

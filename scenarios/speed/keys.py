@@ -48,7 +48,7 @@ def _auto_or_count(value):
 
 
 # the run kinds whose runners address virtual clients on worker SuperNodes
-WORKER_KINDS = frozenset({"standard", "ifca"})
+WORKER_KINDS = frozenset({"standard", "ifca", "cia"})
 
 
 def _image_size(value):
