@@ -18,6 +18,9 @@ Rows:
    interpreter's start and ``import flwr`` (``bench/bench_cli.py``; goal <= 1 s each).
 9. grid cells side by side (``fedpriv grid --parallel N``) vs the same cells serially
    (``bench/bench_parallel.py``).
+10. virtual clients: the cross-device run on worker SuperNodes vs one SuperNode per client vs
+    the plain-Keras floor, and 10,000 clients vs 100 on worker SuperNodes
+    (``bench/bench_virtual.py``).
 
 Writes ``bench/results.md`` and prints it. ``--quick`` shrinks every size.
 """
@@ -118,8 +121,8 @@ def main() -> int:
         "--only",
         default="",
         help="comma-separated subset: math,cross-device,step,scale,grid,many,load,audit,"
-        "hdp-paper,round,cli,parallel (written to runs/bench/results-only.md; the full run writes "
-        "bench/results.md)",
+        "hdp-paper,round,cli,parallel,virtual,many-virtual (written to "
+        "runs/bench/results-only.md; the full run writes bench/results.md)",
     )
     parser.add_argument(
         "--hdp-rounds", type=int, default=200, help="rounds per placement of the hdp-paper row"
@@ -135,6 +138,7 @@ def main() -> int:
         bench_round,
         bench_speed,
         bench_step,
+        bench_virtual,
         bench_zonal,
     )
 
@@ -151,6 +155,8 @@ def main() -> int:
         "hdp-paper": lambda: bench_zonal.hdp_paper_row(tmp, args.quick, args.hdp_rounds),
         "round": lambda: bench_round.round_rows(tmp, args.quick),
         "cli": lambda: bench_cli.cli_rows(args.quick),
+        "virtual": lambda: bench_virtual.virtual_rows(tmp, args.quick),
+        "many-virtual": lambda: bench_virtual.many_virtual_row(tmp, args.quick),
     }
     chosen = [x for x in args.only.split(",") if x] or list(benches)
     lines = ["| benchmark | fedpriv | reference | ratio |", "|---|---|---|---|"]

@@ -106,6 +106,7 @@ OTHER_NAMESPACES = {
     ("scenarios/ifca/feature.py", "ifca"): "the scenario kind and the feature's name",
     ("scenarios/config/node_spec.py", "ifca"): "the scenario kind (node_catalog.json)",
     ("scenarios/speed/feature.py", "ifca"): "the scenario kind",
+    ("scenarios/speed/keys.py", "ifca"): "the scenario kind (kinds with worker SuperNodes)",
     ("fedpriv/ifca.py", "ifca"): "the action name of a leakage-ledger entry",
     ("clients/ifca_client.py", "ifca"): "the party name of the client's ledger file",
 }

@@ -9,7 +9,9 @@ message's ``config`` record (:mod:`scenarios.app.wire_config`; the client merges
 ``config["client-task"]`` (default ``standard``) picks the training routine out of
 :data:`scenarios.app.client_tasks.TASKS`; custom message types (IFCA) are served by
 :data:`scenarios.app.client_tasks.MESSAGE_HANDLERS` (their config resolved the same way,
-:func:`with_config`). This module imports client code only: no
+:func:`with_config`). A worker SuperNode of the simulation serves several
+virtual clients, each through these same handlers with its own Context
+(:func:`scenarios.app.worker.serves_virtual`). This module imports client code only: no
 server app, CLI, report or plotting module is loaded in a worker.
 
 Every reply passes :func:`disclose`: in a privacy mode, its MetricRecords keep
@@ -39,7 +41,6 @@ from scenarios.app import quiet
 quiet.configure_process()
 
 from flwr.app import (  # noqa: E402
-    ConfigRecord,
     Context,
     Error,
     Message,
@@ -69,6 +70,7 @@ from scenarios.app.task_names import (  # noqa: E402
     ZONE_NODE_TASK,
 )
 from scenarios.app.wire_config import DIGEST_KEY, client_config  # noqa: E402
+from scenarios.app.worker import answer_record, serves_virtual  # noqa: E402
 from scenarios.config.node_spec import node_spec  # noqa: E402
 from scenarios.config.schema import ConfigError  # noqa: E402
 from scenarios.config.specs import NodeCall, node_call  # noqa: E402
@@ -130,13 +132,16 @@ def resolved(msg: Message, context: Context, kind: str, task: str = "") -> NodeC
 
 
 @app.query()
+@serves_virtual
 def query(msg: Message, context: Context) -> Message:
-    """Answer the server's partition discovery."""
-    content = RecordDict({QUERY_KEY: ConfigRecord({"partition-id": partition_id(context)})})
+    """Answer the server's partition discovery: this node's partition id and the clients it
+    serves (a worker SuperNode's virtual clients, :mod:`scenarios.app.worker`)."""
+    content = RecordDict({QUERY_KEY: answer_record(context, partition_id(context))})
     return Message(content=content, reply_to=msg)
 
 
 @app.train()
+@serves_virtual
 def train(msg: Message, context: Context) -> Message:
     """Run the training task the server asked for (or refuse it, :func:`resolved`)."""
     call = resolved(msg, context, "train")
@@ -160,6 +165,7 @@ def train(msg: Message, context: Context) -> Message:
 
 
 @app.evaluate()
+@serves_virtual
 def evaluate(msg: Message, context: Context) -> Message:
     """Loss and accuracy of the received global model on this client's test split."""
     call = resolved(msg, context, "evaluate")
@@ -202,4 +208,4 @@ def with_config(
 
 
 for _kind, _action, _handler in MESSAGE_HANDLERS:
-    getattr(app, _kind)(_action)(with_config(_handler, _kind, _action))
+    getattr(app, _kind)(_action)(serves_virtual(with_config(_handler, _kind, _action)))

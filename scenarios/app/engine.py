@@ -65,7 +65,7 @@ from fedpriv.reporting.records import RoundRecord
 from fedpriv.reporting.runlog import RunLog, read_rounds
 from fedpriv.spec import RunSpec, TrainSpec
 from scenarios.app import startup
-from scenarios.app.federation import PartitionGrid
+from scenarios.app.federation import PartitionGrid, supernodes
 from scenarios.app.fused import evaluate_in_train
 from scenarios.app.recorder import RoundRecorder
 from scenarios.app.round_loop import (  # noqa: F401  (RoundState, run_rounds: re-exported)
@@ -350,6 +350,7 @@ def train_run(
     )
     final = last.to_numpy_ndarrays() if last is not None else weights
     extra: dict[str, Any] = startup.run_times(t0)  # the whole run's and its start-up's
+    extra["supernodes"] = supernodes(grid)
     extra.update(budget_stopped(recorder))
     if hooks.summary_extra is not None:
         extra.update(hooks.summary_extra(rounds))

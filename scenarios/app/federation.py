@@ -22,7 +22,6 @@ from flwr.common import ConfigRecord, Message, MessageType, RecordDict
 from flwr.server import Grid
 
 from fedpriv.zonal.release import ZONE_CLIENTS_KEY
-from scenarios.config.specs import ServerRun
 
 QUERY_KEY = "fedpriv-query"
 
@@ -145,6 +144,13 @@ def sample_partitions(
     return sorted(int(p) for p in rng.choice(num_clients, size=per_round, replace=False))
 
 
+def supernodes(grid: Any) -> int:
+    """How many SuperNodes a run's grid sends to (workers, zones or one per client; 0 for a
+    grid that does not say)."""
+    count = getattr(grid, "supernodes", None)
+    return int(count()) if callable(count) else 0
+
+
 class PartitionGrid:
     """A ``Grid`` proxy that restricts and orders nodes by partition id."""
 
@@ -164,6 +170,10 @@ class PartitionGrid:
         node id) to their partitions; the newest node of a partition takes it over.
         Returns the partitions that were re-mapped (none in the simulation engine)."""
         return remap_joined(self._grid, self.node_to_partition, self.partition_to_node, timeout)
+
+    def supernodes(self) -> int:
+        """How many SuperNodes the messages go to (here one per client)."""
+        return len(self.partition_to_node)
 
     def offer(self, partitions: Optional[Sequence[int]]) -> None:
         """Offer only these partitions to the next ``get_node_ids`` (None = all)."""
@@ -228,6 +238,10 @@ class ZoneGrid(PartitionGrid):
         self._covers: dict[str, list[int]] = {}
         self.reply_log = reply_log  # (instruction, reply) of every reply the ServerApp gets
 
+    def supernodes(self) -> int:
+        """How many SuperNodes the messages go to: one per zone."""
+        return len(self.zone_to_node)
+
     def zone_node(self, zone: int) -> int:
         """The SuperNode of ``zone``."""
         return self.zone_to_node[int(zone)]
@@ -272,23 +286,6 @@ class ZoneGrid(PartitionGrid):
     def _node(self, message: Message) -> int:
         node = message.metadata.src_node_id
         return self._sent.get(message.metadata.reply_to_message_id, node)
-
-
-def federation_grid(grid: Grid, run: ServerRun) -> PartitionGrid:
-    """The run's partition-aware grid: a :class:`ZoneGrid` over the zone SuperNodes when the
-    run has zone nodes (``zonal-runtime = zone-nodes``), else a :class:`PartitionGrid` over
-    one SuperNode per client. The zonal keys' own functions read the run's record."""
-    from scenarios.zonal.keys import federation_size, zone_nodes
-
-    mapping = discover_partitions(grid, federation_size(run.record))
-    if zone_nodes(run.record):
-        inner = getattr(grid, "_grid", grid)
-        if _all_nodes_start_together(grid) and hasattr(inner, "pull_interval"):
-            # the simulation grid polls for replies every 0.1 s; a zone round is ~10 replies
-            # of ~0.2 s of training, so the default poll adds up to half a round
-            inner.pull_interval = ZONE_PULL_INTERVAL_S
-        return ZoneGrid(grid, mapping, run.spec.participation.population)
-    return PartitionGrid(grid, mapping)
 
 
 def save_replies(folder: str | Path) -> Callable[[Optional[Message], Message], None]:

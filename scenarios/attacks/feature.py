@@ -111,23 +111,23 @@ def check_cia_config(cfg: Mapping[str, Any], catalog: Catalog) -> None:
 # --- the ServerApp runner (imports Flower lazily: the CLI does not need it) ---------------
 
 
-def _absent_grid_class():
-    from scenarios.app.federation import PartitionGrid
-
-    class AbsentClientsGrid(PartitionGrid):
-        """A :class:`PartitionGrid` that never offers the ``absent`` partitions."""
-
-        def __init__(self, grid: Any, node_to_partition: dict[int, int], absent: set[int]):
-            super().__init__(grid, node_to_partition)
-            self.absent = set(absent)
-            self.online -= self.absent
-            self.offer(None)
+def _absent_grid(base: Any, absent: set[int]) -> Any:
+    """``base`` (the run's :class:`scenarios.app.federation.PartitionGrid`, or its
+    ``VirtualGrid`` over worker SuperNodes) as a grid that never offers the ``absent``
+    partitions; ``base`` itself is left as it is."""
+    class AbsentClientsGrid(type(base)):
+        """The run's grid without the ``absent`` partitions."""
 
         def offer(self, partitions: Optional[Sequence[int]]) -> None:
             parts = sorted(self.partition_to_node) if partitions is None else partitions
             self._offered = sorted(p for p in parts if p not in self.absent)
 
-    return AbsentClientsGrid
+    grid = AbsentClientsGrid.__new__(AbsentClientsGrid)  # base's state, shallow
+    grid.__dict__.update(base.__dict__)
+    grid.absent = set(absent)
+    grid.online = set(base.online) - grid.absent
+    grid.offer(None)
+    return grid
 
 
 def _attacker_view(attacker):
@@ -160,7 +160,7 @@ def _strategy_config(cfg: Mapping[str, Any], absent: set[int]) -> dict[str, Any]
 
 
 def _run_phase(
-    grid, run: ServerRun, data, mapping, attacker, absent: set[int], out_dir: str, catalog: Catalog
+    grid, run: ServerRun, data, attacker, absent: set[int], out_dir: str, catalog: Catalog
 ) -> dict:
     """One standard run (target present or absent) with the attacker observing each round.
 
@@ -181,7 +181,7 @@ def _run_phase(
         return {"cia": {"absent": sorted(absent), "rounds": per_round}}
 
     outcome = train_run(
-        _absent_grid_class()(grid, mapping, absent),
+        _absent_grid(grid, absent),
         run.variant({"output-dir": out_dir}),
         data,
         catalog,
@@ -199,7 +199,7 @@ def run_cia(grid, run: ServerRun, catalog: Catalog) -> None:
     from clients.keras_client import federated_data, model_for, predict_proba
     from fedpriv.attacks.cia import CIAAttacker, check_cia_roles, shadow_indices
     from fedpriv.seeds import derive_seed
-    from scenarios.app.federation import discover_partitions
+    from scenarios.app.virtual_grid import discover_federation
 
     t0 = time.time()
     run = run.variant({"local-epochs": int(run.record["cia-local-epochs"])})
@@ -225,13 +225,11 @@ def run_cia(grid, run: ServerRun, catalog: Catalog) -> None:
         x_members=target.x_train,
         y_members=target.y_train,
     )
-    mapping = discover_partitions(grid, n)
+    pgrid = discover_federation(grid, run)  # one SuperNode per client, or worker SuperNodes
     out = Path(spec.output_dir)
-    present = _run_phase(grid, run, data, mapping, attacker, set(), str(out), catalog)
+    present = _run_phase(pgrid, run, data, attacker, set(), str(out), catalog)
     absent = (
-        _run_phase(
-            grid, run, data, mapping, attacker, {target_id}, str(out / "target-absent"), catalog
-        )
+        _run_phase(pgrid, run, data, attacker, {target_id}, str(out / "target-absent"), catalog)
         if cfg["cia-absent-run"]
         else {"rounds": []}
     )

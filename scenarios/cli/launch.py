@@ -138,14 +138,14 @@ WORKER_ENV = ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL", "TF_NUM_INTEROP_THREADS",
 def simulation_command(
     cfg: dict[str, Any], overrides: Sequence[str], federation: str | Federation, share: int = 1
 ) -> list[str]:
-    """The simulation of ``cfg`` on ``federation``: ``num-clients`` SuperNodes (one per zone
-    with zone nodes, :func:`scenarios.zonal.keys.federation_size`), in-process
-    and offline (``scenarios.cli.simulation_runner``; ``flower-simulation`` up to Flower 1.41)."""
-    settings = federation_settings(federation)
-    from scenarios.zonal.keys import federation_size
+    """The simulation of ``cfg`` on ``federation`` (:func:`scenarios.speed.workers.simulation_size`
+    SuperNodes), in-process and offline (``scenarios.cli.simulation_runner``)."""
+    from scenarios.speed.workers import simulation_size
 
+    settings = federation_settings(federation)
+    size, overrides = simulation_size(cfg, overrides, settings.get("backend", {}))
     forward = sorted({*settings.get("env", {}), *WORKER_ENV})
-    return runner_command(APP_DIR, federation_size(cfg), settings.get("backend", {}),
+    return runner_command(APP_DIR, size, settings.get("backend", {}),
                           " ".join(overrides), share=share, forward_env=forward)  # fmt: skip
 
 

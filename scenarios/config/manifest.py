@@ -32,8 +32,9 @@ __all__ = [
 
 MANIFEST = "run-config.json"
 SUMMARY = "summary.json"
-# keys that name where or how loudly a run writes, not what it computes
-NEUTRAL_KEYS = frozenset({"output-dir", "verbose"})
+# keys that name where or how loudly a run writes, or how many processes serve its clients,
+# not what it computes
+NEUTRAL_KEYS = frozenset({"output-dir", "verbose", "num-workers"})
 
 
 def fingerprint_config(cfg: Mapping[str, Any]) -> dict[str, Any]:

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
@@ -360,23 +360,25 @@ def node_spec(run_id: int, run_config: Mapping[str, Any], node_config: Mapping[s
     node's partition (zone id for a zone node), ``client-state-dir`` its state folder.
     Raises :class:`ConfigError` for a bad own value (the node refuses every message).
     """
-    ident = (run_id, _digest(run_config), _digest(node_config))
+    keys = node_keys()
+    own_keys = {k: v for k, v in node_config.items() if k in keys}
+    # the variants depend on the node's own keys, not on its partition: one resolution
+    # serves every virtual client of a worker SuperNode (scenarios.app.worker)
+    ident = (run_id, _digest(run_config), _digest(own_keys))
     if ident not in _CACHE:
-        keys = node_keys()
-        own = {**run_config, **{k: v for k, v in node_config.items() if k in keys}}
+        own = {**run_config, **own_keys}
         base = resolve_node(own)
         cells = _plan_cells(base) if base["run-plan"] else []
         runs = _own_placement([v for cfg in [base, *cells] for v in _expand(cfg)], own)
         if len(_CACHE) > 8:
             _CACHE.clear()
         _CACHE[ident] = NodeSpec(
-            partition=int(node_config["partition-id"]),
+            partition=0,
             variants=tuple(MappingProxyType(v) for v in runs),
-            state_dir=str(node_config.get(STATE_DIR_KEY, "")),
-            ledger_dir=str(
-                ledger_folder(
-                    str(node_config.get(STATE_DIR_KEY, "") or ""), {**run_config, **node_config}
-                )
-            ),  # fmt: skip
+            state_dir="",
         )
-    return _CACHE[ident]
+    return replace(
+        _CACHE[ident],
+        partition=int(node_config["partition-id"]),
+        state_dir=str(node_config.get(STATE_DIR_KEY, "")),
+    )

@@ -272,6 +272,7 @@ def run_one(
     of this config continues after its last completed round."""
     from clients.partitions import federated_data
     from scenarios.app.engine import RoundState
+    from scenarios.app.federation import supernodes
     from scenarios.app.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
     from scenarios.app.startup import data_loaded, run_times
     from scenarios.ifca.outputs import build_summary
@@ -333,6 +334,7 @@ def run_one(
     final, per_client = final_evaluation(grid, strategy, result.arrays, spec, config)
     summary = build_summary(run, data, strategy, result.arrays, final, per_client, rounds)
     summary.update(run_times(t0))  # wall_seconds: the whole run, start-up included
+    summary["supernodes"] = supernodes(grid)
     runlog.write_summary(summary)
     from fedpriv.reporting.ifca_plots import run_title, write_run_plots
 
@@ -350,12 +352,12 @@ def run_one(
 
 def run_ifca(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     """Runner of kind ``ifca``: one run, or every run of ``ifca-sweep`` in this simulation."""
-    from scenarios.app.federation import PartitionGrid, discover_partitions
+    from scenarios.app.virtual_grid import discover_federation
     from scenarios.ifca.outputs import sweep_table
 
     t0 = time.time()
     cfg, spec = run.record, run.spec
-    pgrid = PartitionGrid(grid, discover_partitions(grid, spec.participation.population))
+    pgrid = discover_federation(grid, run)  # one SuperNode per client, or worker SuperNodes
     sweep = sweep_configs(cfg, catalog)
     if not sweep:
         run_one(pgrid, run)

@@ -18,6 +18,13 @@
   message follows the last round only. ``auto`` (the default): on where that is the same
   evaluation as today's (every client trains every round, standard run kind, not zonal),
   off elsewhere; ``true`` elsewhere is refused.
+- ``num-workers`` — W, the simulation's worker SuperNodes (:mod:`scenarios.app.virtual_grid`):
+  the ``num-clients`` clients run as virtual clients, dealt round-robin to W SuperNodes, each
+  served with its own Context; one message per worker and round. ``auto`` (the default): the
+  actors the backend can run at once (its CPUs over the client's ``num-cpus``), at most
+  ``num-clients``; ``num-workers = num-clients`` is the one-SuperNode-per-client path. Only
+  for the scenario kinds in :data:`WORKER_KINDS` (others keep one SuperNode per client) and
+  never with zone SuperNodes; the Deployment Engine is unchanged (one client per SuperNode).
 """
 
 from __future__ import annotations
@@ -30,6 +37,18 @@ def _auto_or_bool(value):
     if value != "auto" and not isinstance(value, bool):
         raise ValueError("not auto or a bool")
     return value
+
+
+def _auto_or_count(value):
+    if value == "auto":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError("not auto or an integer >= 1")
+    return int(value)
+
+
+# the run kinds whose runners address virtual clients on worker SuperNodes
+WORKER_KINDS = frozenset({"standard", "ifca", "cia"})
 
 
 def _image_size(value):
@@ -69,4 +88,27 @@ KEYS = (
         "round t's train message also evaluates the model after round t-1 (one message per "
         "round; auto = on where every client trains every round)",
     ),
+    key(
+        "num-workers",
+        "auto",
+        _auto_or_count,
+        "auto | an integer >= 1",
+        "worker SuperNodes of the simulation, each serving its share of the clients "
+        "(auto = the backend's CPUs; num-clients = one SuperNode per client)",
+    ),
 )
+
+
+def simulation_workers(
+    cfg: dict, kinds: set[str], cpus: float, cpus_per_client: float
+) -> int | None:
+    """W, the worker SuperNodes of the simulation of ``cfg`` whose cells are of ``kinds``,
+    or None for one SuperNode per client (a kind outside :data:`WORKER_KINDS`, or a config
+    without the key). ``auto``: ``cpus // cpus_per_client`` (at least 1); always at most
+    ``num-clients``."""
+    value = cfg.get("num-workers")
+    if value is None or not kinds or not kinds <= WORKER_KINDS:
+        return None
+    if value == "auto":
+        value = max(1, int(cpus // max(float(cpus_per_client), 1e-9)))
+    return min(int(value), int(cfg["num-clients"]))

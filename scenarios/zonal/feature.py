@@ -296,7 +296,7 @@ def run_zonal_compare(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     """Every placement (and zone count) in one simulation, then the comparison report."""
     from clients.partitions import federated_data
     from scenarios.app import startup as status
-    from scenarios.app.federation import federation_grid
+    from scenarios.app.virtual_grid import federation_grid
     from scenarios.zonal.report import write_compare_outputs
 
     t0 = time.time()

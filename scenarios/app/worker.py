@@ -1,0 +1,186 @@
+"""A worker SuperNode: its virtual clients, each served as a SuperNode of its own would be.
+
+In the simulation with ``num-workers`` W < ``num-clients`` (:mod:`scenarios.app.virtual_grid`),
+Flower gives SuperNode ``w`` the ``node_config`` ``partition-id = w``, ``num-partitions = W``.
+Such a node is a worker: from ITS OWN config it serves the partitions
+:func:`scenarios.app.packing.worker_clients` names (``p mod W = w``) and nothing else.
+
+A packed message (:mod:`scenarios.app.packing`) is unpacked into one message per client;
+each runs through the ClientApp's own handler (:mod:`scenarios.app.client_app`) with a
+``Context`` of its own (:func:`client_context`): the worker's run config, a ``node_config``
+whose ``partition-id`` is the client's (``num-partitions`` = ``num-clients``), a state folder
+of its own when the worker's ``node_config`` names one (``<folder>/client-<p>``), and a state
+of its own kept in the worker's state under ``"<record>@<p>"``. So every client resolves its
+own spec, checks the message against it, counts its own releases in its own ledgers, and a
+refusal or an exception is that client's error reply, as on a SuperNode of its own.
+
+A packed message that names a partition the worker does not serve is refused whole (one
+error reply naming the partitions); a plain message to a worker of several clients is
+refused too (it would run as the worker's own ``partition-id``). The partition discovery
+``query`` is answered with the served partitions (``clients``).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
+from flwr.common.constant import ErrorCode
+
+from fedpriv.privacy.ownership import REFUSED_CODE
+from fedpriv.privacy.releases import STATE_DIR_KEY
+from scenarios.app.packing import CLIENTS_KEY, SEP, is_packed, pack_replies, unpack, worker_clients
+from scenarios.config.node_spec import load_snapshot, node_spec
+from scenarios.config.schema import ConfigError
+from scenarios.speed.keys import WORKER_KINDS
+from scenarios.zonal.keys import zone_nodes
+
+Handler = Callable[[Message, Context], Message]
+
+__all__ = ["CLIENTS_KEY", "client_context", "serves_virtual", "served_clients"]
+
+
+def served_clients(context: Context) -> list[int]:
+    """The partitions this node serves, from its own ``node_config`` and own config: a worker
+    of a run kind that has workers (:data:`scenarios.speed.keys.WORKER_KINDS`, not with zone
+    SuperNodes, whose ``partition-id`` is a zone) serves its share; any other node its one
+    ``partition-id``."""
+    worker = int(context.node_config["partition-id"])
+    try:
+        own = node_spec(context.run_id, context.run_config, context.node_config).base
+    except ConfigError:  # a bad own config: the handlers refuse every message with its line
+        return [worker]
+    kind = load_snapshot()["scenarios"][own["scenario"]]["kind"]
+    if kind not in WORKER_KINDS or zone_nodes(own):
+        return [worker]
+    num_clients = int(own["num-clients"])
+    workers = int(context.node_config.get("num-partitions", num_clients))
+    return worker_clients(worker, workers, num_clients)
+
+
+def _is_worker(context: Context) -> bool:
+    return served_clients(context) != [int(context.node_config["partition-id"])]
+
+
+def client_states(context: Context) -> dict[int, dict[str, Any]]:
+    """The worker's state split per client: partition -> {record name: record}
+    (``"<record>@<p>"`` in the worker's state), in one pass."""
+    out: dict[int, dict[str, Any]] = {}
+    for key, record in context.state.items():
+        name, _, tail = key.rpartition(SEP)
+        if name and tail.isdigit():
+            out.setdefault(int(tail), {})[name] = record
+    return out
+
+
+def client_context(
+    context: Context, partition: int, num_clients: int, state: dict[str, Any] | None = None
+) -> Context:
+    """Virtual client ``partition``'s Context on this worker (module docstring); ``state``:
+    its records (:func:`client_states`; None: read from the worker's state)."""
+    node_config = dict(context.node_config)
+    node_config["partition-id"] = int(partition)
+    node_config["num-partitions"] = int(num_clients)
+    folder = str(node_config.get(STATE_DIR_KEY, "") or "")
+    if folder and folder != "auto":
+        node_config[STATE_DIR_KEY] = f"{folder.rstrip('/')}/client-{int(partition)}"
+    if state is None:
+        state = client_states(context).get(int(partition), {})
+    return Context(
+        run_id=context.run_id,
+        node_id=context.node_id,
+        node_config=node_config,
+        state=RecordDict(dict(state)),
+        run_config=context.run_config,
+    )
+
+
+def _keep_state(context: Context, client: Context, partition: int, old: Any = ()) -> None:
+    """Write the client's state back into the worker's (``"<record>@<p>"``); ``old``: the
+    names it had."""
+    tail = f"{SEP}{int(partition)}"
+    for name in old:
+        if f"{name}{tail}" in context.state:
+            del context.state[f"{name}{tail}"]
+    for key, record in client.state.items():
+        context.state[f"{key}{tail}"] = record
+
+
+def _sub_message(msg: Message, partition: int, content: RecordDict) -> Message:
+    metadata = copy.copy(msg.metadata)
+    metadata.__dict__["_message_id"] = f"{msg.metadata.message_id}{SEP}{int(partition)}"
+    return Message(content=content, metadata=metadata)
+
+
+def _refuse(msg: Message, reason: str) -> Message:
+    return Message(Error(code=REFUSED_CODE, reason=reason), reply_to=msg)
+
+
+def serve_packed(handler: Handler, msg: Message, context: Context) -> Message:
+    """Run ``handler`` for every client of a packed message; one packed reply."""
+    served = served_clients(context)
+    contents = unpack(msg.content)
+    foreign = sorted(set(contents) - set(served))
+    if foreign:
+        return _refuse(
+            msg,
+            f"packed message names partition(s) {foreign[:5]}; this worker serves only "
+            f"{len(served)} partition(s) p with p mod num-partitions = partition-id "
+            f"(its own node_config)",
+        )
+    num_clients = int(
+        node_spec(context.run_id, context.run_config, context.node_config).base["num-clients"]
+    )
+    replies: dict[int, RecordDict] = {}
+    errors: dict[int, tuple[int, str]] = {}
+    states = client_states(context)
+    for partition, content in contents.items():
+        own = states.get(partition, {})
+        client = client_context(context, partition, num_clients, own)
+        try:
+            reply = handler(_sub_message(msg, partition, content), client)
+        except Exception as err:  # noqa: BLE001 (that client's error reply, as Flower's)
+            errors[partition] = (
+                ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+                f"{type(err).__name__}: {err}",
+            )
+            continue
+        _keep_state(context, client, partition, own)
+        if reply.has_error():
+            errors[partition] = (int(reply.error.code), str(reply.error.reason))
+        else:
+            replies[partition] = reply.content
+    return Message(content=pack_replies(replies, errors), reply_to=msg)
+
+
+def serves_virtual(handler: Handler) -> Handler:
+    """``handler`` for a node that may be a worker: packed messages are served per client
+    (:func:`serve_packed`), a plain message to a worker of several clients is refused, and
+    a plain message to a one-client node is ``handler``'s as before."""
+
+    @functools.wraps(handler)
+    def serve(msg: Message, context: Context) -> Message:
+        if msg.has_content() and is_packed(msg.content):
+            return serve_packed(handler, msg, context)
+        if msg.metadata.message_type != MessageType.QUERY and _is_worker(context):
+            return _refuse(
+                msg,
+                "this SuperNode is a worker of several virtual clients (num-partitions < "
+                "num-clients): it serves packed messages only",
+            )
+        return handler(msg, context)
+
+    return serve
+
+
+def query_answer(context: Context, partition: int) -> dict[str, Any]:
+    """What the partition query reports: the node's partition id and the clients it serves."""
+    return {"partition-id": int(partition), CLIENTS_KEY: served_clients(context)}
+
+
+def answer_record(context: Context, partition: int) -> ConfigRecord:
+    """:func:`query_answer` as a ConfigRecord."""
+    return ConfigRecord(query_answer(context, partition))

@@ -1,0 +1,75 @@
+"""How many SuperNodes a simulation starts: W worker SuperNodes or one per client (or zone).
+
+:func:`simulation_size` is what ``fedpriv run`` (:mod:`scenarios.cli.launch`) asks before it
+starts the simulation. Workers serve the clients as virtual clients
+(:mod:`scenarios.app.virtual_grid`) where every run kind of the simulation allows it
+(:data:`scenarios.speed.keys.WORKER_KINDS`); ``num-workers = auto`` is resolved here and
+handed to the ServerApp as ``num-workers = W``, so the server expects exactly W nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from scenarios.config.node_spec import load_snapshot
+from scenarios.speed.keys import simulation_workers
+from scenarios.zonal.keys import federation_size, zone_nodes
+
+__all__ = ["scenario_kind", "simulation_size"]
+
+# an explicit ``num-workers = "auto"`` in the overrides (replaced by the resolved count)
+AUTO_OVERRIDE = re.compile(r"""(^|\s)num-workers\s*=\s*("auto"|'auto'|auto)(?=\s|$)""")
+
+
+def scenario_kind(cfg: Mapping[str, Any]) -> str:
+    """The run kind of a resolved config (from the scenario catalog snapshot)."""
+    return str(load_snapshot()["scenarios"][cfg["scenario"]]["kind"])
+
+
+def _plan_configs(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The cell configs of the plan ``cfg`` runs (``run-plan``), else ``[cfg]``."""
+    if not cfg.get("run-plan"):
+        return [dict(cfg)]
+    try:
+        return [dict(c["config"]) for c in json.loads(Path(cfg["run-plan"]).read_text())["cells"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return [dict(cfg)]
+
+
+def simulation_size(
+    cfg: Mapping[str, Any], overrides: Sequence[str], backend: Mapping[str, Any]
+) -> tuple[int, list[str]]:
+    """(SuperNodes, run-config overrides) of the simulation of ``cfg``: one per zone with zone
+    nodes, W worker SuperNodes serving the clients as virtual clients where the run kinds
+    allow it, else one per client (:func:`scenarios.zonal.keys.federation_size`).
+
+    ``num-workers = auto`` is resolved here: this machine's CPUs over the client's
+    ``num-cpus`` (with ``num-gpus`` > 0, at most the clients its GPUs hold at once), handed to
+    the ServerApp as ``num-workers = W``."""
+    size, overrides = federation_size(cfg), list(overrides)
+    configs = _plan_configs(cfg)
+    if zone_nodes(cfg) or any(zone_nodes(c) for c in configs) or "scenario" not in cfg:
+        return size, overrides
+    workers = {c.get("num-workers", cfg.get("num-workers")) for c in configs}
+    own = {**cfg, "num-workers": workers.pop() if len(workers) == 1 else cfg.get("num-workers")}
+    kinds = {scenario_kind(c) for c in configs}
+    resources = backend.get("client-resources", {})
+    per_client = float(resources.get("num-cpus", 1) or 1)
+    slots = float(os.cpu_count() or 1)
+    gpus_per_client = float(resources.get("num-gpus", 0) or 0)
+    if gpus_per_client > 0 and own["num-workers"] == "auto":  # the GPUs the clients share
+        from scenarios.cli.ray_cluster import local_gpus
+
+        slots = min(slots, per_client * max(1, int(local_gpus() / gpus_per_client)))
+    count = simulation_workers(own, kinds, slots, per_client)
+    if count is None:
+        return size, overrides
+    if own["num-workers"] != "auto":  # the ServerApp resolves the same number itself
+        return count, overrides
+    kept = [AUTO_OVERRIDE.sub("", text).strip() for text in overrides]
+    return count, [*(t for t in kept if t), f"num-workers={count}"]

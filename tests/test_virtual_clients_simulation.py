@@ -1,0 +1,140 @@
+"""Virtual clients on 2 worker SuperNodes give the run of one SuperNode per client.
+
+Each privacy mode runs twice as cells of a real Flower simulation (``fedpriv``'s
+``run-plan``, seeded noise and sampling): once with ``num-workers = 2`` (the 4 digits
+clients as virtual clients of 2 SuperNodes, packed messages) and once with ``num-workers =
+4`` (one SuperNode per client, the reference). The round records (metrics, sampled and
+replied clients, σ, clipping, ε and counts) and the final model agree within float
+tolerance. Covered: none, global-dp, metric-dp, dp-sgd, and zonal in the server with the
+ldp, hdp and cdp placements; IFCA (its own message types, client-side noise and ledgers) on
+2 workers against 120 SuperNodes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.simulate import run_fedpriv, run_fedpriv_cells
+
+pytestmark = pytest.mark.simulation
+
+ROUNDS = 2
+MODES = {
+    "none": {"privacy": "none"},
+    "global-dp": {"privacy": "global-dp"},
+    "metric-dp": {"privacy": "metric-dp"},
+    "dp-sgd": {"privacy": "dp-sgd", "local-epochs": 1},
+    **{
+        f"zonal-{placement}": {
+            "privacy": "zonal",
+            "zonal-runtime": "in-server",
+            "noise-placement": placement,
+            "num-zones": 2,
+        }
+        for placement in ("ldp", "hdp", "cdp")
+    },
+}
+# keys of a round record that time the run rather than compute it
+TIMING = {"seconds", "wall_seconds", "time", "duration", "supernodes"}
+
+
+def _runs(workers: int, base: Path) -> dict:
+    return {
+        mode: (
+            {"scenario": "digits", "seed": 3, "num-server-rounds": ROUNDS, "num-workers": workers,
+             **overrides},
+            base / f"w{workers}" / mode,
+        )  # fmt: skip
+        for mode, overrides in MODES.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("virtual")
+    out = {}
+    for workers in (2, 4):
+        runs = _runs(workers, base)
+        results = run_fedpriv_cells(runs, base / f"plan{workers}")
+        for mode, result in results.items():
+            out.setdefault(mode, {})[workers] = (*result, runs[mode][1])
+    return out
+
+
+def _close(a, b, path: str) -> None:
+    """``a`` equals ``b`` with floats within tolerance (recursively)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = (set(a) | set(b)) - TIMING
+        assert set(a) - TIMING == set(b) - TIMING, (path, sorted(set(a) ^ set(b)))
+        for k in keys:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        if math.isnan(a) and math.isnan(b):
+            return
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-6), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+def _weights(path: Path) -> list[np.ndarray]:
+    with np.load(path / "final_weights.npz") as data:
+        return [data[k] for k in sorted(data.files, key=lambda k: int(k.split("_")[1]))]
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_two_workers_give_the_run_of_one_supernode_per_client(pairs, mode):
+    virtual, reference = pairs[mode][2], pairs[mode][4]
+    for rc, _, _, log, _ in (virtual, reference):
+        assert rc == 0, log[-3000:]
+    assert (virtual[1]["supernodes"], reference[1]["supernodes"]) == (2, 4)
+    rounds_v, rounds_r = virtual[2], reference[2]
+    assert len(rounds_v) == len(rounds_r) == ROUNDS + 1
+    for a, b in zip(rounds_v, rounds_r):
+        _close(a, b, f"round {a.get('round')}")
+    for a, b in zip(_weights(virtual[4]), _weights(reference[4])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    _close(virtual[1].get("privacy", {}), reference[1].get("privacy", {}), "summary.privacy")
+    _close(virtual[1]["final"], reference[1]["final"], "summary.final")
+
+
+GP = {  # IFCA (GP Algorithm 1) with client-side d-privacy noise, 3 rounds
+    "scenario": "gp-synthetic",
+    "unaccounted-metrics": True,
+    "ifca-noise-multiplier": 5,
+    "seed": 0,
+    "num-server-rounds": 3,
+    "patience": 50,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.guard
+def test_ifca_on_two_workers_is_the_run_of_one_supernode_per_client(tmp_path):
+    """The same rounds (cluster choices, released clients, leakage), the same final
+    evaluation and the same per-client leakage ledgers on 2 workers as on 120 SuperNodes."""
+    out = {}
+    for workers in (2, 120):
+        rc, summary, rounds, log = run_fedpriv(
+            {**GP, "num-workers": workers}, tmp_path / f"w{workers}", timeout=1200
+        )
+        assert rc == 0, log[-3000:]
+        out[workers] = (summary, rounds, tmp_path / f"w{workers}")
+    assert out[2][0]["supernodes"] == 2 and out[120][0]["supernodes"] == 120
+    for a, b in zip(out[2][1], out[120][1]):
+        _close(a, b, f"round {a.get('round')}")
+    _close(out[2][0]["final"], out[120][0]["final"], "final")
+    _close(out[2][0]["leakage"], out[120][0]["leakage"], "leakage")
+    ledgers = [
+        {p.name: json.loads(p.read_text())["spent"] for p in (d / "client-state").glob("*.json")}
+        for _, _, d in out.values()
+    ]
+    assert ledgers[0] == ledgers[1] and ledgers[0]
