@@ -100,7 +100,7 @@ def weight_problem(reply: Message, key: str = WEIGHT_KEY) -> Optional[str]:
 
 def sender_name(grid: object, reply: Message) -> str:
     """``zone Z`` or ``partition P`` when the grid maps the reply's sender (a
-    ``scenarios.app.federation`` grid), else ``node N`` (Flower's node id)."""
+    ``scenarios.nodes.federation`` grid), else ``node N`` (Flower's node id)."""
     for attr, label in (("zone_of", "zone"), ("partition_of", "partition")):
         find = getattr(grid, attr, None)
         if find is not None:

@@ -2,7 +2,7 @@
 
 :class:`ZoneNodeAggregation` is :class:`strategies.zonal.ZonalAggregation` for
 ``zonal-runtime = zone-nodes``: the federation's SuperNodes are the zones
-(:class:`scenarios.app.federation.ZoneGrid`), and the zone arithmetic runs in them, not in the
+(:class:`scenarios.nodes.federation.ZoneGrid`), and the zone arithmetic runs in them, not in the
 ServerApp. Each round it
 
 1. runs the super-node elections and simulated failures of HDP §IV-A as before; a zone

@@ -176,9 +176,9 @@ def run_in_process(run_config: dict, tmp_path, num_clients: int):
     real ClientApp handlers in process (no Ray: :class:`tests.test_new_mode.InProcessGrid`)."""
     from clients.keras_client import federated_data
     from scenarios.app.engine import train_run
-    from scenarios.app.federation import PartitionGrid
     from scenarios.config.features import CATALOG
     from scenarios.config.specs import server_run
+    from scenarios.nodes.federation import PartitionGrid
     from tests.test_new_mode import InProcessGrid
 
     run_config = {**run_config, "output-dir": str(tmp_path / "run")}

@@ -21,10 +21,10 @@ from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from clients.adversary import ATTACKS, attack_weights, parse_partitions, tamper_reply
 from fedpriv.privacy.mechanisms import metric_sigma_lower_bound
 from scenarios.app.engine import build_strategy, run_config_as_record
-from scenarios.app.federation import PartitionGrid
 from scenarios.config.features import CATALOG
 from scenarios.config.registry import resolve_run_config
 from scenarios.config.specs import run_spec, server_run
+from scenarios.nodes.federation import PartitionGrid
 
 SHAPES = [(4, 3), (3,), (2, 2, 2)]
 M = 4

@@ -17,9 +17,9 @@ from fedpriv.ifca import CONFIG_KEY, HYPOTHESES_KEY, REPLY_KEY
 from fedpriv.privacy import dpsgd
 from fedpriv.privacy.disclosure import unaccounted_channels
 from scenarios.app.client_app import app
-from scenarios.app.federation import QUERY_KEY
 from scenarios.config.registry import resolve_run_config
 from scenarios.config.specs import data_spec, run_spec, server_run, train_spec
+from scenarios.nodes.federation import QUERY_KEY
 
 FAST = {"num-server-rounds": 1, "local-epochs": 1, "num-clients": 4}
 NEVER_UNDER_DP = {"train-loss", "loss", "accuracy", "zonal-update-norm", "zonal-clipped",

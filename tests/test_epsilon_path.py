@@ -20,11 +20,11 @@ from flwr.common import ConfigRecord, Message, MessageType, MetricRecord, Record
 
 from clients.partitions import federated_data
 from fedpriv.privacy.accounting.planning import worst_case_weight
-from scenarios.app.federation import sample_partitions
 from scenarios.cli.main import main
 from scenarios.config.registry import resolve_run_config
 from scenarios.config.specs import data_spec, run_spec, server_run
 from scenarios.dp.feature import build_dp_wrapper
+from scenarios.nodes.federation import sample_partitions
 from strategies.array_records import named_record
 from strategies.factory import build_stock_strategy
 from tests.flower_reference import act_as_serverapp_task

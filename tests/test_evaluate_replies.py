@@ -109,7 +109,7 @@ class CuriousGrid(ClientAppGrid):
 
 def _run(tmp_path, fused: bool):
     from scenarios.app.engine import train_run
-    from scenarios.app.federation import PartitionGrid
+    from scenarios.nodes.federation import PartitionGrid
 
     run_config = {**RUN, "num-server-rounds": ROUNDS, "evaluate-in-train": fused,
                   "output-dir": str(tmp_path / f"fused-{fused}")}  # fmt: skip

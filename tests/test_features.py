@@ -98,14 +98,15 @@ def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
     # scenarios.app.quiet sets the worker's log levels (logging and os only);
     # scenarios.config.specs builds the node's typed RunSpec from its resolved config, and
     # scenarios.config.node_roles reads the node's role, zone level and state folder from its own
-    # a worker SuperNode serves its virtual clients (scenarios.app.worker) from packed messages
-    # (scenarios.app.packing): client-side, flwr.app only
+    # a worker SuperNode serves its virtual clients (scenarios.nodes.worker) from packed messages
+    # (scenarios.nodes.packing): client-side, flwr.app only
     features = ("adaptive_clip", "attacks", "audit", "client_budgets", "dp", "dp_ftrl", "dp_sgd",
                 "faults", "grid", "ifca", "speed", "standard", "tracking", "zonal")
-    expected = {"scenarios", "scenarios.app", "scenarios.config", "scenarios.app.client_app",
-                "scenarios.app.client_tasks", "scenarios.app.federation", "scenarios.app.quiet",
+    expected = {"scenarios", "scenarios.app", "scenarios.config", "scenarios.nodes",
+                "scenarios.app.client_app",
+                "scenarios.app.client_tasks", "scenarios.nodes.federation", "scenarios.app.quiet",
                 "scenarios.app.task_names", "scenarios.app.wire_config",
-                "scenarios.app.packing", "scenarios.app.worker", "scenarios.config.node_roles",
+                "scenarios.nodes.packing", "scenarios.nodes.worker", "scenarios.config.node_roles",
                 "scenarios.config.node_spec",
                 "scenarios.config.schema", "scenarios.config.specs", "scenarios.zonal.zone_node"}
     expected |= {f"scenarios.{name}" for name in features}  # the feature packages (empty)

@@ -82,7 +82,7 @@ class ClientAppGrid:
 def run(tmp_path, name: str, fused, kill_at=None, **overrides):
     """One in-process run; returns (outcome, grid)."""
     from scenarios.app.engine import train_run
-    from scenarios.app.federation import PartitionGrid
+    from scenarios.nodes.federation import PartitionGrid
 
     run_config = {**RUN, **overrides, "evaluate-in-train": fused}
     run_config["output-dir"] = str(tmp_path / name)

@@ -8,10 +8,10 @@ from flwr.app import ArrayRecord, ConfigRecord
 
 from fedpriv.data import load_federated
 from scenarios.app.engine import build_strategy
-from scenarios.app.federation import PartitionGrid
 from scenarios.config.features import CATALOG
 from scenarios.config.registry import resolve_run_config
 from scenarios.config.specs import server_run
+from scenarios.nodes.federation import PartitionGrid
 
 
 def test_bootstrap_partition_gives_ten_thousand_seeded_clients():

@@ -181,7 +181,7 @@ def test_a_mode_defined_in_one_test_module_runs_end_to_end(catalog, tmp_path):
     from fedpriv.privacy.accounting.target import noise_for_target
     from fedpriv.reporting.console import privacy_statement
     from scenarios.app.engine import train_run
-    from scenarios.app.federation import PartitionGrid
+    from scenarios.nodes.federation import PartitionGrid
 
     run_config = {
         "scenario": "digits", "privacy": NAME, "num-clients": 3, "clients-per-round": 3,

@@ -22,10 +22,10 @@ from scipy import optimize, stats
 
 from fedpriv.privacy.accounting.planning import ALL_REPLY_CONDITION, privacy_plan, reply_losses
 from scenarios.app.engine import build_strategy, run_config_as_record
-from scenarios.app.federation import PartitionGrid
 from scenarios.config.features import CATALOG
 from scenarios.config.registry import resolve_run_config
 from scenarios.config.specs import run_spec, server_run
+from scenarios.nodes.federation import PartitionGrid
 
 M, Z, T, DELTA = 4, 2.0, 10, 1e-5
 NODES = {100 + p: p for p in range(M)}

@@ -330,8 +330,8 @@ def test_a_kill_between_configure_evaluate_and_the_checkpoint_never_releases_unc
     model that left the server, and never exceeds the budget."""
     from fedpriv.privacy.accounting.rounds import GaussianRoundsAccountant
     from scenarios.app.engine import train_run
-    from scenarios.app.federation import PartitionGrid
     from scenarios.config.features import CATALOG
+    from scenarios.nodes.federation import PartitionGrid
 
     base = {
         "privacy": "global-dp", "num-clients": 6, "clients-per-round": 3, "local-epochs": 1,

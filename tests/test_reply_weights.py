@@ -20,10 +20,10 @@ import pytest
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
 from scenarios.app.engine import build_strategy, run_config_as_record
-from scenarios.app.federation import PartitionGrid
 from scenarios.config.features import CATALOG
 from scenarios.config.registry import resolve_run_config
 from scenarios.config.specs import server_run
+from scenarios.nodes.federation import PartitionGrid
 from strategies.validating import MAX_WEIGHT, weight_problem
 
 M = 4

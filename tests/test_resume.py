@@ -24,7 +24,6 @@ from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from fedpriv.checkpoint import capture_state, save_checkpoint
 from fedpriv.reporting.runlog import RunLog, read_rounds
 from scenarios.app.engine import RoundState, build_strategy, run_config_as_record
-from scenarios.app.federation import PartitionGrid, ZoneGrid
 from scenarios.app.recorder import wrapper_chain
 from scenarios.app.resume import checkpoint_hook, load_resumable, restore
 from scenarios.cli.preflight import run_state
@@ -33,6 +32,7 @@ from scenarios.config.manifest import fingerprint, write_manifest
 from scenarios.config.registry import resolve_run_config
 from scenarios.config.schema import ConfigError
 from scenarios.config.specs import server_run
+from scenarios.nodes.federation import PartitionGrid, ZoneGrid
 
 SHAPES = [(5, 3), (3,)]
 NUM = 6

@@ -30,13 +30,13 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from fedpriv import seeds
 from fedpriv.checkpoint import CHECKPOINT, capture_state
 from scenarios.app.engine import build_strategy, run_config_as_record, sampling_rng
-from scenarios.app.federation import PartitionGrid, sample_partitions
 from scenarios.app.recorder import wrapper_chain
 from scenarios.app.resume import restore
 from scenarios.config.features import CATALOG
 from scenarios.config.registry import resolve_run_config
 from scenarios.config.specs import run_spec, server_run
 from scenarios.dp.feature import build_dp_wrapper
+from scenarios.nodes.federation import PartitionGrid, sample_partitions
 from strategies.array_records import named_record
 from strategies.factory import build_stock_strategy
 from tests.flower_reference import act_as_serverapp_task

@@ -212,7 +212,7 @@ PAST_BOUNDARY = (
     "scenarios/app/client_app.py",
     "scenarios/app/client_tasks.py",
     "scenarios/app/engine.py",
-    "scenarios/app/federation.py",
+    "scenarios/nodes/federation.py",
     "scenarios/app/fused.py",
     "scenarios/app/recorder.py",
     "scenarios/app/resume.py",

@@ -193,7 +193,7 @@ def _warnings(caplog):
 
 
 def test_rejections_are_one_warning_a_round_naming_partitions(caplog):
-    from scenarios.app.federation import PartitionGrid
+    from scenarios.nodes.federation import PartitionGrid
 
     g = [np.zeros(3, np.float32)]
     grid = PartitionGrid(None, {7001: 0, 7002: 1, 7003: 2})
@@ -214,7 +214,7 @@ def test_a_zone_asked_for_no_client_declines_without_a_warning(caplog):
     """A zone node sent an empty sample replies with num-examples = 0: left out, but not an
     invalid update (no warning, not in rejected, no failed round under on_invalid='fail');
     a zone that was asked for clients and sends 0 is rejected, named by its zone."""
-    from scenarios.app.federation import ZoneGrid
+    from scenarios.nodes.federation import ZoneGrid
 
     g = [np.zeros(3, np.float32)]
     links = _ZoneLinks()

@@ -6,7 +6,7 @@ contexts. A worker is a node whose own ``node_config`` says ``partition-id = w``
 else. The curious-server attacks of ``tests/test_curious_server.py`` are sent again inside
 packed messages: each client's part is checked against that client's own spec, a packed
 message that names another worker's partition is refused whole, and the DP-SGD ledgers and
-states stay per client. The :class:`scenarios.app.virtual_grid.VirtualGrid` is driven by a
+states stay per client. The :class:`scenarios.nodes.virtual_grid.VirtualGrid` is driven by a
 loop-back grid that hands every message to the real ClientApp with its node's Context.
 """
 
@@ -21,7 +21,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, R
 
 from fedpriv.privacy.ownership import REFUSED_CODE
 from scenarios.app.client_app import app
-from scenarios.app.packing import (
+from scenarios.app.task_names import DPSGD_STATE_KEY
+from scenarios.nodes.packing import (
     PACK_KEY,
     pack,
     pack_replies,
@@ -29,8 +30,7 @@ from scenarios.app.packing import (
     unpack_errors,
     worker_clients,
 )
-from scenarios.app.task_names import DPSGD_STATE_KEY
-from scenarios.app.virtual_grid import VirtualGrid
+from scenarios.nodes.virtual_grid import VirtualGrid
 from scenarios.speed.keys import simulation_workers
 from tests.test_curious_server import (
     AUTO_RUN_CONFIG,
@@ -240,7 +240,7 @@ def test_a_replayed_packed_round_is_one_release_per_client(dpsgd_weights, tmp_pa
 def test_a_zone_supernode_is_not_a_worker():
     """A zone SuperNode's ``num-partitions`` is the number of zones (< num-clients): it serves
     its zone's plain messages, not a share of the clients."""
-    from scenarios.app.worker import served_clients
+    from scenarios.nodes.worker import served_clients
 
     zone = Context(7, 1, {"partition-id": 3, "num-partitions": 10}, RecordDict(),
                    {**AUTO_RUN_CONFIG, "scenario": "hdp-digits"})  # fmt: skip

@@ -3,7 +3,7 @@ where the level lives.
 
 One real simulation (``fedpriv run``, scenario ``hdp-digits``: none / LDP / HDP / CDP one after
 the other) with ``zonal-save-replies = true``: the ZoneGrid writes EVERY reply the ServerApp
-receives, with the instruction it answers (:func:`scenarios.app.federation.save_replies`).
+receives, with the instruction it answers (:func:`scenarios.nodes.federation.save_replies`).
 8 clients in 2 zones, every client sampled (q = 1, W_i = 4), z = 4, C = 0.5, so the noise
 dominates the updates and its std identifies who drew it:
 

@@ -11,7 +11,7 @@ message's ``config`` record (:mod:`scenarios.app.wire_config`; the client merges
 :data:`scenarios.app.client_tasks.MESSAGE_HANDLERS` (their config resolved the same way,
 :func:`with_config`). A worker SuperNode of the simulation serves several
 virtual clients, each through these same handlers with its own Context
-(:func:`scenarios.app.worker.serves_virtual`). This module imports client code only: no
+(:func:`scenarios.nodes.worker.serves_virtual`). This module imports client code only: no
 server app, CLI, report or plotting module is loaded in a worker.
 
 Every reply passes :func:`disclose`: in a privacy mode, its MetricRecords keep
@@ -63,17 +63,17 @@ from scenarios.app.client_tasks import (  # noqa: E402
     call_seed,
     server_round,
 )
-from scenarios.app.federation import QUERY_KEY  # noqa: E402
 from scenarios.app.task_names import (  # noqa: E402
     EVALUATE_RECEIVED_KEY,
     EVALUATION_RECORD,
     ZONE_NODE_TASK,
 )
 from scenarios.app.wire_config import DIGEST_KEY, client_config  # noqa: E402
-from scenarios.app.worker import answer_record, serves_virtual  # noqa: E402
 from scenarios.config.node_spec import node_spec  # noqa: E402
 from scenarios.config.schema import ConfigError  # noqa: E402
 from scenarios.config.specs import NodeCall, node_call  # noqa: E402
+from scenarios.nodes.federation import QUERY_KEY  # noqa: E402
+from scenarios.nodes.worker import answer_record, serves_virtual  # noqa: E402
 from scenarios.zonal.zone_node import evaluate_zone  # noqa: E402
 
 __all__ = [
@@ -135,7 +135,7 @@ def resolved(msg: Message, context: Context, kind: str, task: str = "") -> NodeC
 @serves_virtual
 def query(msg: Message, context: Context) -> Message:
     """Answer the server's partition discovery: this node's partition id and the clients it
-    serves (a worker SuperNode's virtual clients, :mod:`scenarios.app.worker`)."""
+    serves (a worker SuperNode's virtual clients, :mod:`scenarios.nodes.worker`)."""
     content = RecordDict({QUERY_KEY: answer_record(context, partition_id(context))})
     return Message(content=content, reply_to=msg)
 

@@ -65,7 +65,6 @@ from fedpriv.reporting.records import RoundRecord
 from fedpriv.reporting.runlog import RunLog, read_rounds
 from fedpriv.spec import RunSpec, TrainSpec
 from scenarios.app import startup
-from scenarios.app.federation import PartitionGrid, supernodes
 from scenarios.app.fused import evaluate_in_train
 from scenarios.app.recorder import RoundRecorder
 from scenarios.app.round_loop import (  # noqa: F401  (RoundState, run_rounds: re-exported)
@@ -78,6 +77,7 @@ from scenarios.app.tracking import with_tracker
 from scenarios.app.wire_config import wire_config
 from scenarios.config.feature import Catalog
 from scenarios.config.specs import ServerRun
+from scenarios.nodes.federation import PartitionGrid, supernodes
 from strategies.factory import build_stock_strategy, needs_initial_pretraining
 from strategies.validating import ValidUpdatesOnly
 

@@ -3,7 +3,7 @@
 ``RoundRecorder`` wraps the privacy-wrapped strategy. Each round it
 
 1. samples the training partitions with the run's seeded Generator and offers exactly
-   those nodes to the inner strategy (through :class:`scenarios.app.federation.PartitionGrid`);
+   those nodes to the inner strategy (through :class:`scenarios.nodes.federation.PartitionGrid`);
 2. captures the aggregated train and evaluate metrics;
 3. collects ``round_metrics()`` from every wrapper in the chain (DP sigma, distance d,
    clipped clients, rejected updates, ...) — a wrapper exposes what it did, the recorder
@@ -23,7 +23,7 @@ from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.server import Grid
 from flwr.serverapp.strategy.strategy import Strategy
 
-from scenarios.app.federation import PartitionGrid, sample_partitions
+from scenarios.nodes.federation import PartitionGrid, sample_partitions
 from strategies.base import StrategyWrapper
 
 

@@ -20,7 +20,6 @@ from flwr.common import log  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
 from fedpriv.data import DataError  # noqa: E402
-from scenarios.app.federation import FederationError  # noqa: E402
 from scenarios.app.multirun import run_plan  # noqa: E402
 from scenarios.app.wire_config import set_base  # noqa: E402
 from scenarios.cli.preflight import run_state  # noqa: E402
@@ -28,6 +27,7 @@ from scenarios.config.features import CATALOG  # noqa: E402
 from scenarios.config.manifest import write_manifest  # noqa: E402
 from scenarios.config.schema import ConfigError  # noqa: E402
 from scenarios.config.specs import server_run  # noqa: E402
+from scenarios.nodes.federation import FederationError  # noqa: E402
 
 app = ServerApp()
 

@@ -112,7 +112,7 @@ def check_cia_config(cfg: Mapping[str, Any], catalog: Catalog) -> None:
 
 
 def _absent_grid(base: Any, absent: set[int]) -> Any:
-    """``base`` (the run's :class:`scenarios.app.federation.PartitionGrid`, or its
+    """``base`` (the run's :class:`scenarios.nodes.federation.PartitionGrid`, or its
     ``VirtualGrid`` over worker SuperNodes) as a grid that never offers the ``absent``
     partitions; ``base`` itself is left as it is."""
     class AbsentClientsGrid(type(base)):
@@ -199,7 +199,7 @@ def run_cia(grid, run: ServerRun, catalog: Catalog) -> None:
     from clients.keras_client import federated_data, model_for, predict_proba
     from fedpriv.attacks.cia import CIAAttacker, check_cia_roles, shadow_indices
     from fedpriv.seeds import derive_seed
-    from scenarios.app.virtual_grid import discover_federation
+    from scenarios.nodes.virtual_grid import discover_federation
 
     t0 = time.time()
     run = run.variant({"local-epochs": int(run.record["cia-local-epochs"])})

@@ -363,7 +363,7 @@ def node_spec(run_id: int, run_config: Mapping[str, Any], node_config: Mapping[s
     keys = node_keys()
     own_keys = {k: v for k, v in node_config.items() if k in keys}
     # the variants depend on the node's own keys, not on its partition: one resolution
-    # serves every virtual client of a worker SuperNode (scenarios.app.worker)
+    # serves every virtual client of a worker SuperNode (scenarios.nodes.worker)
     ident = (run_id, _digest(run_config), _digest(own_keys))
     if ident not in _CACHE:
         own = {**run_config, **own_keys}

@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from flwr.app import ConfigRecord
     from flwr.serverapp import Grid
 
-    from scenarios.app.federation import PartitionGrid
+    from scenarios.nodes.federation import PartitionGrid
     from strategies.ifca import LaplaceIFCA
 
 # The Keras clients, models, plots and the IFCA strategy (the ``simulation`` extra) are
@@ -272,10 +272,10 @@ def run_one(
     of this config continues after its last completed round."""
     from clients.partitions import federated_data
     from scenarios.app.engine import RoundState
-    from scenarios.app.federation import supernodes
     from scenarios.app.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
     from scenarios.app.startup import data_loaded, run_times
     from scenarios.ifca.outputs import build_summary
+    from scenarios.nodes.federation import supernodes
     from strategies.ifca import LaplaceIFCA, hypotheses_record
 
     t0 = time.time()
@@ -352,8 +352,8 @@ def run_one(
 
 def run_ifca(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     """Runner of kind ``ifca``: one run, or every run of ``ifca-sweep`` in this simulation."""
-    from scenarios.app.virtual_grid import discover_federation
     from scenarios.ifca.outputs import sweep_table
+    from scenarios.nodes.virtual_grid import discover_federation
 
     t0 = time.time()
     cfg, spec = run.record, run.spec

@@ -18,7 +18,7 @@
   message follows the last round only. ``auto`` (the default): on where that is the same
   evaluation as today's (every client trains every round, standard run kind, not zonal),
   off elsewhere; ``true`` elsewhere is refused.
-- ``num-workers`` — W, the simulation's worker SuperNodes (:mod:`scenarios.app.virtual_grid`):
+- ``num-workers`` — W, the simulation's worker SuperNodes (:mod:`scenarios.nodes.virtual_grid`):
   the ``num-clients`` clients run as virtual clients, dealt round-robin to W SuperNodes, each
   served with its own Context; one message per worker and round. ``auto`` (the default): the
   actors the backend can run at once (its CPUs over the client's ``num-cpus``), at most

@@ -2,7 +2,7 @@
 
 :func:`simulation_size` is what ``fedpriv run`` (:mod:`scenarios.cli.launch`) asks before it
 starts the simulation. Workers serve the clients as virtual clients
-(:mod:`scenarios.app.virtual_grid`) where every run kind of the simulation allows it
+(:mod:`scenarios.nodes.virtual_grid`) where every run kind of the simulation allows it
 (:data:`scenarios.speed.keys.WORKER_KINDS`); ``num-workers = auto`` is resolved here and
 handed to the ServerApp as ``num-workers = W``, so the server expects exactly W nodes.
 """

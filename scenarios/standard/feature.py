@@ -112,7 +112,7 @@ def run_standard(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     from clients.partitions import federated_data
     from scenarios.app.engine import RunHooks, train_run
     from scenarios.app.startup import data_loaded
-    from scenarios.app.virtual_grid import federation_grid
+    from scenarios.nodes.virtual_grid import federation_grid
 
     data = federated_data(run.spec.data)
     data_loaded(run.spec, data)

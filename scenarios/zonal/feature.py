@@ -4,7 +4,7 @@
   strategy of the standard run (privacy mode ``zonal``), e.g.
   ``fedpriv run -c "privacy='zonal' noise-placement='hdp' num-zones=2"``.
 - Runtime (``zonal-runtime``). ``zone-nodes`` (default): one Flower SuperNode per
-  zone (:class:`scenarios.app.federation.ZoneGrid`,
+  zone (:class:`scenarios.nodes.federation.ZoneGrid`,
   :class:`strategies.zonal_nodes.ZoneNodeAggregation`,
   client task ``zone-node`` in :mod:`scenarios.zonal.zone_node`): the server sends each zone node
   one message (global arrays, its sampled client ids, level, super-node); the node trains them,
@@ -78,7 +78,7 @@ ZONAL_MODE = zonal_mode.MODE
 if TYPE_CHECKING:
     from flwr.serverapp import Grid
 
-    from scenarios.app.federation import PartitionGrid
+    from scenarios.nodes.federation import PartitionGrid
 
 KIND = "zonal-compare"
 MEAN_STRATEGIES = ("fedavg", "fedprox", "fedavgm", "fedopt", "fedyogi")
@@ -208,7 +208,7 @@ def build_zonal_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     ``seed`` on their own streams; the zone and server noise are OS entropy unless the run
     sets ``reproducible-noise`` (:class:`strategies.zonal.ZonalAggregation`).
     """
-    from scenarios.app.federation import save_replies
+    from scenarios.nodes.federation import save_replies
     from strategies.zonal import ZonalAggregation
     from strategies.zonal_nodes import ZoneNodeAggregation
 
@@ -296,7 +296,7 @@ def run_zonal_compare(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     """Every placement (and zone count) in one simulation, then the comparison report."""
     from clients.partitions import federated_data
     from scenarios.app import startup as status
-    from scenarios.app.virtual_grid import federation_grid
+    from scenarios.nodes.virtual_grid import federation_grid
     from scenarios.zonal.report import write_compare_outputs
 
     t0 = time.time()

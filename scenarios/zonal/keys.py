@@ -39,7 +39,7 @@ Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
   ServerApp on behalf of the super-node (ε of HDP holds against no one inside the ServerApp).
 - ``zonal-save-replies`` — with zone nodes: write every reply the ServerApp receives (and
   the instruction it answers) to ``output-dir/zone-replies/`` (an audit trail of what left
-  the zone nodes; :func:`scenarios.app.federation.save_replies`).
+  the zone nodes; :func:`scenarios.nodes.federation.save_replies`).
 - ``min-zone-clients`` — with zone nodes: a zone node refuses a round whose sample
   of its clients has 1 .. ``min-zone-clients`` − 1 clients (its reply would be one client's
   update plus the zone noise only); an empty sample releases only the zone noise and is

@@ -1,14 +1,14 @@
 """Virtual clients on worker SuperNodes: the strategy chain sees clients, messages go to workers.
 
 With ``num-workers`` W < ``num-clients`` the simulation has W SuperNodes; each serves the
-clients its own ``node_config`` gives it (:func:`scenarios.app.packing.worker_clients`,
-:mod:`scenarios.app.worker`). :class:`VirtualGrid` is the generalised
-:class:`scenarios.app.federation.PartitionGrid` / ``ZoneGrid`` for them:
+clients its own ``node_config`` gives it (:func:`scenarios.nodes.packing.worker_clients`,
+:mod:`scenarios.nodes.worker`). :class:`VirtualGrid` is the generalised
+:class:`scenarios.nodes.federation.PartitionGrid` / ``ZoneGrid`` for them:
 
 - the stock strategy, every DP wrapper, the recorder and the checkpoints see one node id per
   client — the partition id itself, never sent to — as they see one SuperNode per client;
 - :meth:`VirtualGrid.send_and_receive` packs the round's messages for the clients of one
-  worker into ONE message (:func:`scenarios.app.packing.pack`: the global arrays once when
+  worker into ONE message (:func:`scenarios.nodes.packing.pack`: the global arrays once when
   they are the same for all), and unpacks the worker's reply into one reply per client,
   with that client's node id as sender and its message as ``reply_to``; a worker that
   refuses or fails gives each of its clients that error reply. The replies come back sorted
@@ -28,7 +28,8 @@ from typing import Optional
 from flwr.common import ConfigRecord, Message, MessageType, RecordDict
 from flwr.server import Grid
 
-from scenarios.app.federation import (
+from scenarios.config.specs import ServerRun
+from scenarios.nodes.federation import (
     QUERY_KEY,
     QUERY_SECONDS_PER_NODE,
     SIMULATION_SETTLE_S,
@@ -39,8 +40,7 @@ from scenarios.app.federation import (
     _all_nodes_start_together,
     discover_partitions,
 )
-from scenarios.app.packing import CLIENTS_KEY, SEP, pack, unpack, unpack_errors
-from scenarios.config.specs import ServerRun
+from scenarios.nodes.packing import CLIENTS_KEY, SEP, pack, unpack, unpack_errors
 
 WORKER_PULL_INTERVAL_S = 0.005  # reply polling of the simulation grid with worker nodes
 

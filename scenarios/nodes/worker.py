@@ -1,11 +1,11 @@
 """A worker SuperNode: its virtual clients, each served as a SuperNode of its own would be.
 
-In the simulation with ``num-workers`` W < ``num-clients`` (:mod:`scenarios.app.virtual_grid`),
+In the simulation with ``num-workers`` W < ``num-clients`` (:mod:`scenarios.nodes.virtual_grid`),
 Flower gives SuperNode ``w`` the ``node_config`` ``partition-id = w``, ``num-partitions = W``.
 Such a node is a worker: from ITS OWN config it serves the partitions
-:func:`scenarios.app.packing.worker_clients` names (``p mod W = w``) and nothing else.
+:func:`scenarios.nodes.packing.worker_clients` names (``p mod W = w``) and nothing else.
 
-A packed message (:mod:`scenarios.app.packing`) is unpacked into one message per client;
+A packed message (:mod:`scenarios.nodes.packing`) is unpacked into one message per client;
 each runs through the ClientApp's own handler (:mod:`scenarios.app.client_app`) with a
 ``Context`` of its own (:func:`client_context`): the worker's run config, a ``node_config``
 whose ``partition-id`` is the client's (``num-partitions`` = ``num-clients``), a state folder
@@ -32,9 +32,16 @@ from flwr.common.constant import ErrorCode
 
 from fedpriv.privacy.ownership import REFUSED_CODE
 from fedpriv.privacy.releases import STATE_DIR_KEY
-from scenarios.app.packing import CLIENTS_KEY, SEP, is_packed, pack_replies, unpack, worker_clients
 from scenarios.config.node_spec import load_snapshot, node_spec
 from scenarios.config.schema import ConfigError
+from scenarios.nodes.packing import (
+    CLIENTS_KEY,
+    SEP,
+    is_packed,
+    pack_replies,
+    unpack,
+    worker_clients,
+)
 from scenarios.speed.keys import WORKER_KINDS
 from scenarios.zonal.keys import zone_nodes
 
