@@ -66,7 +66,8 @@ def test_central_dp_clients_send_the_model_and_their_example_count_only(digits, 
     assert set(evaluate.array_records) == set() and metric_keys(evaluate) == {"num-examples"}
     query = app(Message(RecordDict({QUERY_KEY: ConfigRecord({"ask": "x"})}), 1,
                         MessageType.QUERY), context())  # fmt: skip
-    assert dict(query.content[QUERY_KEY]) == {"partition-id": 0}  # metadata of the grid
+    # metadata of the grid: the partition and the clients it serves (one: not a worker)
+    assert dict(query.content[QUERY_KEY]) == {"partition-id": 0, "clients": [0]}
 
 
 def test_opt_in_sends_the_labelled_extras_and_the_summary_lists_them(digits):

@@ -30,7 +30,6 @@ from clients.partitions import federated_data
 from scenarios.app.fused import EVALUATION_RECORD
 from scenarios.config.features import CATALOG
 from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import data_spec
 from strategies.reply_checks import MAX_METRIC, checked_evaluations
 from tests.test_fused import RUN, ClientAppGrid
 
@@ -113,10 +112,13 @@ def _run(tmp_path, fused: bool):
 
     run_config = {**RUN, "num-server-rounds": ROUNDS, "evaluate-in-train": fused,
                   "output-dir": str(tmp_path / f"fused-{fused}")}  # fmt: skip
+    from scenarios.config.specs import server_run
+
     cfg = resolve_run_config(run_config)
+    run = server_run(cfg, CATALOG.kind(cfg))  # the server's spec, built once
     grid = CuriousGrid(run_config, int(cfg["num-clients"]))
     nodes = {n: n - 100 for n in grid.nodes}
-    outcome = train_run(PartitionGrid(grid, nodes), cfg, federated_data(data_spec(cfg)), CATALOG)
+    outcome = train_run(PartitionGrid(grid, nodes), run, federated_data(run.spec.data), CATALOG)
     return outcome, grid
 
 

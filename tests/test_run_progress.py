@@ -121,7 +121,7 @@ def test_a_run_on_a_terminal_shows_its_start_up_and_a_bar_of_rounds(tmp_path):
     found = [next(i for i, x in enumerate(lines) if f"start-up · {step}" in x) for step in STEPS]
     first_round = next(i for i, x in enumerate(lines) if x.startswith("fedpriv: round 0/2"))
     assert max(found) < first_round, lines[: first_round + 1]
-    assert re.search(r"start-up · workers ready: 4 SuperNodes answered \([\d.]+ s\)", text)
+    assert re.search(r"start-up · workers ready: \d+ SuperNodes answered[^(]*\([\d.]+ s\)", text)
     assert BAR in raw and "rounds" in raw and "ETA" in raw  # rich's bar, drawn on the terminal
     assert re.search(r"\b[12]/2\b", _CONTROL.sub(" ", raw.split("fedpriv: round 0/2", 1)[1]))
     for k in range(3):

@@ -163,11 +163,12 @@ TRAINING_KEYS: tuple[str, ...] = (
 def server_keys(mode: str | None) -> frozenset[str]:
     """The keys a message may set for a node of ``mode`` (its role, None: a node that trusts
     the server): :data:`MESSAGE_KEYS` and the :data:`TRAINING_KEYS` that are not the mode's
-    ``release_keys`` or ``owned_keys``."""
+    ``release_keys`` or ``owned_keys``, and the mode's own ``message_keys``."""
     declared = _mode_or_none(mode)
     taken = set(declared.release_keys) if declared else set()
     taken |= set(owned_keys(mode)) if mode else set()
-    return frozenset(MESSAGE_KEYS) | (frozenset(TRAINING_KEYS) - taken)
+    own = frozenset(declared.message_keys) if declared else frozenset()
+    return frozenset(MESSAGE_KEYS) | own | (frozenset(TRAINING_KEYS) - taken)
 
 
 def owned_keys(mode: str) -> tuple[str, ...]:

@@ -39,7 +39,7 @@ from scenarios.app.task_names import (  # noqa: F401  (re-exported: the names ta
     ZONAL_TASK,
     ZONE_NODE_TASK,
 )
-from scenarios.config.node_roles import node_state_dir
+from scenarios.config.node_roles import node_state_dir, own_max_epsilon
 from scenarios.config.specs import NodeCall
 from scenarios.zonal.zone_node import train_zone
 
@@ -131,16 +131,6 @@ def train_dpsgd(
         budget_name=budget_name,
         rewind="charge",
     )
-
-
-def own_max_epsilon(context: Context) -> float | None:
-    """The node's own lifetime ``max-epsilon`` (its node config, else its run config; 0,
-    unset or ``auto``: none). Never the message's."""
-    for source in (context.node_config, context.run_config):
-        value = source.get("max-epsilon")
-        if value not in (None, "", "auto"):
-            return float(value) if float(value) > 0 else None
-    return None
 
 
 def dpsgd_budget(

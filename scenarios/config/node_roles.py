@@ -162,3 +162,13 @@ def ledger_folder(named: str, own: Mapping[str, Any] | None) -> Path:
 def node_state_dir(context: Context) -> Path:
     """The node's own state directory (:func:`node_ledger`'s folder)."""
     return node_ledger(context).folder
+
+
+def own_max_epsilon(context: Context) -> float | None:
+    """The node's own lifetime ``max-epsilon`` (its node config, else its run config; 0,
+    unset or ``auto``: none). Never the message's."""
+    for source in (context.node_config, context.run_config):
+        value = source.get("max-epsilon")
+        if value not in (None, "", "auto"):
+            return float(value) if float(value) > 0 else None
+    return None

@@ -216,6 +216,9 @@ def discover_federation(grid: Grid, run: ServerRun) -> PartitionGrid:
             f"the SuperNodes serve partitions {parts[:10]}{'...' if len(parts) > 10 else ''}, "
             f"not each of 0..{n - 1} once (num-clients = {n})"
         )
+    from scenarios.app.startup import status  # server side only (the ClientApp never asks)
+
+    status("workers ready", f"{len(node_ids)} SuperNodes answered, serving {n} clients")
     if all(len(clients) == 1 for clients in served.values()):
         return PartitionGrid(grid, {node: clients[0] for node, clients in served.items()})
     if hasattr(inner, "pull_interval"):  # a round is W replies: poll them quickly

@@ -62,6 +62,8 @@ class Mode:
       owns: a message that changes one is refused (:mod:`fedpriv.privacy.ownership`);
       ``release_keys``: keys that decide its release on top of
       :data:`fedpriv.privacy.ownership.PRIVACY_KEYS` (a message may not change them either);
+      ``message_keys``: keys a message of this mode may set to any value (the node checks
+      them itself, e.g. the rate the server says it sampled a client at);
     * ``disclosure``: message kind (``train`` | ``evaluate``) -> the metric keys a reply may
       carry without the opt-in; ``None`` only with ``filters = False`` (a mode that protects
       nothing, e.g. ``none``);
@@ -90,6 +92,7 @@ class Mode:
     unaccounted: tuple[str, ...] = ()
     owned_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     release_keys: tuple[str, ...] = ()
+    message_keys: tuple[str, ...] = ()
     filters: bool = True
     summary_key: str = "privacy"
     report_label: str = ""

@@ -90,6 +90,7 @@ MODE = Mode(
     unaccounted=UNACCOUNTED,
     owned_keys={"client": ("privacy", "noise-multiplier", "dp-delta", *BUDGET_KEYS, *OPT_INS)},
     release_keys=(*BUDGET_KEYS, "num-server-rounds"),  # q_i is calibrated to T rounds
+    message_keys=(RATE_KEY,),  # the server's word for q_i: the client refuses one above its own
     report_label="Client budgets",
     against="clients and observers, each client within its own budget (server trusted)",
     client_task=NAME,
