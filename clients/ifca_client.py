@@ -36,7 +36,12 @@ ledger is never sent to the server.
 Evaluation (``evaluate.ifca``; validation users every round, training users once at the
 end for the report): the user picks its best hypothesis and replies with metrics
 (``loss``, ``accuracy`` or ``rmse``, ``num-examples``, ``hypothesis``). These replies are
-not the sanitized training channel.
+not the sanitized training channel: they carry no noise and no ε, so a held-out validation
+user (split ``all``) caps how many it gives over its lifetime: each query is counted in its
+own ledger (file ``ifca-validation-<partition>.json`` in the same folder as the training
+ledger, every run), up to its own ``validation-query-budget``; past it the query is refused
+in one line; a query identical to the last it answered (same round, hypotheses and config,
+from any run) gets the cached reply, uncounted.
 """
 
 from __future__ import annotations
@@ -98,6 +103,7 @@ EMPTY_LEDGER = {"spent": 0.0, "participations": 0, "declined": 0}
 # --- records ------------------------------------------------------------------------------
 
 IFCA_PARTY = "ifca"  # the ledger file ``ifca-<partition>.json`` (clients.releases)
+VALIDATION_PARTY = "ifca-validation"  # a validation user's query ledger (same folder)
 
 
 def read_ledger(state: Optional[RecordDict], key: str = LEDGER_KEY) -> dict[str, float]:
@@ -311,7 +317,49 @@ def train_handler(
     return Message(content=content, reply_to=msg)
 
 
-def evaluate_handler(msg: Message, spec: RunSpec, context: Context, *, eval_split: str) -> Message:
+def validation_query(
+    msg: Message,
+    spec: RunSpec,
+    context: Context,
+    server_round: int,
+    state_folder: Optional[Path] = None,
+) -> RecordDict:
+    """A held-out validation user's answer (split ``all``) through its own lifetime query
+    ledger: one count per fresh query, at most its own ``validation-query-budget`` over
+    every run; an identical repeat of its last answer is the cached reply; past the budget
+    :class:`clients.releases.ReleaseRefused` (one line)."""
+    budget = int(spec.params.validation_query_budget)
+    server_round = int(server_round)
+    return guarded_release(
+        node_counter(context, VALIDATION_PARTY, state_folder),
+        sequence_of({"query": "validation", "split": "all"}),
+        server_round,
+        request_digest(msg, server_round),
+        lambda _ticket: ifca_evaluate(msg, spec, _partition(context), "all"),
+        run=str(context.run_id),
+        budget=float(budget),
+        budget_name=f"validation-query-budget = {budget} (queries)",
+        rewind="charge",
+    )
+
+
+def evaluate_handler(
+    msg: Message,
+    spec: RunSpec,
+    context: Context,
+    *,
+    eval_split: str,
+    server_round: int = 0,
+    state_folder: Optional[Path] = None,
+) -> Message:
     """``@app.evaluate("ifca")``: best-hypothesis metrics of this user (``eval_split``: the
-    node's own ``ifca-eval-split``, :func:`ifca_evaluate`)."""
-    return Message(content=ifca_evaluate(msg, spec, _partition(context), eval_split), reply_to=msg)
+    node's own ``ifca-eval-split``, :func:`ifca_evaluate`); a validation user (``all``)
+    answers through its query ledger (:func:`validation_query`), an error reply past it."""
+    if eval_split != "all":
+        content = ifca_evaluate(msg, spec, _partition(context), eval_split)
+        return Message(content=content, reply_to=msg)
+    try:
+        content = validation_query(msg, spec, context, server_round, state_folder)
+    except ReleaseRefused as err:  # its own query budget says no: an error reply, nothing else
+        return Message(Error(code=REFUSED_CODE, reason=str(err)), reply_to=msg)
+    return Message(content=content, reply_to=msg)

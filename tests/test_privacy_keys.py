@@ -47,7 +47,7 @@ WEAKER = {
         "num-zones": 1, "zone-assignment": "round-robin", "zone-map": "0:0,1:0",
         "num-clients": 2, "noise-multiplier": 0.0, "clipping-norm": 100.0,
         "dp-delta": 0.5, "zonal-runtime": "in-server", **OPT_INS, "client-task": "zonal",
-        "zonal-level": "hdp",
+        "zonal-level": "hdp", "max-epsilon": 1e9,
     },
     "client-budgets": {
         "privacy": "none", "noise-multiplier": 0.0, "dp-delta": 0.5, "client-epsilon": 1e3,
@@ -55,7 +55,8 @@ WEAKER = {
     },
     "ifca": {
         "ifca-noise-multiplier": 0.0, "leakage-budget": 0.0, "num-clients": 121,
-        "validation-clients": 0, **OPT_INS, "client-task": "standard", "ifca-eval-split": "all",
+        "validation-clients": 0, "validation-query-budget": 10**9, **OPT_INS,
+        "client-task": "standard", "ifca-eval-split": "all",
     },
 }  # fmt: skip
 ZONAL = {"scenario": "hdp-digits", "noise-placement": "ldp", "num-clients": 4, "num-zones": 2,

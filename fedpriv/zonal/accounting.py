@@ -177,3 +177,46 @@ def epsilon_at_aggregator(
     if with_text:
         out.update(assumptions=EPSILON_ASSUMPTIONS, accountant_note=note)
     return out
+
+
+# --- a zone node's lifetime ε over its releases -----------------------------------------------
+
+
+def release_mu_squared(level: str, noise_multiplier: float) -> float:
+    """``μ²`` of one zone-node release: the level's Gaussian event, multiplier ``z`` on one
+    client's clipped contribution (HDP §III: LDP noise ``z·C`` per client, HDP zone noise
+    ``σ_i = z·C/(q·W_i)``), with NO amplification by sampling (the ServerApp that receives
+    it chooses the sample: :data:`EPSILON_ASSUMPTIONS`, ``vs_curious_aggregator``). μ-GDP
+    composes exactly: ``μ² = Σ_r 1/z_r²`` over a node's releases. ``inf`` when the level adds
+    no noise against the ServerApp (``cdp``, ``none``) or ``z = 0``."""
+    z = float(noise_multiplier)
+    if level not in ("ldp", "hdp") or z <= 0:
+        return math.inf
+    return 1.0 / (z * z)
+
+
+def lifetime_epsilon(mu_squared: float, delta: float) -> float:
+    """ε at δ of a node's releases composed: the Gaussian ``μ = √(Σ_r 1/z_r²)`` (Balle & Wang
+    2018, Thm 8; :func:`fedpriv.privacy.accounting.accountant.gaussian_epsilon`)."""
+    from fedpriv.privacy.accounting.accountant import gaussian_epsilon
+
+    if mu_squared <= 0:
+        return 0.0
+    return gaussian_epsilon(math.sqrt(mu_squared), float(delta))
+
+
+def mu_squared_budget(max_epsilon: float, delta: float) -> float:
+    """The largest ``Σ 1/z²`` whose :func:`lifetime_epsilon` at δ is within ``max_epsilon``
+    (root finding on the increasing ε(μ), rounded down by 1e-9 relative)."""
+    from scipy import optimize
+
+    target = float(max_epsilon)
+    if not target > 0:
+        raise ValueError(f"max-epsilon = {max_epsilon!r} is not allowed; expected a float > 0")
+    hi = 1.0
+    while lifetime_epsilon(hi * hi, delta) <= target:
+        hi *= 2.0
+    mu = optimize.brentq(
+        lambda m: lifetime_epsilon(m * m, delta) - target, 0.0, hi, xtol=1e-13, rtol=1e-12
+    )
+    return (mu * (1.0 - 1e-9)) ** 2

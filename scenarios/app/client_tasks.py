@@ -288,9 +288,17 @@ def ifca_train_handler(msg: Message, call: NodeCall, context: Context) -> Messag
 
 def ifca_evaluate_handler(msg: Message, call: NodeCall, context: Context) -> Message:
     """``@app.evaluate("ifca")``: :func:`clients.ifca_client.evaluate_handler` with the node's
-    spec and its own evaluation split (a derived key, ``scenarios.config.node_spec``)."""
+    spec and its own evaluation split (a derived key, ``scenarios.config.node_spec``); a
+    validation user counts the query in its own ledger (its own folder)."""
     split = str(call.record.get("ifca-eval-split", "test"))
-    return ifca_client.evaluate_handler(msg, call.spec, context, eval_split=split)
+    return ifca_client.evaluate_handler(
+        msg,
+        call.spec,
+        context,
+        eval_split=split,
+        server_round=call.round,
+        state_folder=node_state_dir(context),
+    )
 
 
 BUDGET_STATE_KEY = "client-budget-releases"  # the node's own release count (context.state)

@@ -40,6 +40,7 @@ from scenarios.config.feature import Catalog, Command, Feature
 from scenarios.config.schema import ConfigError
 from scenarios.config.specs import ServerRun, server_run
 from scenarios.dp.keys import KEYS
+from scenarios.zonal.keys import zone_nodes
 
 # the server-noise modes this feature wraps (their declarations: fedpriv.privacy.modes)
 SERVER_NOISE_MODES = (global_dp.MODE, metric_dp.MODE)
@@ -104,14 +105,15 @@ def budget_of(cfg: Mapping[str, Any]) -> float | None:
 def check_max_epsilon(cfg: Mapping[str, Any], catalog: Catalog) -> None:
     """``max-epsilon`` > 0 only where a server-side accountant has an ε to bound: global DP
     around a mean (standard run), and DP-SGD, where it is each client's own lifetime budget
-    (the client refuses a participation past it, docs/privacy.md). Metric DP has no ε;
-    zonal and none: refused."""
+    (the client refuses a participation past it, docs/privacy.md), and a zone node's own
+    lifetime budget (``zonal-runtime = zone-nodes``: ``scenarios.zonal.zone_node``). Metric
+    DP has no ε; in-server zonal and none: refused."""
     value = float(cfg.get("max-epsilon", 0.0))
     if value == 0:
         return
     allowed = "0 (no budget) unless privacy = global-dp around a mean (not fedmedian)"
     mode = mode_of(cfg)
-    if mode is dp_sgd_mode.MODE:  # each client's own lifetime budget (it refuses past it)
+    if mode is dp_sgd_mode.MODE or zone_nodes(cfg):  # each node's own lifetime budget
         return
     if not mode.budgeted or catalog.kind(cfg) != "standard":
         raise ConfigError(

@@ -101,6 +101,7 @@ KEYS = (
         "a float >= 0 (0 = no budget)",
         "global DP: stop before a round whose charge would push epsilon past this budget "
         "(summary.json stopped says why); DP-SGD: each client's own lifetime budget over all "
-        "its runs (it refuses a participation past it)",
+        "its runs (it refuses a participation past it); a zone node (zone-nodes runtime): its "
+        "own lifetime budget over all its releases",
     ),
 )

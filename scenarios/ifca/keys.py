@@ -10,6 +10,11 @@
 - ``patience`` — early stopping: rounds without improvement of the mean validation loss.
 - ``validation-clients`` — the last V partition ids are held-out validation users (never
   trained, never sanitized); 0 = no validation and no early stopping.
+- ``validation-query-budget`` — a held-out validation user's own lifetime cap on the evaluate
+  queries it answers (every run, one count per query: ``clients.ifca_client``); past it the
+  user refuses in one line; an identical query gets the cached reply. 0 = it answers none.
+  Default 500: GP's scenarios ask each validation user once per round (gp-synthetic <= 50
+  rounds; ``make ifca-table``: 9 cells x <= 30 rounds = 270).
 - ``ifca-sweep`` — several IFCA runs in one simulation (same SuperNodes, one Ray start-up):
   ``"key=value,key=value;key=value"`` (``;`` separates runs, ``,`` separates overrides), e.g.
   ``"ifca-noise-multiplier=0;ifca-noise-multiplier=1"``. '' = one run.
@@ -64,6 +69,13 @@ KEYS = (
         integer(0),
         "an integer >= 0 (< num-clients)",
         "held-out validation users (the last partition ids)",
+    ),
+    KeySpec(
+        "validation-query-budget",
+        500,
+        integer(0),
+        "an integer >= 0 (0 = answers no query)",
+        "a validation user's own lifetime cap on the evaluate queries it answers",
     ),
     KeySpec(
         "ifca-sweep",

@@ -63,8 +63,12 @@ def gp_fig2_sweep(hypotheses=GP_FIG2_HYPOTHESES, nus=GP_FIG2_NUS, seeds=GP_FIG2_
 
 
 def _gp_defaults() -> dict[str, Any]:
+    """gp-synthetic's defaults with the 250-run sweep; each validation user answers at most
+    one query per round of each run: 250 runs x 50 rounds (its own query budget)."""
     base = next(s for s in IFCA_SCENARIOS if s.name == "gp-synthetic")
-    return {**base.defaults, "ifca-sweep": gp_fig2_sweep()}
+    sweep = gp_fig2_sweep()
+    queries = (sweep.count(";") + 1) * int(base.defaults["num-server-rounds"])
+    return {**base.defaults, "ifca-sweep": sweep, "validation-query-budget": queries}
 
 
 SCENARIOS = (

@@ -26,6 +26,14 @@ node's own value when it sets one, else the run's) it refuses. A sample of 1 .. 
 − 1 of its clients is refused (``min-zone-clients``, its own value, default 2, the smallest
 zone sample of the HDP paper's settings: s = 2 zones, k = 4 online clients); an empty sample
 releases only the zone noise, so it is served.
+
+Lifetime ε: each release is charged its level's Gaussian event, ``1/z²`` of μ-GDP (no
+amplification by the server's sampling; ``inf`` for a level that adds no noise before the
+reply leaves, :func:`fedpriv.zonal.accounting.release_mu_squared`); the ledger's ``spent`` is
+``Σ 1/z²`` over every release of every run, and the node's lifetime ε at its own ``dp-delta``
+is :func:`fedpriv.zonal.accounting.lifetime_epsilon` of it. With its own ``max-epsilon``
+(node config, else its run config; 0 or unset: none, never the message's) a release that
+would take it past is refused in one line.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ from clients.releases import (
 )
 from fedpriv import seeds
 from fedpriv.spec import RunSpec
+from fedpriv.zonal.accounting import mu_squared_budget, release_mu_squared
 from fedpriv.zonal.release import ZONE_CLIENTS_KEY, client_contribution, zone_release
 from scenarios.config.node_roles import node_state_dir
 from scenarios.config.specs import NodeCall
@@ -103,6 +112,20 @@ def max_releases(context: Context | None, spec: RunSpec) -> int:
     whose rounds differ from the node's own), never the message's."""
     value = own_value(context, "num-server-rounds")
     return int(value if value is not None else spec.rounds)
+
+
+def epsilon_budget(context: Context | None, delta: float) -> tuple[float | None, str]:
+    """The node's own lifetime ``max-epsilon`` as a budget on its ledger's ``Σ 1/z²``
+    (:func:`fedpriv.zonal.accounting.mu_squared_budget` at its own δ; None: no budget) and
+    the budget's one-line name."""
+    value = own_value(context, "max-epsilon")
+    if value is None or value == "" or float(value) == 0:
+        return None, "budget"
+    max_eps = float(value)
+    if not max_eps > 0:
+        raise ValueError(f"max-epsilon = {value!r} is not allowed; expected a float >= 0")
+    limit = mu_squared_budget(max_eps, delta)
+    return limit, f"max-epsilon = {max_eps:g} at delta {delta:g} (sum of 1/z^2 <= {limit:.6g})"
 
 
 def _client_seed(call: NodeCall, partition: int) -> int:
@@ -161,6 +184,7 @@ def train_zone(
         "members": plan.members[zone],
     }
     server_round = call.round
+    budget, budget_name = epsilon_budget(context, float(call.spec.params.delta))
     return guarded_release(
         node_counter(context, ZONE_PARTY, node_state_dir(context)),
         sequence_of(mechanism),
@@ -170,6 +194,9 @@ def train_zone(
         run=str(context.run_id),
         max_releases=max_releases(context, call.spec),
         rewind="refuse",
+        cost=release_mu_squared(level, plan.noise_multiplier),
+        budget=budget,
+        budget_name=budget_name,
     )
 
 

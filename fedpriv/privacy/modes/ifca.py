@@ -2,8 +2,8 @@
 
 Each user sanitizes its own vector with Laplace noise of scale ‖δ‖/(ν) (GP Algorithm 2); the
 leakage n/ν per participation is a heuristic relative to the data-dependent ‖δ‖ (GP Thm
-3.1), no (ε, δ). The server is untrusted; users own ν, the leakage budget and the keys that
-make a user a validation user.
+3.1), no (ε, δ). The server is untrusted; users own ν, the leakage budget, the keys that
+make a user a validation user and its query budget.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ NAME = "ifca"
 
 @dataclass(frozen=True)
 class IFCAParams:
-    """ν and the leakage budget."""
+    """ν, the leakage budget and a validation user's query budget."""
 
     noise_multiplier: float | str = config_key("ifca-noise-multiplier")
     leakage_budget: float = config_key("leakage-budget")
+    validation_query_budget: int = config_key("validation-query-budget")
 
 
 def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict[str, Any]:
@@ -63,6 +64,7 @@ MODE = Mode(
             "leakage-budget",
             "num-clients",
             "validation-clients",
+            "validation-query-budget",
             *OPT_INS,
         )
     },

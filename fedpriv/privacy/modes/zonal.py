@@ -114,7 +114,7 @@ MODE = Mode(
     unaccounted=UNACCOUNTED,
     owned_keys={
         "client": (*ZONE_DECIDING, *OPT_INS),
-        "zone-node": (*ZONE_DECIDING, "zonal-runtime", *OPT_INS),
+        "zone-node": (*ZONE_DECIDING, "zonal-runtime", "max-epsilon", *OPT_INS),
     },
     summary_key="zonal",
     report_label="Zonal",
