@@ -143,6 +143,16 @@ def cell_overrides(
     return values
 
 
+def simulation_top(method: Method, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The simulation's own config for a cell. Client budgets' nodes own their budget and the
+    rounds (release keys: a message changing them is refused), so their cells run in a
+    simulation whose config is the cell's (one per ε); the others share one."""
+    top = {"scenario": BASE["scenario"], "num-clients": BASE["num-clients"]}
+    if method.mode != client_budgets.MODE.name:
+        return top
+    return {**top, **{k: v for k, v in values.items() if k not in ("seed", "output-dir")}}
+
+
 def run(
     out: Path,
     epsilons: Sequence[float],
@@ -150,7 +160,7 @@ def run(
     rounds: int,
     federation: argparse.Namespace,
 ) -> int:
-    """Every cell in one simulation (complete cells skipped)."""
+    """Every cell (complete cells skipped): one simulation, plus one per client-budgets ε."""
     from scenarios.app import multirun
     from scenarios.cli import ray_cluster
     from scenarios.config.features import CATALOG
@@ -158,17 +168,22 @@ def run(
     cells = [(NO_DP, None, s) for s in seeds]
     for batch in (epsilons[1::2], epsilons[0::2]):  # every other ε first: a cut run spans ε
         cells += [(m, e, s) for s in seeds for e in batch for m in METHODS]
-    todo = []
+    sims: dict[str, tuple[dict[str, Any], list[Any]]] = {}
     for method, epsilon, seed in cells:
         values = cell_overrides(method, epsilon, seed, out, rounds)
+        if (Path(values["output-dir"]) / "summary.json").is_file():
+            continue
+        top = simulation_top(method, values)
+        name = "." if len(top) == 2 else f"sim-{slug(method.name)}-eps{epsilon:g}"
         label = f"{slug(method.name)}/eps{epsilon}/seed{seed}"
-        if not (Path(values["output-dir"]) / "summary.json").is_file():
-            todo.append(multirun.Cell(label, _resolve(values)))
-    print(f"privacy_utility: {len(cells)} cells, {len(todo)} to run -> {out}", flush=True)
-    if not todo:
-        return 0
-    top = {"scenario": BASE["scenario"], "num-clients": BASE["num-clients"]}
-    return multirun.launch_plan(out, todo, top, ray_cluster.federation_of(federation), CATALOG)
+        sims.setdefault(name, (top, []))[1].append(multirun.Cell(label, _resolve(values)))
+    todo = sum(len(c) for _, c in sims.values())
+    print(f"privacy_utility: {len(cells)} cells, {todo} to run in {len(sims)} simulation(s)")
+    codes = [
+        multirun.launch_plan(out / name, runs, top, ray_cluster.federation_of(federation), CATALOG)
+        for name, (top, runs) in sims.items()
+    ]
+    return max(codes, default=0)
 
 
 # --- report ---------------------------------------------------------------------------------

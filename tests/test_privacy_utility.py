@@ -81,3 +81,16 @@ def test_each_cell_runs_at_the_planner_z(tmp_path: Path) -> None:
     own = pu.cell_overrides(budgets, 4.0, 0, tmp_path, 5)
     assert own["client-epsilon-groups"] == "4" and own["clients-per-round"] == 0
     assert own["noise-multiplier"] == cfg["noise-multiplier"]
+
+
+def test_client_budgets_cells_run_in_a_simulation_of_their_own_config(tmp_path: Path) -> None:
+    """The budget and the rounds are the nodes' own (release keys): the simulation's config
+    must be the cell's, or every client refuses the message."""
+    budgets = pu.METHODS[3]
+    values = pu.cell_overrides(budgets, 2.0, 1, tmp_path, 5)
+    top = pu.simulation_top(budgets, values)
+    assert top["client-epsilon-groups"] == "2" and top["num-server-rounds"] == 5
+    assert top["noise-multiplier"] == values["noise-multiplier"]
+    assert "seed" not in top and "output-dir" not in top
+    shared = pu.simulation_top(pu.METHODS[0], pu.cell_overrides(pu.METHODS[0], 2.0, 1, tmp_path, 5))
+    assert shared == {"scenario": "digits", "num-clients": 100}
