@@ -321,6 +321,58 @@ def ftrl_gap(table: Mapping[tuple[str, float | None], Mapping[str, Any]]) -> lis
     return lines
 
 
+def cell_details(summary: Mapping[str, Any]) -> dict[str, float]:
+    """What a cell's summary says beyond accuracy: DP-FTRL's participants per round (m less
+    the clients already in the tree), adaptive clipping's final C, client budgets' rate q_i."""
+    privacy = summary.get("privacy") or {}
+    details: dict[str, float] = {}
+    excluded = privacy.get("repeat_excluded_per_round")
+    if excluded:
+        m = float(privacy.get("num_sampled_clients", 0))
+        details["participants/round"] = m - statistics.fmean(excluded)
+    norms = privacy.get("clipping_norm_per_round")
+    if norms:
+        details["final C"] = float(norms[-1])
+    clients = privacy.get("epsilon_per_client") or {}
+    rates = [float(c["sampling_rate"]) for c in clients.values() if "sampling_rate" in c]
+    if rates:
+        details["q_i"] = statistics.fmean(rates)
+        details["max client ε"] = max(float(c.get("epsilon", 0.0)) for c in clients.values())
+    return details
+
+
+def details_lines(out: Path) -> list[str]:
+    """One line per (method, ε) with a detail: the mean over its seeds."""
+    lines = []
+    for method in METHODS:
+        for tag in sorted((out / slug(method.name)).glob("eps*"), key=lambda p: float(p.name[3:])):
+            found: dict[str, list[float]] = {}
+            for path in sorted(tag.glob("seed*/summary.json")):
+                for key, value in cell_details(json.loads(path.read_text())).items():
+                    found.setdefault(key, []).append(value)
+            if found:
+                parts = [f"{k} {statistics.fmean(v):.3g}" for k, v in found.items()]
+                lines.append(f"- {method.name}, ε = {tag.name[3:]}: " + ", ".join(parts))
+    return lines
+
+
+def accountants(out: Path) -> list[str]:
+    """Each method's accountant, adjacency and sampling as its runs recorded them."""
+    lines = []
+    for method in METHODS:
+        path = next(iter(sorted((out / slug(method.name)).glob("eps*/seed*/summary.json"))), None)
+        if path is None:
+            continue
+        privacy = json.loads(path.read_text()).get("privacy") or {}
+        block = privacy.get("epsilon")
+        if not isinstance(block, dict):
+            block = privacy
+        said = [str(block[k]) for k in ("adjacency", "sampling") if block.get(k)]
+        if said:
+            lines.append(f"- {method.name}: " + "; ".join(said))
+    return lines
+
+
 def report(out: Path, page: Path, plot_path: Path) -> str:
     """Write the page (table, reported ε, the DP-FTRL comparison) and the plot of the cells
     under ``out``; return the page's text."""
@@ -354,6 +406,10 @@ def report(out: Path, page: Path, plot_path: Path) -> str:
             "",
             *covers,
             "",
+            "As the runs recorded it (adjacency; sampling):",
+            "",
+            *accountants(out),
+            "",
             "## ε reported by the runs (largest over seeds)",
             "",
             *checks,
@@ -361,6 +417,10 @@ def report(out: Path, page: Path, plot_path: Path) -> str:
             "## DP-FTRL against DP-FedAvg at the same ε, no amplification assumed",
             "",
             *ftrl_gap(table),
+            "",
+            "## Per-cell details (mean over seeds)",
+            "",
+            *details_lines(out),
             "",
         ]
     )

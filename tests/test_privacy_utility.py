@@ -18,6 +18,9 @@ def _cell(out: Path, method: pu.Method, epsilon: float | None, seed: int, acc: f
     path.mkdir(parents=True)
     z = None if epsilon is None else 10.0 / epsilon
     privacy = {} if epsilon is None else {"epsilon": {"epsilon": 0.99 * epsilon}}
+    if method is pu.METHODS[2]:  # DP-FTRL: 20 sampled, 0 and 4 already in the tree
+        privacy.update(num_sampled_clients=20, repeat_excluded_per_round=[0, 4 + seed * 2])
+        privacy["epsilon"]["adjacency"] = "replace-special"
     summary = {"final": {"accuracy": acc}, "privacy": privacy, "wall_seconds": 30.0}
     (path / "summary.json").write_text(json.dumps(summary))
     (path / "run-config.json").write_text(json.dumps({"noise-multiplier": z}))
@@ -65,6 +68,9 @@ def test_page_plot_and_ftrl_comparison(grid: Path, tmp_path: Path) -> None:
         "- ε = 8: DP-FTRL 0.710 vs DP-FedAvg (all clients) 0.850: does not beat it by 0.140" in text
     )
     assert "DP-FTRL (tree) at ε = 8: reported 7.920" in text
+    assert "- DP-FTRL (tree): replace-special" in text
+    # participants per round: seed 0 20 - 2 = 18, seed 1 20 - 3 = 17 -> mean 17.5
+    assert "- DP-FTRL (tree), ε = 2: participants/round 17.5" in text
 
 
 def test_each_cell_runs_at_the_planner_z(tmp_path: Path) -> None:
