@@ -57,6 +57,8 @@ class Method:
     mode: str
     covers: str
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    # the planner's config for z when it is not the run's own (mode, overrides)
+    z_from: tuple[str, Mapping[str, Any]] | None = None
 
 
 METHODS: tuple[Method, ...] = (
@@ -79,8 +81,10 @@ METHODS: tuple[Method, ...] = (
     Method(
         "client budgets",
         client_budgets.MODE.name,
-        "each client's own Poisson rate q_i, amplified (add/remove); budget group = target ε",
+        "each client's own Poisson rate q_i, amplified (add/remove); budget group = target ε; "
+        "z = fixed clipping's at that ε",
         {"clients-per-round": 0},
+        (global_dp.MODE.name, {"clients-per-round": 20}),
     ),
     Method(
         "DP-FedAvg, all clients",
@@ -88,7 +92,17 @@ METHODS: tuple[Method, ...] = (
         "all 100 clients every round: no sampling, no amplification (replace-one)",
         {"clients-per-round": 0},
     ),
+    Method(
+        "DP-FedAvg, 20/round, no amplification",
+        global_dp.MODE.name,
+        "20 of 100 per round, ε counted as if every client were in every round (no "
+        "amplification; replace-one): z of the all-clients row, σ = zC/20; the run's own "
+        "summary reports the smaller amplified ε",
+        {},
+        (global_dp.MODE.name, {"clients-per-round": 0}),
+    ),
 )
+NO_AMPLIFICATION = (METHODS[4].name, METHODS[5].name)  # DP-FTRL's comparators
 NO_DP = Method("no DP", no_dp.MODE.name, "no privacy (reference)")
 
 
@@ -123,8 +137,8 @@ def noise_for(method: Method, epsilon: float, rounds: int) -> float:
     clipping's z; its own rates q_i then meet the budget)."""
     from fedpriv.privacy.accounting.target import noise_for_target
 
-    base = METHODS[0] if method.mode == client_budgets.MODE.name else method
-    values = {**BASE, "privacy": base.mode, **base.overrides, "num-server-rounds": rounds}
+    mode, overrides = method.z_from or (method.mode, method.overrides)
+    values = {**BASE, "privacy": mode, **overrides, "num-server-rounds": rounds}
     return float(noise_for_target(_spec(_resolve(values)), epsilon)["noise_multiplier"])
 
 
@@ -201,7 +215,7 @@ def read_cells(out: Path) -> list[dict[str, Any]]:
         for path in sorted((out / slug(method.name)).glob("eps*/seed*/summary.json")):
             summary = json.loads(path.read_text())
             tag = path.parent.parent.name
-            cfg = json.loads((path.parent / "run-config.json").read_text())
+            cfg = json.loads((path.parent / "run-config.json").read_text())["config"]
             rows.append({
                 "method": method.name,
                 "epsilon": None if tag == "eps-inf" else float(tag[3:]),
@@ -308,16 +322,21 @@ def reported_epsilons(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, floa
 
 
 def ftrl_gap(table: Mapping[tuple[str, float | None], Mapping[str, Any]]) -> list[str]:
-    """One line per ε: DP-FTRL's mean accuracy minus the no-amplification DP-FedAvg's."""
-    ftrl, full = METHODS[2].name, METHODS[4].name
+    """One line per (ε, comparator): DP-FTRL's mean accuracy against each DP-FedAvg whose ε
+    assumes no amplification either."""
+    ftrl = METHODS[2].name
     lines = []
     for (method, e), stat in sorted(table.items(), key=lambda kv: kv[0][1] or 0):
-        other = table.get((full, e))
-        if method == ftrl and other is not None:
+        for name in NO_AMPLIFICATION if method == ftrl else ():
+            other = table.get((name, e))
+            if other is None:
+                continue
             gap = stat["mean"] - other["mean"]
             verdict = "beats" if gap > 0 else "does not beat"
-            lines.append(f"- ε = {e:g}: DP-FTRL {stat['mean']:.3f} vs DP-FedAvg (all clients) "
-                         f"{other['mean']:.3f}: {verdict} it by {abs(gap):.3f}")  # fmt: skip
+            lines.append(
+                f"- ε = {e:g}: DP-FTRL {stat['mean']:.3f} vs {name} {other['mean']:.3f}: "
+                f"{verdict} it by {abs(gap):.3f}"
+            )
     return lines
 
 

@@ -23,7 +23,7 @@ def _cell(out: Path, method: pu.Method, epsilon: float | None, seed: int, acc: f
         privacy["epsilon"]["adjacency"] = "replace-special"
     summary = {"final": {"accuracy": acc}, "privacy": privacy, "wall_seconds": 30.0}
     (path / "summary.json").write_text(json.dumps(summary))
-    (path / "run-config.json").write_text(json.dumps({"noise-multiplier": z}))
+    (path / "run-config.json").write_text(json.dumps({"config": {"noise-multiplier": z}}))
 
 
 ACCS = {  # (method index, ε) -> accuracy of seeds 0, 1
@@ -63,9 +63,9 @@ def test_page_plot_and_ftrl_comparison(grid: Path, tmp_path: Path) -> None:
     assert page.read_text() == text and png.stat().st_size > 1000
     assert "![accuracy against ε](plot.png)" in text
     # ε = 2: 0.42 vs 0.25 beats by 0.17; ε = 8: 0.71 vs 0.85 does not beat by 0.14
-    assert "- ε = 2: DP-FTRL 0.420 vs DP-FedAvg (all clients) 0.250: beats it by 0.170" in text
+    assert "- ε = 2: DP-FTRL 0.420 vs DP-FedAvg, all clients 0.250: beats it by 0.170" in text
     assert (
-        "- ε = 8: DP-FTRL 0.710 vs DP-FedAvg (all clients) 0.850: does not beat it by 0.140" in text
+        "- ε = 8: DP-FTRL 0.710 vs DP-FedAvg, all clients 0.850: does not beat it by 0.140" in text
     )
     assert "DP-FTRL (tree) at ε = 8: reported 7.920" in text
     assert "- DP-FTRL (tree): replace-special" in text
@@ -87,6 +87,12 @@ def test_each_cell_runs_at_the_planner_z(tmp_path: Path) -> None:
     own = pu.cell_overrides(budgets, 4.0, 0, tmp_path, 5)
     assert own["client-epsilon-groups"] == "4" and own["clients-per-round"] == 0
     assert own["noise-multiplier"] == cfg["noise-multiplier"]
+    # the no-amplification row at 20 per round runs at the all-clients row's z
+    full, sampled = pu.METHODS[4], pu.METHODS[5]
+    z_full = pu.cell_overrides(full, 4.0, 0, tmp_path, 5)["noise-multiplier"]
+    row = pu.cell_overrides(sampled, 4.0, 0, tmp_path, 5)
+    assert row["noise-multiplier"] == z_full > cfg["noise-multiplier"]
+    assert row.get("clients-per-round", pu.BASE["clients-per-round"]) == 20
 
 
 def test_client_budgets_cells_run_in_a_simulation_of_their_own_config(tmp_path: Path) -> None:
