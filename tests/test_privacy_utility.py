@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import privacy_utility as pu
+from bench import privacy_utility_page as page_of
 
 
 def _cell(out: Path, method: pu.Method, epsilon: float | None, seed: int, acc: float) -> None:
@@ -46,20 +47,20 @@ def grid(tmp_path: Path) -> Path:
 
 
 def test_table_is_mean_and_sample_std_over_seeds(grid: Path) -> None:
-    table = pu.aggregate(pu.read_cells(grid))
+    table = page_of.aggregate(page_of.read_cells(grid))
     for (index, eps), accs in ACCS.items():
         stat = table[(pu.METHODS[index].name, eps)]
         assert stat["mean"] == pytest.approx(sum(accs) / 2)
         assert stat["std"] == pytest.approx(statistics.stdev(accs))
         assert stat["seeds"] == [0, 1] and stat["z"] == pytest.approx(10.0 / eps)
-    text = pu.markdown_table(table)
+    text = page_of.markdown_table(table)
     assert "| fixed clipping (DP-FedAvg) | 0.550 ± 0.071 (z 5.00) | — |" in text
     assert "no DP (ε = ∞) | 0.950 ± 0.000" in text
 
 
 def test_page_plot_and_ftrl_comparison(grid: Path, tmp_path: Path) -> None:
     page, png = tmp_path / "docs" / "page.md", tmp_path / "docs" / "plot.png"
-    text = pu.report(grid, page, png)
+    text = page_of.report(grid, page, png)
     assert page.read_text() == text and png.stat().st_size > 1000
     assert "![accuracy against ε](plot.png)" in text
     # ε = 2: 0.42 vs 0.25 beats by 0.17; ε = 8: 0.71 vs 0.85 does not beat by 0.14
