@@ -1,15 +1,16 @@
 """Privacy–utility grid: final accuracy against the target ε for the server-side DP modes.
 
-``python bench/privacy_utility.py run --out D`` runs every (method, ε, seed) cell of
+``python bench/privacy_utility.py --out D`` runs every (method, ε, seed) cell of
 :data:`METHODS` × ``--epsilons`` × ``--seeds`` on the cross-device digits setting
-(:data:`BASE`: 100 clients) inside ONE Flower simulation (the ``run-plan`` machinery of
-``fedpriv grid``, :func:`scenarios.app.multirun.launch_plan`), each cell at its own noise
-multiplier: the smallest z whose ε meets the target, found by the planner
-(:func:`fedpriv.privacy.accounting.target.noise_for_target`, what ``fedpriv epsilon
---target-epsilon`` prints). ``client-budgets`` has no z to target: its budget group is set to
-the target ε and the server calibrates each client's own Poisson rate q_i at the z of
-fixed-clipping DP-FedAvg at that ε. ``python bench/privacy_utility.py report D --page P``
-writes the table (mean ± std over seeds) and the plot beside it.
+(:data:`BASE`: 100 clients) with the ``run-plan`` machinery of ``fedpriv grid``
+(:func:`scenarios.app.multirun.launch_plan`): one simulation for every method but client
+budgets, whose nodes own their budget and rounds, so each of its ε runs in a simulation
+configured as its cells. Each cell runs at its own noise multiplier: the smallest z whose ε
+meets the target, found by the planner (:func:`fedpriv.privacy.accounting.target.
+noise_for_target`, what ``fedpriv epsilon --target-epsilon`` prints), for the method's own
+config or the one it names in :attr:`Method.z_from` (client budgets: fixed clipping's z, its
+budget group set to the target ε; the no-amplification row at 20 per round: the all-clients
+z). :mod:`bench.privacy_utility_page` writes the page and the plot.
 
 Cells already complete (summary.json) are skipped, so a cut run resumes.
 """
@@ -223,27 +224,18 @@ def record_session(out: Path, start: Mapping, end: Mapping, cells: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     from scenarios.cli import launch
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    run_p = sub.add_parser("run", help="run the grid (complete cells skipped)")
-    run_p.add_argument("--out", type=Path, required=True)
-    run_p.add_argument("--epsilons", default="1,2,4,8")
-    run_p.add_argument("--seeds", default="0,1")
-    run_p.add_argument("--rounds", type=int, default=BASE["num-server-rounds"])
-    launch.add_federation_option(run_p)
-    rep = sub.add_parser("report", help="table + plot of a run directory")
-    rep.add_argument("out", type=Path)
-    rep.add_argument("--page", type=Path, default=Path("docs/results/privacy-utility.md"))
-    rep.add_argument("--plot", type=Path, default=Path("docs/results/privacy-utility.png"))
+    parser = argparse.ArgumentParser(
+        description="Run the privacy-utility grid (complete cells skipped)."
+    )
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--epsilons", default="1,2,4,8")
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--rounds", type=int, default=BASE["num-server-rounds"])
+    launch.add_federation_option(parser)
     args = parser.parse_args(argv)
-    if args.command == "run":
-        epsilons = [float(e) for e in args.epsilons.split(",")]
-        seeds = [int(s) for s in args.seeds.split(",")]
-        return run(args.out, epsilons, seeds, args.rounds, args)
-    from bench.privacy_utility_page import report
-
-    print(report(args.out, args.page, args.plot))
-    return 0
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    return run(args.out, epsilons, seeds, args.rounds, args)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ DP-FTRL comparison at the same ε without amplification and the invocations' mac
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -273,3 +275,17 @@ def report(out: Path, page: Path, plot_path: Path) -> str:
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(text)
     return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write the privacy-utility page and plot.")
+    parser.add_argument("out", type=Path, help="the directory bench/privacy_utility.py ran into")
+    parser.add_argument("--page", type=Path, default=Path("docs/results/privacy-utility.md"))
+    parser.add_argument("--plot", type=Path, default=Path("docs/results/privacy-utility.png"))
+    args = parser.parse_args(argv)
+    print(report(args.out, args.page, args.plot))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
