@@ -4,8 +4,9 @@
 :data:`METHODS` × ``--epsilons`` × ``--seeds`` on the cross-device digits setting
 (:data:`BASE`: 100 clients) with the ``run-plan`` machinery of ``fedpriv grid``
 (:func:`scenarios.app.multirun.launch_plan`): one simulation for every method but client
-budgets, whose nodes own their budget and rounds, so each of its ε runs in a simulation
-configured as its cells. Each cell runs at its own noise multiplier: the smallest z whose ε
+budgets, whose nodes own their budget and rounds and count their releases across the runs of a
+simulation, so each of its cells runs in a simulation of its own, configured as the cell.
+Each cell runs at its own noise multiplier: the smallest z whose ε
 meets the target, found by the planner (:func:`fedpriv.privacy.accounting.target.
 noise_for_target`, what ``fedpriv epsilon --target-epsilon`` prints), for the method's own
 config or the one it names in :attr:`Method.z_from` (client budgets: fixed clipping's z, its
@@ -159,12 +160,13 @@ def cell_overrides(
 
 def simulation_top(method: Method, values: Mapping[str, Any]) -> dict[str, Any]:
     """The simulation's own config for a cell. Client budgets' nodes own their budget and the
-    rounds (release keys: a message changing them is refused), so their cells run in a
-    simulation whose config is the cell's (one per ε); the others share one."""
+    rounds (release keys: a message changing them is refused) and count their own releases
+    across every run of the simulation (as a device would), so each of its cells runs in a
+    simulation configured as the cell; the other methods share one."""
     top = {"scenario": BASE["scenario"], "num-clients": BASE["num-clients"]}
     if method.mode != client_budgets.MODE.name:
         return top
-    return {**top, **{k: v for k, v in values.items() if k not in ("seed", "output-dir")}}
+    return {**top, **{k: v for k, v in values.items() if k != "output-dir"}}
 
 
 def run(
@@ -188,7 +190,7 @@ def run(
         if (Path(values["output-dir"]) / "summary.json").is_file():
             continue
         top = simulation_top(method, values)
-        name = "." if len(top) == 2 else f"sim-{slug(method.name)}-eps{epsilon:g}"
+        name = "." if len(top) == 2 else f"sim-{slug(method.name)}-eps{epsilon:g}-seed{seed}"
         label = f"{slug(method.name)}/eps{epsilon}/seed{seed}"
         sims.setdefault(name, (top, []))[1].append(multirun.Cell(label, _resolve(values)))
     todo = sum(len(c) for _, c in sims.values())

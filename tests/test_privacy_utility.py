@@ -104,6 +104,6 @@ def test_client_budgets_cells_run_in_a_simulation_of_their_own_config(tmp_path: 
     top = pu.simulation_top(budgets, values)
     assert top["client-epsilon-groups"] == "2" and top["num-server-rounds"] == 5
     assert top["noise-multiplier"] == values["noise-multiplier"]
-    assert "seed" not in top and "output-dir" not in top
+    assert top["seed"] == 1 and "output-dir" not in top  # one simulation per cell
     shared = pu.simulation_top(pu.METHODS[0], pu.cell_overrides(pu.METHODS[0], 2.0, 1, tmp_path, 5))
     assert shared == {"scenario": "digits", "num-clients": 100}
