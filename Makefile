@@ -201,9 +201,9 @@ PU_SEEDS ?= 0,1,2
 PU_ROUNDS ?= 20
 .PHONY: privacy-utility
 privacy-utility: $(STAMP)
-	$(BIN)/python bench/privacy_utility.py --out $(PU_DIR) --epsilons $(PU_EPSILONS) \
+	$(BIN)/python -m bench.privacy_utility --out $(PU_DIR) --epsilons $(PU_EPSILONS) \
 	  --seeds $(PU_SEEDS) --rounds $(PU_ROUNDS)
-	$(BIN)/python bench/privacy_utility_page.py $(PU_DIR) \
+	$(BIN)/python -m bench.privacy_utility_page $(PU_DIR) \
 	  --page docs/results/privacy-utility.md --plot docs/results/privacy-utility.png
 
 ## HDP Fig. 3 shape: HDP accuracy against epsilon at the aggregator as the number of zones s

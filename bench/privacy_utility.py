@@ -1,6 +1,6 @@
 """Privacy–utility grid: final accuracy against the target ε for the server-side DP modes.
 
-``python bench/privacy_utility.py --out D`` runs every (method, ε, seed) cell of
+``python -m bench.privacy_utility --out D`` runs every (method, ε, seed) cell of
 :data:`METHODS` × ``--epsilons`` × ``--seeds`` on the cross-device digits setting
 (:data:`BASE`: 100 clients) with the ``run-plan`` machinery of ``fedpriv grid``
 (:func:`scenarios.app.multirun.launch_plan`): one simulation for every method but client
