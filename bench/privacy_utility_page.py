@@ -84,16 +84,21 @@ def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float | None
 
 
 def markdown_table(table: Mapping[tuple[str, float | None], Mapping[str, Any]]) -> str:
-    """Rows = methods, columns = target ε: ``mean ± std (z)``."""
+    """Rows = methods, columns = target ε: ``mean ± std (z)``, a cell with fewer seeds
+    than the most says how many."""
     epsilons = sorted({e for _, e in table if e is not None})
     lines = ["| method | " + " | ".join(f"ε = {e:g}" for e in epsilons) + " |",
              "|---|" + "---|" * len(epsilons)]  # fmt: skip
+    most = max((s["n"] for s in table.values()), default=0)
     for method in METHODS:
         cells = []
         for e in epsilons:
             stat = table.get((method.name, e))
-            cells.append("—" if stat is None else
-                         f"{stat['mean']:.3f} ± {stat['std']:.3f} (z {stat['z']:.2f})")  # fmt: skip
+            fewer = "" if stat is None or stat["n"] == most else f", {stat['n']} seed(s)"
+            if stat is None:
+                cells.append("—")
+                continue
+            cells.append(f"{stat['mean']:.3f} ± {stat['std']:.3f} (z {stat['z']:.2f}{fewer})")
         lines.append(f"| {method.name} | " + " | ".join(cells) + " |")
     ref = table.get((NO_DP.name, None))
     if ref is not None:
