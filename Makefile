@@ -191,6 +191,21 @@ hdp-compare: $(STAMP)
 	  $(if $(HDP_RUN_CONFIG),--run-config "$(HDP_RUN_CONFIG)") \
 	  && cat $(HDP_COMPARE_DIR)/report.md
 
+## Privacy-utility figure: final accuracy against the target epsilon in {1,2,4,8} for fixed
+## clipping, adaptive clipping, DP-FTRL, client budgets and DP-FedAvg without amplification on
+## digits with 100 clients (z per cell from the planner; bench/privacy_utility.py), then
+## the page docs/results/privacy-utility.md and its plot. Complete cells are skipped.
+PU_DIR ?= reports/privacy-utility
+PU_EPSILONS ?= 1,2,4,8
+PU_SEEDS ?= 0,1,2
+PU_ROUNDS ?= 20
+.PHONY: privacy-utility
+privacy-utility: $(STAMP)
+	$(BIN)/python -m bench.privacy_utility --out $(PU_DIR) --epsilons $(PU_EPSILONS) \
+	  --seeds $(PU_SEEDS) --rounds $(PU_ROUNDS)
+	$(BIN)/python -m bench.privacy_utility_page $(PU_DIR) \
+	  --page docs/results/privacy-utility.md --plot docs/results/privacy-utility.png
+
 ## HDP Fig. 3 shape: HDP accuracy against epsilon at the aggregator as the number of zones s
 ## varies (one simulation) -> reports/hdp-sweep/report.md and sweep.png.
 hdp-sweep: $(STAMP)

@@ -115,3 +115,18 @@ def test_a_message_raising_a_rate_or_a_budget_or_passing_it_is_refused(budget_ru
     assert reply.has_error() and "client-epsilon-groups" in reply.error.reason
     reply = _resend(grid, node, **{"server-round": 60, RATE_KEY: own})
     assert reply.has_error() and "would pass this client's budget 1" in reply.error.reason
+
+
+def test_the_rate_key_is_one_a_server_may_send():
+    """In a real simulation the node checks every key a message sets against the allow-list:
+    the per-message rate must be on it (the node bounds it by its own q_i instead), while the
+    budget and the rounds stay the node's own."""
+    from fedpriv.privacy.modes import client_budgets as budgets_mode
+    from fedpriv.privacy.ownership import privacy_keys, server_keys
+
+    allowed = server_keys(budgets_mode.MODE.name)
+    assert RATE_KEY in allowed
+    assert not {"client-epsilon", "client-epsilon-groups", "num-server-rounds"} & allowed
+    assert {"client-epsilon-groups", "num-server-rounds"} <= set(
+        privacy_keys(budgets_mode.MODE.name, reproducible=False)
+    )
