@@ -122,10 +122,12 @@ def test_the_rate_key_is_one_a_server_may_send():
     the per-message rate must be on it (the node bounds it by its own q_i instead), while the
     budget and the rounds stay the node's own."""
     from fedpriv.privacy.modes import client_budgets as budgets_mode
+    from fedpriv.privacy.modes import global_dp
     from fedpriv.privacy.ownership import privacy_keys, server_keys
 
     allowed = server_keys(budgets_mode.MODE.name)
     assert RATE_KEY in allowed
+    assert RATE_KEY not in server_keys(global_dp.MODE.name)  # the mode's own message key
     assert not {"client-epsilon", "client-epsilon-groups", "num-server-rounds"} & allowed
     assert {"client-epsilon-groups", "num-server-rounds"} <= set(
         privacy_keys(budgets_mode.MODE.name, reproducible=False)

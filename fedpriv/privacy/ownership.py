@@ -123,10 +123,7 @@ MESSAGE_KEYS: tuple[str, ...] = (
     "zonal-zone",
     "ifca-ledger-tag",
     "evaluate-received",
-    # client budgets: the rate the server says it sampled the node at; the node refuses a rate
-    # above its own q_i (scenarios.app.client_tasks.train_client_budgets), so it may be sent
-    "client-sampling-rate",
-)
+)  # a mode adds its own (``Mode.message_keys``: client budgets' announced sampling rate)
 # derived from the node's spec (scenarios.config.node_spec): a message may only repeat the value
 DERIVED_KEYS: tuple[str, ...] = (
     "client-task",
