@@ -11,7 +11,7 @@ validation user's) is usable when
   bounds: ``*accuracy`` in [0, 1], anything else in [-MAX_METRIC, MAX_METRIC].
 
 Then the weighted mean Σ w_i v_i / Σ w_i of any metric over the usable replies is finite and
-lies in [min v_i, max v_i] (w_i ≤ 1e9 and |v_i| ≤ 1e9: every product and sum is far below
+lies in [min v_i, max v_i] (w_i ≤ 1e9 and ``|v_i|`` ≤ 1e9: every product and sum is far below
 float64's 1.8e308): an accuracy stays a fraction. :func:`checked_evaluations` also keeps only
 the replies whose metric names are the round's most common set, as Flower's
 ``aggregate_metricrecords`` needs (``validate_message_reply_consistency`` raises otherwise).
