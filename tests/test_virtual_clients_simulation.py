@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.simulate import run_fedpriv, run_fedpriv_cells
+from tests.simulate import nodes_of, run_fedpriv, run_fedpriv_cells
 
 pytestmark = pytest.mark.simulation
 
@@ -133,8 +133,12 @@ def test_ifca_on_two_workers_is_the_run_of_one_supernode_per_client(tmp_path):
         _close(a, b, f"round {a.get('round')}")
     _close(out[2][0]["final"], out[120][0]["final"], "final")
     _close(out[2][0]["leakage"], out[120][0]["leakage"], "leakage")
-    ledgers = [
-        {p.name: json.loads(p.read_text())["spent"] for p in (d / "client-state").glob("*.json")}
+    ledgers = [  # each node's own lifetime ledger, in its folder of its simulation's root
+        {
+            f"{p.parent.name}/{p.name}": json.loads(p.read_text())["spent"]
+            for p in Path(nodes_of(d)).glob("node-*/ifca-*.json")
+            if not p.name.startswith("ifca-validation-")
+        }
         for _, _, d in out.values()
     ]
     assert ledgers[0] == ledgers[1] and ledgers[0]

@@ -39,6 +39,7 @@ from typing import Any, Optional
 from scenarios.attacks.commands import ATTACK_COMMAND, CIA_KIND, cia_complete
 from scenarios.attacks.keys import KEYS
 from scenarios.config.feature import Catalog, Feature, Scenario
+from scenarios.config.node_spec import CIA_ABSENT_DIR  # the folder the nodes expect too
 from scenarios.config.schema import ConfigError
 from scenarios.config.specs import ServerRun
 from scenarios.standard.feature import MP_TRAINING
@@ -229,7 +230,7 @@ def run_cia(grid, run: ServerRun, catalog: Catalog) -> None:
     out = Path(spec.output_dir)
     present = _run_phase(pgrid, run, data, attacker, set(), str(out), catalog)
     absent = (
-        _run_phase(pgrid, run, data, attacker, {target_id}, str(out / "target-absent"), catalog)
+        _run_phase(pgrid, run, data, attacker, {target_id}, str(out / CIA_ABSENT_DIR), catalog)
         if cfg["cia-absent-run"]
         else {"rounds": []}
     )

@@ -120,7 +120,8 @@ KEY_MODULES = (
     keys_speed,
     keys_tracking,
 )
-ZONAL_COMPARE, IFCA_KIND = "zonal-compare", "ifca"
+ZONAL_COMPARE, IFCA_KIND, CIA_KIND = "zonal-compare", "ifca", "cia"
+CIA_ABSENT_DIR = "target-absent"  # the CIA runner's second phase (scenarios.attacks.feature)
 
 
 def catalog_snapshot(catalog: Any) -> dict[str, Any]:
@@ -207,6 +208,8 @@ def _expand(cfg: dict[str, Any]) -> list[dict[str, Any]]:
                 "zonal-compare-placements", cfg["zonal-compare-placements"], str(err)
             ) from err
         out += [resolve_node({k: v for k, v in run.items() if k != "_label"}) for run in runs]
+    if _kind(cfg) == CIA_KIND and cfg.get("cia-absent-run"):  # the same run, its own folder
+        out.append({**cfg, "output-dir": str(Path(cfg["output-dir"]) / CIA_ABSENT_DIR)})
     if _kind(cfg) == IFCA_KIND and cfg["ifca-sweep"]:
         try:
             out += [resolve_node(run) for run in keys_ifca.sweep_overrides(cfg)]
@@ -377,8 +380,10 @@ def node_spec(run_id: int, run_config: Mapping[str, Any], node_config: Mapping[s
             variants=tuple(MappingProxyType(v) for v in runs),
             state_dir="",
         )
+    own_dir = str(node_config.get(STATE_DIR_KEY, "") or "")
     return replace(
         _CACHE[ident],
         partition=int(node_config["partition-id"]),
-        state_dir=str(node_config.get(STATE_DIR_KEY, "")),
+        state_dir=own_dir,
+        ledger_dir=str(ledger_folder(own_dir, {**run_config, **node_config})),  # per client
     )
