@@ -37,7 +37,7 @@ BACKEND = keras.backend.backend()
 if BACKEND not in ("tensorflow", "jax"):
     raise ImportError(f"KERAS_BACKEND = {BACKEND!r}: expected tensorflow | jax")
 
-MIN_ROWS = {"data": 32, "steps": 8}
+MIN_ROWS = {"data": 32, "steps": 8, "clients": 4}
 
 
 def _host_loop() -> bool:
@@ -131,6 +131,24 @@ def fori_loop(upper: Any, body: Callable, init: Any) -> Any:
         (tf.constant(0, tf.int32), init),
     )
     return out
+
+
+def map_clients(fn: Callable, xs: Any, out_like: Any) -> Any:
+    """``fn`` over the leading axis of every array in ``xs``, outputs stacked (a cohort's
+    clients, one after the other inside ONE compiled call). ``out_like``: a structure like
+    ``fn``'s output whose arrays have the per-client shapes and dtypes (TF's map needs the
+    output signature; JAX ignores it). TF runs up to 10 clients at a time (``tf.map_fn``'s
+    ``parallel_iterations``): their states are independent."""
+    if BACKEND == "jax":
+        import jax
+
+        return jax.lax.map(fn, xs)
+    import tensorflow as tf
+
+    signature = tf.nest.map_structure(
+        lambda a: tf.TensorSpec(tuple(a.shape), tf.as_dtype(a.dtype)), out_like
+    )
+    return tf.map_fn(fn, xs, fn_output_signature=signature)
 
 
 def compile_step(step: Callable, jit_compile: bool) -> Callable:

@@ -44,7 +44,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from collections import OrderedDict  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
 import keras  # noqa: E402
@@ -52,59 +51,17 @@ import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
 from clients import backend_loop as bl  # noqa: E402
+from clients.cohort import current_cohort  # noqa: E402
+from clients.schedules import (  # noqa: E402,F401  (the trainer's call types, re-exported)
+    DpStepConfig,
+    Schedule,
+    TrainCall,
+    batch_schedule,
+)
 
 EVAL_FLOATS = 1 << 22  # ~16 MB of input per evaluation chunk
 DATA_CACHE = 8  # client (x, y) splits kept as backend tensors per trainer
 SEED_TAG = 0x5EED  # the seed-state stream of a call (numpy SeedSequence entropy)
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """Batch indices of every step of a call: ``idx[s]`` and ``mask[s]`` have width b."""
-
-    idx: np.ndarray  # (steps, b) int32
-    mask: np.ndarray  # (steps, b) float32; 0 marks padding
-    steps_per_epoch: int
-
-
-@dataclass(frozen=True)
-class DpStepConfig:
-    """DP-SGD per step: clip each example's gradient to ``l2_norm_clip`` (C), add N(0, (zC)²)."""
-
-    l2_norm_clip: float
-    noise_multiplier: float
-
-    def __post_init__(self) -> None:
-        if not float(self.l2_norm_clip) > 0:
-            raise ValueError(f"l2_norm_clip = {self.l2_norm_clip!r}: expected a float > 0")
-        if not float(self.noise_multiplier) >= 0:
-            raise ValueError(f"noise_multiplier = {self.noise_multiplier!r}: expected >= 0")
-
-
-def batch_schedule(
-    n: int, batch_size: int, epochs: int, seed: int, *, drop_remainder: bool = False
-) -> Schedule:
-    """The batches of ``epochs`` seeded epochs over ``n`` examples (see module doc, step 2).
-
-    ``drop_remainder`` keeps only full batches of ``batch_size``; otherwise the width is
-    ``min(batch_size, n)`` and the last short batch of an epoch is padded with index 0 and
-    mask 0.
-    """
-    if n < 1 or batch_size < 1 or epochs < 0:
-        raise ValueError(f"n = {n}, batch_size = {batch_size}, epochs = {epochs}: expected >= 1")
-    width = batch_size if drop_remainder else min(batch_size, n)
-    rng = np.random.default_rng(seed)
-    full, rest = divmod(n, width)
-    per_epoch = full if drop_remainder or rest == 0 else full + 1
-    idx = np.zeros((epochs * per_epoch, width), dtype=np.int32)
-    mask = np.zeros((epochs * per_epoch, width), dtype=np.float32)
-    for e in range(epochs):
-        order = rng.permutation(n)
-        for j in range(per_epoch):
-            part = order[j * width : (j + 1) * width]
-            idx[e * per_epoch + j, : len(part)] = part
-            mask[e * per_epoch + j, : len(part)] = 1.0
-    return Schedule(idx=idx, mask=mask, steps_per_epoch=per_epoch)
 
 
 _DETERMINISM: list[bool] = []
@@ -375,7 +332,31 @@ class CompiledTrainer:
             raise ValueError(f"noise_seed = {noise_seed!r}: expected an int array of shape (2,)")
         return (seed.astype(np.int64) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
-    def train(
+    def train(self, weights: Sequence[np.ndarray], x: np.ndarray, y: np.ndarray, **kw: Any):
+        """Train from ``weights`` for ``epochs`` on (x, y); new weights and train metrics.
+
+        Keywords: ``epochs``, ``batch_size``, ``seed``, ``proximal_mu`` (0), ``schedule``
+        (``idx``, ``mask``, ``steps_per_epoch``, optionally ``denominator``; replaces
+        :func:`batch_schedule`) and ``noise_seed`` (int, shape (2,); required under DP and
+        secret from every other party). One compiled call (module doc); in a cohort
+        (:mod:`clients.cohort`) the cohort's calls run as one compiled call.
+        """
+        cohort = current_cohort()
+        if cohort is not None:
+            return cohort.submit(self, "train", weights=weights, x=x, y=y, **kw)
+        call = self.prepare_train(weights, x, y, **kw)
+        return self.run_train(call) if isinstance(call, TrainCall) else call
+
+    def run_train(self, call: TrainCall) -> tuple[list[np.ndarray], dict[str, float]]:
+        """One prepared call on its own (:meth:`prepare_train`)."""
+        key = ("train", *call.key)
+        args = (*self._device_data(call.x, call.y), *call.args)
+        if bl.HOST_LOOP:
+            return self.train_outputs(self._run_on_host(key, args))
+        loop = self._compiled_fn(key, self._loop, args, (1, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0))
+        return self.train_outputs(loop(*args))
+
+    def prepare_train(
         self,
         weights: Sequence[np.ndarray],
         x: np.ndarray,
@@ -387,13 +368,9 @@ class CompiledTrainer:
         proximal_mu: float = 0.0,
         schedule: Any = None,
         noise_seed: Any = None,
-    ) -> tuple[list[np.ndarray], dict[str, float]]:
-        """Train from ``weights`` for ``epochs`` on (x, y); new weights and train metrics.
-
-        One compiled call (module doc). ``schedule`` (``idx``, ``mask``, ``steps_per_epoch``,
-        optionally ``denominator``) replaces :func:`batch_schedule`; ``noise_seed`` (int, shape
-        (2,)) is required under DP and must be secret from every other party.
-        """
+    ) -> TrainCall | tuple[list[np.ndarray], dict[str, float]]:
+        """The compiled loop's arguments of one call (:meth:`train`), or its result when it
+        has no step (the weights, unchanged)."""
         noise = self._noise_seed(noise_seed)
         if schedule is None:
             schedule = batch_schedule(
@@ -403,11 +380,9 @@ class CompiledTrainer:
         if steps == 0:
             return [np.array(w, copy=True) for w in weights], {"train-loss": float("nan")}
         tr, nt = self._state(weights, seed)
-        opt = list(self._opt_device)
         rows = bl.bucket(steps, "steps")
         denominator = getattr(schedule, "denominator", None) or schedule.idx.shape[1]
         args = (
-            *self._device_data(x, y),
             bl.pad_rows(np.asarray(schedule.idx, np.int32), rows),
             bl.pad_rows(np.asarray(schedule.mask, np.float32), rows),
             np.int32(steps),
@@ -417,14 +392,14 @@ class CompiledTrainer:
             noise,
             tr,
             nt,
-            opt,
+            list(self._opt_device),
         )
-        key = ("train", x.dtype.str, x.shape[1:], y.dtype.str, y.shape[1:])
-        if bl.HOST_LOOP:
-            loss, acc, tr, nt = self._run_on_host(key, args)
-        else:
-            loop = self._compiled_fn(key, self._loop, args, (1, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0))
-            loss, acc, tr, nt = loop(*args)
+        key = (x.dtype.str, x.shape[1:], y.dtype.str, y.shape[1:])
+        return TrainCall(args=args, key=key, x=x, y=y, width=int(schedule.idx.shape[1]))
+
+    def train_outputs(self, out: tuple) -> tuple[list[np.ndarray], dict[str, float]]:
+        """(weights, metrics) of one call from the loop's ``(loss, accuracy, tr, nt)``."""
+        loss, acc, tr, nt = out
         metrics = {"train-loss": float(loss)}
         if self.classifier and self.dp is None:
             metrics["train-accuracy"] = float(acc)
@@ -468,10 +443,24 @@ class CompiledTrainer:
         loss = ops.sum(ops.cast(self.loss_fn(yb, pred), "float32") * mb)
         return loss, ops.sum(self._hits(yb, pred) * mb)
 
+    def _rows(self, tr, nt, xb, yb):
+        """Per-example loss and hit (1/0) of a chunk (a cohort's evaluation)."""
+        pred = self._forward(tr, nt, xb, False)[0]
+        return ops.cast(self.loss_fn(yb, pred), "float32"), self._hits(yb, pred)
+
     def evaluate(
         self, weights: Sequence[np.ndarray] | None, x: np.ndarray, y: np.ndarray
     ) -> dict[str, float]:
-        """Mean loss (and accuracy for classifiers) over (x, y), chunked and compiled."""
+        """Mean loss (and accuracy for classifiers) over (x, y), chunked and compiled (in a
+        cohort, :mod:`clients.cohort`, with the other members' evaluations)."""
+        cohort = current_cohort()
+        if cohort is not None and weights is not None:
+            return cohort.submit(self, "evaluate", weights=weights, x=x, y=y)
+        return self._evaluate_alone(weights, x, y)
+
+    def _evaluate_alone(
+        self, weights: Sequence[np.ndarray] | None, x: np.ndarray, y: np.ndarray
+    ) -> dict[str, float]:
         if len(x) == 0:
             return {"loss": float("nan")}
         parts = self._chunks(weights, x, y, "evaluate", self._sums)

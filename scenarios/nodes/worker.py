@@ -12,7 +12,10 @@ whose ``partition-id`` is the client's (``num-partitions`` = ``num-clients``), a
 of its own when the worker's ``node_config`` names one (``<folder>/client-<p>``), and a state
 of its own kept in the worker's state under ``"<record>@<p>"``. So every client resolves its
 own spec, checks the message against it, counts its own releases in its own ledgers, and a
-refusal or an exception is that client's error reply, as on a SuperNode of its own.
+refusal or an exception is that client's error reply, as on a SuperNode of its own. With
+``cohort-training`` (the default) the clients' handlers run as one cohort
+(:mod:`clients.cohort`): each in a thread of its own, their Keras training and evaluation
+calls pooled into one compiled call; off, one after the other.
 
 A packed message that names a partition the worker does not serve is refused whole (one
 error reply naming the partitions); a plain message to a worker of several clients is
@@ -30,6 +33,8 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
 from flwr.common.constant import ErrorCode
 
+from clients.cohort import Outcome
+from clients.cohort_train import run_cohort
 from fedpriv.privacy.ownership import REFUSED_CODE
 from fedpriv.privacy.releases import STATE_DIR_KEY
 from scenarios.config.node_spec import load_snapshot, node_spec
@@ -42,7 +47,7 @@ from scenarios.nodes.packing import (
     unpack,
     worker_clients,
 )
-from scenarios.speed.keys import WORKER_KINDS
+from scenarios.speed.keys import WORKER_KINDS, cohort_training
 from scenarios.zonal.keys import zone_nodes
 
 Handler = Callable[[Message, Context], Message]
@@ -126,6 +131,13 @@ def _refuse(msg: Message, reason: str) -> Message:
     return Message(Error(code=REFUSED_CODE, reason=reason), reply_to=msg)
 
 
+def _alone(task: Callable[[], Message]) -> Outcome:
+    try:
+        return Outcome(value=task())
+    except Exception as err:  # noqa: BLE001 (that client's error reply)
+        return Outcome(error=err)
+
+
 def serve_packed(handler: Handler, msg: Message, context: Context) -> Message:
     """Run ``handler`` for every client of a packed message; one packed reply."""
     served = served_clients(context)
@@ -138,28 +150,28 @@ def serve_packed(handler: Handler, msg: Message, context: Context) -> Message:
             f"{len(served)} partition(s) p with p mod num-partitions = partition-id "
             f"(its own node_config)",
         )
-    num_clients = int(
-        node_spec(context.run_id, context.run_config, context.node_config).base["num-clients"]
-    )
+    own = node_spec(context.run_id, context.run_config, context.node_config).base
+    num_clients = int(own["num-clients"])
+    states = client_states(context)
+    clients = {p: client_context(context, p, num_clients, states.get(p, {})) for p in contents}
+    tasks = [
+        functools.partial(handler, _sub_message(msg, p, content), clients[p])
+        for p, content in contents.items()
+    ]
+    outcomes = run_cohort(tasks) if cohort_training(own) else [_alone(t) for t in tasks]
     replies: dict[int, RecordDict] = {}
     errors: dict[int, tuple[int, str]] = {}
-    states = client_states(context)
-    for partition, content in contents.items():
-        own = states.get(partition, {})
-        client = client_context(context, partition, num_clients, own)
-        try:
-            reply = handler(_sub_message(msg, partition, content), client)
-        except Exception as err:  # noqa: BLE001 (that client's error reply, as Flower's)
-            errors[partition] = (
-                ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
-                f"{type(err).__name__}: {err}",
-            )
+    for p, outcome in zip(contents, outcomes):
+        if outcome.error is not None:  # that client's error reply, as Flower's
+            err = outcome.error
+            errors[p] = (ErrorCode.CLIENT_APP_RAISED_EXCEPTION, f"{type(err).__name__}: {err}")
             continue
-        _keep_state(context, client, partition, own)
+        _keep_state(context, clients[p], p, states.get(p, {}))
+        reply = outcome.value
         if reply.has_error():
-            errors[partition] = (int(reply.error.code), str(reply.error.reason))
+            errors[p] = (int(reply.error.code), str(reply.error.reason))
         else:
-            replies[partition] = reply.content
+            replies[p] = reply.content
     return Message(content=pack_replies(replies, errors), reply_to=msg)
 
 

@@ -25,6 +25,12 @@
   ``num-clients``; ``num-workers = num-clients`` is the one-SuperNode-per-client path. Only
   for the scenario kinds in :data:`WORKER_KINDS` (others keep one SuperNode per client) and
   never with zone SuperNodes; the Deployment Engine is unchanged (one client per SuperNode).
+- ``cohort-training`` — on a worker SuperNode (and a zone SuperNode), the clients of one
+  message train as a cohort (:mod:`clients.cohort`): each client runs its own handler, and
+  their Keras training calls of one shape run as ONE compiled call (a map over the clients,
+  each on its own data, seed and noise seed), their evaluations of one model as one forward
+  pass. On by default; ``false`` trains client by client (the same results up to the
+  floating-point schedule: the reference of the equivalence tests).
 """
 
 from __future__ import annotations
@@ -96,7 +102,20 @@ KEYS = (
         "worker SuperNodes of the simulation, each serving its share of the clients "
         "(auto = the backend's CPUs; num-clients = one SuperNode per client)",
     ),
+    key(
+        "cohort-training",
+        True,
+        boolean,
+        "true | false",
+        "a worker's (or zone node's) clients of one message train and evaluate in one "
+        "compiled call (false: client by client)",
+    ),
 )
+
+
+def cohort_training(cfg) -> bool:
+    """The node's own ``cohort-training`` (on when its config predates the key)."""
+    return bool(cfg.get("cohort-training", True))
 
 
 def simulation_workers(
