@@ -133,17 +133,14 @@ def _member(cohort: Cohort, task: Callable[[], Any], out: Outcome) -> None:
 
 
 def run_cohort(
-    tasks: Sequence[Callable[[], Any]], runner: Callable[[list[Call]], None] | None = None
+    tasks: Sequence[Callable[[], Any]], runner: Callable[[list[Call]], None]
 ) -> tuple[list[Outcome], Cohort | None]:
-    """Run ``tasks`` as the members of one cohort (module docstring); their outcomes in
-    order, and the cohort. One task, or a thread that is itself a member: the tasks run one
+    """Run ``tasks`` as the members of one cohort (module docstring) whose filed calls
+    ``runner`` runs (:func:`clients.cohort_train.run_calls`); their outcomes in order, and
+    the cohort. One task, or a thread that is itself a member: the tasks run one
     after the other in the calling thread, each call compiled on its own (cohort None)."""
     if len(tasks) < 2 or current_cohort() is not None:
         return [_alone(task) for task in tasks], None
-    if runner is None:
-        from clients.cohort_train import run_calls
-
-        runner = run_calls
     cohort = Cohort(members=len(tasks), runner=runner)
     outcomes = [Outcome() for _ in tasks]
     threads = [

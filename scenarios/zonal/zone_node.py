@@ -38,6 +38,7 @@ would take it past is refused in one line.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -45,6 +46,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 
+from clients.cohort_train import run_cohort
 from clients.keras_client import (
     TrainSettings,
     evaluate_local,
@@ -65,6 +67,7 @@ from fedpriv.zonal.accounting import mu_squared_budget, release_mu_squared
 from fedpriv.zonal.release import ZONE_CLIENTS_KEY, client_contribution, zone_release
 from scenarios.config.node_roles import node_state_dir
 from scenarios.config.specs import NodeCall
+from scenarios.speed.keys import cohort_training
 from scenarios.zonal.keys import plan_from_config
 
 ZONE_PARTY = "zone-node"
@@ -126,6 +129,10 @@ def epsilon_budget(context: Context | None, delta: float) -> tuple[float | None,
         raise ValueError(f"max-epsilon = {value!r} is not allowed; expected a float >= 0")
     limit = mu_squared_budget(max_eps, delta)
     return limit, f"max-epsilon = {max_eps:g} at delta {delta:g} (sum of 1/z^2 <= {limit:.6g})"
+
+
+def _raise(err: BaseException) -> Any:
+    raise err
 
 
 def _client_seed(call: NodeCall, partition: int) -> int:
@@ -210,8 +217,10 @@ def _release(msg: Message, call: NodeCall, zone: int, plan: Any, clients: list[i
     received = record.to_numpy_ndarrays()  # trained from as received (float32: one trace)
     glob = [np.asarray(a, np.float64) for a in received]
     rep, z, c = spec.reproducible_noise, plan.noise_multiplier, plan.clipping_norm
-    terms, rows, clipped = [], [], 0
-    for p in clients:
+
+    def contribution(p: int) -> tuple[Any, bool, int, dict[str, float]]:
+        """Client p trains from the received model; its clipped (and, in an LDP zone,
+        noised) update."""
         client = data.clients[p]
         settings = TrainSettings.from_spec(spec.train, seed=_client_seed(call, p))
         new, metrics = train_local(model, received, client.x_train, client.y_train, settings)
@@ -224,9 +233,16 @@ def _release(msg: Message, call: NodeCall, zone: int, plan: Any, clients: list[i
             clipping_norm=c,
             rng=lambda e=entropy: seeds.privacy_rng(e, reproducible=rep),
         )
-        terms.append(term)
-        clipped += int(was)
-        rows.append((len(client.x_train), metrics))
+        return term, bool(was), len(client.x_train), metrics
+
+    tasks = [functools.partial(contribution, p) for p in clients]
+    if cohort_training(call.record):
+        outcomes = [o.value if o.error is None else _raise(o.error) for o in run_cohort(tasks)]
+    else:
+        outcomes = [task() for task in tasks]
+    terms = [term for term, _, _, _ in outcomes]
+    clipped = sum(int(was) for _, was, _, _ in outcomes)
+    rows = [(n, metrics) for _, _, n, metrics in outcomes]
     server_round, seed = call.round, int(spec.seed)
     release = zone_release(
         terms,
