@@ -169,6 +169,31 @@ def test_dp_sgd_clients_of_one_worker_keep_their_own_ledgers_and_states(dpsgd_we
     assert float(reply.content["metrics"]["dp-sgd-epsilon"]) == pytest.approx(eps[2][2])
 
 
+def test_a_worker_trains_its_clients_as_one_cohort_with_the_results_of_one_by_one(
+    dpsgd_weights,  # noqa: F811
+):
+    """Standard training of clients 0 and 2 on one worker: with ``cohort-training`` their
+    Keras calls ran as one compiled call (the trainer has a cohort trace), and each client's
+    reply is the one it gets client by client (to float tolerance)."""
+    from clients import keras_client
+
+    replies = {}
+    for cohort in (False, True):
+        run_config = {**AUTO_RUN_CONFIG, "cohort-training": cohort}
+        msgs = {p: server_message(run_config, {}, dpsgd_weights, {}) for p in (0, 2)}
+        replies[cohort], errors = replies_of(app(packed(msgs), worker_context(run_config, 0)))
+        assert not errors, errors
+    pooled = [k for t in keras_client._TRAINERS.values() for k in t._compiled if k[0] == "cohort"]
+    assert pooled
+    for p in (0, 2):
+        one, many = (replies[c][p]["arrays"].to_numpy_ndarrays() for c in (False, True))
+        for a, b in zip(one, many):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(one[0], dpsgd_weights[0])  # each client trained
+    moved = [replies[True][p]["arrays"].to_numpy_ndarrays()[0] for p in (0, 2)]
+    assert not np.allclose(moved[0], moved[1])  # on its own data
+
+
 class LoopbackGrid:
     """A grid whose SuperNodes are the real ClientApp with their own Contexts (in-process)."""
 
