@@ -134,15 +134,19 @@ def fori_loop(upper: Any, body: Callable, init: Any) -> Any:
 
 
 def map_clients(fn: Callable, xs: Any, out_like: Any) -> Any:
-    """``fn`` over the leading axis of every array in ``xs``, outputs stacked (a cohort's
-    clients, one after the other inside ONE compiled call). ``out_like``: a structure like
-    ``fn``'s output whose arrays have the per-client shapes and dtypes (TF's map needs the
-    output signature; JAX ignores it). TF runs up to 10 clients at a time (``tf.map_fn``'s
-    ``parallel_iterations``): their states are independent."""
+    """``fn`` over the leading axis of every array in ``xs``, outputs stacked: a cohort's
+    clients inside ONE compiled call. ``out_like``: a structure like ``fn``'s output whose
+    arrays have the per-client shapes and dtypes (TF's map needs the output signature; JAX
+    ignores it).
+
+    TF: ``tf.map_fn``, up to 10 clients at a time (``parallel_iterations``; their states are
+    independent). JAX: ``jax.vmap``, every client's step as one batched step (the loop runs
+    to the longest client's step count, each client's carry frozen after its own last
+    step): what fills a GPU. (On JAX's CPU host loop cohorts are not pooled.)"""
     if BACKEND == "jax":
         import jax
 
-        return jax.lax.map(fn, xs)
+        return jax.vmap(fn)(xs)
     import tensorflow as tf
 
     signature = tf.nest.map_structure(

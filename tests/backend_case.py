@@ -7,6 +7,7 @@ weights come from numpy (the backends' initialisers draw differently), the batch
 to float tolerance. Models without Dropout (no backend random numbers).
 """
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -54,6 +55,36 @@ def run_case() -> dict[str, np.ndarray]:
     out.update({f"dp/{k}": w for k, w in enumerate(new)})
     out["dp/moved"] = np.array(max(float(np.abs(a - b).max()) for a, b in zip(new, w0)))
     out["dp/metrics"] = np.array([metrics["train-loss"]])
+    out.update(_cohort_case(mlp, loss, x, y))
+    return out
+
+
+def _cohort_case(mlp: keras.Model, loss, x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    """Three clients of different sizes trained as one cohort (clients.cohort_train): plain
+    SGD with FedProx, and DP-SGD with each client's own noise seed (TF: one map_fn call;
+    JAX's device loop: one vmap call; JAX's host loop: client by client)."""
+    from clients.cohort_train import run_cohort
+
+    out: dict[str, np.ndarray] = {}
+    for name, dp in (("plain", None), ("dp", DpStepConfig(l2_norm_clip=0.5, noise_multiplier=0.0))):
+        trainer = CompiledTrainer(mlp, keras.optimizers.SGD(0.1), loss, classifier=True, dp=dp)
+        kws = [
+            dict(epochs=2, batch_size=8, seed=20 + k, proximal_mu=0.1 * k,
+                 noise_seed=np.array([k, 1], np.int32) if dp else None)
+            for k in range(3)
+        ]  # fmt: skip
+        sizes = (50, 13, 30)
+        tasks = [
+            functools.partial(
+                trainer.train, _start(mlp, 3 + k % 2), x[: sizes[k]], y[: sizes[k]], **kws[k]
+            )
+            for k in range(3)
+        ]
+        for k, outcome in enumerate(run_cohort(tasks)):
+            assert outcome.error is None, outcome.error
+            weights, metrics = outcome.value
+            out.update({f"cohort-{name}/{k}/{j}": w for j, w in enumerate(weights)})
+            out[f"cohort-{name}/{k}/loss"] = np.array(metrics["train-loss"])
     return out
 
 
