@@ -19,6 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # the same for JAX
 
+import threading  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from functools import lru_cache  # noqa: E402
@@ -34,6 +35,9 @@ from fedpriv.models import build_model  # noqa: E402
 from fedpriv.spec import TrainSpec  # noqa: E402
 
 set_op_determinism(True)
+# the clients of a cohort (clients.cohort) run in threads: the process's model and trainer
+# are built once, by the first of them, never side by side
+BUILD_LOCK = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -91,15 +95,16 @@ def model_for(train: TrainSpec, data: FederatedData) -> keras.Model:
     ``op_determinism`` (default on) is process wide; ``mixed_precision`` (default off) picks a
     model built under ``mixed_float16``.
     """
-    set_op_determinism(bool(train.op_determinism))
-    return _cached_model(
-        str(train.model),
-        tuple(data.input_shape),
-        int(data.num_classes),
-        str(train.optimizer),
-        float(train.learning_rate),
-        bool(train.mixed_precision),
-    )
+    with BUILD_LOCK:
+        set_op_determinism(bool(train.op_determinism))
+        return _cached_model(
+            str(train.model),
+            tuple(data.input_shape),
+            int(data.num_classes),
+            str(train.optimizer),
+            float(train.learning_rate),
+            bool(train.mixed_precision),
+        )
 
 
 def initial_weights(train: TrainSpec, data: FederatedData) -> list[np.ndarray]:
@@ -134,6 +139,11 @@ def trainer_for(model: keras.Model, *, jit_compile: bool | None = None) -> Compi
 
     ``jit_compile=None`` (evaluation) takes the existing trainer whatever its XLA setting.
     """
+    with BUILD_LOCK:
+        return _trainer_for(model, jit_compile)
+
+
+def _trainer_for(model: keras.Model, jit_compile: bool | None) -> CompiledTrainer:
     trainer = _TRAINERS.get(id(model))
     if trainer is None or (jit_compile is not None and trainer.jit_compile != jit_compile):
         optimizer = type(model.optimizer).from_config(model.optimizer.get_config())

@@ -10,6 +10,7 @@ describe the same data share one :class:`fedpriv.data.FederatedData` per process
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 from fedpriv.data import FederatedData, load_spec
@@ -22,7 +23,18 @@ def load_data(spec: DataSpec) -> FederatedData:
 
 
 @lru_cache(maxsize=4)
-def federated_data(spec: DataSpec) -> FederatedData:
-    """Load (once per process) the federated data ``spec`` describes
-    (``federated_data.cache_clear()`` drops the process's copies)."""
+def _cached_data(spec: DataSpec) -> FederatedData:
     return load_data(spec)
+
+
+_LOAD_LOCK = threading.Lock()  # a cohort's threads (clients.cohort) load the data once
+
+
+def federated_data(spec: DataSpec) -> FederatedData:
+    """Load (once per process, by one thread) the federated data ``spec`` describes
+    (``federated_data.cache_clear()`` drops the process's copies)."""
+    with _LOAD_LOCK:
+        return _cached_data(spec)
+
+
+federated_data.cache_clear = _cached_data.cache_clear  # type: ignore[attr-defined]

@@ -213,3 +213,28 @@ def test_a_bad_call_fails_only_its_own_member():
     out = train_as_cohort([lambda kw=kw: _train(trainer, kw) for kw in (calls[0], bad, calls[2])])
     assert out[0].error is None and out[2].error is None
     assert isinstance(out[1].error, ValueError) and "2 weight arrays" in str(out[1].error)
+
+
+def test_a_cold_cohort_builds_one_model_and_one_trainer_for_all_its_clients():
+    """The first message of a process: its clients' threads all ask for the model at once;
+    one model and one trainer are built (a model built per thread failed the round)."""
+    from clients import keras_client
+    from clients.partitions import federated_data
+    from scenarios.config.registry import resolve_run_config
+    from scenarios.config.specs import data_spec, train_spec
+
+    cfg = resolve_run_config({"scenario": "digits", "num-clients": 6, "model": "digits-mlp"})
+    train, data = train_spec(cfg), federated_data(data_spec(cfg))
+    keras_client._cached_model.cache_clear()
+    keras_client._TRAINERS.clear()
+
+    def client(p: int):
+        model = keras_client.model_for(train, data)
+        settings = keras_client.TrainSettings.from_spec(train, seed=p)
+        c = data.clients[p]
+        return id(model), keras_client.train_local(model, model.get_weights(), c.x_train,
+                                                   c.y_train, settings)  # fmt: skip
+
+    out = train_as_cohort([lambda p=p: client(p) for p in range(6)])
+    assert [o.error for o in out] == [None] * 6
+    assert len({o.value[0] for o in out}) == 1 and len(keras_client._TRAINERS) == 1
