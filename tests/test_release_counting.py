@@ -425,6 +425,23 @@ def test_a_release_is_charged_before_it_is_computed(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporary file
 
 
+def test_a_reply_cache_cut_short_by_a_crash_is_no_cache_and_never_fresh_noise(tmp_path):
+    """The cached reply is written without fsync (the charge before it is durable): if a
+    crash leaves it empty or cut short, the identical request is refused, not answered with
+    fresh noise, and the charge stands."""
+    from clients.releases import ReleaseRefused, guarded_release
+
+    counter = ReleaseCounter(tmp_path, "zone-node", 1)
+    guarded_release(counter, "s", 1, "d", lambda t: RecordDict())
+    assert guarded_release(counter, "s", 1, "d", lambda t: RecordDict()) is not None  # cached
+    for cut in (b"", b"\x80\x05\x95"):
+        counter._reply_path("s").write_bytes(cut)
+        assert counter.cached("s", 1, "d") is None
+        with pytest.raises(ReleaseRefused, match="already answered"):
+            guarded_release(counter, "s", 1, "d", lambda t: RecordDict())
+    assert counter.load().releases == 1
+
+
 def test_the_counter_is_monotonic_and_per_sequence(tmp_path):
     counter = ReleaseCounter(tmp_path, "zone-node", 0)
     kinds = [counter.begin("a", r, f"d{r}", max_releases=2).kind for r in (1, 2, 3)] + [

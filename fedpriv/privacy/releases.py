@@ -47,6 +47,7 @@ import math
 import os
 import pickle
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,14 +98,16 @@ def _names_a_folder(value: str | None) -> bool:
     return bool(value) and value != "auto"
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file, fsync and ``os.replace``."""
+def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` through a temporary file (fsynced when ``durable``) and
+    ``os.replace``: a reader sees the old or the new content, never a mix."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with tmp.open("wb") as fh:
         fh.write(data)
         fh.flush()
-        os.fsync(fh.fileno())
+        if durable:
+            os.fsync(fh.fileno())
     os.replace(tmp, path)
 
 
@@ -235,17 +238,24 @@ class ReleaseCounter:
         return self.directory / f"{self.party}-{self.identity}.{sequence}.reply.pkl"
 
     def remember(self, sequence: str, server_round: int, digest: str, reply: Any) -> None:
-        """Cache the reply of the sequence's last release (written atomically)."""
+        """Cache the reply of the sequence's last release (written atomically, not fsynced:
+        the charge is already durable (:meth:`begin`), and a cache lost in a crash only
+        turns a later identical request into a refused one, never into fresh noise)."""
         entry = {"round": int(server_round), "digest": digest, "reply": reply}
-        atomic_write(self._reply_path(sequence), pickle.dumps(entry, pickle.HIGHEST_PROTOCOL))
+        data = pickle.dumps(entry, pickle.HIGHEST_PROTOCOL)
+        atomic_write(self._reply_path(sequence), data, durable=False)
 
     def cached(self, sequence: str, server_round: int, digest: str) -> Any:
-        """The cached reply of this exact request, or None (only this party's own file)."""
+        """The cached reply of this exact request, or None (only this party's own file; an
+        unreadable one, e.g. cut short by a crash, is no cache)."""
         path = self._reply_path(sequence)
         if not path.exists():
             return None
-        with path.open("rb") as fh:
-            entry = pickle.load(fh)
+        try:
+            with path.open("rb") as fh:
+                entry = pickle.load(fh)
+        except (EOFError, pickle.UnpicklingError, OSError):
+            return None
         if entry["round"] != int(server_round) or entry["digest"] != digest:
             return None
         return entry["reply"]
