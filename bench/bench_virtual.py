@@ -44,22 +44,28 @@ def virtual_rows(tmp: Path, quick: bool) -> list[str]:
     floor = tf_floor(cfg)
     floor["per_round"] = slope([0.0, *floor["round_stamps"]])
     runs = {}
-    for label, workers in (("before", clients), ("after", "auto")):
-        run = fedpriv_run({**values, "num-workers": workers}, tmp / f"virtual-{label}",
-                          watch_rounds=True)  # fmt: skip
+    variants = (
+        ("before", {"num-workers": clients}),
+        ("client-by-client", {"num-workers": "auto", "cohort-training": False}),
+        ("after", {"num-workers": "auto", "cohort-training": True}),
+    )
+    for label, extra in variants:
+        run = fedpriv_run({**values, **extra}, tmp / f"virtual-{label}", watch_rounds=True)
         run["per_round"] = slope(run["stamps"])
         runs[label] = run
-    before, after = runs["before"], runs["after"]
+    before, one, after = runs["before"], runs["client-by-client"], runs["after"]
     workers = after["summary"].get("supernodes", "?")
     return [
         f"| virtual clients, cross-device: digits, {clients} IID clients all sampled, 5 epochs, "
         f"batch 8, digits-mlp, SGD 0.02, {rounds} rounds; before = one SuperNode per client "
-        f"(num-workers = {clients}), after = {workers} worker SuperNodes (num-workers = auto) "
+        f"(num-workers = {clients}), then {workers} worker SuperNodes (num-workers = auto) "
+        f"training client by client (cohort-training = false), after = the same workers "
+        f"training each message's clients as one cohort "
         f"| {_describe('before', before['wall'], before['per_round'], rounds, floor)}; "
+        f"{_describe('client by client', one['wall'], one['per_round'], rounds, floor)}; "
         f"{_describe('after', after['wall'], after['per_round'], rounds, floor)}; final acc "
-        f"{before['summary']['final']['accuracy']:.4f} / "
-        f"{after['summary']['final']['accuracy']:.4f} "
-        f"| floor {floor['wall']:.1f} s wall, {floor['per_round']:.2f} s/round, acc "
+        + " / ".join(f"{r['summary']['final']['accuracy']:.4f}" for r in runs.values())
+        + f" | floor {floor['wall']:.1f} s wall, {floor['per_round']:.2f} s/round, acc "
         f"{floor['accuracy']:.4f} | **{after['wall'] / floor['wall']:.2f}x** wall, "
         f"**{after['per_round'] / floor['per_round']:.2f}x** per round "
         f"(before {before['wall'] / floor['wall']:.2f}x, "
