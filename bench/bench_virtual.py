@@ -1,7 +1,7 @@
 """Virtual-client rows of ``make bench``: worker SuperNodes vs one SuperNode per client.
 
 - ``virtual``: the cross-device run of :data:`bench.bench_speed.CROSS_DEVICE` (digits, 100
-  IID clients all sampled, 5 local epochs, batch 8, digits-mlp, SGD 0.02, 20 rounds) three
+  IID clients all sampled, 5 local epochs, batch 8, digits-mlp, SGD 0.02, 20 rounds) four
   times in one invocation: the plain-Keras floor (:mod:`bench.tf_floor`), ``fedpriv run``
   with one SuperNode per client (``num-workers = 100``, the path before virtual clients) and
   with worker SuperNodes (``num-workers = auto``). For each: the user's whole wait, the
