@@ -113,3 +113,19 @@ def test_baseline_score_bands_stay_within_zero_and_one():
     assert loss.hi > 1.0 and not math.isnan(loss.lo)  # values are not capped
     old_record = {"cls": "score", "lo": 0.9, "hi": 1.07}  # recorded before the cap
     assert Band.from_json(old_record).text() == Band("score", 0.9, 1.0).text()
+
+
+def test_ifca_plots_draw_validation_when_round_0_had_none(figures, tmp_path):
+    """The validation users' lifetime budget spent: round 0 has no validation entry, later
+    rounds do (a run of a fresh validation set); the plots are drawn, not a KeyError."""
+    rounds = [{"round": 0}] + [
+        {"round": r, "validation": {"objective": 1.0 / r, "rmse": 1.0 / r},
+         "ledger": {"per_cluster_max": [0.1 * r, 0.2 * r]}}
+        for r in (1, 2, 3)
+    ]  # fmt: skip
+    summary = {"leakage": {"per_client": None}, "num_params": 3}
+    ifca_plots.write_run_plots("t", rounds, summary, tmp_path, theta_star=None,
+                               per_participation=None, best_round=2)  # fmt: skip
+    assert (tmp_path / "validation_loss.png").exists()
+    ax = figures[-1].axes[0]
+    assert "RMSE" in " ".join(_legend(ax) + [ax.get_ylabel(), ax.get_title()])

@@ -202,9 +202,10 @@ def write_run_plots(
         plot_params_scatter(
             released, hyps, out_dir / "params_scatter.png", theta_star=theta_star, title=title
         )
-    val = [(r["round"], r["validation"]["objective"]) for r in rounds if "validation" in r]
+    checked = [r for r in rounds if "validation" in r]  # none where the validation users
+    val = [(r["round"], r["validation"]["objective"]) for r in checked]  # declined (budget)
     if val:
-        label = "RMSE (GP Eq. 10)" if "rmse" in rounds[0]["validation"] else "cross-entropy"
+        label = "RMSE (GP Eq. 10)" if "rmse" in checked[0]["validation"] else "cross-entropy"
         plot_validation_loss(
             {label: ([v[0] for v in val], [v[1] for v in val])},
             out_dir / "validation_loss.png",
