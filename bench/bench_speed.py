@@ -84,11 +84,14 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def monitored_run(cmd: list[str], rounds_file: Path | None = None) -> dict:
-    """Run ``cmd``; wall seconds, peak tree RSS (bytes), times at which round lines appeared."""
+def monitored_run(cmd: list[str], rounds_file: Path | None = None, env: dict | None = None) -> dict:
+    """Run ``cmd`` (with ``env``, default :func:`_env`); wall seconds, peak tree RSS (bytes),
+    times at which round lines appeared."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env or _env(), stdout=log, stderr=subprocess.STDOUT
+        )
         peak, seen, stamps = 0, 0, []
         while proc.poll() is None:
             peak = max(peak, _tree_rss(proc.pid))
@@ -108,11 +111,17 @@ def monitored_run(cmd: list[str], rounds_file: Path | None = None) -> dict:
 def fedpriv_run(values: dict, out: Path, *, watch_rounds: bool = False) -> dict:
     """One ``fedpriv run`` with ``values`` (wall, peak RSS, round stamps, summary), into an
     emptied ``out``: a finished run left there by an earlier bench would be resumed (nothing to
-    do) and time nothing."""
+    do) and time nothing. Its nodes keep their ledgers in an emptied ``<out>-state``
+    (``FEDPRIV_STATE_ROOT``), not the machine's default folder: there every earlier run of
+    the same data (an earlier bench, a test, another user's run) would have charged them,
+    spent their budgets (declines: rounds without training) and cached replies."""
     shutil.rmtree(out, ignore_errors=True)
+    state = out.with_name(f"{out.name}-state")
+    shutil.rmtree(state, ignore_errors=True)
     cmd = [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config"]
     cmd.append(_overrides({**values, "output-dir": str(out)}))
-    res = monitored_run(cmd, out / "rounds.jsonl" if watch_rounds else None)
+    env = dict(_env(), FEDPRIV_STATE_ROOT=str(state))
+    res = monitored_run(cmd, out / "rounds.jsonl" if watch_rounds else None, env)
     res["summary"] = json.loads((out / "summary.json").read_text())
     return res
 

@@ -13,6 +13,7 @@ loop-back grid that hands every message to the real ClientApp with its node's Co
 from __future__ import annotations
 
 import json
+import pickle
 import uuid
 
 import numpy as np
@@ -31,6 +32,7 @@ from scenarios.nodes.packing import (
     worker_clients,
 )
 from scenarios.nodes.virtual_grid import VirtualGrid
+from scenarios.nodes.worker import STATES_KEY, client_state
 from scenarios.speed.keys import simulation_workers
 from tests.test_curious_server import (
     AUTO_RUN_CONFIG,
@@ -140,11 +142,14 @@ def test_a_packed_message_naming_another_workers_partition_is_refused_whole(dpsg
 def test_dp_sgd_clients_of_one_worker_keep_their_own_ledgers_and_states(dpsgd_weights, tmp_path):  # noqa: F811
     """Two rounds for clients 0 and 2 on one worker with its own state folder: each client
     has its own folder and ledger, counts its own 2 releases, and its ε equals that of a
-    SuperNode of its own after 2 participations."""
+    SuperNode of its own after 2 participations. Between the rounds the worker's Context
+    travels as the simulation moves it (pickled to any Ray actor and back): its state is the
+    one record of the clients' states, whatever the number of clients."""
     node = {"client-state-dir": str(tmp_path / "state")}
     ctx = worker_context(DPSGD_AUTO, 0, node)
     eps = {}
     for rnd in (1, 2):
+        ctx = pickle.loads(pickle.dumps(ctx))
         msgs = {
             p: server_message(
                 DPSGD_AUTO, {"client-task": "dp-sgd"}, dpsgd_weights, {"server-round": rnd}
@@ -154,10 +159,13 @@ def test_dp_sgd_clients_of_one_worker_keep_their_own_ledgers_and_states(dpsgd_we
         contents, errors = replies_of(app(packed(msgs), ctx))
         assert not errors, errors
         eps[rnd] = {p: float(c["metrics"]["dp-sgd-epsilon"]) for p, c in contents.items()}
+    assert list(ctx.state.keys()) == [STATES_KEY]
+    assert sorted(ctx.state[STATES_KEY]) == ["0", "2"]
+    assert not client_state(ctx, 4).keys()  # a client of this worker that never trained
     for p in (0, 2):
         ledgers = list((tmp_path / "state" / f"client-{p}").rglob("*.json"))
         assert ledgers, p
-        assert int(ctx.state[f"{DPSGD_STATE_KEY}@{p}"]["participations"]) == 2
+        assert int(client_state(ctx, p)[DPSGD_STATE_KEY]["participations"]) == 2
         assert eps[2][p] > eps[1][p]
     alone = Context(7, 5, {"partition-id": 2, **node}, RecordDict(), DPSGD_AUTO)
     alone.node_config["client-state-dir"] = str(tmp_path / "alone")
@@ -257,7 +265,7 @@ def test_a_replayed_packed_round_is_one_release_per_client(dpsgd_weights, tmp_pa
         for contents, _ in replies[1:]:
             for a, b in zip(first, contents[p]["arrays"].to_numpy_ndarrays()):
                 np.testing.assert_array_equal(a, b)
-        assert int(ctx.state[f"{DPSGD_STATE_KEY}@{p}"]["participations"]) == 1
+        assert int(client_state(ctx, p)[DPSGD_STATE_KEY]["participations"]) == 1
     spent = [replies[0][0][p]["arrays"].to_numpy_ndarrays()[0] for p in (1, 3)]
     assert np.max(np.abs(spent[0] - spent[1])) > 0  # each client its own noise
 

@@ -10,7 +10,8 @@ each runs through the ClientApp's own handler (:mod:`scenarios.app.client_app`) 
 ``Context`` of its own (:func:`client_context`): the worker's run config, a ``node_config``
 whose ``partition-id`` is the client's (``num-partitions`` = ``num-clients``), a state folder
 of its own when the worker's ``node_config`` names one (``<folder>/client-<p>``), and a state
-of its own kept in the worker's state under ``"<record>@<p>"``. So every client resolves its
+of its own kept in the worker's state (:data:`STATES_KEY`: one entry per client, its records
+serialised, decoded only for the clients a message names). So every client resolves its
 own spec, checks the message against it, counts its own releases in its own ledgers, and a
 refusal or an exception is that client's error reply, as on a SuperNode of its own. With
 ``cohort-training`` (the default) the clients' handlers run as one cohort
@@ -27,11 +28,13 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
 from flwr.common.constant import ErrorCode
+from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+from flwr.proto.recorddict_pb2 import RecordDict as RecordDictProto
 
 from clients.cohort import Outcome
 from clients.cohort_train import run_cohort
@@ -51,8 +54,21 @@ from scenarios.speed.keys import WORKER_KINDS, cohort_training
 from scenarios.zonal.keys import zone_nodes
 
 Handler = Callable[[Message, Context], Message]
+# the worker's record of its clients' states: partition -> that client's RecordDict, serialised
+# (Flower's own protobuf). The Context travels with every message (simulation: to the Ray
+# actor and back), so it holds ONE record whose entries are plain bytes rather than a record
+# per client and name: its cost grows with the clients that ever kept a state only by a copy
+# of their bytes, and a message decodes and re-encodes the states of its own clients alone.
+STATES_KEY = "fedpriv-client-states"
 
-__all__ = ["CLIENTS_KEY", "client_context", "serves_virtual", "served_clients"]
+__all__ = [
+    "CLIENTS_KEY",
+    "STATES_KEY",
+    "client_context",
+    "client_state",
+    "serves_virtual",
+    "served_clients",
+]
 
 
 def served_clients(context: Context) -> list[int]:
@@ -77,15 +93,38 @@ def _is_worker(context: Context) -> bool:
     return served_clients(context) != [int(context.node_config["partition-id"])]
 
 
-def client_states(context: Context) -> dict[int, dict[str, Any]]:
-    """The worker's state split per client: partition -> {record name: record}
-    (``"<record>@<p>"`` in the worker's state), in one pass."""
-    out: dict[int, dict[str, Any]] = {}
-    for key, record in context.state.items():
-        name, _, tail = key.rpartition(SEP)
-        if name and tail.isdigit():
-            out.setdefault(int(tail), {})[name] = record
-    return out
+class ClientStates(Mapping[int, dict[str, Any]]):
+    """The worker's client states (:data:`STATES_KEY`): partition -> {record name: record},
+    each decoded when first read (a client with no state is absent)."""
+
+    def __init__(self, record: ConfigRecord | None) -> None:
+        self._record: Mapping[str, Any] = record if record is not None else {}
+        self._decoded: dict[int, dict[str, Any]] = {}
+
+    def __getitem__(self, partition: int) -> dict[str, Any]:
+        p = int(partition)
+        if p not in self._decoded:
+            blob = self._record[str(p)]  # KeyError: no state (Mapping.get gives the default)
+            self._decoded[p] = dict(recorddict_from_proto(RecordDictProto.FromString(blob)))
+        return self._decoded[p]
+
+    def __iter__(self) -> Iterator[int]:
+        return (int(key) for key in self._record)
+
+    def __len__(self) -> int:
+        return len(self._record)
+
+
+def client_states(context: Context) -> ClientStates:
+    """The worker's state split per client: partition -> {record name: record}; O(1) until a
+    client's state is read (:class:`ClientStates`)."""
+    record = context.state.get(STATES_KEY)
+    return ClientStates(record if isinstance(record, ConfigRecord) else None)
+
+
+def client_state(context: Context, partition: int) -> RecordDict:
+    """Virtual client ``partition``'s own state on this worker (empty when it has none)."""
+    return RecordDict(client_states(context).get(int(partition), {}))
 
 
 def client_context(
@@ -111,14 +150,17 @@ def client_context(
 
 
 def _keep_state(context: Context, client: Context, partition: int, old: Any = ()) -> None:
-    """Write the client's state back into the worker's (``"<record>@<p>"``); ``old``: the
-    names it had."""
-    tail = f"{SEP}{int(partition)}"
-    for name in old:
-        if f"{name}{tail}" in context.state:
-            del context.state[f"{name}{tail}"]
-    for key, record in client.state.items():
-        context.state[f"{key}{tail}"] = record
+    """Write the client's state back into the worker's (its entry of :data:`STATES_KEY`,
+    replaced whole; ``old``, the records it had, is not needed for that)."""
+    del old
+    record = context.state.get(STATES_KEY)
+    if not isinstance(record, ConfigRecord):
+        record = context.state[STATES_KEY] = ConfigRecord()
+    key = str(int(partition))
+    if len(client.state.keys()):
+        record[key] = recorddict_to_proto(client.state).SerializeToString()
+    elif key in record:
+        del record[key]
 
 
 def _sub_message(msg: Message, partition: int, content: RecordDict) -> Message:
