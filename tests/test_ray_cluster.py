@@ -48,6 +48,18 @@ def test_a_local_ray_has_no_job_runtime_env_and_its_workers_inherit_the_setup_ho
     assert callable(getattr(__import__(module, fromlist=[name]), name))
 
 
+def test_a_local_ray_prestarts_its_workers_only_when_they_are_the_actors(monkeypatch):
+    from scenarios.cli.ray_cluster import PRESTART, prestart_env
+
+    for prestart, value in ((True, "1"), (False, "0")):
+        monkeypatch.delenv(PRESTART, raising=False)
+        prestart_env(prestart)
+        assert os.environ[PRESTART] == value
+    monkeypatch.setenv(PRESTART, "0")  # the user's (or the federation's) setting wins
+    prestart_env(True)
+    assert os.environ[PRESTART] == "0"
+
+
 def test_an_attached_cluster_gets_the_env_and_the_setup_hook_in_the_runtime_env(monkeypatch):
     from scenarios.cli.ray_cluster import WORKER_SETUP_HOOK, worker_env
 

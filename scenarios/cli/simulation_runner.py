@@ -84,7 +84,9 @@ def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
         reason = ray_cluster.gpu_shortage(need, {"GPU": ray_cluster.local_gpus()}, "")
         if reason is not None:
             return reason
-    ray_cluster.init_ray(init_args, [k for k in args.forward_env.split(",") if k])
+    per_client = float(backend.get("client_resources", {}).get("num_cpus", 1) or 1)
+    prestart = args.share == 1 and per_client == 1 and need == 0  # actors = workers per CPU
+    ray_cluster.init_ray(init_args, [k for k in args.forward_env.split(",") if k], prestart)
     reason = ray_cluster.gpu_shortage(need, ray.cluster_resources(), address)
     if reason is not None:
         ray.shutdown()
