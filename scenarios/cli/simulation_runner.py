@@ -126,8 +126,9 @@ def _engine_started(supernodes: int) -> None:
     status("engine started", f"Ray with {cpus} CPUs; starting {supernodes} ClientApp workers")
 
 
-def run(argv: list[str] | None = None) -> int:
-    """Start the simulation described by ``argv``; 0 when the ServerApp completed."""
+def _flower_run(args: argparse.Namespace, app_dir: Path) -> tuple[Any, Any]:
+    """Flower's ``Run`` of this simulation and the ServerApp's ``Context`` (the app's config
+    fused with ``--run-config``); sets the task identity Flower's messages carry."""
     from flwr.app import Context, RecordDict
     from flwr.app.user_config import UserConfig
     from flwr.common.config import get_fused_config_from_dir, parse_config_args
@@ -137,10 +138,6 @@ def run(argv: list[str] | None = None) -> int:
     from flwr.supercore.run import Run
     from flwr.supercore.task_identity import TaskIdentity
 
-    args = _parse(argv)
-    app_dir = Path(args.app).resolve()
-    with (app_dir / "pyproject.toml").open("rb") as fh:
-        components = tomllib.load(fh)["tool"]["flwr"]["app"]["components"]
     overrides = parse_config_args([args.run_config] if args.run_config else [])
     run_id = generate_rand_int_from_bytes(RUN_ID_NUM_BYTES)
     flower_run = Run.create_empty(run_id=run_id)
@@ -157,12 +154,22 @@ def run(argv: list[str] | None = None) -> int:
         state=RecordDict(),
         run_config=get_fused_config_from_dir(app_dir, overrides),
     )
+    return flower_run, context
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Start the simulation described by ``argv``; 0 when the ServerApp completed."""
+    args = _parse(argv)
+    app_dir = Path(args.app).resolve()
+    with (app_dir / "pyproject.toml").open("rb") as fh:
+        components = tomllib.load(fh)["tool"]["flwr"]["app"]["components"]
     backend = _backend_config(args.backend_config)
     # the ClientApp's module, imported before Flower starts its threads: Flower loads it in
     # its engine thread while the ServerApp thread runs, and a resumed ServerApp unpickles its
     # checkpoint (which imports fedpriv.privacy.accounting too) at once; two threads importing
     # the same package cycle get a partially initialised module (ImportError). Imported while
-    # Ray starts: the main thread meanwhile imports only Ray's own modules (ray itself first).
+    # Ray starts: the main thread meanwhile imports only Ray's own modules (ray itself first),
+    # Flower's after the import ended.
     import ray  # noqa: F401
 
     preload = _Preload(components["clientapp"].split(":")[0])
@@ -175,7 +182,8 @@ def run(argv: list[str] | None = None) -> int:
         print(f"fedpriv: {reason}", file=sys.stderr)
         return 2
     try:
-        preload.result()
+        preload.result()  # Flower's modules too: imported in the main thread only after it
+        flower_run, context = _flower_run(args, app_dir)
         _engine_started(args.num_supernodes)
         from flwr.simulation.run_simulation import _run_simulation
         from flwr.supercore.telemetry import EventType
