@@ -38,10 +38,11 @@ def test_the_preloaded_module_is_imported_and_its_error_raised_in_the_caller(tmp
     (tmp_path / "good_app.py").write_text("VALUE = 2\n")
     (tmp_path / "bad_app.py").write_text("raise ImportError('no such thing')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    good = _Preload("good_app")
+    (tmp_path / "good_server.py").write_text("import good_app\nVALUE = good_app.VALUE + 1\n")
+    good = _Preload("good_app", "good_server")
     good.start()
     good.result()
-    assert sys.modules["good_app"].VALUE == 2
+    assert sys.modules["good_app"].VALUE == 2 and sys.modules["good_server"].VALUE == 3
     bad = _Preload("bad_app")
     bad.start()
     with pytest.raises(ImportError, match="no such thing"):

@@ -95,17 +95,19 @@ def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
 
 
 class _Preload(threading.Thread):
-    """Import a module in a thread (the ClientApp's: TensorFlow and Keras, seconds of CPU)
-    while the main thread waits for Ray's processes; :meth:`result` joins and re-raises."""
+    """Import modules in a thread, in order (the ClientApp's and the ServerApp's: TensorFlow,
+    Keras, scikit-learn, matplotlib, seconds of CPU) while the main thread waits for Ray's
+    processes; :meth:`result` joins and re-raises."""
 
-    def __init__(self, module: str) -> None:
+    def __init__(self, *modules: str) -> None:
         super().__init__(name="fedpriv-preload", daemon=True)
-        self.module = module
+        self.modules = modules
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            importlib.import_module(self.module)
+            for module in self.modules:
+                importlib.import_module(module)
         except BaseException as err:  # noqa: BLE001 -- re-raised in the main thread
             self.error = err
 
@@ -164,15 +166,17 @@ def run(argv: list[str] | None = None) -> int:
     with (app_dir / "pyproject.toml").open("rb") as fh:
         components = tomllib.load(fh)["tool"]["flwr"]["app"]["components"]
     backend = _backend_config(args.backend_config)
-    # the ClientApp's module, imported before Flower starts its threads: Flower loads it in
-    # its engine thread while the ServerApp thread runs, and a resumed ServerApp unpickles its
-    # checkpoint (which imports fedpriv.privacy.accounting too) at once; two threads importing
-    # the same package cycle get a partially initialised module (ImportError). Imported while
-    # Ray starts: the main thread meanwhile imports only Ray's own modules (ray itself first),
-    # Flower's after the import ended.
+    # the ClientApp's and the ServerApp's modules, imported before Flower starts its threads:
+    # Flower loads the ClientApp in its engine thread while the ServerApp thread runs, and a
+    # resumed ServerApp unpickles its checkpoint (which imports fedpriv.privacy.accounting too)
+    # at once; two threads importing the same package cycle get a partially initialised
+    # module (ImportError). Imported while Ray starts: the main thread meanwhile imports only
+    # Ray's own modules (ray and this package's Ray helpers first), Flower's after the import.
     import ray  # noqa: F401
 
-    preload = _Preload(components["clientapp"].split(":")[0])
+    from scenarios.cli import ray_cluster  # noqa: F401
+
+    preload = _Preload(*(components[app].split(":")[0] for app in ("clientapp", "serverapp")))
     preload.start()
     try:
         reason = _start_ray(args, backend)
