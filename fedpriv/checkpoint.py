@@ -112,14 +112,15 @@ def save_checkpoint(output_dir: str | Path, state: Mapping[str, Any]) -> Path:
 def load_checkpoint(output_dir: str | Path) -> Optional[dict[str, Any]]:
     """The checkpoint of ``output_dir``, or None when there is none.
 
-    The package a checkpoint's state references (the accountants) is imported whole first:
-    the unpickler locks a submodule (``fedpriv.privacy.accounting.rounds``) before its package,
-    which deadlocks into an ImportError against another thread importing the package (the
-    simulation imports the ClientApp module while the ServerApp reads the checkpoint)."""
+    The package a checkpoint's state references (the accountants) is imported whole first
+    (its submodules too: the package loads them on first use): the unpickler locks a
+    submodule (``fedpriv.privacy.accounting.rounds``) before its package, which deadlocks
+    into an ImportError against another thread importing the package (the simulation imports
+    the ClientApp module while the ServerApp reads the checkpoint)."""
     path = Path(output_dir) / CHECKPOINT
     if not path.exists():
         return None
-    import fedpriv.privacy.accounting  # noqa: F401
+    import fedpriv.privacy.accounting.gaussian  # noqa: F401  (accountant, events, pld, rdp, rounds)
 
     with path.open("rb") as fh:
         return pickle.load(fh)

@@ -281,3 +281,25 @@ def test_hdp_table1_configurations() -> None:
         A.hdp_config_epsilon("C7", eps, alpha=0.7, beta=0.5, **kw)
     with pytest.raises(ValueError, match="config"):
         A.hdp_config_epsilon("C8", eps, **kw)
+
+
+def test_the_package_loads_dp_accounting_only_for_the_names_built_on_it():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys\n"
+        "from fedpriv.privacy.accounting import LeakageLedger, laplace_leakage, SAMPLING_MODES\n"
+        "print('dp_accounting' in sys.modules)\n"
+        "from fedpriv.privacy.accounting import dp_epsilon\n"
+        "print('dp_accounting' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()  # fmt: skip
+    assert out == ["False", "True"]
+    assert all(getattr(A, name) is not None for name in A.__all__)
+    assert A.gaussian_round_event is A.client_round_event
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        A.nothing  # noqa: B018

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from scenarios.app import quiet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,3 +48,46 @@ def test_a_quiet_import_keeps_every_other_line(tmp_path, monkeypatch, capfd):
     quiet.import_quietly("noisy_module", quiet.TF_IMPORT_NOISE)
     err = capfd.readouterr().err
     assert "a real problem at import" in err and "oneDNN" not in err
+
+
+def _fresh(code: str, **extra: str) -> list[str]:
+    """stdout lines of ``code`` run in a fresh interpreter (repository root, ``extra`` env)."""
+    env = {k: v for k, v in os.environ.items() if k != quiet.LOG_ENV}
+    env.update(CUDA_VISIBLE_DEVICES="", **extra)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300, check=True)  # fmt: skip
+    return proc.stdout.split()
+
+
+def test_a_worker_loads_tensorflow_without_the_optional_packages_which_still_import_later():
+    code = (
+        "import sys\n"
+        "from scenarios.app import quiet\n"
+        "quiet.prepare_worker()\n"
+        "print('tensorflow' in sys.modules, *[m in sys.modules for m in quiet.LEAN_IMPORT])\n"
+        "import sklearn.metrics, matplotlib, keras\n"
+        "print(keras.config.backend())\n"
+    )
+    loaded, *optional, backend = _fresh(code, KERAS_BACKEND="tensorflow")
+    assert (loaded, optional, backend) == ("True", ["False"] * len(quiet.LEAN_IMPORT), "tensorflow")
+
+
+def test_a_worker_on_another_backend_imports_no_tensorflow(tmp_path):
+    code = "import sys; from scenarios.app import quiet; quiet.prepare_worker()\n"
+    code += "print('tensorflow' in sys.modules)"
+    assert _fresh(code, KERAS_BACKEND="jax") == ["False"]
+    (tmp_path / "keras.json").write_text('{"backend": "jax"}')  # Keras's own config file
+    env = {"KERAS_BACKEND": "", "KERAS_HOME": str(tmp_path)}
+    assert _fresh(code, **env) == ["False"]
+
+
+def test_blocked_modules_fail_inside_the_block_and_import_after(tmp_path, monkeypatch):
+    (tmp_path / "optional_extra.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with quiet.without_modules(["optional_extra", "os"]):  # os is loaded: left alone
+        with pytest.raises(ModuleNotFoundError):
+            import optional_extra  # noqa: F401
+        assert sys.modules["os"] is os
+    import optional_extra
+
+    assert optional_extra.VALUE == 1

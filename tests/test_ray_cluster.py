@@ -36,6 +36,41 @@ ACCURACY_BAND = 0.03  # same seed and config in another process: equal up to flo
 # --- fast: the pieces ---------------------------------------------------------------------
 
 
+def test_a_local_ray_has_no_job_runtime_env_and_its_workers_inherit_the_setup_hook(monkeypatch):
+    from ray._private import ray_constants
+
+    from scenarios.cli.ray_cluster import WORKER_SETUP_HOOK, worker_env
+
+    monkeypatch.delenv(ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR, raising=False)
+    assert worker_env({}, ["KERAS_BACKEND"]) == {}  # no setup_worker.py interpreter per worker
+    assert os.environ[ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR] == WORKER_SETUP_HOOK
+    module, _, name = WORKER_SETUP_HOOK.rpartition(".")
+    assert callable(getattr(__import__(module, fromlist=[name]), name))
+
+
+def test_a_local_ray_prestarts_its_workers_only_when_they_are_the_actors(monkeypatch):
+    from scenarios.cli.ray_cluster import PRESTART, prestart_env
+
+    for prestart, value in ((True, "1"), (False, "0")):
+        monkeypatch.delenv(PRESTART, raising=False)
+        prestart_env(prestart)
+        assert os.environ[PRESTART] == value
+    monkeypatch.setenv(PRESTART, "0")  # the user's (or the federation's) setting wins
+    prestart_env(True)
+    assert os.environ[PRESTART] == "0"
+
+
+def test_an_attached_cluster_gets_the_env_and_the_setup_hook_in_the_runtime_env(monkeypatch):
+    from scenarios.cli.ray_cluster import WORKER_SETUP_HOOK, worker_env
+
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+    monkeypatch.setenv("PYTHONPATH", "/app")
+    monkeypatch.delenv("FEDPRIV_NOT_SET", raising=False)
+    env = worker_env({"address": "auto"}, ["KERAS_BACKEND", "FEDPRIV_NOT_SET"])["runtime_env"]
+    assert env["env_vars"] == {"KERAS_BACKEND": "tensorflow", "PYTHONPATH": "/app"}
+    assert env["worker_process_setup_hook"] == WORKER_SETUP_HOOK
+
+
 def test_lanes_deal_cells_round_robin_and_never_exceed_the_cells():
     from scenarios.app.multirun import Cell, split_lanes
 

@@ -192,8 +192,10 @@ def test_cpu_federation_hides_gpus_and_uses_one_cpu_per_client():
     assert backend["client-resources"] == {"num-cpus": 1, "num-gpus": 0.0}
     env = federation_env("local-simulation", {})
     assert env["CUDA_VISIBLE_DEVICES"] == "" and "KERAS_BACKEND" not in env
-    # no idle Ray workers prestarted beside the ClientApp actors' own
-    assert env["RAY_prestart_worker_first_driver"] == "0"
+    # the runner decides whether Ray prestarts workers (scenarios.cli.ray_cluster.prestart_env)
+    assert "RAY_prestart_worker_first_driver" not in env
+    gpu = federation_env("local-simulation-gpu", {})  # 2 CPUs per client: no idle prestarts
+    assert gpu["RAY_prestart_worker_first_driver"] == "0"
 
 
 def test_simulate_starts_the_runner_with_the_federation_env(monkeypatch):

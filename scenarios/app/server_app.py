@@ -5,6 +5,10 @@ The runner of each kind is declared by its feature (``Feature.runners``,
 (:class:`scenarios.config.specs.ServerRun`) is where the server builds its typed spec, once,
 from the config it resolved; below this point code takes that spec (and the resolved config
 only as the record it is: manifest, summary, wire config, a feature's own keys).
+
+The runners' common engine (:mod:`scenarios.app.engine`: Keras, scikit-learn, matplotlib) is
+imported with this module, which the simulation runner loads while Ray and the workers start
+(``scenarios.cli.simulation_runner``), not once the federation answered.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from flwr.app import Context  # noqa: E402
 from flwr.common import log  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
+import scenarios.app.engine  # noqa: E402,F401  (the runners' engine, loaded with the app below)
 from fedpriv.data import DataError  # noqa: E402
 from scenarios.app.multirun import run_plan  # noqa: E402
 from scenarios.app.wire_config import set_base  # noqa: E402

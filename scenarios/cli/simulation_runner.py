@@ -14,6 +14,12 @@ whatever happens). Ray is initialised here, before Flower's backend would
 (:mod:`scenarios.cli.ray_cluster`: attach to ``init-args.address``, forward ``--forward-env`` to
 the workers, exit 2 with one line when the clients ask for GPUs Ray does not see, and with
 ``--share N`` size the actor pool for N simulations on one cluster).
+
+Start-up and exit are kept short (:func:`run`): the ClientApp's module (TensorFlow and Keras)
+is imported in a thread while Ray starts, whose processes the runner only waits for; Flower's
+simulation module, which imports TensorFlow too, is imported after both. When the simulation
+ends, the process exits once its ``atexit`` handlers ran, without the interpreter's own
+teardown of TensorFlow's and Ray's modules (seconds on a small machine, nothing left to write).
 Uses Flower internals of the pinned simulation stack (flwr 1.42.0); the base install (the
 wrappers) does not import this module.
 """
@@ -21,12 +27,16 @@ wrappers) does not import this module.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import json
+import os
 import sys
+import threading
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 try:
     import tomllib
@@ -45,12 +55,19 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _underscored(value: Any) -> Any:
+    """``value`` with every dict key's ``-`` replaced by ``_`` (what Flower's
+    ``run_simulation._replace_keys`` does; that module imports TensorFlow, here not yet)."""
+    if isinstance(value, dict):
+        return {str(k).replace("-", "_"): _underscored(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_underscored(v) for v in value]
+    return value
+
+
 def _backend_config(text: str) -> dict[str, Any]:
     """pyproject's backend options with Flower's internal ``_`` keys."""
-    from flwr.simulation.run_simulation import _replace_keys
-
-    config = json.loads(text) if text else {}
-    return _replace_keys(config, match="-", target="_") if config else {}
+    return _underscored(json.loads(text)) if text else {}
 
 
 def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
@@ -67,13 +84,38 @@ def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
         reason = ray_cluster.gpu_shortage(need, {"GPU": ray_cluster.local_gpus()}, "")
         if reason is not None:
             return reason
-    ray_cluster.init_ray(init_args, [k for k in args.forward_env.split(",") if k])
+    per_client = float(backend.get("client_resources", {}).get("num_cpus", 1) or 1)
+    prestart = args.share == 1 and per_client == 1 and need == 0  # actors = workers per CPU
+    ray_cluster.init_ray(init_args, [k for k in args.forward_env.split(",") if k], prestart)
     reason = ray_cluster.gpu_shortage(need, ray.cluster_resources(), address)
     if reason is not None:
         ray.shutdown()
         return reason
-    ray_cluster.share_actor_pool(args.share)
     return None
+
+
+class _Preload(threading.Thread):
+    """Import modules in a thread, in order (the ClientApp's and the ServerApp's: TensorFlow,
+    Keras, scikit-learn, matplotlib, seconds of CPU) while the main thread waits for Ray's
+    processes; :meth:`result` joins and re-raises."""
+
+    def __init__(self, *modules: str) -> None:
+        super().__init__(name="fedpriv-preload", daemon=True)
+        self.modules = modules
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for module in self.modules:
+                importlib.import_module(module)
+        except BaseException as err:  # noqa: BLE001 -- re-raised in the main thread
+            self.error = err
+
+    def result(self) -> None:
+        """Wait for the import; its exception, if any, raised here."""
+        self.join()
+        if self.error is not None:
+            raise self.error
 
 
 def _engine_started(supernodes: int) -> None:
@@ -86,23 +128,18 @@ def _engine_started(supernodes: int) -> None:
     status("engine started", f"Ray with {cpus} CPUs; starting {supernodes} ClientApp workers")
 
 
-def run(argv: list[str] | None = None) -> int:
-    """Start the simulation described by ``argv``; 0 when the ServerApp completed."""
+def _flower_run(args: argparse.Namespace, app_dir: Path) -> tuple[Any, Any]:
+    """Flower's ``Run`` of this simulation and the ServerApp's ``Context`` (the app's config
+    fused with ``--run-config``); sets the task identity Flower's messages carry."""
     from flwr.app import Context, RecordDict
     from flwr.app.user_config import UserConfig
     from flwr.common.config import get_fused_config_from_dir, parse_config_args
     from flwr.common.constant import RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, TASK_ID_NUM_BYTES
     from flwr.server.superlink.linkstate.utils import generate_rand_int_from_bytes
-    from flwr.simulation.run_simulation import _run_simulation
     from flwr.supercore.constant import NOOP_FEDERATION_ID
     from flwr.supercore.run import Run
     from flwr.supercore.task_identity import TaskIdentity
-    from flwr.supercore.telemetry import EventType
 
-    args = _parse(argv)
-    app_dir = Path(args.app).resolve()
-    with (app_dir / "pyproject.toml").open("rb") as fh:
-        components = tomllib.load(fh)["tool"]["flwr"]["app"]["components"]
     overrides = parse_config_args([args.run_config] if args.run_config else [])
     run_id = generate_rand_int_from_bytes(RUN_ID_NUM_BYTES)
     flower_run = Run.create_empty(run_id=run_id)
@@ -119,7 +156,28 @@ def run(argv: list[str] | None = None) -> int:
         state=RecordDict(),
         run_config=get_fused_config_from_dir(app_dir, overrides),
     )
+    return flower_run, context
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Start the simulation described by ``argv``; 0 when the ServerApp completed."""
+    args = _parse(argv)
+    app_dir = Path(args.app).resolve()
+    with (app_dir / "pyproject.toml").open("rb") as fh:
+        components = tomllib.load(fh)["tool"]["flwr"]["app"]["components"]
     backend = _backend_config(args.backend_config)
+    # the ClientApp's and the ServerApp's modules, imported before Flower starts its threads:
+    # Flower loads the ClientApp in its engine thread while the ServerApp thread runs, and a
+    # resumed ServerApp unpickles its checkpoint (which imports fedpriv.privacy.accounting too)
+    # at once; two threads importing the same package cycle get a partially initialised
+    # module (ImportError). Imported while Ray starts: the main thread meanwhile imports only
+    # Ray's own modules (ray and this package's Ray helpers first), Flower's after the import.
+    import ray  # noqa: F401
+
+    from scenarios.cli import ray_cluster  # noqa: F401
+
+    preload = _Preload(*(components[app].split(":")[0] for app in ("clientapp", "serverapp")))
+    preload.start()
     try:
         reason = _start_ray(args, backend)
     except Exception as err:  # noqa: BLE001 -- e.g. no Ray cluster at the address: one line
@@ -127,13 +185,16 @@ def run(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"fedpriv: {reason}", file=sys.stderr)
         return 2
-    _engine_started(args.num_supernodes)
     try:
-        # the ClientApp's module, imported here in the main thread: Flower loads it in its
-        # engine thread while the ServerApp thread runs, and a resumed ServerApp unpickles its
-        # checkpoint (which imports fedpriv.privacy.accounting too) at once; two threads importing
-        # the same package cycle get a partially initialised module (ImportError)
-        importlib.import_module(components["clientapp"].split(":")[0])
+        preload.result()  # Flower's modules too: imported in the main thread only after it
+        flower_run, context = _flower_run(args, app_dir)
+        _engine_started(args.num_supernodes)
+        from flwr.simulation.run_simulation import _run_simulation
+        from flwr.supercore.telemetry import EventType
+
+        from scenarios.cli import ray_cluster
+
+        ray_cluster.share_actor_pool(args.share)
         _run_simulation(
             num_supernodes=args.num_supernodes,
             exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
@@ -152,5 +213,22 @@ def run(argv: list[str] | None = None) -> int:
     return 0
 
 
+def end_process(code: int, exit_now: Callable[[int], Any] = os._exit) -> NoReturn:
+    """Exit with ``code`` once the other non-daemon threads ended and the ``atexit`` handlers
+    ran (Ray's shutdown among them), with stdout and stderr flushed; without the
+    interpreter's teardown of every module (TensorFlow's, Ray's: seconds, nothing written)."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            pass
+    exit_now(code)
+    raise SystemExit(code)  # only reached when exit_now returns (a test's stand-in)
+
+
 if __name__ == "__main__":
-    sys.exit(run())
+    end_process(run())

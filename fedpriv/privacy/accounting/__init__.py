@@ -1,4 +1,5 @@
-"""Privacy accounting, by topic (no TensorFlow, Ray or matplotlib is imported here).
+"""Privacy accounting, by topic (no TensorFlow, Ray or matplotlib is imported here, and
+dp_accounting only when a name built on it is first used).
 
 * :mod:`.events` — the ``DpEvent`` of a round of the server-side Gaussian mechanism and the
   labels (accountant, adjacency, sampling) every ε carries;
@@ -12,24 +13,10 @@
   amplification-by-averaging ε (a heuristic).
 """
 
+import importlib
+from typing import Any
+
 from fedpriv.privacy.accounting._checks import SAMPLING_MODES
-from fedpriv.privacy.accounting.accountant import EpsilonReport, PrivacyAccountant
-from fedpriv.privacy.accounting.events import (
-    ACCOUNTANT_LABEL,
-    NeighborRel,
-    client_round_event,
-    effective_noise_multiplier,
-    labels_for,
-    relation_for,
-)
-from fedpriv.privacy.accounting.gaussian import (
-    dp_epsilon,
-    epsilon_for_noise_multipliers,
-    epsilon_per_round_series,
-    round_rdp,
-    series_rounds,
-    server_accountant,
-)
 from fedpriv.privacy.accounting.hdp import (
     HDP_CONFIGS,
     PLACEMENTS,
@@ -37,11 +24,40 @@ from fedpriv.privacy.accounting.hdp import (
     hdp_config_epsilon,
 )
 from fedpriv.privacy.accounting.leakage import LEAKAGE_LABEL, LeakageLedger, laplace_leakage
-from fedpriv.privacy.accounting.rdp import epsilon_from_rdp
 
+# Names of the submodules built on dp_accounting (about a second to import on a busy CPU),
+# imported on first use: a client that only needs the leakage ledger (IFCA) does not load it.
+_LAZY = {
+    "EpsilonReport": "accountant",
+    "PrivacyAccountant": "accountant",
+    "ACCOUNTANT_LABEL": "events",
+    "NeighborRel": "events",
+    "client_round_event": "events",
+    "effective_noise_multiplier": "events",
+    "labels_for": "events",
+    "relation_for": "events",
+    "dp_epsilon": "gaussian",
+    "epsilon_for_noise_multipliers": "gaussian",
+    "epsilon_per_round_series": "gaussian",
+    "round_rdp": "gaussian",
+    "series_rounds": "gaussian",
+    "server_accountant": "gaussian",
+    "epsilon_from_rdp": "rdp",
+}
 # Names of the previous single-module API.
-gaussian_round_event = client_round_event
-neighboring_relation = relation_for
+_ALIASES = {"gaussian_round_event": "client_round_event", "neighboring_relation": "relation_for"}
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :data:`_LAZY` (and :data:`_ALIASES`), imported from their submodule on
+    first use (PEP 562)."""
+    target = _ALIASES.get(name, name)
+    if target not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[target]}"), target)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "SAMPLING_MODES",
