@@ -73,8 +73,12 @@ def test_commands_and_keys_toml():
     assert [x.split(" = ")[0] for x in lines] == list(CATALOG.keys)
 
 
-PLOTTING = ("fedpriv.reporting.report", "fedpriv.reporting.plots", "fedpriv.reporting.report_plots",
-            "fedpriv.reporting.ifca_plots")
+PLOTTING = (
+    "fedpriv.reporting.report",
+    "fedpriv.reporting.plots",
+    "fedpriv.reporting.report_plots",
+    "fedpriv.reporting.ifca_plots",
+)
 
 
 def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
@@ -100,15 +104,41 @@ def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
     # scenarios.config.node_roles reads the node's role, zone level and state folder from its own
     # a worker SuperNode serves its virtual clients (scenarios.nodes.worker) from packed messages
     # (scenarios.nodes.packing): client-side, flwr.app only
-    features = ("adaptive_clip", "attacks", "audit", "client_budgets", "dp", "dp_ftrl", "dp_sgd",
-                "faults", "grid", "ifca", "speed", "standard", "tracking", "zonal")
-    expected = {"scenarios", "scenarios.app", "scenarios.config", "scenarios.nodes",
-                "scenarios.app.client_app",
-                "scenarios.app.client_tasks", "scenarios.nodes.federation", "scenarios.app.quiet",
-                "scenarios.app.task_names", "scenarios.app.wire_config",
-                "scenarios.nodes.packing", "scenarios.nodes.worker", "scenarios.config.node_roles",
-                "scenarios.config.node_spec",
-                "scenarios.config.schema", "scenarios.config.specs", "scenarios.zonal.zone_node"}
+    features = (
+        "adaptive_clip",
+        "attacks",
+        "audit",
+        "client_budgets",
+        "dp",
+        "dp_ftrl",
+        "dp_sgd",
+        "faults",
+        "grid",
+        "ifca",
+        "speed",
+        "standard",
+        "tracking",
+        "zonal",
+    )
+    expected = {
+        "scenarios",
+        "scenarios.app",
+        "scenarios.config",
+        "scenarios.nodes",
+        "scenarios.app.client_app",
+        "scenarios.app.client_tasks",
+        "scenarios.nodes.federation",
+        "scenarios.app.quiet",
+        "scenarios.app.task_names",
+        "scenarios.app.wire_config",
+        "scenarios.nodes.packing",
+        "scenarios.nodes.worker",
+        "scenarios.config.node_roles",
+        "scenarios.config.node_spec",
+        "scenarios.config.schema",
+        "scenarios.config.specs",
+        "scenarios.zonal.zone_node",
+    }
     expected |= {f"scenarios.{name}" for name in features}  # the feature packages (empty)
     expected |= {f"scenarios.{name}.keys" for name in features}  # their key declarations
     assert sorted(loaded) == sorted(expected)

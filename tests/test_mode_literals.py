@@ -94,15 +94,19 @@ def test_no_privacy_key_or_mode_branch_outside_the_registry(path):
 # noise-placement). The exceptions below are other namespaces that share a word with a mode:
 # each (file, literal) with why it is not a mode name.
 OTHER_NAMESPACES = {
-    ("fedpriv/reporting/console.py", "zonal"):
-        "the summary.json / round record block of the zonal feature",
+    (
+        "fedpriv/reporting/console.py",
+        "zonal",
+    ): "the summary.json / round record block of the zonal feature",
     ("fedpriv/reporting/records.py", "zonal"): "the round record block of the zonal feature",
     ("strategies/zonal.py", "zonal"): "the round record block the zonal wrapper writes",
     ("scenarios/zonal/feature.py", "zonal"): "the feature's name and its summary/record block",
     ("scenarios/zonal/report.py", "zonal"): "the summary.json block it reads",
     ("scenarios/attacks/commands.py", "zonal"): "the attack report's zonal section",
-    ("scenarios/dp_sgd/feature.py", "dp-sgd"):
-        "the feature's name (scenarios.config.feature.Feature)",
+    (
+        "scenarios/dp_sgd/feature.py",
+        "dp-sgd",
+    ): "the feature's name (scenarios.config.feature.Feature)",
     ("scenarios/ifca/feature.py", "ifca"): "the scenario kind and the feature's name",
     ("scenarios/config/node_spec.py", "ifca"): "the scenario kind (node_catalog.json)",
     ("scenarios/speed/feature.py", "ifca"): "the scenario kind",

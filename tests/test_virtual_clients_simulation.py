@@ -46,8 +46,13 @@ TIMING = {"seconds", "wall_seconds", "time", "duration", "supernodes"}
 def _runs(workers: int, base: Path) -> dict:
     return {
         mode: (
-            {"scenario": "digits", "seed": 3, "num-server-rounds": ROUNDS, "num-workers": workers,
-             **overrides},
+            {
+                "scenario": "digits",
+                "seed": 3,
+                "num-server-rounds": ROUNDS,
+                "num-workers": workers,
+                **overrides,
+            },
             base / f"w{workers}" / mode,
         )  # fmt: skip
         for mode, overrides in MODES.items()

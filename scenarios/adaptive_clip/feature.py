@@ -45,9 +45,7 @@ def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
         target_quantile=params.target_quantile,
         clip_learning_rate=params.clip_learning_rate,
         clipped_count_stddev=adaptive_clip.count_stddev(params, part.noise_clients),
-        rng=seeds.privacy_stream(
-            int(spec.seed), "dp-noise", reproducible=spec.reproducible_noise
-        ),
+        rng=seeds.privacy_stream(int(spec.seed), "dp-noise", reproducible=spec.reproducible_noise),
         accept_failures=bool(spec.strategy.accept_failures),
         weighting=params.weighting,
         accountant=global_dp_accountant(part, delta=params.delta, weighting=params.weighting),

@@ -116,6 +116,7 @@ def _absent_grid(base: Any, absent: set[int]) -> Any:
     """``base`` (the run's :class:`scenarios.nodes.federation.PartitionGrid`, or its
     ``VirtualGrid`` over worker SuperNodes) as a grid that never offers the ``absent``
     partitions; ``base`` itself is left as it is."""
+
     class AbsentClientsGrid(type(base)):
         """The run's grid without the ``absent`` partitions."""
 

@@ -42,9 +42,7 @@ def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
         delta=p.delta,
         noise_multiplier=p.noise_multiplier,
         clipping_norm=p.clipping_norm,
-        rng=seeds.privacy_stream(
-            int(spec.seed), "dp-noise", reproducible=spec.reproducible_noise
-        ),
+        rng=seeds.privacy_stream(int(spec.seed), "dp-noise", reproducible=spec.reproducible_noise),
         accept_failures=bool(spec.strategy.accept_failures),
     )
 
