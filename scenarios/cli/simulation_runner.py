@@ -192,9 +192,10 @@ def run(argv: list[str] | None = None) -> int:
         from flwr.simulation.run_simulation import _run_simulation
         from flwr.supercore.telemetry import EventType
 
-        from scenarios.cli import ray_cluster
+        from scenarios.cli import engine_polling, ray_cluster
 
         ray_cluster.share_actor_pool(args.share)
+        engine_polling.use_fast_polling(args.num_supernodes)
         _run_simulation(
             num_supernodes=args.num_supernodes,
             exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
