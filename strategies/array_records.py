@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
-from io import BytesIO
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
-from numpy.lib import format as npy
 from numpy.typing import ArrayLike
+
+from fedpriv import npy_bytes
 
 
 def named_record(keys: Iterable[str], arrays: Iterable[ArrayLike]) -> ArrayRecord:
@@ -33,19 +33,13 @@ def named_record(keys: Iterable[str], arrays: Iterable[ArrayLike]) -> ArrayRecor
 
 def array_view(array: Array) -> np.ndarray:
     """A read-only numpy view of an ``Array``'s bytes, without the copy ``Array.numpy()``
-    makes (a 25.7 MB model is read in place when a strategy only looks at it).
+    makes (a 25.7 MB model is read in place when a strategy only looks at it) and without
+    parsing its header again (:func:`fedpriv.npy_bytes.view`).
 
     The same values as ``array.numpy()``; arrays not serialised as plain ``.npy`` data
     (another ``stype``, object dtypes) fall back to it.
     """
     if array.stype != "numpy.ndarray":
         return array.numpy()
-    buffer = BytesIO(array.data)
-    version = npy.read_magic(buffer)
-    reader = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
-    shape, fortran, dtype = reader(buffer)
-    if dtype.hasobject:
-        return array.numpy()
-    count = int(np.prod(shape, dtype=np.int64))
-    flat = np.frombuffer(array.data, dtype=dtype, count=count, offset=buffer.tell())
-    return flat.reshape(shape, order="F" if fortran else "C")
+    out = npy_bytes.view(array.data)
+    return array.numpy() if out is None else out

@@ -51,6 +51,7 @@ from flwr.clientapp import ClientApp  # noqa: E402
 
 from clients.adversary import is_malicious, tamper_reply  # noqa: E402
 from clients.keras_client import evaluate_local, federated_data, model_for  # noqa: E402
+from clients.records import arrays_of  # noqa: E402
 from clients.releases import ReleaseRefused  # noqa: E402
 from fedpriv.privacy.disclosure import allowed_metric_keys, filter_metrics  # noqa: E402
 from fedpriv.privacy.ownership import REFUSED_CODE  # noqa: E402
@@ -187,7 +188,7 @@ def evaluation(msg: Message, call: NodeCall, partition: int) -> RecordDict:
     client = data.clients[partition]
     metrics = {"num-examples": len(client.x_test)}
     if allowed is None or "accuracy" in allowed:
-        weights = msg.content["arrays"].to_numpy_ndarrays()
+        weights = arrays_of(msg.content["arrays"])
         model = model_for(spec.train, data)
         metrics |= evaluate_local(model, weights, client.x_test, client.y_test)
     return disclose(spec, "evaluate", RecordDict({"metrics": MetricRecord(metrics)}))

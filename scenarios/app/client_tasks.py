@@ -23,6 +23,7 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from clients import ifca_client
 from clients.keras_client import TrainSettings, federated_data, model_for, train_local
+from clients.records import array_record, arrays_of
 from clients.releases import guarded_release, node_counter, request_digest, sequence_of
 from fedpriv import seeds
 from fedpriv.ifca import ACTION as IFCA_ACTION
@@ -63,10 +64,10 @@ def train_standard(msg: Message, call: NodeCall, partition: int) -> RecordDict:
     client = data.clients[partition]
     model = model_for(spec.train, data)
     settings = TrainSettings.from_spec(spec.train, seed=call_seed(call, partition))
-    weights = msg.content["arrays"].to_numpy_ndarrays()
+    weights = arrays_of(msg.content["arrays"])
     new_weights, metrics = train_local(model, weights, client.x_train, client.y_train, settings)
     metrics["num-examples"] = len(client.x_train)
-    return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})
+    return RecordDict({"arrays": array_record(new_weights), "metrics": MetricRecord(metrics)})
 
 
 DPSGD_PARTY = DPSGD_TASK  # the ledger file of a DP-SGD client: ``dp-sgd-<partition>.json``
@@ -170,13 +171,13 @@ def _dpsgd_release(
     data = federated_data(spec.data)
     client = data.clients[partition]
     trainer = dp_trainer_for(spec.train, params, tuple(data.input_shape), data.num_classes)
-    weights = msg.content["arrays"].to_numpy_ndarrays()
+    weights = arrays_of(msg.content["arrays"])
     x_train, y_train = with_example_canaries(spec, data, partition, client.x_train, client.y_train)
     new_weights, metrics = train_dpsgd(
         trainer, weights, x_train, y_train, settings, dp, participations=participations
     )
     metrics["num-examples"] = len(client.x_train)
-    return RecordDict({"arrays": ArrayRecord(new_weights), "metrics": MetricRecord(metrics)})
+    return RecordDict({"arrays": array_record(new_weights), "metrics": MetricRecord(metrics)})
 
 
 ZONAL_LDP_PARTY = "zonal-ldp"  # the ledger file of an in-server LDP client

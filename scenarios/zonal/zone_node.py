@@ -54,6 +54,7 @@ from clients.keras_client import (
     model_for,
     train_local,
 )
+from clients.records import arrays_of
 from clients.releases import (
     ReleaseRefused,
     guarded_release,
@@ -214,7 +215,7 @@ def _release(msg: Message, call: NodeCall, zone: int, plan: Any, clients: list[i
     data = federated_data(spec.data)
     model = model_for(spec.train, data)
     record = msg.content["arrays"]
-    received = record.to_numpy_ndarrays()  # trained from as received (float32: one trace)
+    received = arrays_of(record)  # trained from as received (float32: one trace)
     glob = [np.asarray(a, np.float64) for a in received]
     rep, z, c = spec.reproducible_noise, plan.noise_multiplier, plan.clipping_norm
 
