@@ -38,9 +38,16 @@ from clients.compiled import CompiledTrainer, TrainCall, _finish, _init
 __all__ = ["run_calls", "run_cohort"]
 
 
+MAX_MEMBERS = 256  # threads of one cohort: a message to thousands of clients runs in chunks
+
+
 def run_cohort(tasks: Sequence[Callable[[], Any]]) -> list[Outcome]:
-    """:func:`clients.cohort.run_cohort` with this module's runner: the outcomes in order."""
-    return _run_cohort(tasks, run_calls)[0]
+    """:func:`clients.cohort.run_cohort` with this module's runner, :data:`MAX_MEMBERS`
+    tasks at a time: the outcomes in order."""
+    out: list[Outcome] = []
+    for start in range(0, len(tasks), MAX_MEMBERS):
+        out += _run_cohort(tasks[start : start + MAX_MEMBERS], run_calls)[0]
+    return out
 
 
 def run_calls(calls: list[Call]) -> None:

@@ -238,3 +238,24 @@ def test_a_cold_cohort_builds_one_model_and_one_trainer_for_all_its_clients():
     out = train_as_cohort([lambda p=p: client(p) for p in range(6)])
     assert [o.error for o in out] == [None] * 6
     assert len({o.value[0] for o in out}) == 1 and len(keras_client._TRAINERS) == 1
+
+
+def test_a_message_to_more_clients_than_a_cohort_holds_runs_in_chunks_in_order(monkeypatch):
+    from clients import cohort_train
+
+    sizes = []
+    inner = cohort_train._run_cohort
+    monkeypatch.setattr(cohort_train, "MAX_MEMBERS", 3)
+
+    def counted(tasks, runner):
+        sizes.append(len(tasks))
+        return inner(tasks, runner)
+
+    monkeypatch.setattr(cohort_train, "_run_cohort", counted)
+    trainer = _trainer()
+    calls = _calls(trainer, False)
+    alone = [_train(trainer, kw) for kw in calls]
+    out = train_as_cohort([lambda kw=kw: _train(trainer, kw) for kw in calls])
+    assert sizes == [3, 2]
+    for (w, _), o in zip(alone, out):
+        _close(w, o.value[0])
