@@ -93,6 +93,9 @@ def kill_after_round(
     items = " ".join(to_override(k, v) for k, v in overrides.items())
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     env[STATE_ROOT_ENV] = nodes_of(output_dir)
+    # Flower's 0.1 s engine polling: the kill below, right after round ``after``'s checkpoint,
+    # lands before round ``after`` + 1 reaches the clients (scenarios/cli/engine_polling.py)
+    env["FEDPRIV_ENGINE_POLL"] = "0.1"
     proc = subprocess.Popen(
         [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config", items],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

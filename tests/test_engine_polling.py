@@ -61,3 +61,11 @@ def test_the_in_memory_grid_pulls_replies_at_the_short_interval():
     engine_polling.use_fast_polling(2)
     assert InMemoryGrid(state_factory=_Factory()).pull_interval == engine_polling.MIN_POLL
     assert InMemoryGrid(_Factory(), 0.5).pull_interval == 0.5
+
+
+def test_the_interval_can_be_set_by_hand(monkeypatch):
+    monkeypatch.setenv(engine_polling.POLL_ENV, "0.1")
+    assert engine_polling.poll_seconds(2) == 0.1
+    monkeypatch.setenv(engine_polling.POLL_ENV, "-1")
+    with pytest.raises(ValueError, match="FEDPRIV_ENGINE_POLL = '-1' is not allowed"):
+        engine_polling.poll_seconds(2)

@@ -11,12 +11,17 @@ cohort trains in ~0.1 s, that wait was about a third of a round.
 SuperNodes, growing with their number: one look costs one LinkState query per SuperNode, so
 10,000 SuperNodes keep Flower's 0.1 s). Nothing else changes: the same queries, the same
 queue, the same stop event. Only ``fedpriv run`` / ``fedpriv grid`` (this package's runner)
-do it; ``flwr run`` keeps Flower's defaults. Uses Flower internals of the pinned stack
+do it; ``flwr run`` keeps Flower's defaults. ``FEDPRIV_ENGINE_POLL`` (seconds) sets the
+interval by hand; the kill-and-resume tests set Flower's 0.1 s, so that a kill right after
+round k's checkpoint lands before round k+1 reaches the clients (a kill inside a round is
+resumed too, but the clients charged for that round refuse its identical request: never
+fresh noise, and so not the uninterrupted run's round). Uses Flower internals of the pinned stack
 (flwr 1.42.0), like :mod:`scenarios.cli.simulation_runner`.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from queue import Queue
 from typing import Any
@@ -28,8 +33,18 @@ POLL_PER_NODE = 1e-5  # seconds of interval per SuperNode: 10,000 nodes -> Flowe
 _APPLIED: list[float] = []
 
 
+POLL_ENV = "FEDPRIV_ENGINE_POLL"  # seconds: overrides the interval (0.1 = Flower's own)
+
+
 def poll_seconds(num_supernodes: int) -> float:
-    """The interval of both loops for ``num_supernodes`` SuperNodes (module docstring)."""
+    """The interval of both loops for ``num_supernodes`` SuperNodes (module docstring), or
+    :data:`POLL_ENV`'s value when set (a float > 0)."""
+    given = os.environ.get(POLL_ENV, "").strip()
+    if given:
+        value = float(given)
+        if not value > 0:
+            raise ValueError(f"{POLL_ENV} = {given!r} is not allowed; expected seconds > 0")
+        return value
     return min(FLOWER_POLL, max(MIN_POLL, POLL_PER_NODE * int(num_supernodes)))
 
 
