@@ -55,12 +55,14 @@ class _Factory:
         return _State({})
 
 
-def test_the_in_memory_grid_pulls_replies_at_the_short_interval():
-    """As the simulation builds it (``InMemoryGrid(state_factory=...)``): the short interval;
-    an interval given explicitly is kept."""
+def test_the_grid_keeps_flowers_default_its_interval_is_set_where_the_grid_is_built():
+    """One place for the grid's reply polling (scenarios/nodes/virtual_grid.py sets it for
+    worker and zone SuperNodes): the runner changes the engine's loop only."""
+    from scenarios.nodes import virtual_grid
+
     engine_polling.use_fast_polling(2)
-    assert InMemoryGrid(state_factory=_Factory()).pull_interval == engine_polling.MIN_POLL
-    assert InMemoryGrid(_Factory(), 0.5).pull_interval == 0.5
+    assert InMemoryGrid(state_factory=_Factory()).pull_interval == engine_polling.FLOWER_POLL
+    assert virtual_grid.WORKER_PULL_INTERVAL_S == engine_polling.MIN_POLL
 
 
 def test_the_interval_can_be_set_by_hand(monkeypatch):

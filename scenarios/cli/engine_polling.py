@@ -1,21 +1,24 @@
-"""How often Flower's simulation engine looks for new messages, in the runner's process.
+"""How often Flower's simulation engine hands new messages to the backend, in the runner.
 
-Flower 1.42's in-process engine moves a message in two polling loops, each sleeping 0.1 s
-between looks: the engine thread that hands the LinkState's new messages to the backend
-(``vce_api.add_messages_to_queue``) and the ServerApp's grid that waits for the replies
-(``InMemoryGrid.send_and_receive``, ``pull_interval``). A round of one message per worker
-then waits about 0.1 s (up to 0.2 s) for nothing: on the cross-device run, where a worker's
-cohort trains in ~0.1 s, that wait was about a third of a round.
+Flower 1.42's in-process engine moves a message through two polling loops, each sleeping
+0.1 s between looks: the engine thread that hands the LinkState's new messages to the
+backend (``vce_api.add_messages_to_queue``) and the ServerApp's grid that waits for the
+replies (``InMemoryGrid.send_and_receive``, ``pull_interval``). The grid's interval is set
+where the grid is built (:func:`scenarios.nodes.virtual_grid.discover_federation` and
+:func:`scenarios.nodes.virtual_grid.federation_grid`, for worker and zone SuperNodes, also
+under ``flwr run``); the engine's loop can only be changed in the process that runs it.
 
-:func:`use_fast_polling` makes both loops look every :func:`poll_seconds` (5 ms for a few
+:func:`use_fast_polling` makes that loop look every :func:`poll_seconds` (5 ms for a few
 SuperNodes, growing with their number: one look costs one LinkState query per SuperNode, so
 10,000 SuperNodes keep Flower's 0.1 s). Nothing else changes: the same queries, the same
-queue, the same stop event. Only ``fedpriv run`` / ``fedpriv grid`` (this package's runner)
-do it; ``flwr run`` keeps Flower's defaults. ``FEDPRIV_ENGINE_POLL`` (seconds) sets the
-interval by hand; the kill-and-resume tests set Flower's 0.1 s, so that a kill right after
-round k's checkpoint lands before round k+1 reaches the clients (a kill inside a round is
-resumed too, but the clients charged for that round refuse its identical request: never
-fresh noise, and so not the uninterrupted run's round). Uses Flower internals of the pinned stack
+queue, the same stop event. A round of one message per worker waited ~0.05 s (up to 0.1 s)
+for it; on the cross-device run, where a worker's cohort trains in ~0.1 s, that was a
+quarter of a round. Only ``fedpriv run`` / ``fedpriv grid`` (this package's runner) do it;
+``flwr run`` keeps Flower's default. ``FEDPRIV_ENGINE_POLL`` (seconds) sets the interval by
+hand; the kill-and-resume tests set Flower's 0.1 s, so that a kill right after round k's
+checkpoint lands before round k+1 reaches the clients (a kill inside a round is resumed
+too, but the clients charged for that round refuse its identical request: never fresh
+noise, and so not the uninterrupted run's round). Uses Flower internals of the pinned stack
 (flwr 1.42.0), like :mod:`scenarios.cli.simulation_runner`.
 """
 
@@ -26,18 +29,16 @@ import threading
 from queue import Queue
 from typing import Any
 
-FLOWER_POLL = 0.1  # Flower's own interval (both loops)
+FLOWER_POLL = 0.1  # Flower's own interval
 MIN_POLL = 0.005
 POLL_PER_NODE = 1e-5  # seconds of interval per SuperNode: 10,000 nodes -> Flower's 0.1 s
 
 _APPLIED: list[float] = []
-
-
 POLL_ENV = "FEDPRIV_ENGINE_POLL"  # seconds: overrides the interval (0.1 = Flower's own)
 
 
 def poll_seconds(num_supernodes: int) -> float:
-    """The interval of both loops for ``num_supernodes`` SuperNodes (module docstring), or
+    """The engine loop's interval for ``num_supernodes`` SuperNodes (module docstring), or
     :data:`POLL_ENV`'s value when set (a float > 0)."""
     given = os.environ.get(POLL_ENV, "").strip()
     if given:
@@ -49,22 +50,12 @@ def poll_seconds(num_supernodes: int) -> float:
 
 
 def use_fast_polling(num_supernodes: int) -> float:
-    """Both engine loops of this process look every :func:`poll_seconds`; the interval."""
+    """The engine loop of this process looks every :func:`poll_seconds`; the interval."""
     from flwr.server.superlink.fleet.vce import vce_api
-    from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
     seconds = poll_seconds(num_supernodes)
-    if _APPLIED:
-        _APPLIED[0] = seconds
-        return seconds
-    _APPLIED.append(seconds)
+    _APPLIED[:] = [seconds]
     vce_api.add_messages_to_queue = add_messages_to_queue
-    flower_init = InMemoryGrid.__init__
-
-    def grid_init(self: Any, state_factory: Any, pull_interval: float | None = None) -> None:
-        flower_init(self, state_factory, _APPLIED[0] if pull_interval is None else pull_interval)
-
-    InMemoryGrid.__init__ = grid_init
     return seconds
 
 
