@@ -140,7 +140,7 @@ def run_cohort(
     the cohort. One task, or a thread that is itself a member: the tasks run one
     after the other in the calling thread, each call compiled on its own (cohort None)."""
     if len(tasks) < 2 or current_cohort() is not None:
-        return [_alone(task) for task in tasks], None
+        return [alone(task) for task in tasks], None
     cohort = Cohort(members=len(tasks), runner=runner)
     outcomes = [Outcome() for _ in tasks]
     threads = [
@@ -154,7 +154,8 @@ def run_cohort(
     return outcomes, cohort
 
 
-def _alone(task: Callable[[], Any]) -> Outcome:
+def alone(task: Callable[[], Any]) -> Outcome:
+    """``task``'s outcome, run in the calling thread (no cohort)."""
     try:
         return Outcome(value=task())
     except Exception as err:  # noqa: BLE001 (the task's own outcome)

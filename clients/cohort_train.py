@@ -96,13 +96,23 @@ def _train_group(trainer: CompiledTrainer, calls: list[Call]) -> None:
             call.result, call.done = result, True
 
 
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """``a`` and ``b`` hold the same values: the same memory (a worker's clients read one
+    received model in place, :mod:`clients.records`: no byte compared), else compared."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    same_memory = a.ctypes.data == b.ctypes.data and a.strides == b.strides
+    return same_memory or bool(np.array_equal(a, b))
+
+
 def _distinct(rows: list[list[np.ndarray]]) -> tuple[list[list[np.ndarray]], list[int]]:
     """The distinct weight sets among ``rows`` (compared by value) and each row's index."""
     kept: list[list[np.ndarray]] = []
     index: list[int] = []
     for row in rows:
         for u, seen in enumerate(kept):
-            if all(a is b or np.array_equal(a, b) for a, b in zip(row, seen)):
+            if all(_same(a, b) for a, b in zip(row, seen)):
                 index.append(u)
                 break
         else:

@@ -259,3 +259,20 @@ def test_a_message_to_more_clients_than_a_cohort_holds_runs_in_chunks_in_order(m
     assert sizes == [3, 2]
     for (w, _), o in zip(alone, out):
         _close(w, o.value[0])
+
+
+def test_weight_sets_are_told_apart_by_value_and_shared_bytes_need_no_compare(monkeypatch):
+    """A worker's clients read one received model in place: the same memory is the same
+    set without comparing bytes; an equal copy is the same set, a changed one is not."""
+    from clients import cohort_train
+
+    data = np.arange(12, dtype=np.float32).tobytes()
+    view = lambda: np.frombuffer(data, np.float32).reshape(3, 4)  # noqa: E731
+    copy, changed = view().copy(), view() + 1
+    compared = []
+    real = np.array_equal
+    monkeypatch.setattr(cohort_train.np, "array_equal",
+                        lambda a, b: compared.append(1) or real(a, b))  # fmt: skip
+    sets, which = cohort_train._distinct([[view()], [view()], [copy], [changed]])
+    assert which == [0, 0, 0, 1] and len(sets) == 2
+    assert len(compared) == 2  # the copy (equal) and the changed set (not): not the views

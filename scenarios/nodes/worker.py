@@ -36,7 +36,7 @@ from flwr.common.constant import ErrorCode
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as RecordDictProto
 
-from clients.cohort import Outcome
+from clients.cohort import alone
 from clients.cohort_train import run_cohort
 from fedpriv.privacy.ownership import REFUSED_CODE
 from fedpriv.privacy.releases import STATE_DIR_KEY
@@ -173,13 +173,6 @@ def _refuse(msg: Message, reason: str) -> Message:
     return Message(Error(code=REFUSED_CODE, reason=reason), reply_to=msg)
 
 
-def _alone(task: Callable[[], Message]) -> Outcome:
-    try:
-        return Outcome(value=task())
-    except Exception as err:  # noqa: BLE001 (that client's error reply)
-        return Outcome(error=err)
-
-
 def serve_packed(handler: Handler, msg: Message, context: Context) -> Message:
     """Run ``handler`` for every client of a packed message; one packed reply."""
     served = served_clients(context)
@@ -200,7 +193,7 @@ def serve_packed(handler: Handler, msg: Message, context: Context) -> Message:
         functools.partial(handler, _sub_message(msg, p, content), clients[p])
         for p, content in contents.items()
     ]
-    outcomes = run_cohort(tasks) if cohort_training(own) else [_alone(t) for t in tasks]
+    outcomes = run_cohort(tasks) if cohort_training(own) else [alone(t) for t in tasks]
     replies: dict[int, RecordDict] = {}
     errors: dict[int, tuple[int, str]] = {}
     for p, outcome in zip(contents, outcomes):
