@@ -76,11 +76,19 @@ def run_outputs(output_dir: str | Path) -> tuple[Any, list[dict[str, Any]]]:
 
 
 def kill_after_round(
-    overrides: dict[str, Any], output_dir: Path, after: int, timeout: float = 600
+    overrides: dict[str, Any],
+    output_dir: Path,
+    after: int,
+    timeout: float = 600,
+    *,
+    between_rounds: bool = False,
 ) -> int:
     """Start ``fedpriv run``; SIGKILL its whole process group once round ``after`` is
     checkpointed (``output_dir/checkpoint.pkl``). Returns the round of the checkpoint left
-    behind."""
+    behind. ``between_rounds``: the ServerApp holds after round ``after``'s checkpoint
+    (``scenarios.app.resume.hold_after``) and the kill lands there, never inside round
+    ``after`` + 1 (whose clients, charged, would rightly refuse its identical request on
+    resume)."""
     # unpickling a checkpoint in the poll loop must not import what it references (the DP
     # wrapper's state: fedpriv.privacy.dp, with scipy and dp-accounting, seconds on a loaded
     # machine, while rounds of the tiny run take half a second)
@@ -96,6 +104,11 @@ def kill_after_round(
     # Flower's 0.1 s engine polling: the kill below, right after round ``after``'s checkpoint,
     # lands before round ``after`` + 1 reaches the clients (scenarios/cli/engine_polling.py)
     env["FEDPRIV_ENGINE_POLL"] = "0.1"
+    held = Path(nodes_of(output_dir)) / "held-after-round"
+    if between_rounds:
+        held.parent.mkdir(parents=True, exist_ok=True)
+        held.unlink(missing_ok=True)
+        env["FEDPRIV_HOLD_AFTER_ROUND"] = f"{int(after)}:{held}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config", items],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -104,9 +117,13 @@ def kill_after_round(
     deadline = time.monotonic() + timeout
     try:
         while proc.poll() is None and time.monotonic() < deadline:
-            checkpoint = load_checkpoint(output_dir) if output_dir.is_dir() else None
-            if checkpoint is not None and checkpoint["round"] >= after:
-                break
+            if between_rounds:
+                if held.exists():
+                    break
+            else:
+                checkpoint = load_checkpoint(output_dir) if output_dir.is_dir() else None
+                if checkpoint is not None and checkpoint["round"] >= after:
+                    break
             time.sleep(0.02)
     finally:
         if proc.poll() is None:

@@ -71,3 +71,20 @@ def test_the_interval_can_be_set_by_hand(monkeypatch):
     monkeypatch.setenv(engine_polling.POLL_ENV, "-1")
     with pytest.raises(ValueError, match="FEDPRIV_ENGINE_POLL = '-1' is not allowed"):
         engine_polling.poll_seconds(2)
+
+
+def test_the_hold_after_a_round_writes_its_marker_and_waits_only_at_that_round(
+    monkeypatch, tmp_path
+):
+    """scenarios/app/resume.hold_after (fault injection for the kill-and-resume tests)."""
+    from scenarios.app import resume
+
+    marker = tmp_path / "held"
+    resume.hold_after(1)  # unset: returns at once
+    monkeypatch.setenv(resume.HOLD_ENV, f"2:{marker}")
+    resume.hold_after(1)  # another round: returns at once
+    assert not marker.exists()
+    held = threading.Thread(target=resume.hold_after, args=(2,), daemon=True)
+    held.start()
+    held.join(0.5)
+    assert held.is_alive() and marker.read_text() == "2"

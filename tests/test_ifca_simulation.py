@@ -151,7 +151,7 @@ def test_killed_ifca_run_resumes_and_equals_the_uninterrupted_run(
     from its checkpoint (hypotheses, server Generator, mirror ledger, early stopping) with
     the clients' own ledger files; its rounds equal the sweep's uninterrupted run 4."""
     out = tmp_path / "resumed"
-    killed_at = kill_after_round(GP_NU5, out, 1)
+    killed_at = kill_after_round(GP_NU5, out, 1, between_rounds=True)
     assert 1 <= killed_at < 8 and not (out / "summary.json").exists()
     rc, summary, rounds, log = run_fedpriv(GP_NU5, out)
     assert rc == 0 and f"resuming {out} after round {killed_at}" in log, log

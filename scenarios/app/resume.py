@@ -32,8 +32,11 @@ replies; its ``recorded`` checkpoint holds the chain's state from before round t
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Mapping
 from logging import INFO
+from pathlib import Path
 from typing import Any, Optional
 
 from flwr.app import ArrayRecord
@@ -97,5 +100,24 @@ def checkpoint_hook(run: ServerRun, stage: str = RECORDED) -> Callable[[Any], No
                 "stage": stage,
             },
         )
+        if stage == RECORDED:
+            hold_after(state.round)
 
     return after_round
+
+
+HOLD_ENV = "FEDPRIV_HOLD_AFTER_ROUND"  # "k:path": fault injection for kill-and-resume tests
+
+
+def hold_after(round_: int) -> None:
+    """Fault injection: with :data:`HOLD_ENV` = ``"k:path"``, once round k's checkpoint is
+    written the ServerApp writes ``path`` and waits forever, before round k + 1 is sent, so a
+    test's kill lands exactly between rounds (``tests/simulate.py``). Unset: nothing."""
+    given = os.environ.get(HOLD_ENV, "")
+    if not given:
+        return
+    k, _, path = given.partition(":")
+    if int(k) != int(round_) or not path:
+        return
+    Path(path).write_text(str(int(round_)))
+    threading.Event().wait()
