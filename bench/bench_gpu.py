@@ -29,6 +29,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -88,21 +89,23 @@ def _failure(proc: subprocess.CompletedProcess) -> str:
 def floor(rounds: int, partition: str, seed: int = 0) -> dict:
     """The plain-Keras floor (JAX, same GPU) of one MP run: wall seconds, final accuracy."""
     cfg = dict(MP_RUN, partition=partition, seed=seed, **{"num-server-rounds": rounds})
-    wall, proc = _run([sys.executable, "-m", "bench.tf_floor", json.dumps(cfg)])
+    with GpuBusy() as busy:
+        wall, proc = _run([sys.executable, "-m", "bench.tf_floor", json.dumps(cfg)])
     if proc.returncode != 0:
         raise RuntimeError(f"plain-Keras floor ({partition}) failed: {_failure(proc)}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    out["wall"] = wall
+    out["wall"], out["busy"] = wall, busy.mean()
     return out
 
 
-def fedpriv_run(strategy: str, rounds: int, out: Path) -> dict:
-    """One ``fedpriv run`` on local-simulation-gpu: wall seconds, strategy seconds, accuracy."""
+def fedpriv_run(strategy: str, rounds: int, out: Path, extra: str = "") -> dict:
+    """One ``fedpriv run`` on local-simulation-gpu: wall seconds, strategy seconds, accuracy,
+    the GPU's mean busy percent. ``extra``: more run-config overrides (``num-workers=4``)."""
     shutil.rmtree(out, ignore_errors=True)  # a finished run directory would be skipped
     overrides = (
         f"scenario='synthetic-mri' strategy='{strategy}' privacy='none' "
-        f"num-server-rounds={rounds} output-dir='{out}'"
-    )
+        f"num-server-rounds={rounds} output-dir='{out}' {extra}"
+    ).strip()
     cmd = [
         sys.executable,
         "-m",
@@ -111,7 +114,8 @@ def fedpriv_run(strategy: str, rounds: int, out: Path) -> dict:
         "--federation",
         "local-simulation-gpu",
     ]
-    wall, proc = _run(cmd + ["--run-config", overrides])
+    with GpuBusy() as busy:
+        wall, proc = _run(cmd + ["--run-config", overrides])
     if proc.returncode != 0:
         return {"wall": wall, "error": _failure(proc)}
     summary = json.loads((out / "summary.json").read_text())
@@ -121,21 +125,97 @@ def fedpriv_run(strategy: str, rounds: int, out: Path) -> dict:
             "training_seconds", summary.get("wall_seconds", float("nan"))
         ),
         "accuracy": summary.get("final", {}).get("accuracy", float("nan")),
+        "busy": busy.mean(),
     }
 
 
-def fedpriv_grid(args: argparse.Namespace, partition: str, out: Path) -> dict:
-    """``fedpriv grid`` of the chosen cells for one partition: wall seconds, cell count."""
-    shutil.rmtree(out, ignore_errors=True)  # complete cells would be skipped
+def _grid_cmd(args: argparse.Namespace, partition: str, out: Path) -> list[str]:
     cmd = [sys.executable, "-m", "scenarios.cli.main", "grid", "--scenario", "synthetic-mri"]
     cmd += ["--strategies", ",".join(args.strategies), "--privacy", ",".join(args.privacy)]
     cmd += ["--seeds", ",".join(map(str, args.seeds)), "--federation", "local-simulation-gpu"]
+    if args.parallel:
+        cmd += ["--parallel", str(args.parallel)]
     cmd += ["--output-dir", str(out), "--run-config"]
-    cmd += [f"partition='{partition}' num-server-rounds={args.rounds}"]
-    wall, proc = _run(cmd)
-    cells = len(args.strategies) * len(args.privacy) * len(args.seeds)
-    done = len(list(out.glob("*/*/seed*/summary.json")))
-    return {"wall": wall, "cells": cells, "done": done, "ok": proc.returncode == 0}
+    return cmd + [f"partition='{partition}' num-server-rounds={args.rounds}"]
+
+
+def fedpriv_grids(args: argparse.Namespace, out: Path) -> dict:
+    """``fedpriv grid`` of the chosen cells, one grid per partition, all partitions side by
+    side on the GPU; stopped after ``args.grid_budget`` seconds (0: no limit). Returns the
+    wall seconds, cells, complete cells, the GPU's mean busy percent and ``stopped``."""
+    shutil.rmtree(out, ignore_errors=True)  # complete cells would be skipped
+    procs, t0 = [], time.perf_counter()
+    with GpuBusy() as busy:
+        for partition in args.partitions:
+            (out / partition).mkdir(parents=True, exist_ok=True)
+            log = (out / f"{partition}.log").open("w")
+            cmd = _grid_cmd(args, partition, out / partition)
+            procs.append(
+                subprocess.Popen(
+                    cmd, cwd=ROOT, env=_env(), stdout=log, stderr=log, start_new_session=True
+                )
+            )
+        stopped = _wait_all(procs, args.grid_budget, t0)
+    wall = time.perf_counter() - t0
+    cells = len(args.strategies) * len(args.privacy) * len(args.seeds) * len(args.partitions)
+    done = len(list(out.glob("*/*/*/seed*/summary.json")))
+    ok = not stopped and all(p.returncode == 0 for p in procs)
+    return {
+        "wall": wall,
+        "cells": cells,
+        "done": done,
+        "ok": ok,
+        "stopped": stopped,
+        "busy": busy.mean(),
+    }
+
+
+def _wait_all(procs: list[subprocess.Popen], budget: float, t0: float) -> bool:
+    """Wait for ``procs``; past ``budget`` seconds (> 0) stop their process groups. True when
+    they were stopped."""
+    while any(p.poll() is None for p in procs):
+        if budget > 0 and time.perf_counter() - t0 > budget:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+            for p in procs:
+                p.wait()
+            return True
+        time.sleep(1.0)
+    return False
+
+
+class GpuBusy:
+    """The GPU's busy percent sampled every 0.5 s by ``nvidia-smi`` while the block runs
+    (``utilization.gpu``: the share of time a kernel was running)."""
+
+    def __enter__(self) -> GpuBusy:
+        self.samples: list[float] = []
+        cmd = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
+        try:
+            self._proc = subprocess.Popen(
+                [*cmd, "-lms", "500"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+        except OSError:
+            self._proc = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        out, _ = self._proc.communicate()
+        for line in out.splitlines():
+            try:
+                self.samples.append(float(line.split(",")[0]))
+            except ValueError:
+                continue
+
+    def mean(self) -> float:
+        return sum(self.samples) / len(self.samples) if self.samples else float("nan")
 
 
 def _csv(text: str, allowed: tuple[str, ...], name: str) -> list[str]:
@@ -154,6 +234,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--partitions", default=",".join(PARTITIONS))
     parser.add_argument("--no-grid", action="store_true", help="time the single MP run only")
+    parser.add_argument("--parallel", default="", help="fedpriv grid --parallel (per partition)")
+    parser.add_argument(
+        "--grid-budget",
+        type=float,
+        default=0.0,
+        help="stop the grid after this many seconds and extrapolate from the complete cells",
+    )
+    parser.add_argument("--out", default="", help="also copy the results table here")
     args = parser.parse_args(argv)
     args.strategies = _csv(args.strategies, STRATEGIES, "strategies")
     args.privacy = _csv(args.privacy, PRIVACY, "privacy")
@@ -169,23 +257,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _grid_rows(args: argparse.Namespace, floors: dict[str, dict], tmp: Path) -> list[str]:
-    rows, total_wall, total_floor, cells, done = [], 0.0, 0.0, 0, 0
-    for partition in args.partitions:
-        got = fedpriv_grid(args, partition, tmp / "grid" / partition)
-        ref = got["cells"] * floors[partition]["wall"]
-        total_wall, total_floor = total_wall + got["wall"], total_floor + ref
-        cells, done = cells + got["cells"], done + got["done"]
-        status = "" if got["ok"] else f" ({got['cells'] - got['done']} cells failed)"
-        rows.append(
-            f"| grid, {partition}: {got['cells']} runs{status} | {got['wall']:.1f} | "
-            f"{got['cells']} x {floors[partition]['wall']:.1f} = {ref:.1f} | "
-            f"{got['wall'] / ref:.2f}x |"
+    got = fedpriv_grids(args, tmp / "grid")
+    per_cell = sum(floors[p]["wall"] for p in args.partitions) / len(args.partitions)
+    ref = got["cells"] * per_cell
+    if got["stopped"] and got["done"]:
+        est = got["wall"] * got["cells"] / got["done"]
+        what = (
+            f"stopped at the {args.grid_budget:.0f} s budget with {got['done']} of "
+            f"{got['cells']} cells complete; {got['cells']} cells extrapolated: "
+            f"{est:.0f} s = {est / 60:.1f} min"
         )
-    rows.append(
-        f"| **grid, all: {cells} runs ({done} complete)** | {total_wall:.1f} | "
-        f"{total_floor:.1f} | **{total_wall / total_floor:.2f}x** |"
+    else:
+        est = got["wall"]
+        what = f"{got['done']} of {got['cells']} cells complete" + (
+            "" if got["ok"] else ", some failed"
+        )
+    return [
+        f"| MP grid ({' + '.join(args.partitions)} side by side, {what}; GPU busy "
+        f"{got['busy']:.0f} %) | {est:.1f} | {got['cells']} x {per_cell:.1f} = {ref:.1f} | "
+        f"**{est / ref:.2f}x** |"
+    ]
+
+
+def _run_row(label: str, got: dict, ref: dict) -> str:
+    if "error" in got:
+        return f"| one MP run, fedavg, {label} | failed: {got['error']} | {ref['wall']:.1f} | — |"
+    return (
+        f"| one MP run, fedavg, no privacy, {label} (strategy {got['strategy_seconds']:.1f} s; "
+        f"accuracy {got['accuracy']:.3f} / floor {ref['accuracy']:.3f}; GPU busy "
+        f"{got['busy']:.0f} %) | {got['wall']:.1f} | {ref['wall']:.1f} (training+eval "
+        f"{ref['train_seconds']:.1f}; GPU busy {ref.get('busy', float('nan')):.0f} %) | "
+        f"**{got['wall'] / ref['wall']:.2f}x** |"
     )
-    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = ROOT / "runs" / "bench-gpu"
     floors = {p: floor(args.rounds, p) for p in dict.fromkeys(["homogeneous", *args.partitions])}
     one = fedpriv_run("fedavg", args.rounds, tmp / "one-run")
+    per_client = fedpriv_run("fedavg", args.rounds, tmp / "one-run-4", "num-workers=4")
     ref = floors["homogeneous"]
     lines = [
         f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {gpus[0]} ({len(gpus)} GPU), "
@@ -208,20 +312,18 @@ def main(argv: list[str] | None = None) -> int:
         "| benchmark | fedpriv wall s | plain Keras wall s | ratio |",
         "|---|---|---|---|",
     ]
-    if "error" in one:
-        lines.append(f"| one MP run, fedavg | failed: {one['error']} | {ref['wall']:.1f} | — |")
-    else:
-        lines.append(
-            f"| one MP run, fedavg, no privacy (strategy {one['strategy_seconds']:.1f} s; "
-            f"accuracy {one['accuracy']:.3f} / floor {ref['accuracy']:.3f}) | {one['wall']:.1f} "
-            f"| {ref['wall']:.1f} (training+eval {ref['train_seconds']:.1f}) | "
-            f"**{one['wall'] / ref['wall']:.2f}x** |"
-        )
-    print(lines[-1], flush=True)
+    for label, got in (
+        ("1 worker, the 4 clients as one cohort", one),
+        ("one SuperNode per client (num-workers = 4)", per_client),
+    ):
+        lines.append(_run_row(label, got, ref))
+        print(lines[-1], flush=True)
     if not args.no_grid:
         lines += _grid_rows(args, floors, tmp)
     text = "\n".join(lines) + "\n"
     (ROOT / "bench" / "results-gpu.md").write_text(text)
+    if args.out:
+        Path(args.out).write_text(text)
     print(text)
     return 0
 

@@ -382,3 +382,19 @@ def test_a_cell_whose_process_dies_does_not_stop_the_grid(cluster, tmp_path):
     rows = {r["seed"]: r for r in json.loads((out / "grid.json").read_text())["cells"]}
     assert rows[0]["status"] == "ok" and rows[0]["ray_nodes"]
     assert rows[1]["status"] == "failed" and rows[1]["ray_nodes"] is None
+
+
+@pytest.mark.parametrize(
+    ("share", "supernodes", "actors"),
+    [(1, 1, 1), (1, 10, 8), (2, 10, 4), (2, 3, 3), (4, None, 2), (1, None, 8), (16, 5, 1)],
+)
+def test_the_actor_pool_is_never_larger_than_the_supernodes(monkeypatch, share, supernodes, actors):
+    """Flower would fit 8 actors; ``share`` simulations split them, and a simulation of fewer
+    SuperNodes (one GPU worker) starts only as many actors as it has SuperNodes."""
+    from flwr.simulation.ray_transport import ray_actor
+
+    from scenarios.cli.ray_cluster import share_actor_pool
+
+    monkeypatch.setattr(ray_actor, "pool_size_from_resources", lambda resources: 8)
+    share_actor_pool(share, supernodes)
+    assert ray_actor.pool_size_from_resources({"num_cpus": 1}) == actors

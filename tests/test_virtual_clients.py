@@ -281,3 +281,21 @@ def test_a_zone_supernode_is_not_a_worker():
     worker = Context(7, 1, {"partition-id": 3, "num-partitions": 10}, RecordDict(),
                      {**AUTO_RUN_CONFIG, "scenario": "digits", "num-clients": 100})  # fmt: skip
     assert served_clients(worker) == list(range(3, 100, 10))
+
+
+@pytest.mark.parametrize(("gpus", "workers"), [(1.0, 1), (2.0, 2), (0.5, 1)])
+def test_gpu_federation_runs_one_worker_per_gpu(monkeypatch, gpus, workers):
+    """On a GPU federation ``num-workers = auto`` is one worker per GPU (its clients train as
+    one cohort on the device), not the CPU count over a client's CPUs (4 on 8 CPUs here)."""
+    from scenarios.cli import ray_cluster
+    from scenarios.config.registry import resolve_run_config
+    from scenarios.speed import workers as speed_workers
+
+    monkeypatch.setattr(ray_cluster, "local_gpus", lambda: gpus)
+    monkeypatch.setattr(speed_workers.os, "cpu_count", lambda: 8)
+    cfg = resolve_run_config({"scenario": "synthetic-mri"})
+    gpu = {"client-resources": {"num-cpus": 2, "num-gpus": 0.25}}
+    size, overrides = speed_workers.simulation_size(cfg, ["num-workers='auto'"], gpu)
+    assert size == workers and overrides == [f"num-workers={workers}"]
+    cpu_size, _ = speed_workers.simulation_size(cfg, [], {"client-resources": {"num-cpus": 2}})
+    assert cpu_size == 4  # 8 CPUs over 2 per client, at most the 4 clients

@@ -168,20 +168,25 @@ def loopback_args(init_args: Mapping[str, Any]) -> dict[str, Any]:
     return {**init_args, "_node_ip_address": LOOPBACK}
 
 
-def share_actor_pool(share: int) -> None:
-    """Make this process's Flower actor pool ``max(1, capacity // share)`` actors, where
-    ``capacity`` is Flower's own count (actors that fit the whole cluster), so ``share``
-    simulations on one cluster run side by side instead of waiting for each other's actors.
+def share_actor_pool(share: int, supernodes: int | None = None) -> None:
+    """Make this process's Flower actor pool ``max(1, min(capacity // share, supernodes))``
+    actors, where ``capacity`` is Flower's own count (actors that fit the whole cluster), so
+    ``share`` simulations on one cluster run side by side instead of waiting for each other's
+    actors, and a simulation of fewer SuperNodes than that (a GPU federation's one worker per
+    GPU: 4 quarter-GPU actors would fit) starts no actor that never gets a message (each one a
+    process importing Keras and the backend, on a GPU its own device context).
     Patches ``flwr.simulation.ray_transport.ray_actor.pool_size_from_resources`` (the pinned
     flwr 1.42.0, read by ``BasicActorPool.__init__``)."""
-    if share <= 1:
+    if share <= 1 and supernodes is None:
         return
     from flwr.simulation.ray_transport import ray_actor
 
     full = ray_actor.pool_size_from_resources
+    cap = supernodes if supernodes is not None and supernodes > 0 else None
 
     def shared(client_resources: dict[str, int | float]) -> int:
-        return max(1, full(client_resources) // share)
+        size = full(client_resources) // max(1, share)
+        return max(1, min(size, cap) if cap is not None else size)
 
     ray_actor.pool_size_from_resources = shared
 

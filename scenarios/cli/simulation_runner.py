@@ -194,7 +194,7 @@ def run(argv: list[str] | None = None) -> int:
 
         from scenarios.cli import engine_polling, ray_cluster
 
-        ray_cluster.share_actor_pool(args.share)
+        ray_cluster.share_actor_pool(args.share, args.num_supernodes)
         engine_polling.use_fast_polling(args.num_supernodes)
         _run_simulation(
             num_supernodes=args.num_supernodes,

@@ -21,7 +21,8 @@
 - ``num-workers`` — W, the simulation's worker SuperNodes (:mod:`scenarios.nodes.virtual_grid`):
   the ``num-clients`` clients run as virtual clients, dealt round-robin to W SuperNodes, each
   served with its own Context; one message per worker and round. ``auto`` (the default): the
-  actors the backend can run at once (its CPUs over the client's ``num-cpus``), at most
+  actors the backend can run at once (its CPUs over the client's ``num-cpus``; on a GPU
+  federation one per GPU, whose clients train as one cohort on the device), at most
   ``num-clients``; ``num-workers = num-clients`` is the one-SuperNode-per-client path. Only
   for the scenario kinds in :data:`WORKER_KINDS` (others keep one SuperNode per client) and
   never with zone SuperNodes; the Deployment Engine is unchanged (one client per SuperNode).
@@ -100,7 +101,8 @@ KEYS = (
         _auto_or_count,
         "auto | an integer >= 1",
         "worker SuperNodes of the simulation, each serving its share of the clients "
-        "(auto = the backend's CPUs; num-clients = one SuperNode per client)",
+        "(auto = the backend's CPUs, one per GPU on a GPU federation; num-clients = one "
+        "SuperNode per client)",
     ),
     key(
         "cohort-training",

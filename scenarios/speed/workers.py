@@ -20,7 +20,7 @@ from scenarios.config.node_spec import load_snapshot
 from scenarios.speed.keys import simulation_workers
 from scenarios.zonal.keys import federation_size, zone_nodes
 
-__all__ = ["scenario_kind", "simulation_size"]
+__all__ = ["gpu_workers", "scenario_kind", "simulation_size"]
 
 # an explicit ``num-workers = "auto"`` in the overrides (replaced by the resolved count)
 AUTO_OVERRIDE = re.compile(r"""(^|\s)num-workers\s*=\s*("auto"|'auto'|auto)(?=\s|$)""")
@@ -41,6 +41,16 @@ def _plan_configs(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
         return [dict(cfg)]
 
 
+def gpu_workers(gpus: float) -> int:
+    """Worker SuperNodes of ``num-workers = auto`` on a GPU federation: one per GPU.
+
+    A worker trains its clients as one cohort (:mod:`clients.cohort`: JAX ``vmap`` over the
+    clients), one compiled call on the device, instead of one process per client whose
+    kernels take turns on the GPU (Ray's fractional ``num-gpus`` shares memory, not compute).
+    """
+    return max(1, int(gpus))
+
+
 def simulation_size(
     cfg: Mapping[str, Any], overrides: Sequence[str], backend: Mapping[str, Any]
 ) -> tuple[int, list[str]]:
@@ -49,8 +59,8 @@ def simulation_size(
     allow it, else one per client (:func:`scenarios.zonal.keys.federation_size`).
 
     ``num-workers = auto`` is resolved here: this machine's CPUs over the client's
-    ``num-cpus`` (with ``num-gpus`` > 0, at most the clients its GPUs hold at once), handed to
-    the ServerApp as ``num-workers = W``."""
+    ``num-cpus``; with ``num-gpus`` > 0 one worker per GPU (:func:`gpu_workers`). It is
+    handed to the ServerApp as ``num-workers = W``."""
     size, overrides = federation_size(cfg), list(overrides)
     configs = _plan_configs(cfg)
     if zone_nodes(cfg) or any(zone_nodes(c) for c in configs) or "scenario" not in cfg:
@@ -62,10 +72,10 @@ def simulation_size(
     per_client = float(resources.get("num-cpus", 1) or 1)
     slots = float(os.cpu_count() or 1)
     gpus_per_client = float(resources.get("num-gpus", 0) or 0)
-    if gpus_per_client > 0 and own["num-workers"] == "auto":  # the GPUs the clients share
+    if gpus_per_client > 0 and own["num-workers"] == "auto":
         from scenarios.cli.ray_cluster import local_gpus
 
-        slots = min(slots, per_client * max(1, int(local_gpus() / gpus_per_client)))
+        slots = min(slots, per_client * gpu_workers(local_gpus()))
     count = simulation_workers(own, kinds, slots, per_client)
     if count is None:
         return size, overrides
