@@ -48,6 +48,16 @@ MP_RUN = {
     "local-epochs": 5,
     "batch-size": 32,
 }
+# the single-run variants: label, run-config overrides, environment
+RUNS = {
+    "cohort": ("1 worker, the 4 clients as one cohort (default)", "", None),
+    "vmap": (
+        "1 worker, the cohort batched with vmap (FEDPRIV_COHORT_MAP=vmap)",
+        "",
+        {"FEDPRIV_COHORT_MAP": "vmap"},
+    ),
+    "per-client": ("one SuperNode per client (num-workers = 4)", "num-workers=4", None),
+}
 NO_GPU = (
     "bench-gpu: no GPU visible (nvidia-smi -L lists none); run it on a CUDA host with "
     'pip install -e ".[simulation,gpu]"'
@@ -75,9 +85,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+def _run(
+    cmd: list[str], env: dict[str, str] | None = None
+) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False, env=_env())
+    env = {**_env(), **(env or {})}
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False, env=env)
     return time.perf_counter() - t0, proc
 
 
@@ -98,7 +111,9 @@ def floor(rounds: int, partition: str, seed: int = 0) -> dict:
     return out
 
 
-def fedpriv_run(strategy: str, rounds: int, out: Path, extra: str = "") -> dict:
+def fedpriv_run(
+    strategy: str, rounds: int, out: Path, extra: str = "", env: dict[str, str] | None = None
+) -> dict:
     """One ``fedpriv run`` on local-simulation-gpu: wall seconds, strategy seconds, accuracy,
     the GPU's mean busy percent. ``extra``: more run-config overrides (``num-workers=4``)."""
     shutil.rmtree(out, ignore_errors=True)  # a finished run directory would be skipped
@@ -115,7 +130,7 @@ def fedpriv_run(strategy: str, rounds: int, out: Path, extra: str = "") -> dict:
         "local-simulation-gpu",
     ]
     with GpuBusy() as busy:
-        wall, proc = _run(cmd + ["--run-config", overrides])
+        wall, proc = _run(cmd + ["--run-config", overrides], env)
     if proc.returncode != 0:
         return {"wall": wall, "error": _failure(proc)}
     summary = json.loads((out / "summary.json").read_text())
@@ -234,6 +249,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--partitions", default=",".join(PARTITIONS))
     parser.add_argument("--no-grid", action="store_true", help="time the single MP run only")
+    parser.add_argument("--runs", default="cohort,per-client", help=f"some of {tuple(RUNS)}")
     parser.add_argument("--parallel", default="", help="fedpriv grid --parallel (per partition)")
     parser.add_argument(
         "--grid-budget",
@@ -246,6 +262,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.strategies = _csv(args.strategies, STRATEGIES, "strategies")
     args.privacy = _csv(args.privacy, PRIVACY, "privacy")
     args.partitions = _csv(args.partitions, PARTITIONS, "partitions")
+    args.runs = _csv(args.runs, tuple(RUNS), "runs")
     try:
         args.seeds = [int(s) for s in args.seeds.split(",") if s]
     except ValueError:
@@ -299,8 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tmp = ROOT / "runs" / "bench-gpu"
     floors = {p: floor(args.rounds, p) for p in dict.fromkeys(["homogeneous", *args.partitions])}
-    one = fedpriv_run("fedavg", args.rounds, tmp / "one-run")
-    per_client = fedpriv_run("fedavg", args.rounds, tmp / "one-run-4", "num-workers=4")
+    runs = {
+        name: fedpriv_run("fedavg", args.rounds, tmp / f"one-run-{name}", *RUNS[name][1:])
+        for name in args.runs
+    }
     ref = floors["homogeneous"]
     lines = [
         f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {gpus[0]} ({len(gpus)} GPU), "
@@ -312,11 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         "| benchmark | fedpriv wall s | plain Keras wall s | ratio |",
         "|---|---|---|---|",
     ]
-    for label, got in (
-        ("1 worker, the 4 clients as one cohort", one),
-        ("one SuperNode per client (num-workers = 4)", per_client),
-    ):
-        lines.append(_run_row(label, got, ref))
+    for name, got in runs.items():
+        lines.append(_run_row(RUNS[name][0], got, ref))
         print(lines[-1], flush=True)
     if not args.no_grid:
         lines += _grid_rows(args, floors, tmp)
