@@ -51,11 +51,6 @@ MP_RUN = {
 # the single-run variants: label, run-config overrides, environment
 RUNS = {
     "cohort": ("1 worker, the 4 clients as one cohort (default)", "", None),
-    "vmap": (
-        "1 worker, the cohort batched with vmap (FEDPRIV_COHORT_MAP=vmap)",
-        "",
-        {"FEDPRIV_COHORT_MAP": "vmap"},
-    ),
     "per-client": ("one SuperNode per client (num-workers = 4)", "num-workers=4", None),
 }
 NO_GPU = (

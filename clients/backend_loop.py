@@ -133,7 +133,7 @@ def fori_loop(upper: Any, body: Callable, init: Any) -> Any:
     return out
 
 
-def map_clients(fn: Callable, xs: Any, out_like: Any, sequential: bool = False) -> Any:
+def map_clients(fn: Callable, xs: Any, out_like: Any) -> Any:
     """``fn`` over the leading axis of every array in ``xs``, outputs stacked: a cohort's
     clients inside ONE compiled call. ``out_like``: a structure like ``fn``'s output whose
     arrays have the per-client shapes and dtypes (TF's map needs the output signature; JAX
@@ -142,40 +142,19 @@ def map_clients(fn: Callable, xs: Any, out_like: Any, sequential: bool = False) 
     TF: ``tf.map_fn``, up to 10 clients at a time (``parallel_iterations``; their states are
     independent). JAX: ``jax.vmap``, every client's step as one batched step (the loop runs
     to the longest client's step count, each client's carry frozen after its own last
-    step): what fills a GPU for dense layers; ``sequential``: ``jax.lax.map``, the clients
-    one after another inside the call (the body compiled once, as for one client), for
-    models whose layers vmap turns into slow kernels (:func:`sequential_cohort`). (On JAX's
-    CPU host loop cohorts are not pooled.)"""
+    step). (On JAX's CPU host loop cohorts are not pooled.) Measured on an H200 (MP CNN, 4
+    clients, ``bench/results-gpu.md``): ``jax.lax.map`` (the clients one after another inside
+    the call) compiled as long and ran its rounds no faster than ``vmap``."""
     if BACKEND == "jax":
         import jax
 
-        return jax.lax.map(fn, xs) if sequential else jax.vmap(fn)(xs)
+        return jax.vmap(fn)(xs)
     import tensorflow as tf
 
     signature = tf.nest.map_structure(
         lambda a: tf.TensorSpec(tuple(a.shape), tf.as_dtype(a.dtype)), out_like
     )
     return tf.map_fn(fn, xs, fn_output_signature=signature)
-
-
-COHORT_MAP_ENV = "FEDPRIV_COHORT_MAP"  # auto | vmap | sequential (benchmarks, tests)
-
-
-def sequential_cohort(model: keras.Model) -> bool:
-    """Whether a cohort of ``model``'s clients maps them one after another on JAX.
-
-    ``auto``: for models with convolutions. vmap over per-client weights makes every
-    convolution a grouped convolution (``feature_group_count`` = clients), which XLA compiles
-    and runs slowly on a GPU (an MP CNN cohort of 4 on an H200: round 1 took 12.3 s to compile
-    and later rounds 0.9-1.2 s, against 0.7-0.9 s for one process per client;
-    ``bench/results-gpu.md``); dense layers batch well under vmap. :data:`COHORT_MAP_ENV`
-    = ``vmap`` | ``sequential`` overrides the choice."""
-    choice = os.environ.get(COHORT_MAP_ENV, "auto")
-    if choice not in ("auto", "vmap", "sequential"):
-        raise ValueError(f"{COHORT_MAP_ENV} = {choice!r}: expected auto | vmap | sequential")
-    if choice != "auto":
-        return choice == "sequential"
-    return any("conv" in type(layer).__name__.lower() for layer in model._flatten_layers())
 
 
 def compile_step(step: Callable, jit_compile: bool) -> Callable:

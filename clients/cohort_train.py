@@ -199,8 +199,7 @@ def _cohort_loop(trainer, x, y, idx, mask, steps, last, mu, den, noise, which, w
 
     scalar = SimpleNamespace(shape=(), dtype="float32")
     out_like = (scalar, scalar, _like(w_sets), _like(nt))
-    xs = (idx, mask, steps, last, mu, den, noise, which, list(nt))
-    return bl.map_clients(one, xs, out_like, sequential=bl.sequential_cohort(trainer.model))
+    return bl.map_clients(one, (idx, mask, steps, last, mu, den, noise, which, list(nt)), out_like)
 
 
 FREE = (1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0)  # free leading dims of each argument (TF)

@@ -61,33 +61,29 @@ def run_case() -> dict[str, np.ndarray]:
 
 
 def _conv_cohort_case(cnn: keras.Model, loss, x: np.ndarray, y: np.ndarray) -> dict:
-    """Two clients of the digits CNN as one cohort, mapped one after another (JAX's default
-    for convolutions: ``jax.lax.map``) and batched (``FEDPRIV_COHORT_MAP=vmap``): both give
-    each client's own loop (TF: ``tf.map_fn`` either way). SGD: Adam's step, about its learning
-    rate whatever the gradient's size, turns the backends' rounding of near-zero gradients
-    into differences above the tolerance; start weights small enough that the softmax is not
-    saturated (where the backends differ in the gradient of the clipped log)."""
-    from clients.backend_loop import COHORT_MAP_ENV
+    """Two clients of the digits CNN as one cohort (TF: ``tf.map_fn``; JAX's device loop:
+    ``vmap`` over per-client weights, so every convolution a grouped one): each client's own
+    loop. SGD: Adam's step, about its learning rate whatever the gradient's size, turns the
+    backends' rounding of near-zero gradients into differences above the tolerance; start
+    weights small enough that the softmax is not saturated (where the backends differ in the
+    gradient of the clipped log)."""
     from clients.cohort_train import run_cohort
 
     out: dict[str, np.ndarray] = {}
     small = [[0.25 * w for w in _start(cnn, 5 + k)] for k in range(2)]  # softmax unsaturated
-    for name in ("auto", "vmap"):
-        os.environ[COHORT_MAP_ENV] = name
-        trainer = CompiledTrainer(cnn, keras.optimizers.SGD(0.05), loss, classifier=True)
-        tasks = [
-            functools.partial(trainer.train, small[k], x[: 20 + 17 * k],
-                              y[: 20 + 17 * k], epochs=2, batch_size=8, seed=30 + k)
-            for k in range(2)
-        ]  # fmt: skip
-        for k, outcome in enumerate(run_cohort(tasks)):
-            assert outcome.error is None, outcome.error
-            weights, metrics = outcome.value
-            out.update({f"conv-cohort-{name}/{k}/{j}": w for j, w in enumerate(weights)})
-            out[f"conv-cohort-{name}/{k}/loss"] = np.array(metrics["train-loss"])
-            moved = max(float(np.abs(a - b).max()) for a, b in zip(weights, small[k]))
-            assert moved > 1e-2, f"conv cohort client {k} did not train ({moved})"
-    os.environ.pop(COHORT_MAP_ENV)
+    trainer = CompiledTrainer(cnn, keras.optimizers.SGD(0.05), loss, classifier=True)
+    tasks = [
+        functools.partial(trainer.train, small[k], x[: 20 + 17 * k], y[: 20 + 17 * k],
+                          epochs=2, batch_size=8, seed=30 + k)
+        for k in range(2)
+    ]  # fmt: skip
+    for k, outcome in enumerate(run_cohort(tasks)):
+        assert outcome.error is None, outcome.error
+        weights, metrics = outcome.value
+        out.update({f"conv-cohort/{k}/{j}": w for j, w in enumerate(weights)})
+        out[f"conv-cohort/{k}/loss"] = np.array(metrics["train-loss"])
+        moved = max(float(np.abs(a - b).max()) for a, b in zip(weights, small[k]))
+        assert moved > 1e-2, f"conv cohort client {k} did not train ({moved})"
     return out
 
 
