@@ -183,3 +183,34 @@ def test_checkpoint_write_is_atomic(tmp_path):
     save_checkpoint(tmp_path, {"round": 1})
     assert not list(tmp_path.glob("*.tmp"))
     assert pickle.loads((tmp_path / "checkpoint.pkl").read_bytes())["round"] == 1
+
+
+def test_capture_state_keeps_plain_data_without_pickling_it_and_skips_what_does_not_pickle(
+    monkeypatch,
+):
+    """Arrays and containers of plain data are captured as they are, without a trial
+    pickling (a model's arrays were pickled twice a round); what does not pickle (a lambda in
+    a list, a lock) is still left out, and objects that are not plain data still pickle."""
+    import pickle
+    import threading
+
+    from fedpriv import checkpoint
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.weights = [np.ones((3, 2), np.float32), np.zeros(4)]
+    holder.history = {"round": [1, 2], "loss": (0.5, None)}
+    holder.rng = np.random.default_rng(1)  # not plain: pickled to find out, and kept
+    holder.hooks = [1, lambda: 0]  # a lambda inside: left out
+    holder.lock = threading.Lock()
+    holder.boxed = np.array([object()], dtype=object)  # object arrays are pickled to test
+    calls = []
+    real = pickle.dumps
+    monkeypatch.setattr(checkpoint.pickle, "dumps", lambda v, *a, **k: calls.append(v) or real(v))
+    state = capture_state([holder])[0]
+    assert set(state) == {"weights", "history", "rng", "boxed"}
+    assert state["weights"][0] is holder.weights[0] and state["history"] is holder.history
+    assert not any(isinstance(v, (list, dict, np.ndarray)) and v is not holder.boxed for v in calls)
+    assert any(v is holder.rng for v in calls)
