@@ -12,7 +12,8 @@ decides itself whether a request may produce a new release:
   nor the Flower node id, nor the run's output folder selects it: a new run, a resumed run
   (a new run id) and a restarted node find the same ledger. One file per party and identity
   in it, ``<party>-<identity>.json`` (identity: the node's own ``partition-id``, a zone
-  node's zone id).
+  node's zone id): an append-only journal of JSON lines, one synced line per charge
+  (:mod:`fedpriv.privacy.journal`; a ledger written before the journal is its first line).
 * **What.** The ledger holds the node's total ``releases`` (monotonic), the ``spent`` cost
   (in the party's own unit: GP leakage, one per DP-SGD participation, ...), ``declined``
   requests, and per *sequence* — what the party releases under one mechanism, named from the
@@ -24,9 +25,10 @@ decides itself whether a request may produce a new release:
   (same round, same arrays: its digest), from this run or any other: the caller replies with
   the cached reply (:meth:`ReleaseCounter.cached`, the same arrays bit for bit, no fresh
   noise) or, when that reply is no longer cached, the request is ``refused``; ``fresh`` — a
-  new release, already charged and persisted (charge BEFORE release: the file is written
-  atomically, temporary file + ``os.replace``, before the caller computes anything, so a
-  crash never loses a charge); ``refused`` / ``declined`` — nothing is released. Under
+  new release, already charged and persisted (charge BEFORE release: its journal line is
+  appended and ``fdatasync``-ed before the caller computes anything, so a crash never loses
+  a charge; a line torn by a crash counts as a charge); ``refused`` / ``declined`` —
+  nothing is released. Under
   ``rewind = "refuse"`` (a zone node) a request of a run for a round at or before that run's
   last release is refused; under ``rewind = "charge"`` (DP-SGD, IFCA: their ε or leakage is
   computed from the node's own count) it is a new release and is charged. ``max_releases``
@@ -42,7 +44,6 @@ This module imports no Flower: the Flower adapters (records, contexts) are in
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import pickle
@@ -52,6 +53,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
+
+from fedpriv.privacy.journal import JournalState, append_line, lock_of, read_journal
 
 __all__ = [
     "STATE_DIR_KEY",
@@ -169,12 +172,7 @@ class ReleaseCounter:
 
     def load(self) -> Ledger:
         """The ledger as persisted (empty when there is no file yet)."""
-        if not self.path.exists():
-            return Ledger()
-        return Ledger.from_json(json.loads(self.path.read_text()))
-
-    def _save(self, ledger: Ledger) -> None:
-        atomic_write(self.path, json.dumps(ledger.to_json(), sort_keys=True).encode())
+        return _ledger_of(read_journal(self.path))
 
     def begin(
         self,
@@ -195,44 +193,55 @@ class ReleaseCounter:
         rule and ``max_releases``: it never resets a count or the budget."""
         if rewind not in ("refuse", "charge"):
             raise ValueError(f"rewind = {rewind!r} is not allowed; expected 'refuse' or 'charge'")
-        ledger = self.load()
-        lifetime = ledger.sequences.get(sequence, {"count": 0, "digests": []})
-        if digest in lifetime["digests"]:
+        with lock_of(self.path):
+            return self._decide(
+                sequence, int(server_round), digest, str(run), float(cost), budget,
+                budget_name, max_releases, rewind,
+            )  # fmt: skip
+
+    def _decide(
+        self,
+        sequence: str,
+        server_round: int,
+        digest: str,
+        run: str,
+        cost: float,
+        budget: Optional[float],
+        budget_name: str,
+        max_releases: Optional[int],
+        rewind: Rewind,
+    ) -> Ticket:
+        state = read_journal(self.path)
+        releases, spent = state.total_releases(), state.total_spent()
+        if state.is_answered(sequence, digest):
             if self.cached(sequence, server_round, digest) is not None:
-                return Ticket("repeat", ledger.releases, ledger.spent)
+                return Ticket("repeat", releases, spent)
             why = (
-                f"round {int(server_round)} with these arrays was already answered (in this "
+                f"round {server_round} with these arrays was already answered (in this "
                 "or an earlier run); an identical request gets no fresh noise"
             )
-            return Ticket("refused", ledger.releases, ledger.spent, why)
-        in_run = ledger.runs.get(f"{sequence}/{run}")
-        if in_run is not None and int(server_round) <= int(in_run["round"]) and rewind == "refuse":
+            return Ticket("refused", releases, spent, why)
+        in_run = state.runs.get(f"{sequence}/{run}")
+        if in_run is not None and server_round <= int(in_run["round"]) and rewind == "refuse":
             why = (
-                f"round {int(server_round)} is not after round {int(in_run['round'])}, "
+                f"round {server_round} is not after round {int(in_run['round'])}, "
                 "which this node already released"
             )
-            return Ticket("refused", ledger.releases, ledger.spent, why)
+            return Ticket("refused", releases, spent, why)
         count = 0 if in_run is None else int(in_run["count"])
         if max_releases is not None and count >= int(max_releases):
             why = f"this node's own limit of {int(max_releases)} releases is reached"
-            return Ticket("refused", ledger.releases, ledger.spent, why)
-        if budget is not None and not _within(ledger.spent + float(cost), float(budget)):
-            ledger.declined += 1
-            self._save(ledger)
+            return Ticket("refused", releases, spent, why)
+        if budget is not None and not _within(spent + cost, float(budget)):
+            append_line(self.path, {"declined": 1})
             why = (
-                f"this node's lifetime {budget_name} would be exceeded (spent {ledger.spent:g} "
-                f"of {float(budget):g} over {ledger.releases} releases)"
+                f"this node's lifetime {budget_name} would be exceeded (spent {spent:g} "
+                f"of {float(budget):g} over {releases} releases)"
             )
-            return Ticket("declined", ledger.releases, ledger.spent, why)
-        ledger.releases += 1
-        ledger.spent += float(cost)
-        ledger.sequences[sequence] = {
-            "count": int(lifetime["count"]) + 1,
-            "digests": [*lifetime["digests"], digest],
-        }
-        ledger.runs[f"{sequence}/{run}"] = {"round": int(server_round), "count": count + 1}
-        self._save(ledger)  # charged before anything is released
-        return Ticket("fresh", ledger.releases, ledger.spent)
+            return Ticket("declined", releases, spent, why)
+        entry = {"charge": sequence, "cost": cost, "digest": digest, "round": server_round}
+        append_line(self.path, {**entry, "run": run})  # charged (synced) before any release
+        return Ticket("fresh", releases + 1, spent + cost)
 
     def _reply_path(self, sequence: str) -> Path:
         return self.directory / f"{self.party}-{self.identity}.{sequence}.reply.pkl"
@@ -259,6 +268,21 @@ class ReleaseCounter:
         if entry["round"] != int(server_round) or entry["digest"] != digest:
             return None
         return entry["reply"]
+
+
+def _ledger_of(state: JournalState) -> Ledger:
+    """The :class:`Ledger` view of a journal's fold (a torn line counted, module docstring
+    of :mod:`fedpriv.privacy.journal`)."""
+    return Ledger(
+        releases=state.total_releases(),
+        spent=state.total_spent(),
+        declined=state.declined,
+        sequences={
+            seq: {"count": count, "digests": list(state.digests.get(seq, []))}
+            for seq, count in state.counts.items()
+        },
+        runs={key: dict(entry) for key, entry in state.runs.items()},
+    )
 
 
 def _within(total: float, budget: float) -> bool:
