@@ -137,10 +137,14 @@ def run_cohort(
 ) -> tuple[list[Outcome], Cohort | None]:
     """Run ``tasks`` as the members of one cohort (module docstring) whose filed calls
     ``runner`` runs (:func:`clients.cohort_train.run_calls`); their outcomes in order, and
-    the cohort. One task, or a thread that is itself a member: the tasks run one
-    after the other in the calling thread, each call compiled on its own (cohort None)."""
-    if len(tasks) < 2 or current_cohort() is not None:
+    the cohort. One task: it runs in the calling thread (cohort None). Called by a thread
+    that is itself a member (a zone of a worker's packed message training its clients), the
+    tasks join that member's cohort (:func:`_join`): one compiled call for all of them."""
+    parent = current_cohort()
+    if len(tasks) < 2:
         return [alone(task) for task in tasks], None
+    if parent is not None:
+        return _join(parent, tasks), parent
     cohort = Cohort(members=len(tasks), runner=runner)
     outcomes = [Outcome() for _ in tasks]
     threads = [
@@ -152,6 +156,33 @@ def run_cohort(
     for thread in threads:
         thread.join()
     return outcomes, cohort
+
+
+def _join(cohort: Cohort, tasks: Sequence[Callable[[], Any]]) -> list[Outcome]:
+    """``tasks`` as members of ``cohort``, which the calling member (it files nothing while
+    it waits on them) leaves until they are done: the cohort never waits on it meanwhile."""
+    with cohort._cond:
+        cohort.members += len(tasks) - 1
+        cohort.progress += 1
+    outcomes = [Outcome() for _ in tasks]
+    threads = [
+        threading.Thread(target=_member, args=(cohort, task, out), daemon=True)
+        for task, out in zip(tasks, outcomes)
+    ]
+    started: list[threading.Thread] = []
+    try:
+        for thread in threads:
+            thread.start()
+            started.append(thread)
+    finally:
+        for _ in range(len(threads) - len(started)):
+            cohort.leave()  # a member that never started files nothing
+        for thread in started:
+            thread.join()
+        with cohort._cond:
+            cohort.members += 1  # the caller is a member again
+            cohort.progress += 1
+    return outcomes
 
 
 def alone(task: Callable[[], Any]) -> Outcome:

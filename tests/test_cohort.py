@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from clients import cohort as cohort_mod
-from clients.cohort import Call, Cohort, current_cohort, run_cohort
+from clients.cohort import Call, current_cohort, run_cohort
 from clients.cohort_train import run_cohort as train_as_cohort
 from clients.compiled import CompiledTrainer, DpStepConfig
 from fedpriv.models import build_model
@@ -112,17 +112,29 @@ def test_a_member_blocked_elsewhere_does_not_deadlock_the_cohort(monkeypatch):
     assert runner.batches == [[1], [2]]
 
 
-def test_one_task_or_a_nested_cohort_runs_in_the_calling_thread_without_pooling():
+def test_one_task_runs_in_the_calling_thread_without_pooling():
     runner = Recorder()
     outcomes, cohort = run_cohort([lambda: current_cohort()], runner)
     assert cohort is None and outcomes[0].value is None and runner.batches == []
-    inner = Cohort(members=1, runner=runner)
-    cohort_mod._MEMBER.cohort = inner
-    try:
-        nested, none = run_cohort([lambda: 1, lambda: 2], runner)
-    finally:
-        cohort_mod._MEMBER.cohort = None
-    assert none is None and [o.value for o in nested] == [1, 2]
+
+
+def test_the_tasks_of_members_join_their_cohort_and_pool_into_one_call():
+    """A worker's zones each train their clients: every client of every zone is a member of
+    the worker's one cohort, so all their calls run as one batch; each answer is its own."""
+    runner = Recorder()
+
+    def zone(z: int):
+        def train_clients() -> list[int]:
+            inner, cohort = run_cohort([_member_call(10 * z + k) for k in range(3)], runner)
+            assert cohort is current_cohort()  # the zone's own cohort, joined
+            return [o.value for o in inner]
+
+        return train_clients
+
+    outcomes, cohort = run_cohort([zone(z) for z in (1, 2, 3)], runner)
+    assert [o.value for o in outcomes] == [[100 * z + 10 * k for k in range(3)] for z in (1, 2, 3)]
+    assert len(runner.batches) == 1 and len(runner.batches[0]) == 9
+    assert cohort.members == 0  # every zone and client left
 
 
 # --- training and evaluation in one compiled call -------------------------------------------

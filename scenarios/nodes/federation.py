@@ -270,7 +270,7 @@ class ZoneGrid(PartitionGrid):
     ) -> list[Message]:
         """Send the zone messages; return the replies sorted by zone."""
         messages = list(messages)
-        replies = list(self._grid.send_and_receive(messages, timeout=timeout))
+        replies = self._exchange(messages, timeout)
         self._sent = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
         if self.reply_log is not None:
             by_id = {m.metadata.message_id: m for m in messages}
@@ -282,6 +282,10 @@ class ZoneGrid(PartitionGrid):
             if "config" in m.content
         }
         return sorted(replies, key=lambda m: self.node_to_zone.get(self._node(m), -1))
+
+    def _exchange(self, messages: list[Message], timeout: Optional[float]) -> list[Message]:
+        """The replies of the zone SuperNodes to ``messages`` (one message per zone node)."""
+        return list(self._grid.send_and_receive(messages, timeout=timeout))
 
     def _node(self, message: Message) -> int:
         node = message.metadata.src_node_id

@@ -22,7 +22,7 @@ served exactly once. Where every node serves one client it is today's ``Partitio
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Optional
 
 from flwr.common import ConfigRecord, Message, MessageType, RecordDict
@@ -43,8 +43,16 @@ from scenarios.nodes.federation import (
 from scenarios.nodes.packing import CLIENTS_KEY, SEP, pack, unpack, unpack_errors
 
 WORKER_PULL_INTERVAL_S = 0.005  # reply polling of the simulation grid with worker nodes
+ZONE_NODE_BASE = 1 << 48  # zone z's virtual node id on zone workers: never a Flower node id
 
-__all__ = ["VirtualGrid", "discover_federation", "federation_grid", "query_clients"]
+__all__ = [
+    "VirtualGrid",
+    "ZoneWorkerGrid",
+    "discover_federation",
+    "exchange_packed",
+    "federation_grid",
+    "query_clients",
+]
 
 
 class VirtualGrid(PartitionGrid):
@@ -63,63 +71,78 @@ class VirtualGrid(PartitionGrid):
         """Workers are simulation nodes: none joins later (nothing to re-map)."""
         return []
 
-    def _groups(self, messages: list[Message]) -> list[tuple[int, str, list[Message]]]:
-        """(worker, message type, its messages): one group per worker and type, and a new
-        group for a client that gets a second message in the same batch."""
-        groups: dict[tuple[int, str, int], list[Message]] = {}
-        seen: dict[tuple[int, str], int] = {}
-        for m in messages:
-            node = int(m.metadata.dst_node_id)
-            kind = m.metadata.message_type
-            k = seen[(node, kind)] = seen.get((node, kind), -1) + 1
-            groups.setdefault((self.worker_of[node], kind, k), []).append(m)
-        return [(w, kind, group) for (w, kind, _), group in groups.items()]
-
     def send_and_receive(
         self, messages: Iterable[Message], *, timeout: Optional[float] = None
     ) -> list[Message]:
         """Send one packed message per worker; return one reply per client, by partition."""
         messages = list(messages)
-        virtual = [m for m in messages if int(m.metadata.dst_node_id) in self.worker_of]
-        direct = [m for m in messages if int(m.metadata.dst_node_id) not in self.worker_of]
-        groups = self._groups(virtual)
-        packed = [
-            Message(
-                content=pack({int(m.metadata.dst_node_id): m.content for m in group}),
-                dst_node_id=worker,
-                message_type=kind,
-                ttl=group[0].metadata.ttl,
-                group_id=group[0].metadata.group_id,
-            )
-            for worker, kind, group in groups
-        ]
-        replies = list(self._grid.send_and_receive([*packed, *direct], timeout=timeout))
-        by_id = {r.metadata.reply_to_message_id: r for r in replies}
-        out = [
-            r
-            for r in replies
-            if r.metadata.reply_to_message_id not in {p.metadata.message_id for p in packed}
-        ]
-        for sent, (_, _, group) in zip(packed, groups):
-            for m in group:  # the virtual messages' ids: the packed one's @ partition
-                pid = f"{sent.metadata.message_id}{SEP}{int(m.metadata.dst_node_id)}"
-                m.metadata.__dict__["_message_id"] = pid
-            reply = by_id.get(sent.metadata.message_id)
-            if reply is not None:
-                out += _unpacked(reply, group)
+        out = exchange_packed(self._grid, messages, self.worker_of, int, timeout)
         self._sent = {m.metadata.message_id: int(m.metadata.dst_node_id) for m in messages}
         return sorted(out, key=lambda m: self.node_to_partition.get(self.node_of(m), -1))
 
 
-def _unpacked(reply: Message, group: list[Message]) -> list[Message]:
-    """One reply per client of ``group`` from its worker's packed ``reply``."""
+def _groups(
+    messages: list[Message], worker_of: Mapping[int, int]
+) -> list[tuple[int, str, list[Message]]]:
+    """(worker, message type, its messages): one group per worker and type, and a new group
+    for a node that gets a second message in the same batch."""
+    groups: dict[tuple[int, str, int], list[Message]] = {}
+    seen: dict[tuple[int, str], int] = {}
+    for m in messages:
+        node = int(m.metadata.dst_node_id)
+        kind = m.metadata.message_type
+        k = seen[(node, kind)] = seen.get((node, kind), -1) + 1
+        groups.setdefault((worker_of[node], kind, k), []).append(m)
+    return [(w, kind, group) for (w, kind, _), group in groups.items()]
+
+
+def exchange_packed(
+    grid: Grid,
+    messages: list[Message],
+    worker_of: Mapping[int, int],
+    key_of: Callable[[int], int],
+    timeout: Optional[float],
+) -> list[Message]:
+    """Send ``messages`` — those to a virtual node (a key of ``worker_of``) packed, ONE
+    message per worker and type, each node's content under ``key_of(node)`` (its partition:
+    a client's, or a zone's) — and return the replies, one per virtual node that its worker
+    answered (its message's ``reply_to``), with the replies to the other messages."""
+    virtual = [m for m in messages if int(m.metadata.dst_node_id) in worker_of]
+    direct = [m for m in messages if int(m.metadata.dst_node_id) not in worker_of]
+    groups = _groups(virtual, worker_of)
+    packed = [
+        Message(
+            content=pack({key_of(int(m.metadata.dst_node_id)): m.content for m in group}),
+            dst_node_id=worker,
+            message_type=kind,
+            ttl=group[0].metadata.ttl,
+            group_id=group[0].metadata.group_id,
+        )
+        for worker, kind, group in groups
+    ]
+    replies = list(grid.send_and_receive([*packed, *direct], timeout=timeout))
+    by_id = {r.metadata.reply_to_message_id: r for r in replies}
+    packed_ids = {p.metadata.message_id for p in packed}
+    out = [r for r in replies if r.metadata.reply_to_message_id not in packed_ids]
+    for sent, (_, _, group) in zip(packed, groups):
+        for m in group:  # the virtual messages' ids: the packed one's @ partition
+            pid = f"{sent.metadata.message_id}{SEP}{key_of(int(m.metadata.dst_node_id))}"
+            m.metadata.__dict__["_message_id"] = pid
+        reply = by_id.get(sent.metadata.message_id)
+        if reply is not None:
+            out += _unpacked(reply, group, key_of)
+    return out
+
+
+def _unpacked(reply: Message, group: list[Message], key_of: Callable[[int], int]) -> list[Message]:
+    """One reply per node of ``group`` from its worker's packed ``reply``."""
     if reply.has_error():
-        return [_with_id(Message(reply.error, reply_to=m), reply, m) for m in group]
+        return [_with_id(Message(reply.error, reply_to=m), reply, key_of, m) for m in group]
     contents = unpack(reply.content)
     errors = unpack_errors(reply.content)
     out = []
     for m in group:
-        p = int(m.metadata.dst_node_id)
+        p = key_of(int(m.metadata.dst_node_id))
         if p in errors:
             code, reason = errors[p]
             from flwr.app import Error
@@ -129,15 +152,42 @@ def _unpacked(reply: Message, group: list[Message]) -> list[Message]:
             one = Message(content=contents[p], reply_to=m)
         else:
             continue  # the worker did not answer for it (as a node that does not reply)
-        out.append(_with_id(one, reply, m))
+        out.append(_with_id(one, reply, key_of, m))
     return out
 
 
-def _with_id(one: Message, reply: Message, sent: Message) -> Message:
+def _with_id(one: Message, reply: Message, key_of: Callable[[int], int], sent: Message) -> Message:
     one.metadata.__dict__["_message_id"] = (
-        f"{reply.metadata.message_id}{SEP}{int(sent.metadata.dst_node_id)}"
+        f"{reply.metadata.message_id}{SEP}{key_of(int(sent.metadata.dst_node_id))}"
     )
     return one
+
+
+class ZoneWorkerGrid(ZoneGrid):
+    """A :class:`ZoneGrid` whose zones are served by W < s worker SuperNodes (simulation):
+    zone z's node id is a virtual one, :data:`ZONE_NODE_BASE` + z, never sent to; the zone
+    messages of one worker travel as ONE packed message (:func:`exchange_packed`, keyed by
+    zone), and the worker serves each zone as the zone's own node
+    (:mod:`scenarios.nodes.worker`): its own Context, ledger and noise; its zones' clients
+    train as one cohort (:mod:`clients.cohort`)."""
+
+    def __init__(self, grid: Grid, served: Mapping[int, Iterable[int]], num_clients: int) -> None:
+        """``served``: worker node id -> the zones it serves."""
+        zones = {int(z): int(node) for node, zs in served.items() for z in zs}
+        super().__init__(grid, {ZONE_NODE_BASE + z: z for z in zones}, num_clients)
+        self.worker_of = {ZONE_NODE_BASE + z: node for z, node in zones.items()}
+
+    def supernodes(self) -> int:
+        """How many SuperNodes the messages go to: the workers."""
+        return len(set(self.worker_of.values()))
+
+    def refresh(self, timeout: float = 60.0) -> list[int]:
+        """Workers are simulation nodes: none joins later (nothing to re-map)."""
+        return []
+
+    def _exchange(self, messages: list[Message], timeout: Optional[float]) -> list[Message]:
+        key = self.node_to_zone.__getitem__
+        return exchange_packed(self._grid, messages, self.worker_of, key, timeout)
 
 
 def query_clients(
@@ -235,10 +285,50 @@ def federation_grid(grid: Grid, run: ServerRun) -> PartitionGrid:
 
     if not zone_nodes(run.record):  # the zonal keys' own functions read the run's record
         return discover_federation(grid, run)
-    mapping = discover_partitions(grid, federation_size(run.record))
+    zones = federation_size(run.record)
+    simulation = _all_nodes_start_together(grid)
     inner = getattr(grid, "_grid", grid)
-    if _all_nodes_start_together(grid) and hasattr(inner, "pull_interval"):
+    if simulation and hasattr(inner, "pull_interval"):
         # the simulation grid polls for replies every 0.1 s; a zone round is ~10 replies
         # of ~0.2 s of training, so the default poll adds up to half a round
         inner.pull_interval = ZONE_PULL_INTERVAL_S
-    return ZoneGrid(grid, mapping, run.spec.participation.population)
+    workers = zone_workers(run.record)
+    if not simulation or workers is None:
+        mapping = discover_partitions(grid, zones)
+        return ZoneGrid(grid, mapping, run.spec.participation.population)
+    return ZoneWorkerGrid(
+        grid, _served_zones(grid, workers, zones), run.spec.participation.population
+    )
+
+
+def zone_workers(record: Mapping) -> Optional[int]:
+    """W, the worker SuperNodes that serve the zones in a simulation, from the run's resolved
+    ``num-workers`` (``fedpriv run`` resolves ``auto``); None: one SuperNode per zone (W >= the
+    zones, ``auto`` outside ``fedpriv run``, a deployment)."""
+    from scenarios.zonal.keys import federation_size
+
+    value = record.get("num-workers", "auto")
+    if value == "auto" or int(value) >= federation_size(record):
+        return None
+    return int(value)
+
+
+def _served_zones(grid: Grid, workers: int, zones: int) -> dict[int, list[int]]:
+    """worker node -> the zones it serves (its query answer), checked: every zone once."""
+    node_ids = _wait_for_nodes(grid, workers, max(600.0, QUERY_SECONDS_PER_NODE * workers))
+    if len(node_ids) != workers:
+        raise FederationError(
+            f"num-workers = {workers} zone workers expected but {len(node_ids)} SuperNodes "
+            "connected"
+        )
+    served, failed = query_clients(grid, node_ids, 600.0)
+    if failed:
+        node, reason = next(iter(failed.items()))
+        raise FederationError(f"node {node} failed the query: {reason}")
+    listed = sorted(z for zs in served.values() for z in zs)
+    if listed != list(range(zones)):
+        raise FederationError(f"the zone workers serve zones {listed}, not each of 0..{zones - 1}")
+    from scenarios.app.startup import status  # server side only
+
+    status("workers ready", f"{workers} SuperNodes answered, serving {zones} zones")
+    return served

@@ -51,7 +51,7 @@ from scenarios.nodes.packing import (
     worker_clients,
 )
 from scenarios.speed.keys import WORKER_KINDS, cohort_training
-from scenarios.zonal.keys import zone_nodes
+from scenarios.zonal.keys import federation_size, zone_nodes
 
 Handler = Callable[[Message, Context], Message]
 # the worker's record of its clients' states: partition -> that client's RecordDict, serialised
@@ -73,16 +73,20 @@ __all__ = [
 
 def served_clients(context: Context) -> list[int]:
     """The partitions this node serves, from its own ``node_config`` and own config: a worker
-    of a run kind that has workers (:data:`scenarios.speed.keys.WORKER_KINDS`, not with zone
-    SuperNodes, whose ``partition-id`` is a zone) serves its share; any other node its one
-    ``partition-id``."""
+    of a run kind that has workers (:data:`scenarios.speed.keys.WORKER_KINDS`) serves its
+    share of the clients; with zone SuperNodes (``partition-id`` a zone), a node of fewer
+    SuperNodes than zones (``num-partitions``) serves its share of the zones, each as the
+    zone's own node (:func:`client_context`); any other node its one ``partition-id``."""
     worker = int(context.node_config["partition-id"])
     try:
         own = node_spec(context.run_id, context.run_config, context.node_config).base
     except ConfigError:  # a bad own config: the handlers refuse every message with its line
         return [worker]
+    if zone_nodes(own):  # a zone worker: the zones z with z mod num-partitions = its id
+        zones = federation_size(own)
+        return worker_clients(worker, int(context.node_config.get("num-partitions", zones)), zones)
     kind = load_snapshot()["scenarios"][own["scenario"]]["kind"]
-    if kind not in WORKER_KINDS or zone_nodes(own):
+    if kind not in WORKER_KINDS:
         return [worker]
     num_clients = int(own["num-clients"])
     workers = int(context.node_config.get("num-partitions", num_clients))

@@ -63,11 +63,10 @@ def simulation_size(
     handed to the ServerApp as ``num-workers = W``."""
     size, overrides = federation_size(cfg), list(overrides)
     configs = _plan_configs(cfg)
-    if zone_nodes(cfg) or any(zone_nodes(c) for c in configs) or "scenario" not in cfg:
+    if "scenario" not in cfg or (cfg.get("run-plan") and any(zone_nodes(c) for c in configs)):
         return size, overrides
     workers = {c.get("num-workers", cfg.get("num-workers")) for c in configs}
     own = {**cfg, "num-workers": workers.pop() if len(workers) == 1 else cfg.get("num-workers")}
-    kinds = {scenario_kind(c) for c in configs}
     resources = backend.get("client-resources", {})
     per_client = float(resources.get("num-cpus", 1) or 1)
     slots = float(os.cpu_count() or 1)
@@ -76,10 +75,23 @@ def simulation_size(
         from scenarios.cli.ray_cluster import local_gpus
 
         slots = min(slots, per_client * gpu_workers(local_gpus()))
-    count = simulation_workers(own, kinds, slots, per_client)
+    if zone_nodes(cfg):
+        count = zone_workers(own, size, slots, per_client)
+    else:
+        count = simulation_workers(own, {scenario_kind(c) for c in configs}, slots, per_client)
     if count is None:
         return size, overrides
     if own["num-workers"] != "auto":  # the ServerApp resolves the same number itself
         return count, overrides
     kept = [AUTO_OVERRIDE.sub("", text).strip() for text in overrides]
     return count, [*(t for t in kept if t), f"num-workers={count}"]
+
+
+def zone_workers(cfg: Mapping[str, Any], zones: int, cpus: float, per_client: float) -> int | None:
+    """W, the worker SuperNodes that serve the ``zones`` zone nodes of a simulation
+    (:class:`scenarios.nodes.virtual_grid.ZoneWorkerGrid`), or None for one SuperNode per
+    zone (``num-workers`` >= the zones). ``auto``: ``cpus // per_client`` (at least 1)."""
+    value = cfg.get("num-workers", "auto")
+    if value == "auto":
+        value = max(1, int(cpus // max(float(per_client), 1e-9)))
+    return int(value) if int(value) < zones else None
