@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from fedpriv.data import load_federated
+from fedpriv.privacy.releases import read_ledger
 from fedpriv.reporting.runlog import read_rounds
 from scenarios.cli import launch
 from scenarios.cli import main as cli
@@ -164,7 +165,7 @@ def test_killed_ifca_run_resumes_and_equals_the_uninterrupted_run(
     ledgers = [p for p in found if not p.name.startswith("ifca-validation-")]
     assert ledgers and not list(out.rglob("ifca-*.json"))
     assert len(ledgers) < len(found)  # the validation users count their queries too
-    spent = {p.stem.rsplit("-", 1)[1]: json.loads(p.read_text())["spent"] for p in ledgers}
+    spent = {p.stem.rsplit("-", 1)[1]: read_ledger(p).spent for p in ledgers}
     charged = {p: v for p, v in summary["leakage"]["per_client"].items() if v > 0}
     # each client's own ledger counts every vector it released, the round that the
     # kill interrupted and that ran again included; the server's mirror restarts from its

@@ -12,13 +12,13 @@ ldp, hdp and cdp placements; IFCA (its own message types, client-side noise and 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fedpriv.privacy.releases import read_ledger
 from tests.simulate import nodes_of, run_fedpriv, run_fedpriv_cells
 
 pytestmark = pytest.mark.simulation
@@ -140,7 +140,7 @@ def test_ifca_on_two_workers_is_the_run_of_one_supernode_per_client(tmp_path):
     _close(out[2][0]["leakage"], out[120][0]["leakage"], "leakage")
     ledgers = [  # each node's own lifetime ledger, in its folder of its simulation's root
         {
-            f"{p.parent.name}/{p.name}": json.loads(p.read_text())["spent"]
+            f"{p.parent.name}/{p.name}": read_ledger(p).spent
             for p in Path(nodes_of(d)).glob("node-*/ifca-*.json")
             if not p.name.startswith("ifca-validation-")
         }

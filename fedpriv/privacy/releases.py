@@ -64,6 +64,7 @@ __all__ = [
     "Ticket",
     "data_key",
     "node_dir",
+    "read_ledger",
 ]
 
 STATE_DIR_KEY = "client-state-dir"  # a node's own config: where it keeps its ledgers
@@ -268,6 +269,11 @@ class ReleaseCounter:
         if entry["round"] != int(server_round) or entry["digest"] != digest:
             return None
         return entry["reply"]
+
+
+def read_ledger(path: str | Path) -> Ledger:
+    """The ledger a ledger file holds (a journal, :mod:`fedpriv.privacy.journal`)."""
+    return _ledger_of(read_journal(Path(path)))
 
 
 def _ledger_of(state: JournalState) -> Ledger:

@@ -1,0 +1,81 @@
+"""Zone nodes on worker SuperNodes give the run of one SuperNode per zone.
+
+With ``zonal-runtime = zone-nodes`` in a simulation, ``num-workers`` W < s worker SuperNodes
+serve the s zones (:class:`scenarios.nodes.virtual_grid.ZoneWorkerGrid`): zone z belongs to
+worker ``z mod W``, one packed message per worker and round, each zone served as its own
+node (its own Context, ledger and noise streams), the clients of all its zones trained as one
+cohort. ``hdp-digits`` (none / LDP / HDP / CDP in one simulation, seeded noise) on 1 worker
+and on 4 SuperNodes (one per zone, the reference): the same round records, ε and final
+accuracy within float tolerance, and each zone's own ledger charged once per round.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from flwr.app import Context, RecordDict
+
+from fedpriv.privacy.releases import read_ledger
+from tests.simulate import nodes_of, run_fedpriv
+from tests.test_virtual_clients_simulation import _close
+
+ZONES, ROUNDS = 4, 2
+PLACEMENTS = ("none", "ldp", "hdp", "cdp")
+
+
+def test_a_zone_worker_serves_its_share_of_the_zones():
+    """Worker w of W serves the zones z with z mod W = w (its own node_config); with one
+    SuperNode per zone each serves its own zone only."""
+    from scenarios.nodes.worker import served_clients
+
+    run_config = {"scenario": "hdp-digits", "num-clients": 20, "num-zones": 10}
+    worker = Context(7, 1, {"partition-id": 1, "num-partitions": 3}, RecordDict(), run_config)
+    assert served_clients(worker) == [1, 4, 7]
+    zone = Context(7, 1, {"partition-id": 7, "num-partitions": 10}, RecordDict(), run_config)
+    assert served_clients(zone) == [7]
+
+
+def test_simulation_size_gives_the_zones_workers_up_to_the_cpus():
+    from scenarios.speed.workers import zone_workers
+
+    assert zone_workers({"num-workers": "auto"}, 10, 2.0, 1.0) == 2
+    assert zone_workers({"num-workers": 3}, 10, 2.0, 1.0) == 3
+    assert zone_workers({"num-workers": "auto"}, 2, 2.0, 1.0) is None  # one node per zone
+    assert zone_workers({"num-workers": 10}, 10, 2.0, 1.0) is None
+
+
+@pytest.mark.simulation
+def test_one_worker_gives_the_run_of_one_supernode_per_zone(tmp_path):
+    base = {
+        "scenario": "hdp-digits",
+        "num-clients": 12,
+        "clients-per-round": 12,
+        "num-zones": ZONES,
+        "num-server-rounds": ROUNDS,
+        "local-epochs": 1,
+        "zonal-distributed-eval": "none",
+        "seed": 5,
+    }
+    out = {}
+    for workers in (1, ZONES):
+        rc, summary, rounds, log = run_fedpriv(
+            {**base, "num-workers": workers}, tmp_path / f"w{workers}", timeout=900
+        )
+        assert rc == 0, log[-3000:]
+        out[workers] = (summary, rounds, tmp_path / f"w{workers}", log)
+    assert "1 SuperNodes answered, serving 4 zones" in out[1][3]
+    assert "serving 4 zones" not in out[ZONES][3]
+    (virtual, v_rounds, v_dir, _), (reference, r_rounds, r_dir, _) = out[1], out[ZONES]
+    assert len(v_rounds) == len(r_rounds) == len(PLACEMENTS) * (ROUNDS + 1)
+    for a, b in zip(v_rounds, r_rounds):
+        assert a.get("zonal", {}).get("zone_messages", ZONES) == ZONES
+        _close(a, b, f"{a.get('run')} round {a.get('round')}")
+    _close(virtual["final"], reference["final"], "final")
+    for placement in PLACEMENTS:
+        assert (v_dir / placement / "summary.json").exists()
+    for root in (v_dir, r_dir):
+        ledgers = sorted(Path(nodes_of(root)).glob("node-*/zone-node-*.json"))
+        assert [p.name for p in ledgers] == [f"zone-node-{z}.json" for z in range(ZONES)]
+        for path in ledgers:  # each zone its own ledger: one charge per placement and round
+            assert read_ledger(path).releases == len(PLACEMENTS) * ROUNDS, path
