@@ -18,6 +18,7 @@ from flwr.app import Context, RecordDict
 
 from fedpriv.privacy.releases import read_ledger
 from tests.simulate import nodes_of, run_fedpriv
+from tests.test_curious_server import zone_weights  # noqa: F401  (a fixture)
 from tests.test_virtual_clients_simulation import _close
 
 ZONES, ROUNDS = 4, 2
@@ -34,6 +35,50 @@ def test_a_zone_worker_serves_its_share_of_the_zones():
     assert served_clients(worker) == [1, 4, 7]
     zone = Context(7, 1, {"partition-id": 7, "num-partitions": 10}, RecordDict(), run_config)
     assert served_clients(zone) == [7]
+
+
+def test_a_zone_worker_serves_each_zone_as_its_own_node_and_refuses_foreign_zones(
+    zone_weights,  # noqa: F811  (the fixture)
+    tmp_path,
+):
+    """Worker 0 of 5 serves zones 0 and 5 of hdp-digits. A packed message with an honest
+    message for zone 0 and a curious server's weakened one for zone 5: zone 0 trains and is
+    charged in its own ledger; zone 5 is refused by its own checks, nothing charged. A packed
+    message naming zone 1 (another worker's) is refused whole."""
+    from scenarios.app.client_app import app
+    from scenarios.config.node_spec import node_spec
+    from scenarios.zonal.keys import plan_from_config
+    from tests.test_curious_server import ZONE_AUTO, server_message, zone_extra
+    from tests.test_virtual_clients import packed, replies_of
+
+    folder = tmp_path / "worker-0"
+    ctx = Context(7, 1, {"partition-id": 0, "num-partitions": 5, "client-state-dir": str(folder)},
+                  RecordDict(), ZONE_AUTO)  # fmt: skip
+
+    def zone_message(zone: int, override: dict, server_round: int = 1):
+        plan = plan_from_config(node_spec(7, ZONE_AUTO, {"partition-id": zone}).base)
+        extra = {
+            **zone_extra(ZONE_AUTO, {}),
+            "zonal-zone": zone,
+            "zonal-level": plan.levels[zone],
+            "zonal-clients": list(plan.members[zone][:3]),
+        }
+        return server_message(
+            ZONE_AUTO, extra, zone_weights, override | {"server-round": server_round}
+        )
+
+    reply = app(
+        packed({0: zone_message(0, {}), 5: zone_message(5, {"noise-multiplier": 0.0})}), ctx
+    )
+    contents, errors = replies_of(reply)
+    assert sorted(contents) == [0] and sorted(errors) == [5]
+    assert "key=noise-multiplier " in errors[5][1]
+    assert "zonal-zone-sigma" in contents[0]["metrics"]
+    assert read_ledger(folder / "client-0" / "zone-node-0.json").releases == 1
+    assert not (folder / "client-5").exists() or not list((folder / "client-5").rglob("*.json"))
+    foreign = app(packed({0: zone_message(0, {}, 2), 1: zone_message(1, {}, 2)}), ctx)
+    assert foreign.has_error() and "partition(s) [1]" in foreign.error.reason
+    assert read_ledger(folder / "client-0" / "zone-node-0.json").releases == 1
 
 
 def test_simulation_size_gives_the_zones_workers_up_to_the_cpus():
