@@ -24,8 +24,11 @@
   actors the backend can run at once (its CPUs over the client's ``num-cpus``; on a GPU
   federation one per GPU, whose clients train as one cohort on the device), at most
   ``num-clients``; ``num-workers = num-clients`` is the one-SuperNode-per-client path. Only
-  for the scenario kinds in :data:`WORKER_KINDS` (others keep one SuperNode per client) and
-  never with zone SuperNodes; the Deployment Engine is unchanged (one client per SuperNode).
+  for the scenario kinds in :data:`WORKER_KINDS` (others keep one SuperNode per client). With
+  zone SuperNodes (``zonal-runtime = zone-nodes``) W < s workers serve the s zones instead,
+  zone z on worker ``z mod W``, each zone as its own node (:class:`scenarios.nodes.virtual_grid.
+  ZoneWorkerGrid`); W >= s is one SuperNode per zone. The Deployment Engine is unchanged (one
+  client, or one zone, per SuperNode).
 - ``cohort-training`` — on a worker SuperNode (and a zone SuperNode), the clients of one
   message train as a cohort (:mod:`clients.cohort`): each client runs its own handler, and
   their Keras training calls of one shape run as ONE compiled call (a map over the clients,
