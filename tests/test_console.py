@@ -358,6 +358,10 @@ def test_default_run_console_has_round_lines_summary_and_no_noise(default_run):
     for step in ("starting the simulation engine", "engine started", "workers ready",
                  "data loaded", "model built"):  # fmt: skip
         assert sum(f"fedpriv: start-up · {step}" in x for x in head) == 1, (step, head)
+    engine = next(x for x in head if "starting the simulation engine" in x)
+    ready = next(x for x in head if "workers ready" in x)
+    started = re.search(r"Ray and (\d+) SuperNodes", engine).group(1)  # the workers, not clients
+    assert re.search(rf"· workers ready: {started} SuperNodes answered", ready), (engine, ready)
     assert "━" not in console_text and "\x1b[" not in proc.stdout
     records = [json.loads(x) for x in (out / "rounds.jsonl").read_text().splitlines()]
     for line, record in zip(rounds, records):  # each line shows its round's record

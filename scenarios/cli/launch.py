@@ -149,6 +149,16 @@ def simulation_command(
                           " ".join(overrides), share=share, forward_env=forward)  # fmt: skip
 
 
+def simulation_supernodes(
+    cfg: dict[str, Any], overrides: Sequence[str], federation: str | Federation
+) -> int:
+    """The SuperNodes the simulation of ``cfg`` starts (workers, zones or one per client)."""
+    from scenarios.speed.workers import simulation_size
+
+    backend = federation_settings(federation).get("backend", {})
+    return simulation_size(cfg, overrides, backend)[0]
+
+
 def add_run_config_option(parser: argparse.ArgumentParser, help_text: str) -> None:
     """The ``--run-config`` / ``-c`` option every command shares (repeatable, Flower syntax)."""
     parser.add_argument("--run-config", "-c", action="append", default=[], help=help_text)
@@ -380,7 +390,6 @@ def finished_hint(output_dir: str, verbose: bool) -> str:
 def run(args: argparse.Namespace, catalog: Catalog) -> int:
     """``fedpriv run``: checks first (exit 2 on bad input), then the simulation."""
     from fedpriv.data import DataError
-    from scenarios.zonal.keys import federation_size
 
     t0 = time.time()
     try:
@@ -395,7 +404,8 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if state.action == "resume":
         print(f"fedpriv: resuming {cfg['output-dir']} after round {state.round}", file=say)
     print(f"fedpriv: running scenario {cfg['scenario']!r} -> {cfg['output-dir']}", file=say)
-    print(startup.engine_line(federation_size(cfg), time.time() - t0), file=say, flush=True)
+    supernodes = simulation_supernodes(cfg, args.run_config, federation_of(args))
+    print(startup.engine_line(supernodes, time.time() - t0), file=say, flush=True)
     loud = args.verbose or quiet.verbose()
     log_path = Path(cfg["output-dir"]) / quiet.LOG_NAME
     returncode = simulate(
