@@ -82,12 +82,12 @@ def test_a_zone_worker_serves_each_zone_as_its_own_node_and_refuses_foreign_zone
 
 
 def test_simulation_size_gives_the_zones_workers_up_to_the_cpus():
-    from scenarios.speed.workers import zone_workers
+    from scenarios.speed.keys import zone_worker_count
 
-    assert zone_workers({"num-workers": "auto"}, 10, 2.0, 1.0) == 2
-    assert zone_workers({"num-workers": 3}, 10, 2.0, 1.0) == 3
-    assert zone_workers({"num-workers": "auto"}, 2, 2.0, 1.0) is None  # one node per zone
-    assert zone_workers({"num-workers": 10}, 10, 2.0, 1.0) is None
+    assert zone_worker_count({"num-workers": "auto"}, 10, 2.0, 1.0) == 2
+    assert zone_worker_count({"num-workers": 3}, 10, 2.0, 1.0) == 3
+    assert zone_worker_count({"num-workers": "auto"}, 2, 2.0, 1.0) is None  # one node per zone
+    assert zone_worker_count({"num-workers": 10}, 10, 2.0, 1.0) is None
 
 
 @pytest.mark.simulation

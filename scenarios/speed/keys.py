@@ -134,5 +134,21 @@ def simulation_workers(
     if value is None or not kinds or not kinds <= WORKER_KINDS:
         return None
     if value == "auto":
-        value = max(1, int(cpus // max(float(cpus_per_client), 1e-9)))
+        value = auto_workers(cpus, cpus_per_client)
     return min(int(value), int(cfg["num-clients"]))
+
+
+def zone_worker_count(cfg: dict, zones: int, cpus: float, cpus_per_client: float) -> int | None:
+    """W, the worker SuperNodes that serve the ``zones`` zone nodes of a simulation
+    (:class:`scenarios.nodes.virtual_grid.ZoneWorkerGrid`), or None for one SuperNode per
+    zone (``num-workers`` >= the zones). ``auto``: as for clients (:func:`auto_workers`)."""
+    value = cfg.get("num-workers", "auto")
+    if value == "auto":
+        value = auto_workers(cpus, cpus_per_client)
+    return int(value) if int(value) < zones else None
+
+
+def auto_workers(cpus: float, cpus_per_client: float) -> int:
+    """``num-workers = auto``: the actors the backend runs at once, ``cpus // cpus_per_client``
+    (at least 1)."""
+    return max(1, int(cpus // max(float(cpus_per_client), 1e-9)))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from scenarios.config.node_spec import load_snapshot
-from scenarios.speed.keys import simulation_workers
+from scenarios.speed.keys import simulation_workers, zone_worker_count
 from scenarios.zonal.keys import federation_size, zone_nodes
 
 __all__ = ["gpu_workers", "scenario_kind", "simulation_size"]
@@ -76,7 +76,7 @@ def simulation_size(
 
         slots = min(slots, per_client * gpu_workers(local_gpus()))
     if zone_nodes(cfg):
-        count = zone_workers(own, size, slots, per_client)
+        count = zone_worker_count(own, size, slots, per_client)
     else:
         count = simulation_workers(own, {scenario_kind(c) for c in configs}, slots, per_client)
     if count is None:
@@ -85,13 +85,3 @@ def simulation_size(
         return count, overrides
     kept = [AUTO_OVERRIDE.sub("", text).strip() for text in overrides]
     return count, [*(t for t in kept if t), f"num-workers={count}"]
-
-
-def zone_workers(cfg: Mapping[str, Any], zones: int, cpus: float, per_client: float) -> int | None:
-    """W, the worker SuperNodes that serve the ``zones`` zone nodes of a simulation
-    (:class:`scenarios.nodes.virtual_grid.ZoneWorkerGrid`), or None for one SuperNode per
-    zone (``num-workers`` >= the zones). ``auto``: ``cpus // per_client`` (at least 1)."""
-    value = cfg.get("num-workers", "auto")
-    if value == "auto":
-        value = max(1, int(cpus // max(float(per_client), 1e-9)))
-    return int(value) if int(value) < zones else None
