@@ -30,6 +30,7 @@ from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, log
 from flwr.server import Grid
 from flwr.serverapp.strategy.strategy import Strategy
 
+from fedpriv.blockwise import max_abs_difference
 from strategies.array_records import array_view
 from strategies.base import StrategyWrapper
 from strategies.reply_checks import (
@@ -49,12 +50,10 @@ MAX_CHANGE = 1e9
 
 
 def _max_change(value: np.ndarray, reference: np.ndarray) -> float:
-    """``max |value - reference|`` (0 for an empty array), in the arrays' float dtype; in
-    float64 for integer arrays (whose difference could wrap around)."""
-    if value.dtype.kind != "f" or reference.dtype.kind != "f":
-        value, reference = value.astype(np.float64), reference.astype(np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return float(np.max(np.abs(value - reference), initial=0.0))
+    """``max |value - reference|`` (0 for an empty array), in the arrays' float dtype (float64
+    for integer arrays, whose difference could wrap around), a block at a time
+    (:func:`fedpriv.blockwise.max_abs_difference`: no model-sized temporaries)."""
+    return max_abs_difference(value, reference)
 
 
 def update_problem(reply: Message, reference: dict[str, np.ndarray]) -> Optional[str]:
@@ -148,6 +147,10 @@ class ValidUpdatesOnly(StrategyWrapper):
     accept_failures : bool
         Aggregate when some clients failed (True) or skip the round (False).
     """
+
+    # the global arrays of the round in flight, set by every configure_train before the
+    # replies they check arrive: a checkpoint need not hold a second copy of the model
+    CHECKPOINT_SKIP = ("reference",)
 
     def __init__(
         self, strategy: Strategy, *, on_invalid: str = "drop", accept_failures: bool = False

@@ -234,3 +234,24 @@ def test_a_zone_asked_for_no_client_declines_without_a_warning(caplog):
         strategy.aggregate_train(2, grid.send_and_receive(sent))
     assert any("zone 2: num-examples = 0" in w for w in _warnings(caplog))
     assert strategy.last_round["rejected"] == {9002: "num-examples = 0 is outside (0, 1e+09]"}
+
+
+def test_a_checkpoint_of_the_chain_holds_no_second_copy_of_the_model():
+    """The reference (the round's global arrays) is set by every configure_train: the
+    chain's checkpoint leaves it out, and a restored chain checks against the next round's."""
+    import pickle
+
+    from fedpriv.checkpoint import capture_state, restore_state
+
+    g = [np.zeros(250_000, np.float32)]  # 1 MB
+    strategy = ValidUpdatesOnly(FedAvg(min_available_nodes=1, min_train_nodes=1))
+    _configure(strategy, g)
+    (state,) = capture_state([strategy])
+    assert "reference" not in state and len(pickle.dumps(state)) < 10_000
+    fresh = ValidUpdatesOnly(FedAvg(min_available_nodes=1, min_train_nodes=1))
+    restore_state([fresh], [state])
+    _configure(fresh, g)
+    nan = [np.full(250_000, np.nan, np.float32)]
+    arrays, _ = fresh.aggregate_train(2, [reply([np.ones(250_000, np.float32)], 1), reply(nan, 2)])
+    assert np.allclose(arrays.to_numpy_ndarrays()[0], 1.0)
+    assert set(fresh.last_round["rejected"]) == {2}
