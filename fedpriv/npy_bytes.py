@@ -87,4 +87,7 @@ def encode(array: np.ndarray) -> bytes:
         data = buffer.getvalue()
         _keep(_WRITTEN, key, data[: _preamble(data)])
         return data
-    return header + array.tobytes(order="F" if fortran else "C")
+    if not (array.flags.c_contiguous or fortran):
+        array = np.ascontiguousarray(array)
+    body = (array.T if fortran else array).reshape(-1).view(np.uint8)  # the bytes, not copied
+    return b"".join((header, body))  # one copy (header + tobytes() made two)

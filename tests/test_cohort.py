@@ -288,3 +288,21 @@ def test_weight_sets_are_told_apart_by_value_and_shared_bytes_need_no_compare(mo
     sets, which = cohort_train._distinct([[view()], [view()], [copy], [changed]])
     assert which == [0, 0, 0, 1] and len(sets) == 2
     assert len(compared) == 2  # the copy (equal) and the changed set (not): not the views
+
+
+def test_a_cohorts_data_stays_on_the_device_while_its_splits_are_the_same_arrays():
+    """The second round of the same clients reuses the concatenated data on the device (and
+    trains as before); other splits replace it."""
+    trainer = _trainer()
+    calls = _calls(trainer, False)
+    first = train_as_cohort([lambda kw=kw: _train(trainer, kw) for kw in calls])
+    held = trainer._cohort_data_held[1]
+    second = train_as_cohort([lambda kw=kw: _train(trainer, kw) for kw in calls])
+    assert trainer._cohort_data_held[1] is held
+    for a, b in zip(first, second):
+        _close(a.value[0], b.value[0])
+    copied = [dict(kw, x=kw["x"].copy()) for kw in calls]
+    third = train_as_cohort([lambda kw=kw: _train(trainer, kw) for kw in copied])
+    assert trainer._cohort_data_held[1] is not held
+    for a, b in zip(first, third):
+        _close(a.value[0], b.value[0])

@@ -48,7 +48,7 @@ from fedpriv.checkpoint import save_checkpoint as write_checkpoint
 from scenarios.app.recorder import wrapper_chain
 from scenarios.config.manifest import fingerprint
 from scenarios.config.specs import ServerRun
-from strategies.array_records import named_record
+from strategies.array_records import named_record, record_views
 
 # a checkpoint's stage: the round is recorded (complete), or charged and about to be released
 RECORDED, CHARGED = "recorded", "charged"
@@ -93,7 +93,7 @@ def checkpoint_hook(run: ServerRun, stage: str = RECORDED) -> Callable[[Any], No
             folder,
             {
                 "round": state.round,
-                "arrays": state.arrays.to_numpy_ndarrays(),
+                "arrays": record_views(state.arrays),
                 "num_rounds": num_rounds,
                 "states": state.states if getattr(state, "states", None) else capture_state(chain),
                 "fingerprint": fingerprint(run.record),
