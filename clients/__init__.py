@@ -5,8 +5,15 @@ On Python 3.13, TensorFlow's autograph builds ASTs through ``gast`` with keyword
 that 3.13 deprecates: every traced function then prints dozens of ``DeprecationWarning``
 lines per worker. They say nothing about this code, so they are silenced here, for
 ``gast`` only.
+
+JAX's persistent compilation cache is set up here, before any client module imports Keras
+(and with it JAX, which reads its settings once): :mod:`clients.compile_cache`.
 """
 
 import warnings
 
 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"gast(\.|$)")
+
+from clients import compile_cache  # noqa: E402
+
+compile_cache.configure()

@@ -12,6 +12,8 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 # module- and session-scoped fixtures run before the per-test root below: they get one of
 # this session's own, never the user's default root (whose ledgers outlive the session)
 os.environ["FEDPRIV_STATE_ROOT"] = tempfile.mkdtemp(prefix="fedpriv-test-state-")
+# JAX runs compile into this session's cache, not the user's (clients/compile_cache.py)
+os.environ.setdefault("FEDPRIV_COMPILE_CACHE", tempfile.mkdtemp(prefix="fedpriv-test-xla-"))
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
