@@ -60,6 +60,16 @@ def test_a_local_ray_prestarts_its_workers_only_when_they_are_the_actors(monkeyp
     assert os.environ[PRESTART] == "0"
 
 
+def test_a_gpu_federations_local_ray_has_its_actors_cpus_only():
+    from scenarios.cli.ray_cluster import sized_for_actors
+
+    assert sized_for_actors({"include_dashboard": False}, 2.0, 1) == {
+        "include_dashboard": False, "num_cpus": 2}  # fmt: skip
+    assert sized_for_actors({}, 2.0, 4)["num_cpus"] == 8
+    assert sized_for_actors({}, 0.5, 3)["num_cpus"] == 2  # whole CPUs, at least one
+    assert sized_for_actors({"num_cpus": 16}, 2.0, 1)["num_cpus"] == 16  # the user's wins
+
+
 def test_an_attached_cluster_gets_the_env_and_the_setup_hook_in_the_runtime_env(monkeypatch):
     from scenarios.cli.ray_cluster import WORKER_SETUP_HOOK, worker_env
 

@@ -171,7 +171,7 @@ def test_gpu_federation_runs_keras_on_jax_with_a_quarter_gpu_per_client():
     cmd = simulation_command({"num-clients": 4}, ["seed=1"], "local-simulation-gpu")
     assert cmd[cmd.index("--num-supernodes") + 1] == "4"
     backend = json.loads(cmd[cmd.index("--backend-config") + 1])
-    assert backend["client-resources"] == {"num-cpus": 2, "num-gpus": 0.25}
+    assert backend["client-resources"] == {"num-cpus": 1, "num-gpus": 0.25}
     assert cmd[cmd.index("--run-config") + 1] == "seed=1"
     env = federation_env("local-simulation-gpu", {"PATH": "/bin"})
     assert env["KERAS_BACKEND"] == "jax" and env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
@@ -194,7 +194,7 @@ def test_cpu_federation_hides_gpus_and_uses_one_cpu_per_client():
     assert env["CUDA_VISIBLE_DEVICES"] == "" and "KERAS_BACKEND" not in env
     # the runner decides whether Ray prestarts workers (scenarios.cli.ray_cluster.prestart_env)
     assert "RAY_prestart_worker_first_driver" not in env
-    gpu = federation_env("local-simulation-gpu", {})  # 2 CPUs per client: no idle prestarts
+    gpu = federation_env("local-simulation-gpu", {})  # its Ray sized to its actors
     assert gpu["RAY_prestart_worker_first_driver"] == "0"
 
 

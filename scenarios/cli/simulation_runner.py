@@ -86,6 +86,8 @@ def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
             return reason
     per_client = float(backend.get("client_resources", {}).get("num_cpus", 1) or 1)
     prestart = args.share == 1 and per_client == 1 and need == 0  # actors = workers per CPU
+    if need > 0 and not address and args.share == 1:  # a GPU federation's own local Ray
+        init_args = ray_cluster.sized_for_actors(init_args, per_client, args.num_supernodes)
     ray_cluster.init_ray(init_args, [k for k in args.forward_env.split(",") if k], prestart)
     reason = ray_cluster.gpu_shortage(need, ray.cluster_resources(), address)
     if reason is not None:
