@@ -110,15 +110,16 @@ def run_standard(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     (:func:`scenarios.app.engine.train_run`; a finished run of this config is not started: the
     ServerApp and ``run-plan`` check completion before any runner)."""
     from clients.partitions import federated_data
-    from scenarios.app.engine import RunHooks, train_run
+    from scenarios.app.engine import RunHooks, prepare_server, train_run
     from scenarios.app.startup import data_loaded
     from scenarios.nodes.virtual_grid import federation_grid
 
     data = federated_data(run.spec.data)
     data_loaded(run.spec, data)
+    initial = prepare_server(run.spec, data)  # while the workers start
     pgrid = federation_grid(grid, run)
     hooks = RunHooks(summary_extra=None, after_run=audit_hook)
-    train_run(pgrid, run, data, catalog, hooks=hooks, resumable=True)
+    train_run(pgrid, run, data, catalog, hooks=hooks, resumable=True, initial=initial())
 
 
 def audit_hook(end: Any) -> dict:
