@@ -48,11 +48,16 @@ MP_RUN = {
     "local-epochs": 5,
     "batch-size": 32,
 }
-# the single-run variants: label, run-config overrides, environment
+# the single-run variants, in this order: label, run-config overrides, environment. Every
+# fedpriv process of an invocation compiles into one JAX compilation cache (:data:`CACHE`,
+# emptied at the start): "cold" is the first run (nothing cached, as on a fresh machine),
+# "warm" the same run again, as every later run of a user (clients/compile_cache.py).
 RUNS = {
-    "cohort": ("1 worker, the 4 clients as one cohort (default)", "", None),
-    "per-client": ("one SuperNode per client (num-workers = 4)", "num-workers=4", None),
+    "cold": ("1 worker, the 4 clients as one cohort (default), compile cache empty", "", None),
+    "warm": ("the same run again, compile cache warm", "", None),
+    "per-client": ("one SuperNode per client (num-workers = 4), cache warm", "num-workers=4", None),
 }
+CACHE = ROOT / "runs" / "bench-gpu" / "xla"
 NO_GPU = (
     "bench-gpu: no GPU visible (nvidia-smi -L lists none); run it on a CUDA host with "
     'pip install -e ".[simulation,gpu]"'
@@ -75,6 +80,8 @@ def gpu_names() -> list[str]:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
+    env["FEDPRIV_COMPILE_CACHE"] = str(CACHE)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # one cache per invocation: ours
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return env
@@ -112,6 +119,7 @@ def fedpriv_run(
     """One ``fedpriv run`` on local-simulation-gpu: wall seconds, strategy seconds, accuracy,
     the GPU's mean busy percent. ``extra``: more run-config overrides (``num-workers=4``)."""
     shutil.rmtree(out, ignore_errors=True)  # a finished run directory would be skipped
+    cached = len(list(CACHE.glob("*-cache")))  # compiled programs there before the run
     overrides = (
         f"scenario='synthetic-mri' strategy='{strategy}' privacy='none' "
         f"num-server-rounds={rounds} output-dir='{out}' {extra}"
@@ -136,6 +144,7 @@ def fedpriv_run(
         ),
         "accuracy": summary.get("final", {}).get("accuracy", float("nan")),
         "busy": busy.mean(),
+        "cached": cached,
     }
 
 
@@ -244,7 +253,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--partitions", default=",".join(PARTITIONS))
     parser.add_argument("--no-grid", action="store_true", help="time the single MP run only")
-    parser.add_argument("--runs", default="cohort,per-client", help=f"some of {tuple(RUNS)}")
+    parser.add_argument("--runs", default="cold,warm,per-client", help=f"some of {tuple(RUNS)}")
     parser.add_argument("--parallel", default="", help="fedpriv grid --parallel (per partition)")
     parser.add_argument(
         "--grid-budget",
@@ -297,7 +306,8 @@ def _run_row(label: str, got: dict, ref: dict) -> str:
     return (
         f"| one MP run, fedavg, no privacy, {label} (strategy {got['strategy_seconds']:.1f} s; "
         f"accuracy {got['accuracy']:.3f} / floor {ref['accuracy']:.3f}; GPU busy "
-        f"{got['busy']:.0f} %) | {got['wall']:.1f} | {ref['wall']:.1f} (training+eval "
+        f"{got['busy']:.0f} %; {got['cached']} compiled programs cached before) | "
+        f"{got['wall']:.1f} | {ref['wall']:.1f} (training+eval "
         f"{ref['train_seconds']:.1f}; GPU busy {ref.get('busy', float('nan')):.0f} %) | "
         f"**{got['wall'] / ref['wall']:.2f}x** |"
     )
@@ -310,10 +320,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = parse_args(argv)
     tmp = ROOT / "runs" / "bench-gpu"
+    if "cold" in args.runs:
+        shutil.rmtree(CACHE, ignore_errors=True)  # "cold": nothing compiled yet
     floors = {p: floor(args.rounds, p) for p in dict.fromkeys(["homogeneous", *args.partitions])}
     runs = {
         name: fedpriv_run("fedavg", args.rounds, tmp / f"one-run-{name}", *RUNS[name][1:])
-        for name in args.runs
+        for name in RUNS
+        if name in args.runs  # in RUNS' order: "cold" before "warm"
     }
     ref = floors["homogeneous"]
     lines = [
