@@ -67,6 +67,7 @@ from fedpriv.reporting.records import RoundRecord
 from fedpriv.reporting.runlog import RunLog, read_rounds
 from fedpriv.spec import RunSpec, TrainSpec
 from scenarios.app import startup
+from scenarios.app.eval_ahead import EvaluationAhead
 from scenarios.app.fused import evaluate_in_train
 from scenarios.app.recorder import RoundRecorder
 from scenarios.app.round_loop import (  # noqa: F401  (RoundState, run_rounds: re-exported)
@@ -344,13 +345,13 @@ def train_run(
     for record in previous_rounds if checkpoint is not None else ():
         for sink in hooks.on_record:  # a resumed run: the sinks see the earlier rounds too
             sink(record)
-    server_eval = server_evaluator(spec.train, data)
+    ahead = EvaluationAhead(server_evaluator(spec.train, data))
     rounds: list[dict] = list(previous_rounds)
     clock = [time.time()]  # start of the round in flight (for its console line)
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> dict:
         global_weights = record_views(arrays)  # read-only: evaluation reads the model
-        metrics = server_eval(global_weights)
+        metrics = ahead.metrics(arrays)  # started after the aggregation (fused rounds)
         current = recorder.current if server_round else {}
         typed = RoundRecord.from_json({**current, "round": server_round, "server": metrics})
         if hooks.extra_evaluation is not None:
@@ -381,6 +382,7 @@ def train_run(
         charged_round=charged,
         stop_before=lambda r: budget_stop(recorder, r),
         fused=evaluate_in_train(spec),
+        evaluate_ahead=ahead.start,
     )
     final = last.to_numpy_ndarrays() if last is not None else weights
     extra: dict[str, Any] = startup.run_times(t0)  # the whole run's and its start-up's

@@ -77,12 +77,17 @@ def run_rounds(
     timeout: float = 3600,
     stop_before: Optional[Callable[[int], Optional[str]]] = None,
     fused: bool = False,
+    evaluate_ahead: Optional[Callable[[ArrayRecord], None]] = None,
 ) -> Optional[ArrayRecord]:
     """Rounds ``first_round..num_rounds``; returns the last aggregated arrays (None if none).
 
     ``fused`` (``evaluate-in-train``, :mod:`scenarios.app.fused`): round t's train message also
     evaluates model t-1 and round t-1 is recorded from those replies; an evaluate message is
     sent only for a round no train message follows (the last, or one before a stop).
+
+    ``evaluate_ahead(arrays)``: told a fused round's new model as soon as it is aggregated,
+    before the next round's messages go out (:mod:`scenarios.app.eval_ahead`: the server's
+    evaluation then runs while the clients train).
 
     ``stop_before(round)``: a reason not to run that round (then no later round runs).
     ``before_release``: hooks after ``aggregate_train`` (the round is charged) and before
@@ -116,6 +121,8 @@ def run_rounds(
             hook(RoundState(server_round, arrays, {}, strategy))
         if fused and server_round < num_rounds:
             pending = server_round  # recorded with the next round's train replies
+            if evaluate_ahead is not None:
+                evaluate_ahead(arrays)
             continue
         _finish_round(strategy, grid, server_round, arrays, config, evaluate, after_round, timeout)
     if pending is not None:  # no train message followed it (a stop): evaluate it on its own
