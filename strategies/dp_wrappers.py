@@ -114,6 +114,11 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
     reply_name = "replies"
     supports_poisson = True
     not_mean_types = (FedMedian, FedTrimmedAvg, Krum, MultiKrum, Bulyan, QFedAvg)
+    # the round's global arrays (set by every configure_train, or note_global_arrays for an
+    # empty Poisson sample, before the replies they clip against) and the noised mean handed
+    # to the inner strategy within one aggregate_train: a checkpoint need not hold either
+    # model-sized copy (the MP CNN: 26 MB each, pickled twice a round in fused mode)
+    CHECKPOINT_SKIP = ("current_arrays", "noised_mean")
 
     def reset_reference(self) -> None:
         """No global arrays yet (``configure_train`` sets them)."""

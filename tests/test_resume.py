@@ -135,6 +135,9 @@ def test_state_that_matters_is_captured():
     names = [set(s) for s in capture_state(wrapper_chain(chain))]
     assert "rng" in names[0]  # the recorder's sampling Generator
     assert {"rng", "accountant"} <= names[2]  # the DP wrapper's noise stream and accountant
+    # ... but not its model-sized copies of the round (set again by every configure_train)
+    assert not {"current_arrays", "noised_mean"} & names[2]
+    assert "reference" not in names[1]  # nor the validator's
     assert {"m_t", "v_t", "current_arrays"} <= names[3]  # FedYogi's moments
     assert all("strategy" not in n and "grid" not in n for n in names)
 
