@@ -28,6 +28,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -137,6 +138,7 @@ def fedpriv_run(
     if proc.returncode != 0:
         return {"wall": wall, "error": _failure(proc)}
     summary = json.loads((out / "summary.json").read_text())
+    timeline = _timeline(out / "run.log")
     return {
         "wall": wall,
         "strategy_seconds": summary.get(
@@ -145,7 +147,36 @@ def fedpriv_run(
         "accuracy": summary.get("final", {}).get("accuracy", float("nan")),
         "busy": busy.mean(),
         "cached": cached,
+        "timeline": timeline,
     }
+
+
+ROUND_SECONDS = re.compile(r"round (\d+)/\d+ .* · ([0-9.]+) s(?: · .*)?$")
+BUILT = re.compile(r"start-up · model built: .*\(([0-9.]+) s\)$")
+
+
+def _timeline(run_log: Path) -> str:
+    """Where the run's time went, from its console lines in ``run.log``: the start-up until
+    the model was built, rounds 0 and 1 (compilation), the median of the later rounds."""
+    try:
+        lines = run_log.read_text().splitlines()
+    except OSError:
+        return ""
+    rounds: dict[int, float] = {}
+    built = ""
+    for line in lines:
+        if match := BUILT.search(line):
+            built = f"start-up {float(match.group(1)):.1f} s, "
+        elif match := ROUND_SECONDS.search(line):
+            rounds[int(match.group(1))] = float(match.group(2))
+    later = sorted(v for k, v in rounds.items() if k >= 2)
+    if not later:
+        return built.rstrip(", ")
+    median = later[len(later) // 2]
+    return (
+        f"{built}round 0 {rounds.get(0, float('nan')):.1f} s, round 1 "
+        f"{rounds.get(1, float('nan')):.1f} s, rounds 2+ {median:.1f} s (median)"
+    )
 
 
 def _grid_cmd(args: argparse.Namespace, partition: str, out: Path) -> list[str]:
@@ -306,7 +337,8 @@ def _run_row(label: str, got: dict, ref: dict) -> str:
     return (
         f"| one MP run, fedavg, no privacy, {label} (strategy {got['strategy_seconds']:.1f} s; "
         f"accuracy {got['accuracy']:.3f} / floor {ref['accuracy']:.3f}; GPU busy "
-        f"{got['busy']:.0f} %; {got['cached']} compiled programs cached before) | "
+        f"{got['busy']:.0f} %; {got['cached']} compiled programs cached before; "
+        f"{got['timeline']}) | "
         f"{got['wall']:.1f} | {ref['wall']:.1f} (training+eval "
         f"{ref['train_seconds']:.1f}; GPU busy {ref.get('busy', float('nan')):.0f} %) | "
         f"**{got['wall'] / ref['wall']:.2f}x** |"

@@ -158,3 +158,23 @@ def test_round_row_slope_and_process_tree_cpu():
         child.wait()
     assert spent >= 0.3
     assert during - before >= spent  # the spinning child is counted in the tree
+
+
+def test_bench_gpu_reads_where_a_runs_time_went_from_its_console_lines(tmp_path):
+    from bench.bench_gpu import _timeline
+
+    log = tmp_path / "run.log"
+    lines = [
+        "fedpriv: start-up · workers ready: 1 SuperNodes answered, serving 4 clients (10.9 s)",
+        "fedpriv: start-up · model built: mp-cnn, 6,517,476 parameters (12.4 s)",
+        "fedpriv: round 0/4 · server acc 0.075 loss 1.393 · 1.9 s",
+        "fedpriv: round 1/4 · server acc 0.475 loss 1.116 · train loss 1.067 · 8.9 s",
+        "fedpriv: round 2/4 · server acc 0.475 loss 0.9882 · 0.7 s",
+        "fedpriv: round 3/4 · server acc 0.5 loss 0.9 · 0.5 s",
+        "fedpriv: round 4/4 · server acc 0.5 loss 0.9 · 0.6 s · ε = 1.2 (δ = 1e-05)",
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    assert _timeline(log) == (
+        "start-up 12.4 s, round 0 1.9 s, round 1 8.9 s, rounds 2+ 0.6 s (median)"
+    )
+    assert _timeline(tmp_path / "missing.log") == ""
