@@ -57,6 +57,18 @@ RUNS = {
     "cold": ("1 worker, the 4 clients as one cohort (default), compile cache empty", "", None),
     "warm": ("the same run again, compile cache warm", "", None),
     "per-client": ("one SuperNode per client (num-workers = 4), cache warm", "num-workers=4", None),
+    # not in the default --runs: XLA's autotuning of convolutions and matmuls is part of
+    # every cold compilation, and a cohort keeps the GPU a few per cent busy, so the fastest
+    # kernels may matter less than the seconds spent finding them (a cache of its own: the
+    # flags are part of a program's key)
+    "cold-no-autotune": (
+        "the cold run with XLA's autotuning off (--xla_gpu_autotune_level=0), cache empty",
+        "",
+        {
+            "XLA_FLAGS": "--xla_gpu_autotune_level=0",
+            "FEDPRIV_COMPILE_CACHE": str(ROOT / "runs" / "bench-gpu" / "xla-no-autotune"),
+        },
+    ),
 }
 CACHE = ROOT / "runs" / "bench-gpu" / "xla"
 NO_GPU = (
@@ -120,7 +132,8 @@ def fedpriv_run(
     """One ``fedpriv run`` on local-simulation-gpu: wall seconds, strategy seconds, accuracy,
     the GPU's mean busy percent. ``extra``: more run-config overrides (``num-workers=4``)."""
     shutil.rmtree(out, ignore_errors=True)  # a finished run directory would be skipped
-    cached = len(list(CACHE.glob("*-cache")))  # compiled programs there before the run
+    folder = Path((env or {}).get("FEDPRIV_COMPILE_CACHE", CACHE))
+    cached = len(list(folder.glob("*-cache")))  # compiled programs there before the run
     overrides = (
         f"scenario='synthetic-mri' strategy='{strategy}' privacy='none' "
         f"num-server-rounds={rounds} output-dir='{out}' {extra}"
@@ -352,14 +365,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = parse_args(argv)
     tmp = ROOT / "runs" / "bench-gpu"
-    if "cold" in args.runs:
-        shutil.rmtree(CACHE, ignore_errors=True)  # "cold": nothing compiled yet
     floors = {p: floor(args.rounds, p) for p in dict.fromkeys(["homogeneous", *args.partitions])}
-    runs = {
-        name: fedpriv_run("fedavg", args.rounds, tmp / f"one-run-{name}", *RUNS[name][1:])
-        for name in RUNS
-        if name in args.runs  # in RUNS' order: "cold" before "warm"
-    }
+    runs = {}
+    for name in (n for n in RUNS if n in args.runs):  # in RUNS' order: "cold" before "warm"
+        if name.startswith("cold"):  # nothing compiled yet in the cache the run uses
+            own = (RUNS[name][2] or {}).get("FEDPRIV_COMPILE_CACHE")
+            shutil.rmtree(own or CACHE, ignore_errors=True)
+        runs[name] = fedpriv_run("fedavg", args.rounds, tmp / f"one-run-{name}", *RUNS[name][1:])
     ref = floors["homogeneous"]
     lines = [
         f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {gpus[0]} ({len(gpus)} GPU), "
