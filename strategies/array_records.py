@@ -43,9 +43,3 @@ def array_view(array: Array) -> np.ndarray:
         return array.numpy()
     out = npy_bytes.view(array.data)
     return array.numpy() if out is None else out
-
-
-def record_views(record: ArrayRecord) -> list[np.ndarray]:
-    """``record.to_numpy_ndarrays()`` as read-only views (:func:`array_view`): for readers
-    of a model (evaluation, a checkpoint's pickling) that need no copy of its 25.7 MB."""
-    return [array_view(array) for array in record.values()]

@@ -57,6 +57,7 @@ from clients.keras_client import (
     train_local,
     trainer_for,
 )
+from clients.records import arrays_of
 from fedpriv import seeds
 from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
@@ -81,7 +82,6 @@ from scenarios.app.wire_config import wire_config
 from scenarios.config.feature import Catalog
 from scenarios.config.specs import ServerRun
 from scenarios.nodes.federation import PartitionGrid, supernodes
-from strategies.array_records import record_views
 from strategies.factory import build_stock_strategy, needs_initial_pretraining
 from strategies.validating import ValidUpdatesOnly
 
@@ -350,7 +350,7 @@ def train_run(
     clock = [time.time()]  # start of the round in flight (for its console line)
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> dict:
-        global_weights = record_views(arrays)  # read-only: evaluation reads the model
+        global_weights = arrays_of(arrays)  # read-only: evaluation reads the model
         metrics = ahead.metrics(arrays)  # started after the aggregation (fused rounds)
         current = recorder.current if server_round else {}
         typed = RoundRecord.from_json({**current, "round": server_round, "server": metrics})

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from flwr.app import ArrayRecord
 
-from strategies.array_records import record_views
+from clients.records import arrays_of
 
 
 class EvaluationAhead:
@@ -37,7 +37,7 @@ class EvaluationAhead:
 
         def work() -> None:
             try:
-                done["metrics"] = self._eval(record_views(arrays))
+                done["metrics"] = self._eval(arrays_of(arrays))
             except BaseException as err:  # noqa: BLE001 -- re-raised by metrics()
                 done["error"] = err
 
@@ -53,7 +53,7 @@ class EvaluationAhead:
             if "error" in done:
                 raise done["error"]
             return done["metrics"]
-        return self._eval(record_views(arrays))
+        return self._eval(arrays_of(arrays))
 
     def _settle(self) -> dict[str, Any]:
         """Wait for the evaluation ahead (if any) and forget it; its outcome."""

@@ -43,12 +43,13 @@ from flwr.app import ArrayRecord
 from flwr.common import log
 from flwr.serverapp.strategy.strategy import Strategy
 
+from clients.records import arrays_of
 from fedpriv.checkpoint import capture_state, load_checkpoint, restore_state
 from fedpriv.checkpoint import save_checkpoint as write_checkpoint
 from scenarios.app.recorder import wrapper_chain
 from scenarios.config.manifest import fingerprint
 from scenarios.config.specs import ServerRun
-from strategies.array_records import named_record, record_views
+from strategies.array_records import named_record
 
 # a checkpoint's stage: the round is recorded (complete), or charged and about to be released
 RECORDED, CHARGED = "recorded", "charged"
@@ -93,7 +94,7 @@ def checkpoint_hook(run: ServerRun, stage: str = RECORDED) -> Callable[[Any], No
             folder,
             {
                 "round": state.round,
-                "arrays": record_views(state.arrays),
+                "arrays": arrays_of(state.arrays),
                 "num_rounds": num_rounds,
                 "states": state.states if getattr(state, "states", None) else capture_state(chain),
                 "fingerprint": fingerprint(run.record),
