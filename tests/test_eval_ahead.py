@@ -54,3 +54,40 @@ def test_an_error_ahead_is_raised_by_the_record():
     ahead.start(arrays)
     with pytest.raises(RuntimeError, match="test set is gone"):
         ahead.metrics(arrays)
+
+
+def test_the_server_prepares_its_initial_model_unless_a_checkpoint_gives_it(tmp_path, monkeypatch):
+    """engine.prepare_server: the initial weights and the evaluation's compilation in a thread;
+    with a checkpoint in output-dir the weights are not built (a resume starts from its
+    arrays; no pretraining thrown away), the evaluation still compiles."""
+    from types import SimpleNamespace
+
+    from fedpriv.checkpoint import CHECKPOINT
+    from scenarios.app import engine
+
+    built, compiled = [], []
+    monkeypatch.setattr(engine, "start_weights", lambda spec, data: built.append(1) or ["w"])
+    monkeypatch.setattr(engine, "model_for", lambda train, data: "model")
+    trainer = SimpleNamespace(predict=lambda weights, x: compiled.append((weights, x)))
+    monkeypatch.setattr(engine, "trainer_for", lambda model: trainer)
+    spec = SimpleNamespace(output_dir=str(tmp_path), train=None)
+    data = SimpleNamespace(x_test="test set")
+    assert engine.prepare_server(spec, data)() == ["w"]
+    assert built == [1] and compiled == [(None, "test set")]
+    (tmp_path / CHECKPOINT).write_bytes(b"")
+    assert engine.prepare_server(spec, data)() is None
+    assert built == [1] and len(compiled) == 2
+
+
+def test_an_error_while_preparing_the_server_is_raised_where_it_waits(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from scenarios.app import engine
+
+    def broken(spec, data):
+        raise ValueError("no such model")
+
+    monkeypatch.setattr(engine, "start_weights", broken)
+    spec = SimpleNamespace(output_dir=str(tmp_path), train=None)
+    with pytest.raises(ValueError, match="no such model"):
+        engine.prepare_server(spec, SimpleNamespace(x_test=None))()
