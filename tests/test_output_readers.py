@@ -129,7 +129,10 @@ def test_the_issue_figures_for_each_reader():
 def test_a_real_run_publishes_no_schedule_and_its_headline_holds_for_that_reader(tmp_path):
     from tests.simulate import run_fedpriv
 
-    n, m, rounds, z = 6, 2, 3, 1.0
+    # 8 draws of 6 clients: someone is sampled at least twice whatever the secret sampling
+    # draws (with 2 of 6 for 3 rounds, all six once each, 2.7 % of runs, left the operator
+    # log's per-client ε below the headline and failed the last assertion)
+    n, m, rounds, z = 6, 4, 2, 1.0
     rc, summary, _, log = run_fedpriv(
         {"scenario": "digits", "privacy": "global-dp", "num-clients": n, "clients-per-round": m,
          "num-server-rounds": rounds, "local-epochs": 1, "noise-multiplier": z, "seed": 2,
@@ -159,6 +162,7 @@ def test_a_real_run_publishes_no_schedule_and_its_headline_holds_for_that_reader
     assert sum(counts.values()) == m * rounds and all(x["reader"] == OPERATOR_NOTICE
                                                         for x in operator)  # fmt: skip
     most = max(counts.values())
+    assert most >= -(-m * rounds // n) >= 2  # pigeonhole
     assert independent_unamplified_epsilon(z, most) > reported  # why it is operator only
 
 

@@ -217,3 +217,41 @@ def test_capture_state_keeps_plain_data_without_pickling_it_and_skips_what_does_
     assert state["weights"][0] is holder.weights[0] and state["history"] is holder.history
     assert not any(isinstance(v, (list, dict, np.ndarray)) and v is not holder.boxed for v in calls)
     assert any(v is holder.rng for v in calls)
+
+
+
+def test_checkpoint_writer_writes_each_model_once_and_never_names_a_missing_file(
+    tmp_path, monkeypatch
+):
+    """A round's charged and recorded checkpoints of one model share one model file (the
+    same file, not rewritten); a new model gets a new file and the old one goes once the
+    checkpoint no longer names it; a failure between the model file and the checkpoint's
+    rename leaves the previous checkpoint whole, its model file included."""
+    from fedpriv import checkpoint as ck
+
+    writer = ck.CheckpointWriter(tmp_path)
+    first, second = object(), object()
+    one = [np.arange(6.0).reshape(2, 3), np.ones(2, np.float32)]
+    writer.write({"round": 1, "arrays": one, "stage": "charged"}, model=first)
+    (model_file,) = tmp_path.glob(ck.MODEL_FILES)
+    inode = model_file.stat().st_ino
+    writer.write({"round": 1, "arrays": one, "stage": "recorded"}, model=first)
+    assert [p.stat().st_ino for p in tmp_path.glob(ck.MODEL_FILES)] == [inode]
+    loaded = ck.load_checkpoint(tmp_path)
+    assert loaded["stage"] == "recorded" and "arrays_file" not in loaded
+    assert [a.tolist() for a in loaded["arrays"]] == [a.tolist() for a in one]
+    two = [a + 1 for a in one]
+    writer.write({"round": 2, "arrays": two, "stage": "charged"}, model=second)
+    (new_file,) = tmp_path.glob(ck.MODEL_FILES)
+    assert new_file != model_file
+    assert ck.load_checkpoint(tmp_path)["arrays"][0].tolist() == two[0].tolist()
+
+    def killed(*_args, **_kwargs):
+        raise OSError("killed before the rename")
+
+    monkeypatch.setattr(ck, "save_checkpoint", killed)
+    with pytest.raises(OSError):
+        writer.write({"round": 3, "arrays": [a * 3 for a in one], "stage": "charged"}, object())
+    kept = ck.load_checkpoint(tmp_path)
+    assert kept["round"] == 2 and kept["arrays"][1].tolist() == two[1].tolist()
+    assert not list(tmp_path.glob("*.tmp"))

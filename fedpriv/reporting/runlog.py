@@ -94,7 +94,8 @@ OUTPUT_READERS = {
     OPERATOR_FILE: OPERATOR_NOTICE,
     RUN_LOG_FILE: RUN_LOG_NOTICE,
     "checkpoint.pkl": "operator only: the chain's state (accountants, schedule-derived "
-    "ledgers, clip flags) for resuming; the headline ε does not hold against its reader",
+    "ledgers, clip flags) and, in checkpoint-model-*.pkl, its model, for resuming; the "
+    "headline ε does not hold against its reader",
     "zone-replies/": "operator only (zonal-save-replies): every message and reply of the "
     "zone nodes, what the server saw; each zone's ε without amplification holds",
 }

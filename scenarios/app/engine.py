@@ -60,7 +60,7 @@ from clients.keras_client import (
 )
 from clients.records import arrays_of
 from fedpriv import seeds
-from fedpriv.checkpoint import CHECKPOINT
+from fedpriv.checkpoint import CHECKPOINT, CheckpointWriter
 from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
 from fedpriv.privacy.modes.registry import selected
@@ -334,8 +334,10 @@ def train_run(
         if checkpoint is not None:
             first_round, initial = int(checkpoint["round"]) + 1, checkpoint_arrays(checkpoint)
             charged = int(checkpoint["round"]) if checkpoint.get("stage") == CHARGED else None
-        hooks = replace(hooks, after_round=(*hooks.after_round, checkpoint_hook(run)))
-        before_release = (checkpoint_hook(run, stage=CHARGED),)
+        writer = CheckpointWriter(spec.output_dir)  # one per run: a model written once
+        recorded = checkpoint_hook(run, writer=writer)
+        hooks = replace(hooks, after_round=(*hooks.after_round, recorded))
+        before_release = (checkpoint_hook(run, stage=CHARGED, writer=writer),)
     weights = initial if initial is not None else start_weights(spec, data)
     startup.model_built(spec, weights)
     recorder = build_strategy(strategy_run or run, grid, rng, catalog, weights)

@@ -44,8 +44,7 @@ from flwr.common import log
 from flwr.serverapp.strategy.strategy import Strategy
 
 from clients.records import arrays_of
-from fedpriv.checkpoint import capture_state, load_checkpoint, restore_state
-from fedpriv.checkpoint import save_checkpoint as write_checkpoint
+from fedpriv.checkpoint import CheckpointWriter, capture_state, load_checkpoint, restore_state
 from scenarios.app.recorder import wrapper_chain
 from scenarios.config.manifest import fingerprint
 from scenarios.config.specs import ServerRun
@@ -79,19 +78,22 @@ def restore(strategy: Strategy, checkpoint: Mapping[str, Any]) -> None:
     restore_state(wrapper_chain(strategy), checkpoint["states"])
 
 
-def checkpoint_hook(run: ServerRun, stage: str = RECORDED) -> Callable[[Any], None]:
+def checkpoint_hook(
+    run: ServerRun, stage: str = RECORDED, writer: Optional[CheckpointWriter] = None
+) -> Callable[[Any], None]:
     """The engine's ``after_round`` hook (``stage`` :data:`RECORDED`): checkpoint the global
     arrays and the state of every object of the strategy chain after each completed round;
     its ``before_release`` hook (``stage`` :data:`CHARGED`): the same right after
-    ``aggregate_train`` charged the round, before its model leaves the server."""
-    num_rounds, folder = int(run.spec.rounds), run.spec.output_dir
+    ``aggregate_train`` charged the round, before its model leaves the server. Both hooks of
+    a run share one ``writer``, so a model both checkpoint is written once."""
+    num_rounds = int(run.spec.rounds)
+    writer = writer or CheckpointWriter(run.spec.output_dir)
     if stage not in (RECORDED, CHARGED):
         raise ValueError(f"stage = {stage!r} is not allowed; expected {RECORDED!r} or {CHARGED!r}")
 
     def after_round(state: Any) -> None:
         chain = wrapper_chain(state.strategy)
-        write_checkpoint(
-            folder,
+        writer.write(
             {
                 "round": state.round,
                 "arrays": arrays_of(state.arrays),
@@ -100,6 +102,7 @@ def checkpoint_hook(run: ServerRun, stage: str = RECORDED) -> Callable[[Any], No
                 "fingerprint": fingerprint(run.record),
                 "stage": stage,
             },
+            model=state.arrays,
         )
         if stage == RECORDED:
             hold_after(state.round)
