@@ -219,7 +219,6 @@ def test_capture_state_keeps_plain_data_without_pickling_it_and_skips_what_does_
     assert any(v is holder.rng for v in calls)
 
 
-
 def test_checkpoint_writer_writes_each_model_once_and_never_names_a_missing_file(
     tmp_path, monkeypatch
 ):
