@@ -222,15 +222,22 @@ def test_capture_state_keeps_plain_data_without_pickling_it_and_skips_what_does_
 def test_checkpoint_writer_writes_each_model_once_and_never_names_a_missing_file(
     tmp_path, monkeypatch
 ):
-    """A round's charged and recorded checkpoints of one model share one model file (the
+    """A small model stays in the checkpoint; a round's charged and recorded checkpoints of
+    one large model share one model file (the
     same file, not rewritten); a new model gets a new file and the old one goes once the
     checkpoint no longer names it; a failure between the model file and the checkpoint's
     rename leaves the previous checkpoint whole, its model file included."""
     from fedpriv import checkpoint as ck
 
     writer = ck.CheckpointWriter(tmp_path)
+    small = [np.ones(3)]  # under OWN_FILE_BYTES: in the checkpoint itself
+    writer.write({"round": 0, "arrays": small, "stage": "recorded"}, model=object())
+    assert not list(tmp_path.glob(ck.MODEL_FILES))
+    assert (
+        pickle.loads((tmp_path / "checkpoint.pkl").read_bytes())["arrays"][0].tolist() == [1.0] * 3
+    )
     first, second = object(), object()
-    one = [np.arange(6.0).reshape(2, 3), np.ones(2, np.float32)]
+    one = [np.arange(ck.OWN_FILE_BYTES / 8).reshape(2, -1), np.ones(2, np.float32)]
     writer.write({"round": 1, "arrays": one, "stage": "charged"}, model=first)
     (model_file,) = tmp_path.glob(ck.MODEL_FILES)
     inode = model_file.stat().st_ino
