@@ -132,9 +132,11 @@ def save_checkpoint(output_dir: str | Path, state: Mapping[str, Any]) -> Path:
 
 def _dump_atomically(path: Path, value: Any) -> Path:
     """``path`` holds ``value`` pickled, or what it held before, never part of it (temporary
-    file, fsync, rename)."""
+    file, fsync, rename); readable by its owner only (the operator's: docs/privacy.md)."""
     tmp = path.with_suffix(".pkl.tmp")
-    with tmp.open("wb") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a temporary file left by a kill keeps its mode otherwise
+    with os.fdopen(fd, "wb") as fh:
         pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
         fh.flush()
         os.fsync(fh.fileno())

@@ -181,3 +181,23 @@ def test_run_log_is_the_operators_from_its_first_line(tmp_path):
             log.write(text)
     assert path.read_text().splitlines() == [f"# {RUN_LOG_NOTICE}", "first run", "resumed"]
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_operator_files_are_written_owner_only(tmp_path):
+    """operator.jsonl, checkpoint.pkl and a checkpoint's model file are the operator's: each
+    is readable by its owner only, an operator.jsonl left group/world-readable by an older
+    version included (a resumed run tightens it)."""
+    import numpy as np
+
+    from fedpriv.checkpoint import MODEL_FILES, OWN_FILE_BYTES, CheckpointWriter
+    from fedpriv.reporting.runlog import OPERATOR_FILE, RunLog
+
+    old = tmp_path / OPERATOR_FILE
+    old.write_text("")
+    old.chmod(0o644)
+    RunLog(tmp_path, keep_rounds=0).append_round(_record(1))
+    CheckpointWriter(tmp_path).write(
+        {"round": 1, "arrays": [np.zeros(OWN_FILE_BYTES // 4, np.float32)]}, model=object()
+    )
+    written = [old, tmp_path / "checkpoint.pkl", *tmp_path.glob(MODEL_FILES)]
+    assert len(written) == 3 and all(p.stat().st_mode & 0o777 == 0o600 for p in written)

@@ -169,6 +169,8 @@ class RunLog:
             operator = _kept_lines(self.operator_path, len(kept))
             kept = kept[: len(operator)]
         self.rounds_path.write_text("".join(kept))
+        self.operator_path.touch(mode=0o600)
+        self.operator_path.chmod(0o600)  # the operator's only (an older one too)
         self.operator_path.write_text("".join(operator))
 
     def append_round(self, record: Mapping[str, Any]) -> None:
