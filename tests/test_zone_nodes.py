@@ -61,6 +61,7 @@ def run(tmp_path_factory):
 def replies(out: Path, placement: str) -> list[dict]:
     """Every reply the ServerApp received in one placement's run, in order."""
     rows = []
+    assert (out / placement / "zone-replies").stat().st_mode & 0o777 == 0o700  # operator's
     for path in sorted((out / placement / "zone-replies").glob("*.npz")):
         with np.load(path) as npz:
             meta = json.loads(str(npz["meta"]))

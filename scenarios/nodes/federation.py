@@ -314,6 +314,7 @@ def save_replies(folder: str | Path) -> Callable[[Optional[Message], Message], N
 
     def log(sent: Optional[Message], reply: Message) -> None:
         root.mkdir(parents=True, exist_ok=True)
+        root.chmod(0o700)  # the operator's only (docs/privacy.md)
         config = {} if sent is None else dict(sent.content.get("config", {}))
         meta = {
             "type": reply.metadata.message_type,
