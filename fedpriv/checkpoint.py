@@ -135,7 +135,7 @@ def _dump_atomically(path: Path, value: Any) -> Path:
     file, fsync, rename); readable by its owner only (the operator's: docs/privacy.md)."""
     tmp = path.with_suffix(".pkl.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # a temporary file left by a kill keeps its mode otherwise
+    os.chmod(tmp, 0o600)  # a temporary file left by a kill keeps its mode otherwise
     with os.fdopen(fd, "wb") as fh:
         pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
         fh.flush()
