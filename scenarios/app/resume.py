@@ -85,7 +85,7 @@ def checkpoint_hook(
     arrays and the state of every object of the strategy chain after each completed round;
     its ``before_release`` hook (``stage`` :data:`CHARGED`): the same right after
     ``aggregate_train`` charged the round, before its model leaves the server. Both hooks of
-    a run share one ``writer``, so a model both checkpoint is written once."""
+    a run share one ``writer``, so the model both checkpoints hold is written once."""
     num_rounds = int(run.spec.rounds)
     writer = writer or CheckpointWriter(run.spec.output_dir)
     if stage not in (RECORDED, CHARGED):
