@@ -71,7 +71,7 @@ $(BASE_STAMP): pyproject.toml constraints.txt
 	touch $(BASE_STAMP)
 
 test-base-install: $(BASE_STAMP)
-	$(BASE_VENV)/bin/python -c "import strategies.dp_wrappers, sys; assert not {'tensorflow', 'keras', 'jax', 'ray'} & set(sys.modules)"
+	$(BASE_VENV)/bin/python -c "import fedpriv.strategies.dp_wrappers, sys; assert not {'tensorflow', 'keras', 'jax', 'ray'} & set(sys.modules)"
 	$(BASE_VENV)/bin/python -m pytest -q -ra $(WRAPPER_TESTS)
 
 ## What CI runs (.ci/run): the fast tier on the pinned stack, the slow tests that guard a

@@ -25,7 +25,7 @@ def fedpriv_audit(values: dict, out: Path) -> dict:
     """One ``fedpriv audit`` with ``values`` (wall, peak RSS, its audit.json) into an emptied
     ``out``."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "scenarios.cli.main", "audit", "--run-config"]
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "audit", "--run-config"]
     cmd.append(_overrides({**values, "output-dir": str(out)}))
     res = monitored_run(cmd)
     res["audit"] = json.loads((out / "audit.json").read_text())

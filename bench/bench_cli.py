@@ -1,6 +1,7 @@
 """CLI response time: ``fedpriv --help``, ``fedpriv run --help`` and a config error.
 
-Each is a fresh interpreter (``python -m scenarios.cli.main ...``), best of N wall times, side by
+Each is a fresh interpreter (``python -m fedpriv.scenarios.cli.main ...``), best of N wall times,
+side by
 side with the interpreter's own start (``python -c pass``: the floor) and with what the CLI
 used to pay before its first line, ``import flwr`` (a fresh interpreter too). The goal is
 <= 1 s each: nothing heavy (Flower, SciPy, dp-accounting, TensorFlow, Ray) is imported before
@@ -45,7 +46,7 @@ def cli_rows(quick: bool) -> list[str]:
     flwr = best_wall([sys.executable, "-c", "import flwr.serverapp"], repeats)
     rows = []
     for label, args, rc in CASES:
-        wall = best_wall([sys.executable, "-m", "scenarios.cli.main", *args], repeats, rc)
+        wall = best_wall([sys.executable, "-m", "fedpriv.scenarios.cli.main", *args], repeats, rc)
         verdict = "yes" if wall <= GOAL_SECONDS else "NO"
         rows.append(
             f"| CLI: {label}, best of {repeats} | {wall:.2f} s | interpreter start {floor:.2f} s; "

@@ -141,7 +141,7 @@ def fedpriv_run(
     cmd = [
         sys.executable,
         "-m",
-        "scenarios.cli.main",
+        "fedpriv.scenarios.cli.main",
         "run",
         "--federation",
         "local-simulation-gpu",
@@ -193,7 +193,14 @@ def _timeline(run_log: Path) -> str:
 
 
 def _grid_cmd(args: argparse.Namespace, partition: str, out: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "scenarios.cli.main", "grid", "--scenario", "synthetic-mri"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedpriv.scenarios.cli.main",
+        "grid",
+        "--scenario",
+        "synthetic-mri",
+    ]
     cmd += ["--strategies", ",".join(args.strategies), "--privacy", ",".join(args.privacy)]
     cmd += ["--seeds", ",".join(map(str, args.seeds)), "--federation", "local-simulation-gpu"]
     if args.parallel:

@@ -75,7 +75,7 @@ def measure(num_clients: int, out: Path) -> dict:
     )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config", overrides],
+        [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config", overrides],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     t0 = time.perf_counter()
@@ -98,7 +98,9 @@ def measure(num_clients: int, out: Path) -> dict:
     marks = [landed[r] for r in sorted(landed) if r >= 1]
     per_round = statistics.median(b - a for a, b in zip(marks, marks[1:])) if len(marks) > 1 else 0
     workers = [mb for title, mb in peaks.values() if "ClientAppActor" in title]
-    servers = [mb for title, mb in peaks.values() if "scenarios.cli.simulation_runner" in title]
+    servers = [
+        mb for title, mb in peaks.values() if "fedpriv.scenarios.cli.simulation_runner" in title
+    ]
     return {
         "clients": num_clients,
         "wall_s": wall,

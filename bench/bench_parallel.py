@@ -25,7 +25,7 @@ def grid_wall(out: Path, seeds: int, rounds: int, parallel: int) -> tuple[float,
     """Wall seconds of one ``fedpriv grid`` into an emptied ``out``; each cell's final
     server accuracy (seed order)."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "scenarios.cli.main", "grid", "--scenario", "digits"]
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "grid", "--scenario", "digits"]
     cmd += ["--strategies", "fedavg", "--privacy", "none", "--output-dir", str(out)]
     cmd += ["--seeds", ",".join(str(s) for s in range(seeds)), "--parallel", str(parallel)]
     cmd += ["--run-config", CELL.format(rounds=rounds)]

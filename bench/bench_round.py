@@ -9,7 +9,7 @@ every client's training split), no pretraining, FedAvg, no privacy:
   and an evaluate message per client, the replies, aggregation, server-side evaluation, the
   round record and the checkpoint), in two variants run one after the other (:data:`VARIANTS`):
   ``evaluate-in-train = false`` (the model goes out twice per round) and ``true`` (one message
-  per client and round carries train and evaluate, :mod:`scenarios.app.fused`);
+  per client and round carries train and evaluate, :mod:`fedpriv.scenarios.app.fused`);
 - the floor: :mod:`bench.tf_floor` in one process (the same shards, one compiled call per
   client, FedAvg in numpy, each client's test split and the server test set evaluated).
 
@@ -102,7 +102,7 @@ def fedpriv_rounds(values: dict, out: Path) -> dict:
     """``fedpriv run`` of ``values`` into an emptied ``out``: wall and CPU seconds per round
     over rounds 1..R (``rounds.jsonl`` line 0 is the round-0 evaluation)."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config"]
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config"]
     cmd.append(_overrides({**values, "output-dir": str(out)}))
     res = watched_run(cmd, out / "rounds.jsonl")
     rounds = int(values["num-server-rounds"])
@@ -115,14 +115,15 @@ def fedpriv_rounds(values: dict, out: Path) -> dict:
 
 
 # the row's variants: train and evaluate in two messages per round (the model sent
-# twice), and in one (``evaluate-in-train``, :mod:`scenarios.app.fused`), side by side in one call
+# twice), and in one (``evaluate-in-train``, :mod:`fedpriv.scenarios.app.fused`), side by side in
+# one call
 VARIANTS = {"two messages": False, "one message": True}
 
 
 def round_measure(tmp: Path, quick: bool) -> dict:
     """The floor and every variant of the row: ``{"floor": ..., "variants": {name: run},
     "rounds": R}`` (the variants run one after the other, after the floor)."""
-    from scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.registry import resolve_run_config
 
     values = dict(ROUND_RUN, **({"num-server-rounds": 3} if quick else {}))
     cfg = resolve_run_config(values)

@@ -118,7 +118,7 @@ def fedpriv_run(values: dict, out: Path, *, watch_rounds: bool = False) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     state = out.with_name(f"{out.name}-state")
     shutil.rmtree(state, ignore_errors=True)
-    cmd = [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config"]
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config"]
     cmd.append(_overrides({**values, "output-dir": str(out)}))
     env = dict(_env(), FEDPRIV_STATE_ROOT=str(state))
     res = monitored_run(cmd, out / "rounds.jsonl" if watch_rounds else None, env)
@@ -145,7 +145,7 @@ def tf_floor(cfg: dict) -> dict:
 
 def null_floor(num_nodes: int, rounds: int, out: Path) -> dict:
     """Flower's null app on ``num_nodes`` SuperNodes: seconds per message (engine only)."""
-    from scenarios.cli.launch import federation_settings, runner_command
+    from fedpriv.scenarios.cli.launch import federation_settings, runner_command
 
     backend = federation_settings("local-simulation")["backend"]
     result = out / "null.json"
@@ -162,13 +162,13 @@ def client_handler_cost(cfg_values: dict, calls: int = 100) -> dict:
     code = f"""
 import json, time
 from flwr.app import ArrayRecord, Context, Message, RecordDict
-import scenarios.app.client_app as ca
-from clients.keras_client import federated_data, initial_weights
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import data_spec, train_spec
-from scenarios.app.engine import run_config_as_record
-from scenarios.cli.main import app_config
-from scenarios.app.wire_config import set_base
+import fedpriv.scenarios.app.client_app as ca
+from fedpriv.clients.keras_client import federated_data, initial_weights
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.specs import data_spec, train_spec
+from fedpriv.scenarios.app.engine import run_config_as_record
+from fedpriv.scenarios.cli.main import app_config
+from fedpriv.scenarios.app.wire_config import set_base
 try:  # Flower >= 1.3x builds instruction messages only inside a task (the runtime's identity)
     from flwr.supercore.task_identity import TaskIdentity
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
@@ -206,7 +206,7 @@ print(json.dumps(out))
 
 def cross_device_rows(tmp: Path, quick: bool) -> tuple[list[str], dict]:
     """Cross-device ratio row + the message-floor row; returns the rows and raw figures."""
-    from scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.registry import resolve_run_config
 
     values = dict(CROSS_DEVICE, **({"num-server-rounds": 3} if quick else {}))
     cfg = resolve_run_config(values)
@@ -268,14 +268,14 @@ def grid_row(tmp: Path, quick: bool) -> list[str]:
     """An N-cell ``fedpriv grid`` (one started simulation) vs N x one cell's ``fedpriv run``."""
     import importlib.util
 
-    if importlib.util.find_spec("scenarios.app.multirun") is None:
+    if importlib.util.find_spec("fedpriv.scenarios.app.multirun") is None:
         return ["| grid: N cells in one simulation | not measured: the multi-run runner "
                 "(scenarios/app/multirun.py) is not in this checkout | — | — |"]  # fmt: skip
     strategies, privacy, rounds = ("fedavg", "fedprox"), ("none", "global-dp"), 2 if quick else 3
     cells = len(strategies) * len(privacy)
     single = {"scenario": "digits", "strategy": "fedavg", "privacy": "none"}
     one = fedpriv_run({**single, "num-server-rounds": rounds}, tmp / "grid-one")
-    cmd = [sys.executable, "-m", "scenarios.cli.main", "grid", "--scenario", "digits"]
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "grid", "--scenario", "digits"]
     cmd += ["--strategies", ",".join(strategies), "--privacy", ",".join(privacy)]
     cmd += ["--seeds", "0", "--output-dir", str(tmp / "grid"), "--run-config"]
     cmd += [f"num-server-rounds={rounds}"]

@@ -4,7 +4,7 @@ One client's local training of the MP CNN (SPEC §4: 128×128×1 inputs, 4 class
 batch 32) on one synthetic-mri-sized shard (64 examples; random pixels and labels: the step
 time does not depend on them), timed per optimizer step:
 
-- fedpriv: ``clients.keras_client.trainer_for(model).train(weights, x, y, epochs=,
+- fedpriv: ``fedpriv.clients.keras_client.trainer_for(model).train(weights, x, y, epochs=,
   batch_size=, seed=)``, the trainer every client call goes through;
 - floor: :mod:`bench.tf_floor` (all epochs in one ``tf.function`` on TensorFlow, one
   ``jax.jit`` of a ``lax.scan`` over ``stateless_call`` on JAX, unrolled on the CPU).
@@ -61,7 +61,7 @@ def measure(*, epochs: int, repeats: int) -> dict[str, Any]:
     idx, mask = batch_schedule(EXAMPLES, BATCH, epochs, seed=0)
     out["floor"] = _median_seconds(lambda: floor.train(weights, x, y, idx, mask), repeats) / steps
     try:
-        from clients.keras_client import trainer_for
+        from fedpriv.clients.keras_client import trainer_for
 
         model = build_model("mp-cnn", input_shape=SHAPE, num_classes=CLASSES, seed=0)
         trainer = trainer_for(model)

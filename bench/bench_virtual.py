@@ -36,7 +36,7 @@ def _describe(name: str, wall: float, per_round: float, rounds: int, floor: dict
 
 def virtual_rows(tmp: Path, quick: bool) -> list[str]:
     """The cross-device run before/after virtual clients, with the floor, one invocation."""
-    from scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.registry import resolve_run_config
 
     values = dict(CROSS_DEVICE, **({"num-server-rounds": 5} if quick else {}))
     rounds, clients = int(values["num-server-rounds"]), int(values["num-clients"])

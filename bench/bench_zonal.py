@@ -23,7 +23,7 @@ PLACEMENTS = 4
 
 def hdp_paper_row(tmp: Path, quick: bool, rounds: int = 200) -> list[str]:
     """One row: wall time of hdp-paper (``rounds`` rounds per placement) vs the floor."""
-    from scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.registry import resolve_run_config
 
     rounds = 3 if quick else int(rounds)
     values = {"scenario": "hdp-paper", "num-server-rounds": rounds}

@@ -3,7 +3,7 @@
 ``python -m bench.privacy_utility --out D`` runs every (method, ε, seed) cell of
 :data:`METHODS` × ``--epsilons`` × ``--seeds`` on the cross-device digits setting
 (:data:`BASE`: 100 clients) with the ``run-plan`` machinery of ``fedpriv grid``
-(:func:`scenarios.app.multirun.launch_plan`): one simulation for every method but client
+(:func:`fedpriv.scenarios.app.multirun.launch_plan`): one simulation for every method but client
 budgets, whose nodes own their budget and rounds and count their releases across the runs of a
 simulation, so each of its cells runs in a simulation of its own, configured as the cell.
 Each cell runs at its own noise multiplier: the smallest z whose ε
@@ -120,15 +120,15 @@ def cell_dir(out: Path, method: Method, epsilon: float | None, seed: int) -> Pat
 
 
 def _spec(cfg: Mapping[str, Any]) -> Any:
-    from scenarios.config.features import CATALOG
-    from scenarios.config.specs import server_run
+    from fedpriv.scenarios.config.features import CATALOG
+    from fedpriv.scenarios.config.specs import server_run
 
     return server_run(cfg, CATALOG.kind(cfg)).spec
 
 
 def _resolve(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    from scenarios.cli import launch
-    from scenarios.config.features import CATALOG
+    from fedpriv.scenarios.cli import launch
+    from fedpriv.scenarios.config.features import CATALOG
 
     return CATALOG.resolve_run_config(launch.app_config(dict(overrides)))
 
@@ -177,9 +177,9 @@ def run(
     federation: argparse.Namespace,
 ) -> int:
     """Every cell (complete cells skipped): one simulation, plus one per client-budgets ε."""
-    from scenarios.app import multirun
-    from scenarios.cli import ray_cluster
-    from scenarios.config.features import CATALOG
+    from fedpriv.scenarios.app import multirun
+    from fedpriv.scenarios.cli import ray_cluster
+    from fedpriv.scenarios.config.features import CATALOG
 
     cells = [(NO_DP, None, s) for s in seeds]
     for batch in (epsilons[1::2], epsilons[0::2]):  # every other ε first: a cut run spans ε
@@ -224,7 +224,7 @@ def record_session(out: Path, start: Mapping, end: Mapping, cells: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from scenarios.cli import launch
+    from fedpriv.scenarios.cli import launch
 
     parser = argparse.ArgumentParser(
         description="Run the privacy-utility grid (complete cells skipped)."

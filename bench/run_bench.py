@@ -49,7 +49,7 @@ def run_simulation(overrides: str, out: Path) -> tuple[float, dict]:
     cmd = [
         sys.executable,
         "-m",
-        "scenarios.cli.main",
+        "fedpriv.scenarios.cli.main",
         "run",
         "--run-config",
         f"{overrides} output-dir='{out}'",

@@ -23,7 +23,7 @@ round's global weights ``w_g`` and the honest local result ``w_i`` (``Δ = w_i �
 ============================  ==========================================================
 
 What must hold (tests/test_adversary.py): NaN/Inf/wrong shapes never reach the global
-model (``strategies.validating.ValidUpdatesOnly``); under clipping (global DP, metric DP)
+model (``fedpriv.strategies.validating.ValidUpdatesOnly``); under clipping (global DP, metric DP)
 one client's contribution to the mean is ``clip(Δ)/m``, norm ``<= C/m`` whatever it sends;
 with ``distance-on = clipped`` the gamed d is bounded, so σ stays above a stated floor.
 The num-examples metric is left honest (weight inflation is a different attack).

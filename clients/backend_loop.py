@@ -1,6 +1,6 @@
 """The backend part of the compiled trainer: gradient, step loop and compilation.
 
-Everything else in :mod:`clients.compiled` is ``keras.ops`` and ``model.stateless_call``;
+Everything else in :mod:`fedpriv.clients.compiled` is ``keras.ops`` and ``model.stateless_call``;
 only what Keras has no portable form for lives here, once per backend
 (``keras.backend.backend()``, fixed when ``keras`` is imported):
 

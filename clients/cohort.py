@@ -1,16 +1,16 @@
 """A cohort: the clients one message serves, trained together in one compiled call.
 
 A worker SuperNode serves the virtual clients of a packed message
-(:mod:`scenarios.nodes.worker`) and a zone SuperNode the sampled clients of its zone
-(:mod:`scenarios.zonal.zone_node`). Each client still runs its own, unchanged code: its
+(:mod:`fedpriv.scenarios.nodes.worker`) and a zone SuperNode the sampled clients of its zone
+(:mod:`fedpriv.scenarios.zonal.zone_node`). Each client still runs its own, unchanged code: its
 handler, its checks, its ledger, its clipping and noise. Only the compiled work is pooled:
 
 - :func:`run_cohort` runs each client's task in a thread of its own, all members of one
   :class:`Cohort`;
-- a member's :meth:`clients.compiled.CompiledTrainer.train` or ``evaluate`` does not run the
+- a member's :meth:`fedpriv.clients.compiled.CompiledTrainer.train` or ``evaluate`` does not run the
   call itself: it files the call with the cohort (:meth:`Cohort.submit`) and waits;
 - when every member that is still running waits on a call, the cohort runs the filed calls
-  together (:func:`clients.cohort_train.train_cohort`: the calls of one trainer as ONE
+  together (:func:`fedpriv.clients.cohort_train.train_cohort`: the calls of one trainer as ONE
   compiled call, each client on its own data, seed, schedule and secret noise seed) and
   hands each member its own result, or its own error;
 - a member that waited :data:`PATIENCE` seconds in which no other member filed a call or
@@ -59,7 +59,7 @@ class Cohort:
     """The members of one message and the calls they filed (module docstring).
 
     ``runner(calls)`` runs a batch of filed calls and sets each one's ``result`` or
-    ``error`` (:func:`clients.cohort_train.run_calls`).
+    ``error`` (:func:`fedpriv.clients.cohort_train.run_calls`).
     """
 
     members: int
@@ -136,7 +136,7 @@ def run_cohort(
     tasks: Sequence[Callable[[], Any]], runner: Callable[[list[Call]], None]
 ) -> tuple[list[Outcome], Cohort | None]:
     """Run ``tasks`` as the members of one cohort (module docstring) whose filed calls
-    ``runner`` runs (:func:`clients.cohort_train.run_calls`); their outcomes in order, and
+    ``runner`` runs (:func:`fedpriv.clients.cohort_train.run_calls`); their outcomes in order, and
     the cohort. One task: it runs in the calling thread (cohort None). Called by a thread
     that is itself a member (a zone of a worker's packed message training its clients), the
     tasks join that member's cohort (:func:`_join`): one compiled call for all of them."""

@@ -1,8 +1,8 @@
-"""The calls a cohort filed (:mod:`clients.cohort`), run together.
+"""The calls a cohort filed (:mod:`fedpriv.clients.cohort`), run together.
 
-**Training.** The calls of one :class:`clients.compiled.CompiledTrainer` with the same input
+**Training.** The calls of one :class:`fedpriv.clients.compiled.CompiledTrainer` with the same input
 shapes and batch width b run as ONE compiled call: a map over the clients
-(:func:`clients.backend_loop.map_clients`) whose body is the trainer's own loop of one call
+(:func:`fedpriv.clients.backend_loop.map_clients`) whose body is the trainer's own loop of one call
 (``CompiledTrainer._body``, all its steps) on that client's own
 
 - data: the cohort's (x, y) are concatenated once, and client k's batch indices are offset
@@ -14,7 +14,7 @@ shapes and batch width b run as ONE compiled call: a map over the clients
 
 So client k's result is the loop of its own call; only the floating-point schedule may
 differ from a call on its own (within float tolerance, ``tests/test_cohort.py``). Calls
-without a step, a cohort of one, JAX's host loop (:data:`clients.backend_loop.HOST_LOOP`)
+without a step, a cohort of one, JAX's host loop (:data:`fedpriv.clients.backend_loop.HOST_LOOP`)
 and widths of one client run alone.
 
 **Evaluation.** The calls that evaluate the same weights run as one chunked forward pass
@@ -28,12 +28,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from fedpriv.clients import backend_loop as bl
+from fedpriv.clients.cohort import Call, Outcome
+from fedpriv.clients.cohort import run_cohort as _run_cohort
+from fedpriv.clients.compiled import CompiledTrainer, TrainCall, _finish, _init
 from keras import ops
-
-from clients import backend_loop as bl
-from clients.cohort import Call, Outcome
-from clients.cohort import run_cohort as _run_cohort
-from clients.compiled import CompiledTrainer, TrainCall, _finish, _init
 
 __all__ = ["run_calls", "run_cohort"]
 
@@ -42,7 +41,7 @@ MAX_MEMBERS = 256  # threads of one cohort: a message to thousands of clients ru
 
 
 def run_cohort(tasks: Sequence[Callable[[], Any]]) -> list[Outcome]:
-    """:func:`clients.cohort.run_cohort` with this module's runner, :data:`MAX_MEMBERS`
+    """:func:`fedpriv.clients.cohort.run_cohort` with this module's runner, :data:`MAX_MEMBERS`
     tasks at a time: the outcomes in order."""
     out: list[Outcome] = []
     for start in range(0, len(tasks), MAX_MEMBERS):
@@ -98,7 +97,7 @@ def _train_group(trainer: CompiledTrainer, calls: list[Call]) -> None:
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     """``a`` and ``b`` hold the same values: the same memory (a worker's clients read one
-    received model in place, :mod:`clients.records`: no byte compared), else compared."""
+    received model in place, :mod:`fedpriv.clients.records`: no byte compared), else compared."""
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape or a.dtype != b.dtype:
         return False

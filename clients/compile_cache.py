@@ -9,7 +9,7 @@ with the cache warm against 11.9 s without.
 What a cache entry holds: the compiled program, with the constants of its trace (the model's
 architecture and the run's hyperparameters: learning rate, clip norm, noise multiplier,
 shapes). Never client data, model weights or noise seeds: those are arguments of every
-compiled function (``clients.compiled``: ``consts`` and the carry are passed in, not
+compiled function (``fedpriv.clients.compiled``: ``consts`` and the carry are passed in, not
 closed over), and ``tests/test_compile_cache.py`` scans the entries for a client's bytes.
 The folder is created readable by its owner only.
 

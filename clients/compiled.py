@@ -5,7 +5,7 @@ It is functional: the state of a call is ``(trainable values, non-trainable valu
 optimizer variable values)``; the forward pass is ``model.stateless_call`` and the update
 ``optimizer.stateless_apply``, so nothing is assigned into Keras variables and the same code
 runs on the TensorFlow and JAX backends (the gradient, the loop and the compilation are in
-:mod:`clients.backend_loop`, traced once per input dtype/feature shape). A call:
+:mod:`fedpriv.clients.backend_loop`, traced once per input dtype/feature shape). A call:
 
 1. starts from the global weights w_g (also the FedProx anchors), the optimizer's freshly
    built variable values (a client keeps no optimizer state between rounds) and seed states
@@ -22,7 +22,7 @@ runs on the TensorFlow and JAX backends (the gradient, the loop and the compilat
 
    (FedProx, Li et al. 2020 §3; mu = 0 for FedAvg). DP-SGD (MP §4, Abadi et al. 2016 §3.1;
    ``dp=DpStepConfig``) replaces the gradient of each step with
-   ``clients.dp_grads.private_grads`` of the per-example loss ``ℓ_i + (mu/2)‖w − w_g‖²``:
+   ``fedpriv.clients.dp_grads.private_grads`` of the per-example loss ``ℓ_i + (mu/2)‖w − w_g‖²``:
    (Σ_i m_i clip(∇ℓ_i, C) + N(0, (zC)² I)) / D, D the schedule's ``denominator`` (else b),
    noise seeded by the call's ``noise_seed`` + [0, step].
 
@@ -48,16 +48,15 @@ from typing import Any  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from keras import ops  # noqa: E402
-
-from clients import backend_loop as bl  # noqa: E402
-from clients.cohort import current_cohort  # noqa: E402
-from clients.schedules import (  # noqa: E402,F401  (the trainer's call types, re-exported)
+from fedpriv.clients import backend_loop as bl  # noqa: E402
+from fedpriv.clients.cohort import current_cohort  # noqa: E402
+from fedpriv.clients.schedules import (  # noqa: E402,F401  (the trainer's call types, re-exported)
     DpStepConfig,
     Schedule,
     TrainCall,
     batch_schedule,
 )
+from keras import ops  # noqa: E402
 
 EVAL_FLOATS = 1 << 22  # ~16 MB of input per evaluation chunk
 DATA_CACHE = 8  # client (x, y) splits kept as backend tensors per trainer
@@ -239,7 +238,7 @@ class CompiledTrainer:
         The random layers use seed states ``[s_k, step]`` (the same for every example of
         the step); non-trainable state is read, not updated.
         """
-        from clients.dp_grads import private_grads
+        from fedpriv.clients.dp_grads import private_grads
 
         step_nt = [
             v if slot is not None else v + ops.cast(ops.convert_to_tensor([0, 1]) * s, v.dtype)
@@ -286,7 +285,7 @@ class CompiledTrainer:
         return _finish(carry)
 
     def _host_step(self, s, carry, consts):
-        """One compiled step for the host loop (:data:`clients.backend_loop.HOST_LOOP`)."""
+        """One compiled step for the host loop (:data:`fedpriv.clients.backend_loop.HOST_LOOP`)."""
         self.traces += 1
         return self._body(s, carry, consts)
 
@@ -339,7 +338,7 @@ class CompiledTrainer:
         (``idx``, ``mask``, ``steps_per_epoch``, optionally ``denominator``; replaces
         :func:`batch_schedule`) and ``noise_seed`` (int, shape (2,); required under DP and
         secret from every other party). One compiled call (module doc); in a cohort
-        (:mod:`clients.cohort`) the cohort's calls run as one compiled call.
+        (:mod:`fedpriv.clients.cohort`) the cohort's calls run as one compiled call.
         """
         cohort = current_cohort()
         if cohort is not None:
@@ -452,7 +451,7 @@ class CompiledTrainer:
         self, weights: Sequence[np.ndarray] | None, x: np.ndarray, y: np.ndarray
     ) -> dict[str, float]:
         """Mean loss (and accuracy for classifiers) over (x, y), chunked and compiled (in a
-        cohort, :mod:`clients.cohort`, with the other members' evaluations)."""
+        cohort, :mod:`fedpriv.clients.cohort`, with the other members' evaluations)."""
         cohort = current_cohort()
         if cohort is not None and weights is not None:
             return cohort.submit(self, "evaluate", weights=weights, x=x, y=y)

@@ -5,12 +5,12 @@ Every step of a call (``fedpriv.privacy.dpsgd`` for the batching and the account
     w ← opt(w, g̃),   g̃ = (Σ_i m_i·clip(∇ℓ_i(w), C) + N(0, (zC)² I)) / D
 
 with Poisson-sampled batches (q = min(1, B/n), round(1/q) steps per local epoch, padded and
-masked to a static width), D = q·n fixed, and ``clients.dp_grads.private_grads`` for the
+masked to a static width), D = q·n fixed, and ``fedpriv.clients.dp_grads.private_grads`` for the
 clipped noised gradient (jax-privacy on JAX, a vectorized per-example tape on TF). With
 FedProx the proximal term (μ/2)‖w − w_g‖² is part of every example's loss, so it is clipped
 and noised with the data term (it carries no data: no privacy cost).
 
-The compiled trainer (:class:`clients.compiled.CompiledTrainer` with ``dp=DpStepConfig``)
+The compiled trainer (:class:`fedpriv.clients.compiled.CompiledTrainer` with ``dp=DpStepConfig``)
 runs all steps in one compiled call; this module hands it the call's Poisson schedule
 (``schedule=``: ``idx``, ``mask``, ``steps_per_epoch`` and ``denominator`` D) and the
 call's noise seed (``noise_seed=``, int32 of shape (2,); the trainer folds in the step).
@@ -36,9 +36,9 @@ from dataclasses import dataclass  # noqa: E402
 from functools import lru_cache  # noqa: E402
 
 import numpy as np  # noqa: E402
+from fedpriv.clients.compiled import CompiledTrainer, DpStepConfig  # noqa: E402
+from fedpriv.clients.keras_client import TrainSettings  # noqa: E402
 
-from clients.compiled import CompiledTrainer, DpStepConfig  # noqa: E402
-from clients.keras_client import TrainSettings  # noqa: E402
 from fedpriv.models import CLASSIFIERS, build_model, make_optimizer  # noqa: E402
 from fedpriv.privacy.dpsgd import (  # noqa: E402
     PoissonSchedule,
@@ -72,7 +72,9 @@ class DpSgdSettings:
         )
 
 
-DpTrainer = CompiledTrainer  # a compiled trainer with ``dp=DpStepConfig`` (clients.compiled)
+DpTrainer = (
+    CompiledTrainer  # a compiled trainer with ``dp=DpStepConfig`` (fedpriv.clients.compiled)
+)
 
 
 @lru_cache(maxsize=4)

@@ -12,14 +12,14 @@ Training (message type ``train.ifca``), for user c:
    charges ``n/ν`` to the ledger now, before it trains;
 3. ``j̄ = argmin_j F_c(θ_j; Z_c)`` on the local training split (the model's loss: MSE for
    the linear model, cross-entropy for classifiers);
-4. train θ_j̄ locally (``clients.keras_client.train_local``: E epochs, batch B, step s);
+4. train θ_j̄ locally (``fedpriv.clients.keras_client.train_local``: E epochs, batch B, step s);
 5. ``θ̂ = θ_local + ρ``, ρ ~ Laplace_ε in R^n, ``ε = n/(ν‖δ‖)``, ``δ = θ_local − θ_j̄``
    (``fedpriv.privacy.mechanisms.sanitize_laplace``); ν = 0 releases θ_local (plain IFCA);
 6. reply with exactly one record: ``theta-hat``, the full
    sanitized parameter vector (as the model's layer list). No sample count, no cluster
    index, no δ, no metrics (GP-extended §4, rules 1–4).
 
-The ledger is the client's own, over its lifetime (:mod:`clients.releases`): the file
+The ledger is the client's own, over its lifetime (:mod:`fedpriv.clients.releases`): the file
 ``ifca-<partition>.json`` in the node's own state directory (``client-state-dir`` of its node
 config, else the per-node default of its data; never a run's folder, a path, tag or round
 from the message). Every release is charged there BEFORE the client trains, persisted
@@ -56,6 +56,20 @@ from collections.abc import Sequence  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
 import numpy as np  # noqa: E402
+from fedpriv.clients.keras_client import (  # noqa: E402
+    TrainSettings,
+    federated_data,
+    model_for,
+    predict_proba,
+    train_local,
+)
+from fedpriv.clients.releases import (  # noqa: E402
+    ReleaseRefused,
+    guarded_release,
+    node_counter,
+    request_digest,
+    sequence_of,
+)
 from flwr.app import (  # noqa: E402
     ArrayRecord,
     Context,
@@ -65,20 +79,6 @@ from flwr.app import (  # noqa: E402
     RecordDict,
 )
 
-from clients.keras_client import (  # noqa: E402
-    TrainSettings,
-    federated_data,
-    model_for,
-    predict_proba,
-    train_local,
-)
-from clients.releases import (  # noqa: E402
-    ReleaseRefused,
-    guarded_release,
-    node_counter,
-    request_digest,
-    sequence_of,
-)
 from fedpriv.ifca import (  # noqa: E402
     HYPOTHESES_KEY,
     LEDGER_KEY,
@@ -102,7 +102,7 @@ EMPTY_LEDGER = {"spent": 0.0, "participations": 0, "declined": 0}
 
 # --- records ------------------------------------------------------------------------------
 
-IFCA_PARTY = "ifca"  # the ledger file ``ifca-<partition>.json`` (clients.releases)
+IFCA_PARTY = "ifca"  # the ledger file ``ifca-<partition>.json`` (fedpriv.clients.releases)
 VALIDATION_PARTY = "ifca-validation"  # a validation user's query ledger (same folder)
 
 
@@ -155,7 +155,7 @@ def local_metrics(
 ) -> dict[str, float]:
     """``F_c(θ; Z)``: ``loss`` (MSE or cross-entropy), plus ``rmse`` (GP Eq. 10) or ``accuracy``.
 
-    Computed from one traced, chunked forward pass (``clients.keras_client.predict_proba``),
+    Computed from one traced, chunked forward pass (``fedpriv.clients.keras_client.predict_proba``),
     cheaper than ``model.evaluate`` for the k evaluations per call.
     """
     if len(x) == 0:
@@ -306,7 +306,8 @@ def train_handler(
 ) -> Message:
     """``@app.train("ifca")``: an IFCA participation with the node's persistent ledger.
 
-    ``spec``: the node's own resolved spec for this message (``scenarios.app.client_app`` resolves
+    ``spec``: the node's own resolved spec for this message (``fedpriv.scenarios.app.client_app``
+    resolves
     it and refuses a message whose privacy keys differ); ``server_round``: the message's round;
     ``state_folder``: the node's own state directory (:func:`ifca_train`).
     """
@@ -327,7 +328,7 @@ def validation_query(
     """A held-out validation user's answer (split ``all``) through its own lifetime query
     ledger: one count per fresh query, at most its own ``validation-query-budget`` over
     every run; an identical repeat of its last answer is the cached reply; past the budget
-    :class:`clients.releases.ReleaseRefused` (one line)."""
+    :class:`fedpriv.clients.releases.ReleaseRefused` (one line)."""
     budget = int(spec.params.validation_query_budget)
     server_round = int(server_round)
     return guarded_release(

@@ -2,7 +2,7 @@
 
 Each Flower worker process (a Ray actor in simulation, a SuperNode process in deployment)
 builds a Keras model once per (model, shape, optimizer) key and one compiled trainer for it
-(:mod:`clients.compiled`, Keras 3 on the TensorFlow or JAX backend): every call runs all
+(:mod:`fedpriv.clients.compiled`, Keras 3 on the TensorFlow or JAX backend): every call runs all
 epochs in one compiled function from the given weights and a fresh optimizer state.
 Partitions are cached per process too.
 
@@ -26,16 +26,16 @@ from functools import lru_cache  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from fedpriv.clients.backend_loop import to_numpy  # noqa: E402
+from fedpriv.clients.compiled import CompiledTrainer, build_policy_model, set_op_determinism  # noqa: E402
+from fedpriv.clients.partitions import federated_data  # noqa: E402,F401
 
-from clients.backend_loop import to_numpy  # noqa: E402
-from clients.compiled import CompiledTrainer, build_policy_model, set_op_determinism  # noqa: E402
-from clients.partitions import federated_data  # noqa: E402,F401
 from fedpriv.data import FederatedData  # noqa: E402
 from fedpriv.models import build_model  # noqa: E402
 from fedpriv.spec import TrainSpec  # noqa: E402
 
 set_op_determinism(True)
-# the clients of a cohort (clients.cohort) run in threads: the process's model and trainer
+# the clients of a cohort (fedpriv.clients.cohort) run in threads: the process's model and trainer
 # are built once, by the first of them, never side by side
 BUILD_LOCK = threading.RLock()
 
@@ -167,7 +167,7 @@ def train_local(
 ) -> tuple[list[np.ndarray], dict[str, float]]:
     """Train ``model`` from ``weights`` on (x, y); return new weights and train metrics.
 
-    All epochs run in one compiled function (:mod:`clients.compiled`); each step minimises
+    All epochs run in one compiled function (:mod:`fedpriv.clients.compiled`); each step minimises
     ``mean loss + (mu/2) * ||w - w_g||^2`` (mu = ``proximal_mu``, 0 unless FedProx).
     """
     trainer = trainer_for(model, jit_compile=settings.jit_compile)

@@ -1,6 +1,6 @@
 """The federated data of a run, loaded once per process (no Keras, no Flower).
 
-Kept apart from :mod:`clients.keras_client` so that the preflight checks of ``fedpriv run``
+Kept apart from :mod:`fedpriv.clients.keras_client` so that the preflight checks of ``fedpriv run``
 (the data source opens and decodes) import no Keras backend: a config or data error prints one
 line and no TensorFlow/JAX start-up output.
 
@@ -27,7 +27,7 @@ def _cached_data(spec: DataSpec) -> FederatedData:
     return load_data(spec)
 
 
-_LOAD_LOCK = threading.Lock()  # a cohort's threads (clients.cohort) load the data once
+_LOAD_LOCK = threading.Lock()  # a cohort's threads (fedpriv.clients.cohort) load the data once
 
 
 def federated_data(spec: DataSpec) -> FederatedData:

@@ -1,7 +1,8 @@
 """The Flower side of a node's own release counter (:mod:`fedpriv.privacy.releases`).
 
 :func:`node_counter` opens the lifetime ledger of a node in its own folder, keyed by its own
-identity (``scenarios.config.node_roles.node_ledger``: its ``node_config``, never the message,
+identity (``fedpriv.scenarios.config.node_roles.node_ledger``: its ``node_config``, never the
+message,
 the run id or the Flower node id); :func:`sequence_of` names a release sequence by the node's
 own mechanism settings only (the same in every run); :func:`request_digest`
 fingerprints a request's arrays and round; :func:`guarded_release` runs a release through the
@@ -38,7 +39,8 @@ class ReleaseRefused(ValueError):
 
 def node_counter(context: Context, party: str, folder: Path | None = None) -> ReleaseCounter:
     """The ledger of this node's ``party`` in ``folder`` (the node's own state directory,
-    ``scenarios.config.node_roles.node_ledger``; None: the per-node default folder of no data
+    ``fedpriv.scenarios.config.node_roles.node_ledger``; None: the per-node default folder of no
+    data
     key), keyed by its own ``partition-id`` (a zone node: its zone id)."""
     if folder is None:
         folder = node_dir("", "")

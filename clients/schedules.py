@@ -1,4 +1,4 @@
-"""The inputs of one compiled training call (:mod:`clients.compiled`): its batch schedule,
+"""The inputs of one compiled training call (:mod:`fedpriv.clients.compiled`): its batch schedule,
 its DP-SGD step setting and the prepared call (no Keras here).
 
 The schedule (:func:`batch_schedule`): epoch e shuffles with the e-th ``rng.permutation(n)``

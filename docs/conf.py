@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 # autodoc imports modules that import TensorFlow: once here, without its C++ notices
-from scenarios.app.quiet import import_tensorflow_quietly  # noqa: E402
+from fedpriv.scenarios.app.quiet import import_tensorflow_quietly  # noqa: E402
 
 import_tensorflow_quietly()
 

@@ -25,7 +25,8 @@ Every figure gets a :class:`Band` from its values over the recorded seeds
 - ``choice``: discrete outcomes picked on trained weights (IFCA's cluster of a client, the
   clients clipped by the DP wrapper): a float-level change may flip one; not compared.
 
-:func:`compare` is the only comparer: ``fedpriv baseline check`` (``scenarios.baseline.feature``)
+:func:`compare` is the only comparer: ``fedpriv baseline check``
+(``fedpriv.scenarios.baseline.feature``)
 and the repository's own behaviour records (``tests/baseline.py``, one seed, a fixed band
 rule) both use it. No Flower import.
 """

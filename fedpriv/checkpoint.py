@@ -13,10 +13,11 @@ checkpoint or the new one, never half of one). It holds
   super-node assignments and election Generator — whatever the objects hold), captured
   generically by :func:`capture_state`; the sampling and noise Generators only when the
   run sets ``reproducible-noise`` (see below);
-- ``fingerprint``: the config it belongs to (``scenarios.config.manifest.fingerprint``).
+- ``fingerprint``: the config it belongs to (``fedpriv.scenarios.config.manifest.fingerprint``).
 
 Next to it, ``run-config.json`` (written when a run starts) names the config of the
-directory: :mod:`scenarios.config.manifest` writes, hashes and compares it (a question about the
+directory: :mod:`fedpriv.scenarios.config.manifest` writes, hashes and compares it (a question
+about the
 run-config mapping, so it is answered in the Flower app, not here).
 
 What is *not* here: node-held state (IFCA leakage ledgers, DP-SGD participations, zone nodes'

@@ -61,7 +61,8 @@ __all__ = [
 #   HYPOTHESES_KEY: ONE ArrayRecord with all k hypotheses, keys "<j>/<layer>" (j = hypothesis
 #                   index, layer = position in the model's weight list), in that order;
 #   CONFIG_KEY:     the keys of the resolved config that differ from the run's run_config,
-#                   its digest, "server-round" and the IFCA keys (scenarios.app.wire_config; the
+#                   its digest, "server-round" and the IFCA keys
+# (fedpriv.scenarios.app.wire_config; the
 #                   ClientApp merges them into the node's run_config).
 # Client -> server, training: exactly one record, REPLY_KEY, an ArrayRecord with the full
 #   sanitized parameter vector θ̂ as the model's layer list (GP-extended §4: no sample count,

@@ -22,7 +22,8 @@ partition               1           no      image partitioners (``fedpriv.data.p
 digits-rotation         2           no      which digits clients are rotated
 server-split            3           no      server val/test pool (``derive_seed``)
 val-test-split          4           no      validation / test halves (``derive_seed``)
-zonal-election          5, 0        no      zonal super-node elections (``strategies.zonal``)
+zonal-election          5, 0        no      zonal super-node elections
+(``fedpriv.strategies.zonal``)
 zonal-failure           5, 1        no      simulated super-node failures
 zonal-zone-noise        5, 2, r, z  yes     HDP super-node noise, round r, zone z
 zonal-server-noise      5, 3, r     yes     CDP server noise, round r
@@ -37,7 +38,8 @@ gp-held                 22          no      GP synthetic held-out data
 ifca-init               41          no      GP N(0, 1) initial hypotheses
 ifca-server             42          no      IFCA users per round (no amplification claimed)
 ifca-init-model         43, j       no      Keras initialisation of hypothesis j
-dp-noise                51, 1, 1    yes     global / metric DP noise (``scenarios.dp.feature``)
+dp-noise                51, 1, 1    yes     global / metric DP noise
+(``fedpriv.scenarios.dp.feature``)
 attack                  61, r, p    no      a malicious client's random direction
 audit-canary-direction  71, 1, j    no      canary j's unit direction (the auditor's secret)
 audit-canary-inclusion  71, 2       no      which canaries are inserted
@@ -46,7 +48,8 @@ audit-lira              71, 4       no      LiRA reference subsets
 audit-mechanism         71, 5, k    no      mechanism-level audit noise (an offline test)
 ======================  ==========  ======  ===================================================
 
-The client-sampling schedule (``scenarios.app.engine``, ``default_rng(seed)``) is secret too.
+The client-sampling schedule (``fedpriv.scenarios.app.engine``, ``default_rng(seed)``) is secret
+too.
 
 Per-call client streams are keyed by ``[seed, round, partition]`` (Keras training seed,
 ``client_seed``; not secret) and ``[client_seed, 5, 4]`` (zonal LDP noise; secret); IFCA

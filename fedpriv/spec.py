@@ -1,10 +1,12 @@
 """The typed run spec: what the layers below ``scenarios/`` read of a run config.
 
 A run config is a flat mapping of Flower keys (``num-server-rounds``), checked and resolved
-by ``scenarios.config.schema``. Nothing below ``scenarios/`` reads that mapping: each party builds
+by ``fedpriv.scenarios.config.schema``. Nothing below ``scenarios/`` reads that mapping: each party
+builds
 one frozen :class:`RunSpec` from its own resolved config (the server from its config, each
 client and zone node from its own ``run_config`` + ``node_config``) with the same code,
-``scenarios.config.specs.run_spec``, and hands typed pieces down (:class:`DataSpec` to the data
+``fedpriv.scenarios.config.specs.run_spec``, and hands typed pieces down (:class:`DataSpec` to the
+data
 loader, :class:`TrainSpec` to local training, :class:`StrategySpec` to the stock strategy,
 the mode's own parameters to its mechanism).
 
@@ -43,7 +45,7 @@ def key(name: str, *, mode_default: Any = None) -> Any:
 
     ``mode_default``: on a mode's params field, the value a shared key (``noise-multiplier``,
     ``clipping-norm``) takes for this mode when the config leaves it at ``"auto"``
-    (``scenarios.config.schema.resolve``): one key name per idea, one default per mode.
+    (``fedpriv.scenarios.config.schema.resolve``): one key name per idea, one default per mode.
     """
     meta = {KEY: name} if mode_default is None else {KEY: name, MODE_DEFAULT: mode_default}
     return field(metadata=meta)

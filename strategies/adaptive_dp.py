@@ -1,7 +1,7 @@
 """Server-side adaptive clipping with a valid ε, for both Flower APIs (Andrew et al. 2021).
 
-The fixed-clipping wrappers (:class:`strategies.dp_wrappers.ServerSideFixedClippingDP`,
-:class:`strategies.legacy_dp.LegacyServerSideFixedClippingDP`) with
+The fixed-clipping wrappers (:class:`fedpriv.strategies.dp_wrappers.ServerSideFixedClippingDP`,
+:class:`fedpriv.strategies.legacy_dp.LegacyServerSideFixedClippingDP`) with
 :class:`fedpriv.privacy.adaptive.AdaptiveClippingGaussian` swapped in: a round clips to C_r,
 noises the mean with ``σ = z_Δ·C_r/m`` and is charged the composed multiplier z by the same
 accountant (budgets, Poisson sampling and failure rules unchanged); after a released round the
@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Optional
 
+from fedpriv.strategies.dp_wrappers import ServerSideFixedClippingDP
+from fedpriv.strategies.legacy_dp import FitFailures, FitResults, LegacyServerSideFixedClippingDP
 from flwr.common import ArrayRecord, Message, MetricRecord, Parameters, Scalar
 
 from fedpriv.privacy.adaptive import AdaptiveClippingGaussian
-from strategies.dp_wrappers import ServerSideFixedClippingDP
-from strategies.legacy_dp import FitFailures, FitResults, LegacyServerSideFixedClippingDP
 
 __all__ = ["AdaptiveClipOptions", "LegacyServerSideAdaptiveClippingDP",
            "ServerSideAdaptiveClippingDP"]  # fmt: skip
@@ -39,7 +39,7 @@ class AdaptiveClipOptions:
     C_0, ``target_quantile`` γ (0.5), ``clip_learning_rate`` η_C (0.2),
     ``clipped_count_stddev`` σ_b (None: m/20); ``count = "clipped"`` reproduces Flower 1.42's
     count for parity tests only (see :mod:`fedpriv.privacy.adaptive`). The rest as
-    :class:`strategies.dp_core.DPWrapperCore`.
+    :class:`fedpriv.strategies.dp_core.DPWrapperCore`.
     """
 
     mechanism_class = AdaptiveClippingGaussian

@@ -11,7 +11,7 @@ includes the canaries) and noises the canaries with everything else. The wrapper
 global model of every round (θ_0 … θ_T) for the audit and reports the number of inserted
 canaries and of real replies per round.
 
-Denominator. Where the privacy wrapper can (:meth:`strategies.dp_wrappers.
+Denominator. Where the privacy wrapper can (:meth:`fedpriv.strategies.dp_wrappers.
 ServerSideFixedClippingDP.use_fixed_denominator`: a uniform mean, global or metric DP), the
 wrapper divides the clipped sum by the fixed m whatever the number of replies, so a canary
 has a real client's sensitivity C/m with σ unchanged (``denominator`` = ``"fixed m"``);
@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 import numpy as np
+from fedpriv.strategies.array_records import named_record
+from fedpriv.strategies.base import StrategyWrapper
 from flwr.common import (
     ArrayRecord,
     ConfigRecord,
@@ -41,8 +43,6 @@ from flwr.server import Grid
 from flwr.serverapp.strategy.strategy import Strategy
 
 from fedpriv.audit.canaries import CanarySet
-from strategies.array_records import named_record
-from strategies.base import StrategyWrapper
 
 __all__ = ["CanaryInsertion", "CANARY_NODE_ID"]
 

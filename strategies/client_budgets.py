@@ -1,7 +1,7 @@
 """Per-client budgets around a Message-API FedAvg (individualized DP-FedAvg;
 :mod:`fedpriv.privacy.client_budgets`).
 
-:class:`strategies.dp_wrappers.ServerSideFixedClippingDP` with its Poisson path (a fixed
+:class:`fedpriv.strategies.dp_wrappers.ServerSideFixedClippingDP` with its Poisson path (a fixed
 denominator m = round(Σ q_i), a round with nobody sampled still releases ``w_g + N(0, σ²)``),
 sampling each offered node itself with its own rate q_i from the secret generator, telling
 each sampled node the rate it was sampled at (``client-sampling-rate`` in its message: the
@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
+from fedpriv.strategies.dp_ftrl import _Nodes
+from fedpriv.strategies.dp_wrappers import ServerSideFixedClippingDP
 from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.server import Grid
 
 from fedpriv.privacy.client_budgets import client_epsilon
 from fedpriv.privacy.modes.client_budgets import MODE, RATE_KEY
-from strategies.dp_ftrl import _Nodes
-from strategies.dp_wrappers import ServerSideFixedClippingDP
 
 __all__ = ["ClientBudgetsDP"]
 
@@ -30,7 +30,7 @@ class ClientBudgetsDP(ServerSideFixedClippingDP):
     """Per-client Poisson rates around ``strategy`` (FedAvg or FedProx: a uniform mean).
 
     ``rates``: partition -> q_i; ``delta`` of the per-client ε; the rest as
-    :class:`strategies.dp_core.DPWrapperCore` (``num_sampled_clients`` is m = round(Σ q_i)).
+    :class:`fedpriv.strategies.dp_core.DPWrapperCore` (``num_sampled_clients`` is m = round(Σ q_i)).
     """
 
     def __init__(self, strategy: Any, *, rates: Mapping[int, float], delta: float,

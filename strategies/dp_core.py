@@ -1,7 +1,8 @@
 """What the server-side DP wrappers of both Flower APIs share (SPEC §3.1, §3.2; MP §6).
 
-:class:`strategies.dp_wrappers.ServerSideFixedClippingDP` (Message API) and
-:class:`strategies.legacy_dp.LegacyServerSideFixedClippingDP` (legacy API) differ only in how
+:class:`fedpriv.strategies.dp_wrappers.ServerSideFixedClippingDP` (Message API) and
+:class:`fedpriv.strategies.legacy_dp.LegacyServerSideFixedClippingDP` (legacy API) differ only in
+how
 arrays move in and out of Flower's records. Everything else is this one class: the keyword-only
 options and their validation, the mechanism built from them (``σ = z·C/m``, or
 ``σ = z·C/(m·d)`` for metric DP), Flower's failure rule, the accounting of a noised round and
@@ -100,7 +101,7 @@ class DPWrapperCore:
         "examples": keep its example weights; accounted by the largest weight.
     poisson : bool
         Poisson client sampling (Message API only; see
-        :class:`strategies.dp_wrappers.ServerSideFixedClippingDP`).
+        :class:`fedpriv.strategies.dp_wrappers.ServerSideFixedClippingDP`).
     max_epsilon : float | None
         A privacy budget (needs ``accountant`` and a mean; not metric DP): :meth:`budget_stop`
         says before a round whether its planned charge would push ε past it, and a round
@@ -165,7 +166,7 @@ class DPWrapperCore:
         self.weighting = weighting
         self.poisson = bool(poisson)
         # the clipped sum is divided by m whatever the number of replies (Poisson sampling;
-        # audit canaries: strategies.canaries.CanaryInsertion turns it on)
+        # audit canaries: fedpriv.strategies.canaries.CanaryInsertion turns it on)
         self.fixed_denominator = self.poisson
         self.last_round: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []

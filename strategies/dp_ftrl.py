@@ -23,6 +23,8 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 import numpy as np
+from fedpriv.strategies.array_records import named_record
+from fedpriv.strategies.base import StrategyWrapper
 from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.server import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx
@@ -31,8 +33,6 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 from fedpriv.privacy.ftrl import TreeAggregatedFTRL, tree_epsilon
 from fedpriv.privacy.modes import dp_ftrl
 from fedpriv.validation import not_allowed
-from strategies.array_records import named_record
-from strategies.base import StrategyWrapper
 
 __all__ = ["DPFTRL"]
 

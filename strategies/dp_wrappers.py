@@ -41,15 +41,14 @@ from logging import INFO
 from typing import Optional
 
 import numpy as np
+from fedpriv.strategies.array_records import named_record
+from fedpriv.strategies.base import StrategyWrapper
+from fedpriv.strategies.dp_core import DPWrapperCore, MetricOptions, inner_count_hidden
 from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict, log
 from flwr.server import Grid
 from flwr.serverapp.strategy import Bulyan, FedMedian, FedTrimmedAvg, Krum, MultiKrum, QFedAvg
 from flwr.serverapp.strategy.strategy import Strategy
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords, aggregate_metricrecords
-
-from strategies.array_records import named_record
-from strategies.base import StrategyWrapper
-from strategies.dp_core import DPWrapperCore, MetricOptions, inner_count_hidden
 
 __all__ = ["ServerSideFixedClippingDP", "MetricDP", "copy_with_arrays"]
 
@@ -97,7 +96,7 @@ def reply_weight(reply: Message, key: str) -> float:
 class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
     """Central DP with server-side fixed clipping around a Message-API ``strategy``.
 
-    Keyword-only options as :class:`strategies.dp_core.DPWrapperCore` (z, C, m, ``rng``,
+    Keyword-only options as :class:`fedpriv.strategies.dp_core.DPWrapperCore` (z, C, m, ``rng``,
     ``accept_failures``, ``mechanism``, ``accountant``, ``weighting``), plus
 
     poisson : bool
@@ -109,7 +108,7 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
     """
 
     strategy_type = Strategy
-    other_api = "use strategies.legacy_dp for the legacy API"
+    other_api = "use fedpriv.strategies.legacy_dp for the legacy API"
     step_name = "aggregate_train"
     reply_name = "replies"
     supports_poisson = True
@@ -204,7 +203,7 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
         """Divide the clipped sum by m whatever the number of replies; False (nothing
         changed) unless the aggregate is a uniform mean.
 
-        For audit canaries (:class:`strategies.canaries.CanaryInsertion`): K canary replies
+        For audit canaries (:class:`fedpriv.strategies.canaries.CanaryInsertion`): K canary replies
         beside m clients give ``w_g + (Σ_real clip Δ_i + Σ_canary clip Δ_j)/m + N(0, σ²)``,
         σ = z·C/m unchanged, so each canary has a real client's sensitivity C/m (not
         C/(m + K)) and the real clients' ε is the run's own.
@@ -276,5 +275,5 @@ class ServerSideFixedClippingDP(DPWrapperCore, StrategyWrapper):
 class MetricDP(MetricOptions, ServerSideFixedClippingDP):
     """Metric privacy (``σ = z·C/(m·d)``): :class:`ServerSideFixedClippingDP` with
     :class:`fedpriv.privacy.dp.MetricScaledGaussian`; options in
-    :class:`strategies.dp_core.MetricOptions`.
+    :class:`fedpriv.strategies.dp_core.MetricOptions`.
     """

@@ -12,7 +12,7 @@ Settings follow the MP paper where it gives them and are documented where it doe
   MP ran) and pretrain the initial parameters on the server validation split.
 - ``fedyogi``: Flower's FedYogi with ``eta``, ``eta-l``, ``beta-1``, ``beta-2``, ``tau``.
 
-Sampling is done by fedpriv's partition-aware grid (``scenarios.nodes.federation``), so the
+Sampling is done by fedpriv's partition-aware grid (``fedpriv.scenarios.nodes.federation``), so the
 stock strategy is built to take every node the grid offers (fractions 1.0, minimum 1).
 """
 

@@ -11,7 +11,7 @@ Message API are ALL k hypotheses in ONE ArrayRecord with keys ``"<j>/<layer>"`` 
   (:func:`fedpriv.ifca.kmeans_step`), θ_j ← uniform mean of its members, an empty cluster
   keeps θ_j. The server's mirror of the leakage ledgers charges n/ν per received θ̂ (the
   cost does not depend on δ, which the server never sees); the clients' own ledgers are
-  authoritative (see ``clients.ifca_client``);
+  authoritative (see ``fedpriv.clients.ifca_client``);
 - ``configure_evaluate`` / ``aggregate_evaluate``: the held-out validation users pick their
   best hypothesis and report its loss (``evaluate.ifca``); the mean validation objective
   (RMSE, GP Eq. 10, for regression; cross-entropy for classifiers) drives early stopping;
@@ -33,6 +33,8 @@ from logging import INFO, WARNING
 from typing import Any, Optional
 
 import numpy as np
+from fedpriv.strategies.array_records import named_record
+from fedpriv.strategies.reply_checks import checked_evaluations
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
@@ -54,8 +56,6 @@ from fedpriv.ifca import (
     unpack_hypotheses,
 )
 from fedpriv.privacy.accounting import LeakageLedger, laplace_leakage
-from strategies.array_records import named_record
-from strategies.reply_checks import checked_evaluations
 
 
 def hypotheses_record(hypotheses: Sequence[Sequence[np.ndarray]]) -> ArrayRecord:
@@ -344,7 +344,8 @@ class LaplaceIFCA(Strategy):
         = best.
 
         ``after_round(round, hypotheses)`` hooks run after each round's record (the
-        checkpoint point, :mod:`scenarios.app.resume`). A resumed run passes ``first_round = k+1``
+        checkpoint point, :mod:`fedpriv.scenarios.app.resume`). A resumed run passes ``first_round
+        = k+1``
         and the hypotheses after round k, its state (sampling Generator, mirror ledger,
         early-stopping state, best hypotheses) restored first; the round-0 validation is
         then not repeated.
@@ -432,7 +433,7 @@ class LaplaceIFCA(Strategy):
 def checked_validation(replies: Iterable[Message], k: int) -> tuple[list[Message], dict[str, str]]:
     """(usable, {node id: reason}) of IFCA evaluate replies: the answered ones whose content
     is the one MetricRecord ``METRICS_KEY`` with a valid ``num-examples``, bounded finite
-    metrics (:func:`strategies.reply_checks.evaluate_problem`) and a ``hypothesis`` index in
+    metrics (:func:`fedpriv.strategies.reply_checks.evaluate_problem`) and a ``hypothesis`` index in
     [0, k). Error replies and declines (an empty content) are left out, not counted."""
     answered = [r for r in replies if not r.has_error() and len(r.content.keys()) > 0]
     usable, rejected = checked_evaluations(

@@ -1,6 +1,6 @@
 """Server-side fixed-clipping global DP and metric DP for Flower's legacy strategy API.
 
-The same mechanisms as :mod:`strategies.dp_wrappers` (one implementation, in
+The same mechanisms as :mod:`fedpriv.strategies.dp_wrappers` (one implementation, in
 :mod:`fedpriv.privacy.dp`), adapted to ``flwr.server.strategy.Strategy``: ``configure_fit``
 remembers the round's global ``Parameters``; ``aggregate_fit`` clips every ``FitRes``
 relative to them (new ``FitRes`` objects, the inputs are not modified), delegates to the
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
+from fedpriv.strategies.dp_core import DPWrapperCore, MetricOptions
 from flwr.common import (
     EvaluateIns,
     EvaluateRes,
@@ -45,8 +46,6 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Bulyan, FedMedian, FedTrimmedAvg, Krum, QFedAvg, Strategy
 from flwr.server.strategy.aggregate import aggregate_inplace
 
-from strategies.dp_core import DPWrapperCore, MetricOptions
-
 __all__ = ["LegacyServerSideFixedClippingDP", "LegacyMetricDP"]
 
 FitResults = list[tuple[ClientProxy, FitRes]]
@@ -56,7 +55,7 @@ FitFailures = list[Union[tuple[ClientProxy, FitRes], BaseException]]
 class LegacyServerSideFixedClippingDP(DPWrapperCore, Strategy):
     """Central DP with server-side fixed clipping around a legacy ``strategy``.
 
-    Keyword-only options as :class:`strategies.dp_core.DPWrapperCore`: ``noise_multiplier``
+    Keyword-only options as :class:`fedpriv.strategies.dp_core.DPWrapperCore`: ``noise_multiplier``
     z >= 0, ``clipping_norm`` C > 0, ``num_sampled_clients`` m >= 1, ``rng``,
     ``accept_failures`` (default False, Flower's rule), ``mechanism``, ``accountant`` and
     ``weighting`` ("uniform": the inner strategy sees ``num_examples = 1`` for every clipped
@@ -65,7 +64,7 @@ class LegacyServerSideFixedClippingDP(DPWrapperCore, Strategy):
     """
 
     strategy_type = Strategy
-    other_api = "use strategies.dp_wrappers for the Message API"
+    other_api = "use fedpriv.strategies.dp_wrappers for the Message API"
     step_name = "aggregate_fit"
     reply_name = "results"
     not_mean_types = (FedMedian, FedTrimmedAvg, Krum, Bulyan, QFedAvg)
@@ -90,7 +89,7 @@ class LegacyServerSideFixedClippingDP(DPWrapperCore, Strategy):
         self, server_round: int, results: FitResults, failures: FitFailures
     ) -> tuple[Optional[Parameters], dict[str, Scalar]]:
         """Clip each result, noise their mean, let the wrapped strategy post-process it
-        (as :meth:`strategies.dp_wrappers.ServerSideFixedClippingDP.aggregate_train`)."""
+        (as :meth:`fedpriv.strategies.dp_wrappers.ServerSideFixedClippingDP.aggregate_train`)."""
         if self.skip_round(len(results), len(failures), "no results"):
             return None, {}
         rnd = self.mechanism.process(
@@ -171,5 +170,5 @@ def _with_parameters(res: FitRes, arrays: NDArrays, *, unit_weight: bool = False
 class LegacyMetricDP(MetricOptions, LegacyServerSideFixedClippingDP):
     """Metric privacy (``σ = z·C/(m·d)``) for the legacy API: swaps in
     :class:`fedpriv.privacy.dp.MetricScaledGaussian`; options in
-    :class:`strategies.dp_core.MetricOptions`.
+    :class:`fedpriv.strategies.dp_core.MetricOptions`.
     """

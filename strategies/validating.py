@@ -12,7 +12,8 @@ A reply to a message that asked for no client (a zone node sent an empty sample:
 of its zone sampled, or fewer than ``min-zone-clients``, which the zonal wrapper reports)
 carries no update to weigh: it is left out like an invalid reply but is not one (``declined``,
 no warning, and under ``on_invalid="fail"`` no reason to skip the round).
-Evaluate replies are checked too (:mod:`strategies.reply_checks`): a malformed one is dropped,
+Evaluate replies are checked too (:mod:`fedpriv.strategies.reply_checks`): a malformed one is
+dropped,
 logged and named in the round record (``rejected-evaluation``), and the round goes on.
 
 ``accept_failures=False`` (the default, Flower's legacy rule) skips aggregation when any
@@ -26,19 +27,19 @@ from logging import WARNING
 from typing import Optional
 
 import numpy as np
-from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, log
-from flwr.server import Grid
-from flwr.serverapp.strategy.strategy import Strategy
-
-from fedpriv.blockwise import max_abs_difference
-from strategies.array_records import array_view
-from strategies.base import StrategyWrapper
-from strategies.reply_checks import (
+from fedpriv.strategies.array_records import array_view
+from fedpriv.strategies.base import StrategyWrapper
+from fedpriv.strategies.reply_checks import (
     MAX_WEIGHT,
     WEIGHT_KEY,
     checked_evaluations,
     weight_value_problem,
 )
+from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, log
+from flwr.server import Grid
+from flwr.serverapp.strategy.strategy import Strategy
+
+from fedpriv.blockwise import max_abs_difference
 
 __all__ = ["MAX_CHANGE", "MAX_WEIGHT", "WEIGHT_KEY", "ValidUpdatesOnly", "update_problem",
            "weight_key", "weight_problem"]  # fmt: skip
@@ -99,7 +100,7 @@ def weight_problem(reply: Message, key: str = WEIGHT_KEY) -> Optional[str]:
 
 def sender_name(grid: object, reply: Message) -> str:
     """``zone Z`` or ``partition P`` when the grid maps the reply's sender (a
-    ``scenarios.nodes.federation`` grid), else ``node N`` (Flower's node id)."""
+    ``fedpriv.scenarios.nodes.federation`` grid), else ``node N`` (Flower's node id)."""
     for attr, label in (("zone_of", "zone"), ("partition_of", "partition")):
         find = getattr(grid, attr, None)
         if find is not None:

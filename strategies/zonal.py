@@ -2,7 +2,7 @@
 
 This is the ``zonal-runtime = in-server`` runtime (one SuperNode per client, the zone
 arithmetic in the ServerApp), kept for comparison; the default runtime, one SuperNode per
-zone, is :class:`strategies.zonal_nodes.ZoneNodeAggregation`.
+zone, is :class:`fedpriv.strategies.zonal_nodes.ZoneNodeAggregation`.
 
 :class:`ZonalAggregation` wraps a stock strategy (FedAvg, FedProx, FedAvgM, FedOpt, FedYogi).
 Each round it
@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, Optional
 
 import numpy as np
+from fedpriv.strategies.array_records import named_record
+from fedpriv.strategies.dp_core import inner_count_hidden
 from flwr.common import (
     ArrayRecord,
     ConfigRecord,
@@ -60,8 +62,6 @@ from fedpriv.zonal import (
     apply_update,
     draw_failures,
 )
-from strategies.array_records import named_record
-from strategies.dp_core import inner_count_hidden
 
 ZONAL_TASK = zonal_mode.MODE.client_task
 SEED_TAG = seeds.ZONAL_TAG  # the zonal streams of fedpriv.seeds

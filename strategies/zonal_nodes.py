@@ -1,8 +1,9 @@
 """Zonal aggregation with one Flower SuperNode per zone (SPEC §3.5, HDP Alg. 1).
 
-:class:`ZoneNodeAggregation` is :class:`strategies.zonal.ZonalAggregation` for
+:class:`ZoneNodeAggregation` is :class:`fedpriv.strategies.zonal.ZonalAggregation` for
 ``zonal-runtime = zone-nodes``: the federation's SuperNodes are the zones
-(:class:`scenarios.nodes.federation.ZoneGrid`), and the zone arithmetic runs in them, not in the
+(:class:`fedpriv.scenarios.nodes.federation.ZoneGrid`), and the zone arithmetic runs in them, not
+in the
 ServerApp. Each round it
 
 1. runs the super-node elections and simulated failures of HDP §IV-A as before; a zone
@@ -13,7 +14,8 @@ ServerApp. Each round it
    zone's sampled client ids (``zonal-clients``), its level and its super-node;
 3. takes each zone's reply ``θ + Δ(i)`` — already clipped, summed over the fixed
    denominator q·W_i and noised at its level inside the node
-   (:mod:`scenarios.zonal.zone_node`) — and does the server step ``Σ_i π_i Δ(i)``, adding the
+   (:mod:`fedpriv.scenarios.zonal.zone_node`) — and does the server step ``Σ_i π_i Δ(i)``, adding
+   the
    server's noise once when a zone is CDP (:func:`fedpriv.zonal.release.server_step`; in CDP
    the server is trusted with the clipped zone sums);
 4. hands ``θ + Δ`` to the stock strategy as one synthetic reply, as the parent does.
@@ -32,6 +34,7 @@ from logging import WARNING
 from typing import Any, Optional
 
 import numpy as np
+from fedpriv.strategies.zonal import ZonalAggregation
 from flwr.common import (
     ArrayRecord,
     ConfigRecord,
@@ -46,7 +49,6 @@ from flwr.server import Grid
 from fedpriv import seeds
 from fedpriv.zonal import draw_failures
 from fedpriv.zonal.release import ZONE_CLIENTS_KEY, ZoneRelease, server_step
-from strategies.zonal import ZonalAggregation
 
 ZONE_NODE_TASK = "zone-node"
 

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from fedpriv.clients.compiled import CompiledTrainer, DpStepConfig  # noqa: E402
 
-from clients.compiled import CompiledTrainer, DpStepConfig  # noqa: E402
 from fedpriv.models import build_model  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def run_case() -> dict[str, np.ndarray]:
     x = rng.normal(size=(50, 8, 8, 1)).astype(np.float32)
     y = rng.integers(0, 10, size=50).astype(np.int64)
     loss = keras.losses.SparseCategoricalCrossentropy(reduction=None)
-    from clients.backend_loop import HOST_LOOP
+    from fedpriv.clients.backend_loop import HOST_LOOP
 
     out: dict[str, np.ndarray] = {"backend": np.array(keras.backend.backend())}
     out["host-loop"] = np.array(HOST_LOOP)
@@ -67,7 +67,7 @@ def _conv_cohort_case(cnn: keras.Model, loss, x: np.ndarray, y: np.ndarray) -> d
     backends' rounding of near-zero gradients into differences above the tolerance; start
     weights small enough that the softmax is not saturated (where the backends differ in the
     gradient of the clipped log)."""
-    from clients.cohort_train import run_cohort
+    from fedpriv.clients.cohort_train import run_cohort
 
     out: dict[str, np.ndarray] = {}
     small = [[0.25 * w for w in _start(cnn, 5 + k)] for k in range(2)]  # softmax unsaturated
@@ -88,10 +88,10 @@ def _conv_cohort_case(cnn: keras.Model, loss, x: np.ndarray, y: np.ndarray) -> d
 
 
 def _cohort_case(mlp: keras.Model, loss, x: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
-    """Three clients of different sizes trained as one cohort (clients.cohort_train): plain
+    """Three clients of different sizes trained as one cohort (fedpriv.clients.cohort_train): plain
     SGD with FedProx, and DP-SGD with each client's own noise seed (TF: one map_fn call;
     JAX's device loop: one vmap call; JAX's host loop: client by client)."""
-    from clients.cohort_train import run_cohort
+    from fedpriv.clients.cohort_train import run_cohort
 
     out: dict[str, np.ndarray] = {}
     for name, dp in (("plain", None), ("dp", DpStepConfig(l2_norm_clip=0.5, noise_multiplier=0.0))):

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from fedpriv.clients.compiled import CompiledTrainer, DpStepConfig  # noqa: E402
 
-from clients.compiled import CompiledTrainer, DpStepConfig  # noqa: E402
 from fedpriv.models import build_model  # noqa: E402
 
 

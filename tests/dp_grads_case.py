@@ -88,7 +88,7 @@ def _compiled(fn):
 
 def run_case(noise_draws: int = 40) -> dict:
     """Clipped sums, losses, noise residuals and seed checks on this backend (as lists)."""
-    from clients.dp_grads import private_grads, secret_seed
+    from fedpriv.clients.dp_grads import private_grads, secret_seed
 
     model = build_model()
     example_loss = example_loss_for(model)

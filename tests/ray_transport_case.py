@@ -9,9 +9,8 @@ import json
 import numpy as np
 import ray
 import ray.cloudpickle
+from fedpriv.scenarios.cli import ray_cluster
 from flwr.app import Array, ArrayRecord
-
-from scenarios.cli import ray_cluster
 
 
 def out_of_band(array: Array) -> list[int]:

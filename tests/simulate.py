@@ -1,4 +1,5 @@
-"""Run ``fedpriv run`` (a real Flower 1.42 simulation, scenarios.cli.simulation_runner) in tests.
+"""Run ``fedpriv run`` (a real Flower 1.42 simulation, fedpriv.scenarios.cli.simulation_runner) in
+tests.
 
 Every run here opts in to seeded noise and sampling (``reproducible-noise = true``,
 :data:`REPRODUCIBLE`): the tests compare runs with each other and with recorded baselines.
@@ -54,7 +55,14 @@ def run_fedpriv(
     much Ray, TensorFlow or Python print after it."""
     overrides = {**with_reproducible(overrides), "output-dir": str(output_dir)}
     items = [to_override(k, v) for k, v in overrides.items()]
-    cmd = [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config", " ".join(items)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedpriv.scenarios.cli.main",
+        "run",
+        "--run-config",
+        " ".join(items),
+    ]
     cmd += list(extra_args)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     env[STATE_ROOT_ENV] = nodes_of(output_dir)
@@ -86,7 +94,7 @@ def kill_after_round(
     """Start ``fedpriv run``; SIGKILL its whole process group once round ``after`` is
     checkpointed (``output_dir/checkpoint.pkl``). Returns the round of the checkpoint left
     behind. ``between_rounds``: the ServerApp holds after round ``after``'s checkpoint
-    (``scenarios.app.resume.hold_after``) and the kill lands there, never inside round
+    (``fedpriv.scenarios.app.resume.hold_after``) and the kill lands there, never inside round
     ``after`` + 1 (whose clients, charged, would rightly refuse its identical request on
     resume)."""
     # unpickling a checkpoint in the poll loop must not import what it references (the DP
@@ -110,7 +118,7 @@ def kill_after_round(
         held.unlink(missing_ok=True)
         env["FEDPRIV_HOLD_AFTER_ROUND"] = f"{int(after)}:{held}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config", items],
+        [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config", items],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )  # fmt: skip
@@ -142,9 +150,9 @@ def run_fedpriv_cells(
     (same rounds.jsonl for the same seed), but N cells pay one Ray/TensorFlow start-up.
     Returns label -> (0 or 1 for the cell's status, summary or None, rounds, the whole log).
     """
-    from scenarios.app import multirun
-    from scenarios.cli import launch
-    from scenarios.config.features import CATALOG
+    from fedpriv.scenarios.app import multirun
+    from fedpriv.scenarios.cli import launch
+    from fedpriv.scenarios.config.features import CATALOG
 
     cells = [
         multirun.Cell(

@@ -15,15 +15,18 @@ import dp_accounting
 import numpy as np
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.strategies.adaptive_dp import (
+    LegacyServerSideAdaptiveClippingDP,
+    ServerSideAdaptiveClippingDP,
+)
 from flwr.common import ArrayRecord, parameters_to_ndarrays
 from flwr.server.strategy import FedAvg as LegacyFedAvg
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping, FedAvg
 
 from fedpriv.privacy.accounting.rounds import GaussianRoundsAccountant
 from fedpriv.privacy.adaptive import AdaptiveClippingGaussian, update_noise_multiplier
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.schema import ConfigError
-from strategies.adaptive_dp import LegacyServerSideAdaptiveClippingDP, ServerSideAdaptiveClippingDP
 from tests.test_dp_wrappers import client_models, fit_results, global_model, replies
 
 NORMS = [0.05, 0.2, 0.5, 1.0, 3.0]  # update norms of five clients (median 0.5)
@@ -174,11 +177,12 @@ def test_full_participation_epsilon_equals_pld_of_the_composed_events():
 def run_in_process(run_config: dict, tmp_path, num_clients: int):
     """``train_run`` of ``run_config`` with the app's catalog; every message answered by the
     real ClientApp handlers in process (no Ray: :class:`tests.test_new_mode.InProcessGrid`)."""
-    from clients.keras_client import federated_data
-    from scenarios.app.engine import train_run
-    from scenarios.config.features import CATALOG
-    from scenarios.config.specs import server_run
-    from scenarios.nodes.federation import PartitionGrid
+    from fedpriv.clients.keras_client import federated_data
+    from fedpriv.scenarios.app.engine import train_run
+    from fedpriv.scenarios.config.features import CATALOG
+    from fedpriv.scenarios.config.specs import server_run
+    from fedpriv.scenarios.nodes.federation import PartitionGrid
+
     from tests.test_new_mode import InProcessGrid
 
     run_config = {**run_config, "output-dir": str(tmp_path / "run")}
@@ -193,8 +197,9 @@ def run_in_process(run_config: dict, tmp_path, num_clients: int):
 def test_adaptive_clip_runs_end_to_end_on_digits(tmp_path):
     """digits, 4 clients, 5 rounds: the clipping norm moves, every round is charged the
     composed z, and summary.json's ε is the plan's (``fedpriv epsilon``) and the accountant's."""
+    from fedpriv.scenarios.config.specs import run_spec
+
     from fedpriv.privacy.accounting.planning import privacy_plan
-    from scenarios.config.specs import run_spec
 
     run_config = {
         "scenario": "digits", "privacy": "adaptive-clip", "num-clients": 4,

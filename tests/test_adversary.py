@@ -1,11 +1,11 @@
 """Adversarial clients: one test per ``attack`` value and its invariant.
 
 Each round goes through the real server chain of a standard run
-(``scenarios.app.server_app.build_strategy``: RoundRecorder -> ValidUpdatesOnly -> privacy
+(``fedpriv.scenarios.app.server_app.build_strategy``: RoundRecorder -> ValidUpdatesOnly -> privacy
 wrapper -> stock FedAvg) with real Flower ``Message`` objects: the chain's own
 ``configure_train`` addresses the nodes (a ``PartitionGrid`` over four partitions; it
 answers ``get_node_ids`` itself, so no Flower object is faked), every client replies with
-an honest model, and partition 0's reply is rewritten by ``clients.adversary.tamper_reply``
+an honest model, and partition 0's reply is rewritten by ``fedpriv.clients.adversary.tamper_reply``
 exactly as the ClientApp does. References are computed independently in numpy.
 """
 
@@ -16,15 +16,15 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from fedpriv.clients.adversary import ATTACKS, attack_weights, parse_partitions, tamper_reply
+from fedpriv.scenarios.app.engine import build_strategy, run_config_as_record
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.specs import run_spec, server_run
+from fedpriv.scenarios.nodes.federation import PartitionGrid
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
-from clients.adversary import ATTACKS, attack_weights, parse_partitions, tamper_reply
 from fedpriv.privacy.mechanisms import metric_sigma_lower_bound
-from scenarios.app.engine import build_strategy, run_config_as_record
-from scenarios.config.features import CATALOG
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import run_spec, server_run
-from scenarios.nodes.federation import PartitionGrid
 
 SHAPES = [(4, 3), (3,), (2, 2, 2)]
 M = 4

@@ -13,10 +13,12 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.cli.main import (
+    main as fedpriv_main,  # imported at collection (Flower's logger)
+)
 
 from fedpriv.attacks import cia, membership
 from fedpriv.attacks.report import cia_report, markdown_table
-from scenarios.cli.main import main as fedpriv_main  # imported at collection (Flower's logger)
 
 # --- DLG ------------------------------------------------------------------------------------
 
@@ -231,7 +233,7 @@ def test_attack_dlg_command_refuses_linear_before_running(capsys):
 DLG_ON_JAX = """
 import numpy as np
 from fedpriv.attacks import dlg
-from scenarios.cli.main import main
+from fedpriv.scenarios.cli.main import main
 model = dlg.build_dlg_cnn(seed=0)  # building and checking a model works on JAX
 assert dlg.check_image_model(model) == ((8, 8, 1), 10)
 x, y = np.zeros((1, 8, 8, 1), np.float32), np.array([3])
@@ -397,8 +399,8 @@ def test_cia_roles_are_checked():
     ],
 )
 def test_cia_config_errors_are_one_line(overrides, key):
-    from scenarios.config.registry import resolve_run_config
-    from scenarios.config.schema import ConfigError
+    from fedpriv.scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.schema import ConfigError
 
     with pytest.raises(ConfigError) as info:
         resolve_run_config({"scenario": "cia", **overrides})
@@ -406,7 +408,7 @@ def test_cia_config_errors_are_one_line(overrides, key):
 
 
 def test_role_checks_only_apply_to_cia_scenarios():
-    from scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.registry import resolve_run_config
 
     cfg = resolve_run_config({"scenario": "digits", "num-clients": 2, "target-client": 5})
     assert cfg["target-client"] == 5
@@ -494,7 +496,7 @@ def test_membership_from_run_directory(tmp_path, digits):
     (tmp_path / "summary.json").write_text(json.dumps({"config": cfg}))
     model = build_model("digits-mlp", input_shape=(8, 8, 1), num_classes=10, seed=0)
     np.savez(tmp_path / "final_weights.npz", *model.get_weights())
-    from scenarios.attacks.commands import recorded_spec
+    from fedpriv.scenarios.attacks.commands import recorded_spec
 
     out = membership.membership_from_run(tmp_path, recorded_spec(tmp_path))
     assert 0.3 < out["auc"] < 0.7  # untrained model: no membership signal
@@ -512,7 +514,7 @@ from pathlib import Path
 import keras, numpy as np
 from fedpriv.attacks import membership
 from fedpriv.models import build_model
-from scenarios.config.specs import run_spec
+from fedpriv.scenarios.config.specs import run_spec
 run = Path(sys.argv[1])
 spec = run_spec(membership.read_run_config(run))
 from_npz = membership.membership_from_run(run, spec)["auc"]
@@ -545,7 +547,7 @@ def test_membership_from_run_directory_on_the_jax_backend(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"config": cfg}))
     weights = build_model("digits-mlp", input_shape=(8, 8, 1), num_classes=10, seed=0)
     np.savez(tmp_path / "final_weights.npz", *weights.get_weights())
-    from scenarios.attacks.commands import recorded_spec
+    from fedpriv.scenarios.attacks.commands import recorded_spec
 
     on_tf = membership.membership_from_run(tmp_path, recorded_spec(tmp_path))["auc"]
     root = Path(__file__).resolve().parent.parent

@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from fedpriv.scenarios.cli.main import (
+    main as fedpriv_main,  # imported at collection (Flower's logger)
+)
 
 from fedpriv.reporting.runlog import read_rounds
-from scenarios.cli.main import main as fedpriv_main  # imported at collection (Flower's logger)
 from tests.baseline import assert_matches_baseline
 from tests.simulate import run_fedpriv
 

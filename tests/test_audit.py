@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.config.specs import server_run
 from scipy import integrate, stats
 
 from fedpriv.attacks.membership import loss_threshold_attack, tpr_at_fpr
@@ -31,7 +32,6 @@ from fedpriv.audit.one_run import (
     p_value,
 )
 from fedpriv.audit.one_shot import one_shot_estimate
-from scenarios.config.specs import server_run
 
 DELTA = 1e-5
 
@@ -207,9 +207,10 @@ def test_offline_lira_calibrates_per_example_difficulty():
 def test_example_canaries_are_seeded_spread_over_clients_and_audited():
     from types import SimpleNamespace
 
+    from fedpriv.scenarios.audit.feature import example_audit
+    from fedpriv.scenarios.config.specs import run_spec
+
     from fedpriv.audit.example_canaries import ExampleCanaries, with_example_canaries
-    from scenarios.audit.feature import example_audit
-    from scenarios.config.specs import run_spec
 
     a = ExampleCanaries(40, 7, (8, 8, 1), 10, 4)
     b = ExampleCanaries(40, 7, (8, 8, 1), 10, 4)
@@ -307,9 +308,9 @@ def test_grid_report_states_the_guarantee_each_mechanism_audit_tests(tmp_path):
 
 
 def test_audit_grid_runs_the_incomplete_cells_in_one_plan_and_resumes(tmp_path, monkeypatch):
-    from scenarios.app import multirun
-    from scenarios.audit import commands as audit_cli
-    from scenarios.config.features import CATALOG
+    from fedpriv.scenarios.app import multirun
+    from fedpriv.scenarios.audit import commands as audit_cli
+    from fedpriv.scenarios.config.features import CATALOG
 
     plans = []
 
@@ -343,8 +344,8 @@ def test_audit_command_prints_the_audit_and_fails_a_failed_audit(monkeypatch, ca
     import argparse
     import json
 
-    from scenarios.audit import commands as audit_cli
-    from scenarios.config.features import CATALOG
+    from fedpriv.scenarios.audit import commands as audit_cli
+    from fedpriv.scenarios.config.features import CATALOG
 
     args = argparse.Namespace(mechanism=None, grid=False, report_only=False, run_config=[],
                               federation="local-simulation")  # fmt: skip

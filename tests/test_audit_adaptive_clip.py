@@ -58,9 +58,10 @@ def _steps(cfg, signs, update_draws, count_draws):
 
 def test_claim_is_the_modes_plan():
     """The audit's ε is what the mode's accountant reports for the same run (m = N = 100)."""
+    from fedpriv.scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.specs import run_spec
+
     from fedpriv.privacy.accounting.planning import privacy_plan
-    from scenarios.config.registry import resolve_run_config
-    from scenarios.config.specs import run_spec
 
     cfg = resolve_run_config({
         "privacy": adaptive_clip.MODE.name, "num-clients": 100, "clients-per-round": 100,
@@ -107,8 +108,8 @@ def test_update_noise_at_z_leaks_more_than_the_correct_mechanism(correct):
 def test_cli_adaptive_clip_mechanism_audit(capsys):
     import argparse
 
-    from scenarios.audit import commands as audit_cli
-    from scenarios.config.features import CATALOG
+    from fedpriv.scenarios.audit import commands as audit_cli
+    from fedpriv.scenarios.config.features import CATALOG
 
     def cli(argv):
         parser = argparse.ArgumentParser()

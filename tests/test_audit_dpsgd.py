@@ -111,8 +111,8 @@ def test_correct_poisson_mechanism_is_not_flagged(trial):
 
 
 def test_cli_dpsgd_mechanism_passes_and_the_planted_bug_fails(capsys):
-    from scenarios.audit import commands as audit_cli
-    from scenarios.config.features import CATALOG
+    from fedpriv.scenarios.audit import commands as audit_cli
+    from fedpriv.scenarios.config.features import CATALOG
 
     parser = argparse.ArgumentParser()
     audit_cli.add_arguments(parser)

@@ -68,8 +68,8 @@ def test_cli_metric_dp_mechanism_audit(capsys):
     import argparse
     import json
 
-    from scenarios.audit import commands as audit_cli
-    from scenarios.config.features import CATALOG
+    from fedpriv.scenarios.audit import commands as audit_cli
+    from fedpriv.scenarios.config.features import CATALOG
 
     parser = argparse.ArgumentParser()
     audit_cli.add_arguments(parser)

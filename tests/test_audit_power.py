@@ -175,8 +175,8 @@ def test_fedpriv_audit_imports_without_jax():
 def _cli(argv):
     import argparse
 
-    from scenarios.audit import commands as audit_cli
-    from scenarios.config.features import CATALOG
+    from fedpriv.scenarios.audit import commands as audit_cli
+    from fedpriv.scenarios.config.features import CATALOG
 
     parser = argparse.ArgumentParser()
     audit_cli.add_arguments(parser)
@@ -186,8 +186,9 @@ def _cli(argv):
 def test_cli_global_dp_mechanism_audit_passes_and_a_planted_bug_fails(capsys):
     import json
 
+    from fedpriv.scenarios.audit import commands as audit_cli
+
     from fedpriv.audit.adaptive_clip_mechanism import PLANTED as ADAPTIVE_PLANTED
-    from scenarios.audit import commands as audit_cli
 
     every = {**planted.PLANTED, **planted.DPSGD_PLANTED, **ADAPTIVE_PLANTED}
     assert audit_cli.PLANTED_BUGS == tuple(sorted(every))

@@ -1,7 +1,8 @@
 """`fedpriv audit` on digits, real Flower simulations.
 
 ONE `fedpriv audit --grid --z 1` simulation (2 rounds, 1 local epoch, 60 canaries; its five
-cells in one simulation through scenarios.app.multirun): global DP at z = 1 gives a lower bound
+cells in one simulation through fedpriv.scenarios.app.multirun): global DP at z = 1 gives a lower
+bound
 <= the accountant's ε for the audited adjacency (and the run is not a failed audit); no
 privacy gives a lower bound >= 1; metric DP gets a number (its d is moved by the canaries);
 DP-SGD's example canaries are audited; the grid writes its report and cell manifest (resume
@@ -26,7 +27,7 @@ COMMON = "num-server-rounds=2 local-epochs=1 audit-canaries=60 reproducible-nois
 def fedpriv_audit(
     run_config: str, out: Path, *extra: str, common: str = COMMON
 ) -> tuple[int, str, str]:
-    cmd = [sys.executable, "-m", "scenarios.cli.main", "audit", *extra, "--run-config",
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "audit", *extra, "--run-config",
            f"{common} output-dir='{out}' {run_config}"]  # fmt: skip
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
@@ -74,7 +75,7 @@ def test_fedpriv_audit_grid_global_dp_none_metric_dp_and_dpsgd(tmp_path):
 
 
 def test_fedpriv_audit_rejects_bad_keys_before_training(tmp_path, capsys):
-    from scenarios.cli.main import main  # in-process: the checks come before any simulation
+    from fedpriv.scenarios.cli.main import main  # in-process: the checks come before any simulation
 
     def audit(run_config: str, out: Path) -> int:
         return main(["audit", "--run-config", f"{COMMON} output-dir='{out}' {run_config}"])

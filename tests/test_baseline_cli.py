@@ -19,6 +19,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from fedpriv.scenarios.baseline.report import RunVerdicts, summary_line, table, write_junit
+from fedpriv.scenarios.cli.main import main
 
 from fedpriv.baseline import (
     RECORD_RULE,
@@ -32,8 +34,6 @@ from fedpriv.baseline import (
     record_bands,
     run_figures,
 )
-from scenarios.baseline.report import RunVerdicts, summary_line, table, write_junit
-from scenarios.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 GLOBAL = "digits/fedavg/global-dp"
@@ -176,7 +176,7 @@ def test_check_refuses_targets_and_seeds_not_recorded(tmp_path, capsys):
 
 def fedpriv_baseline(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    cmd = [sys.executable, "-m", "scenarios.cli.main", "baseline", *args]
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "baseline", *args]
     return subprocess.run(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
     )

@@ -11,6 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import run_spec
+from fedpriv.strategies.dp_wrappers import ServerSideFixedClippingDP
+from fedpriv.strategies.legacy_dp import LegacyServerSideFixedClippingDP
 from flwr.app import ArrayRecord
 from flwr.server.strategy import FedAvg as LegacyFedAvg
 from flwr.serverapp.strategy import FedAvg, FedMedian
@@ -20,11 +25,6 @@ from fedpriv.privacy.accounting.rounds import global_dp_accountant, global_dp_ep
 from fedpriv.privacy.accounting.target import noise_for_target
 from fedpriv.privacy.participation import Participation
 from fedpriv.zonal import ZonalPlan, epsilon_at_aggregator
-from scenarios.config.features import CATALOG
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import run_spec
-from strategies.dp_wrappers import ServerSideFixedClippingDP
-from strategies.legacy_dp import LegacyServerSideFixedClippingDP
 from tests.test_dp_wrappers import client_models, fit_results, global_model, replies
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -249,7 +249,7 @@ def test_target_epsilon_for_dp_sgd_and_zonal():
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "scenarios.cli.main", "epsilon", *args],
+        [sys.executable, "-m", "fedpriv.scenarios.cli.main", "epsilon", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
 

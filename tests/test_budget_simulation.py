@@ -4,10 +4,10 @@ that would pass the budget, cleanly (exit 0, summary.json written, ε within the
 from __future__ import annotations
 
 import pytest
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.specs import run_spec
 
 from fedpriv.privacy.accounting.rounds import global_dp_epsilon
-from scenarios.config.features import CATALOG
-from scenarios.config.specs import run_spec
 from tests.simulate import run_fedpriv
 
 pytestmark = pytest.mark.simulation

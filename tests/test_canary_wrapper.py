@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.config.specs import server_run
+from fedpriv.strategies.canaries import CANARY_NODE_ID, CanaryInsertion
+from fedpriv.strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
 from flwr.common import ArrayRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
 from fedpriv.audit.canaries import CanarySet, flatten
 from fedpriv.privacy.distance import max_pairwise_layer_distance
-from scenarios.config.specs import server_run
-from strategies.canaries import CANARY_NODE_ID, CanaryInsertion
-from strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
 
 SHAPES = [(3, 4), (4,), (5, 2)]
 
@@ -99,7 +99,7 @@ def test_global_dp_noise_reaches_the_model_the_audit_reads():
 def test_audit_fails_when_the_mechanism_adds_less_noise_than_the_accountant_assumes():
     """The regression check has power: a DP wrapper that adds no noise while the config
     claims z = 10 is caught (lower bound > the accountant's ε for the canary adjacency)."""
-    from scenarios.audit.feature import audit_outcome
+    from fedpriv.scenarios.audit.feature import audit_outcome
 
     cfg = {
         "privacy": "global-dp", "strategy": "fedavg", "noise-multiplier": 10.0,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FEDPRIV = [sys.executable, "-m", "scenarios.cli.main"]
+FEDPRIV = [sys.executable, "-m", "fedpriv.scenarios.cli.main"]
 COMMANDS = {
     "keys": ["keys"],
     "scenarios": ["scenarios"],

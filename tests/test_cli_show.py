@@ -9,14 +9,14 @@ import tomllib
 from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
+from fedpriv.scenarios.cli.launch import app_config, parse_overrides
+from fedpriv.scenarios.cli.main import main
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import run_spec
 
 from fedpriv.privacy.accounting.planning import privacy_plan
 from fedpriv.reporting.console import num
-from scenarios.cli.launch import app_config, parse_overrides
-from scenarios.cli.main import main
-from scenarios.config.features import CATALOG
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import run_spec
 
 
 def _cli(*argv: str) -> tuple[int, str, str]:
@@ -166,7 +166,7 @@ def test_epsilon_says_why_there_is_no_epsilon():
 
 
 def test_a_finished_run_says_how_to_run_again_and_where_verbose_lines_are(tmp_path):
-    from scenarios.cli.launch import finished_hint
+    from fedpriv.scenarios.cli.launch import finished_hint
 
     out = tmp_path / "done"
     plain = finished_hint(str(out), verbose=False)

@@ -56,7 +56,7 @@ class RecordingGrid(InProcessGrid):
 
 @pytest.fixture(scope="module")
 def budget_run(tmp_path_factory):
-    from scenarios.config.features import CATALOG
+    from fedpriv.scenarios.config.features import CATALOG
 
     out = tmp_path_factory.mktemp("budgets")
     run_config = {
@@ -67,7 +67,7 @@ def budget_run(tmp_path_factory):
     }  # fmt: skip
     cfg = CATALOG.resolve_run_config(run_config)
     grid = RecordingGrid(run_config, 6)
-    from scenarios.config.specs import server_run
+    from fedpriv.scenarios.config.specs import server_run
 
     CATALOG.runners[CATALOG.kind(cfg)](grid, server_run(cfg, CATALOG.kind(cfg)), CATALOG)
     return grid, json.loads((out / "summary.json").read_text())

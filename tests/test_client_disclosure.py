@@ -1,7 +1,8 @@
 """Every message a client sends, in each privacy mode, carries only what that mode's accounting
 covers — or a labelled opt-in listed in the summary.
 
-The real ClientApp (``scenarios.app.client_app.app``) is called with real Flower ``Message`` and
+The real ClientApp (``fedpriv.scenarios.app.client_app.app``) is called with real Flower
+``Message`` and
 ``Context`` objects (no mocks, no simulation); Flower dispatches on the message type exactly
 as in a run. The expected key sets are written out here, not read from the module under test.
 """
@@ -10,16 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fedpriv.clients.keras_client import federated_data, initial_weights
+from fedpriv.scenarios.app.client_app import app
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.specs import data_spec, run_spec, server_run, train_spec
+from fedpriv.scenarios.nodes.federation import QUERY_KEY
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 
-from clients.keras_client import federated_data, initial_weights
 from fedpriv.ifca import CONFIG_KEY, HYPOTHESES_KEY, REPLY_KEY
 from fedpriv.privacy import dpsgd
 from fedpriv.privacy.disclosure import unaccounted_channels
-from scenarios.app.client_app import app
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import data_spec, run_spec, server_run, train_spec
-from scenarios.nodes.federation import QUERY_KEY
 
 FAST = {"num-server-rounds": 1, "local-epochs": 1, "num-clients": 4}
 NEVER_UNDER_DP = {"train-loss", "loss", "accuracy", "zonal-update-norm", "zonal-clipped",
@@ -116,8 +117,8 @@ def test_zonal_ldp_clients_send_no_norms():
 
 
 def test_ifca_training_users_send_only_the_sanitized_vector():
-    from scenarios.ifca.feature import initial_hypotheses
-    from strategies.ifca import hypotheses_record
+    from fedpriv.scenarios.ifca.feature import initial_hypotheses
+    from fedpriv.strategies.ifca import hypotheses_record
 
     cfg = resolve_run_config(  # the client keeps secret noise
         {"scenario": "gp-synthetic", "unaccounted-metrics": False, "reproducible-noise": False}

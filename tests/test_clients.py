@@ -2,8 +2,7 @@
 
 import numpy as np
 import pytest
-
-from clients.keras_client import (
+from fedpriv.clients.keras_client import (
     TrainSettings,
     evaluate_local,
     federated_data,
@@ -11,8 +10,8 @@ from clients.keras_client import (
     model_for,
     train_local,
 )
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import data_spec, train_spec
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.specs import data_spec, train_spec
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,11 @@ import threading
 import keras
 import numpy as np
 import pytest
+from fedpriv.clients import cohort as cohort_mod
+from fedpriv.clients.cohort import Call, current_cohort, run_cohort
+from fedpriv.clients.cohort_train import run_cohort as train_as_cohort
+from fedpriv.clients.compiled import CompiledTrainer, DpStepConfig
 
-from clients import cohort as cohort_mod
-from clients.cohort import Call, current_cohort, run_cohort
-from clients.cohort_train import run_cohort as train_as_cohort
-from clients.compiled import CompiledTrainer, DpStepConfig
 from fedpriv.models import build_model
 
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -230,10 +230,10 @@ def test_a_bad_call_fails_only_its_own_member():
 def test_a_cold_cohort_builds_one_model_and_one_trainer_for_all_its_clients():
     """The first message of a process: its clients' threads all ask for the model at once;
     one model and one trainer are built (a model built per thread failed the round)."""
-    from clients import keras_client
-    from clients.partitions import federated_data
-    from scenarios.config.registry import resolve_run_config
-    from scenarios.config.specs import data_spec, train_spec
+    from fedpriv.clients import keras_client
+    from fedpriv.clients.partitions import federated_data
+    from fedpriv.scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.specs import data_spec, train_spec
 
     cfg = resolve_run_config({"scenario": "digits", "num-clients": 6, "model": "digits-mlp"})
     train, data = train_spec(cfg), federated_data(data_spec(cfg))
@@ -253,7 +253,7 @@ def test_a_cold_cohort_builds_one_model_and_one_trainer_for_all_its_clients():
 
 
 def test_a_message_to_more_clients_than_a_cohort_holds_runs_in_chunks_in_order(monkeypatch):
-    from clients import cohort_train
+    from fedpriv.clients import cohort_train
 
     sizes = []
     inner = cohort_train._run_cohort
@@ -276,7 +276,7 @@ def test_a_message_to_more_clients_than_a_cohort_holds_runs_in_chunks_in_order(m
 def test_weight_sets_are_told_apart_by_value_and_shared_bytes_need_no_compare(monkeypatch):
     """A worker's clients read one received model in place: the same memory is the same
     set without comparing bytes; an equal copy is the same set, a changed one is not."""
-    from clients import cohort_train
+    from fedpriv.clients import cohort_train
 
     data = np.arange(12, dtype=np.float32).tobytes()
     view = lambda: np.frombuffer(data, np.float32).reshape(3, 4)  # noqa: E731

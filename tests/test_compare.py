@@ -12,10 +12,10 @@ import statistics
 from pathlib import Path
 
 import pytest
+from fedpriv.scenarios.cli.main import main
 
 from fedpriv.reporting.compare import group_runs, load_run, per_round, run_dirs
 from fedpriv.reporting.runlog import RunLog
-from scenarios.cli.main import main
 
 SEEDS = (0, 1, 2)
 ROUNDS = 4

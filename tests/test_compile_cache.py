@@ -12,8 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from clients import compile_cache
+from fedpriv.clients import compile_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,16 +14,16 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 import pytest
-from keras import ops
-
-from clients.compiled import CompiledTrainer, DpStepConfig, Schedule, batch_schedule
-from clients.keras_client import (
+from fedpriv.clients.compiled import CompiledTrainer, DpStepConfig, Schedule, batch_schedule
+from fedpriv.clients.keras_client import (
     TrainSettings,
     evaluate_local,
     predict_proba,
     train_local,
     trainer_for,
 )
+from keras import ops
+
 from fedpriv.models import build_model
 
 LR = 0.05
@@ -259,7 +259,7 @@ def test_compiled_evaluation_matches_keras():
 
 def test_xla_and_mixed_precision_options_on_cpu():
     """The GPU-path switches run here too: XLA gives the same weights, float16 still learns."""
-    from clients.compiled import build_policy_model
+    from fedpriv.clients.compiled import build_policy_model
 
     x, y = _data(21, 7)
     w0 = _weights()
@@ -296,7 +296,7 @@ def test_cached_client_data_and_optimizer_state_leave_every_call_unchanged():
     the weights of the SGD reference (clients A, B, A again, an equal copy of A, then A after
     the cache has evicted it), and Adam's state still starts fresh at every call (the same
     call twice gives the same weights; a stale (m, v, t) would not)."""
-    from clients.compiled import DATA_CACHE
+    from fedpriv.clients.compiled import DATA_CACHE
 
     model, w0 = _model(), _weights()
     trainer = trainer_for(model)

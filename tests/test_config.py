@@ -1,9 +1,8 @@
 """Config resolution and one-line errors (SPEC §7)."""
 
 import pytest
-
-from scenarios.config.registry import KEYS, SCENARIOS, resolve_run_config
-from scenarios.config.schema import AUTO, ConfigError, resolve
+from fedpriv.scenarios.config.registry import KEYS, SCENARIOS, resolve_run_config
+from fedpriv.scenarios.config.schema import AUTO, ConfigError, resolve
 
 
 def test_scenario_defaults_layer_under_user_values():
@@ -55,7 +54,7 @@ def test_cross_key_checks():
 
 def test_pyproject_declares_every_key():
     """flwr refuses --run-config keys that pyproject.toml does not declare."""
-    from scenarios.cli.main import pyproject
+    from fedpriv.scenarios.cli.main import pyproject
 
     declared = set(pyproject()["tool"]["flwr"]["app"]["config"])
     assert declared == set(KEYS)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.app import quiet
 
 from fedpriv.reporting import console
-from scenarios.app import quiet
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,7 +143,7 @@ def test_summary_lists_the_files_that_exist(tmp_path):
 def test_the_last_line_stays_machine_readable(tmp_path, capsys, as_json):
     import argparse
 
-    from scenarios.cli.launch import _finish
+    from fedpriv.scenarios.cli.launch import _finish
 
     final = {"accuracy": 0.9777777777777777, "f1_macro": 0.97}
     figures = {"mode": "metric-dp", "bound": "heuristic, no ε", "sigma_mean": 0.01}
@@ -212,10 +212,9 @@ def _replies(models):
 
 @pytest.mark.parametrize("wrapper_name", ["ServerSideFixedClippingDP", "MetricDP"])
 def test_dp_wrapper_with_four_replies_never_logs_received_1_results(caplog, wrapper_name):
+    from fedpriv.strategies import dp_wrappers
     from flwr.common import ArrayRecord
     from flwr.serverapp.strategy import FedAvg
-
-    from strategies import dp_wrappers
 
     rng = np.random.default_rng(0)
     reference = [np.zeros((3, 2), np.float32), np.zeros(2, np.float32)]
@@ -244,10 +243,11 @@ def test_dp_wrapper_with_four_replies_never_logs_received_1_results(caplog, wrap
 
 
 def _cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """``python -m scenarios.cli.main ARGS`` in its own session: on a timeout the whole group
+    """``python -m fedpriv.scenarios.cli.main ARGS`` in its own session: on a timeout the whole
+    group
     (the simulation and its Ray processes included) is killed, not only the CLI."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scenarios.cli.main", *args],
+        [sys.executable, "-m", "fedpriv.scenarios.cli.main", *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -264,7 +264,7 @@ def _cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.
 
 
 def test_top_help_lists_each_command_in_a_sentence_without_internal_words():
-    from scenarios.config.features import CATALOG
+    from fedpriv.scenarios.config.features import CATALOG
 
     proc = _cli("--help")
     assert proc.returncode == 0, proc.stderr
@@ -305,7 +305,7 @@ def test_help_and_a_config_error_import_nothing_heavy(args, rc, tmp_path):
         f"atexit.register(lambda: open({str(dump)!r}, 'w').write("
         "json.dumps(sorted({m.split('.')[0] for m in sys.modules}))))\n"
         f"sys.argv = ['fedpriv', *{args!r}]\n"
-        "runpy.run_module('scenarios.cli.main', run_name='__main__')\n"
+        "runpy.run_module('fedpriv.scenarios.cli.main', run_name='__main__')\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -317,9 +317,8 @@ def test_help_and_a_config_error_import_nothing_heavy(args, rc, tmp_path):
 
 
 def test_run_config_parsing_equals_flowers():
+    from fedpriv.scenarios.cli.launch import parse_overrides
     from flwr.common.config import parse_config_args
-
-    from scenarios.cli.launch import parse_overrides
 
     items = ["a=1 b='x y' c=true", 'd.e=0.5 f="q"', "g=-3"]
     assert parse_overrides(items) == parse_config_args(items)

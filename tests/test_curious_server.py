@@ -1,8 +1,10 @@
 """A curious ServerApp (node side): keys left at "auto" are the node's.
 
-The real ClientApp (``scenarios.app.client_app.app``, with its zone-node and DP-SGD code paths)
+The real ClientApp (``fedpriv.scenarios.app.client_app.app``, with its zone-node and DP-SGD code
+paths)
 gets real Flower ``Message`` / ``Context`` objects. The legit message is what the real server
-code sends (:func:`scenarios.app.wire_config.wire_config` over the server's resolved config, plus
+code sends (:func:`fedpriv.scenarios.app.wire_config.wire_config` over the server's resolved
+config, plus
 the keys its strategies add); each attack changes one key of it. Every node is built twice:
 one whose ``run_config`` leaves everything at ``"auto"`` (the app's pyproject.toml; the
 README's DP-SGD SuperNode sets only ``privacy`` in its node config) and one that sets every
@@ -16,9 +18,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fedpriv.clients.keras_client import federated_data, initial_weights
+from fedpriv.scenarios.app import wire_config
+from fedpriv.scenarios.app.client_app import app
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.node_spec import (
+    catalog_snapshot,
+    load_snapshot,
+    node_spec,
+    resolve_node,
+)
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import data_spec, train_spec
+from fedpriv.scenarios.zonal.keys import plan_from_config
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 
-from clients.keras_client import federated_data, initial_weights
 from fedpriv.privacy import dpsgd
 from fedpriv.privacy.ownership import (
     DERIVED_KEYS,
@@ -27,13 +41,6 @@ from fedpriv.privacy.ownership import (
     PRIVACY_KEYS,
     REFUSED_CODE,
 )
-from scenarios.app import wire_config
-from scenarios.app.client_app import app
-from scenarios.config.features import CATALOG
-from scenarios.config.node_spec import catalog_snapshot, load_snapshot, node_spec, resolve_node
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import data_spec, train_spec
-from scenarios.zonal.keys import plan_from_config
 
 AUTO_RUN_CONFIG = {key: "auto" for key in CATALOG.keys}  # pyproject.toml: every key "auto"
 ZONE = 0
@@ -133,7 +140,7 @@ def assert_refused(reply: Message, key: str, ctx: Context) -> None:
 
 
 def zone_extra(run_config: dict, node: dict) -> dict:
-    """The zone-node strategy's keys (strategies.zonal_nodes), from the node's own plan."""
+    """The zone-node strategy's keys (fedpriv.strategies.zonal_nodes), from the node's own plan."""
     spec = node_spec(7, run_config, {**node, "partition-id": ZONE})
     level = plan_from_config(spec.base).levels[ZONE]
     return {
@@ -328,8 +335,8 @@ def test_the_node_resolves_like_the_server_but_for_its_secure_defaults():
     paper scenarios use secret noise too)."""
     assert load_snapshot() == catalog_snapshot(CATALOG), (
         "scenarios/config/node_catalog.json is stale: run python -c 'from "
-        "scenarios.config.features import CATALOG; from scenarios.config.node_spec import "
-        "write_snapshot; write_snapshot(CATALOG)'"
+        "fedpriv.scenarios.config.features import CATALOG; "
+        "from fedpriv.scenarios.config.node_spec import write_snapshot; write_snapshot(CATALOG)'"
     )
     assert not any(s.defaults.get("reproducible-noise") for s in CATALOG.scenarios.values())
     for name in CATALOG.scenarios:

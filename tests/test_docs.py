@@ -14,9 +14,8 @@ import re
 from pathlib import Path
 
 import pytest
-
-from scenarios.cli.main import main as fedpriv
-from scenarios.config.features import CATALOG
+from fedpriv.scenarios.cli.main import main as fedpriv
+from fedpriv.scenarios.config.features import CATALOG
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -110,8 +109,8 @@ def test_key_reference_follows_a_changed_catalog():
     """The page is generated: a key added to (or dropped from) a feature shows up (or goes)."""
     from dataclasses import replace
 
-    from scenarios.config.feature import Catalog
-    from scenarios.config.schema import KeySpec
+    from fedpriv.scenarios.config.feature import Catalog
+    from fedpriv.scenarios.config.schema import KeySpec
 
     extra = KeySpec("docs-test-key", 3, int, "an integer", "a key only this test declares")
     first = CATALOG.features[0]

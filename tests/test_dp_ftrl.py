@@ -14,13 +14,13 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.strategies.dp_ftrl import DPFTRL
 from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg, FedMedian
 
 from fedpriv.privacy.ftrl import tree_epsilon, tree_nodes
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.schema import ConfigError
-from strategies.dp_ftrl import DPFTRL
 from tests.test_dp_wrappers import act_as_serverapp_task
 
 act_as_serverapp_task()
@@ -175,8 +175,9 @@ def test_config_refusals_in_one_line():
 def test_dp_ftrl_runs_end_to_end_on_digits(tmp_path):
     """digits, 4 clients, 2 a round, restart every epoch (2 rounds): each client once per
     tree, ε of the rounds = the plan = dp_accounting's, and the model learns."""
+    from fedpriv.scenarios.config.specs import run_spec
+
     from fedpriv.privacy.accounting.planning import privacy_plan
-    from scenarios.config.specs import run_spec
     from tests.test_adaptive_clip import run_in_process
 
     run_config = {

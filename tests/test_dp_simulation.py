@@ -78,9 +78,8 @@ def _legacy_apps(wrapper_cls, captured: dict):
 
 
 def test_legacy_metric_dp_runs_in_the_simulation_engine():
+    from fedpriv.strategies.legacy_dp import LegacyMetricDP
     from flwr.simulation import run_simulation
-
-    from strategies.legacy_dp import LegacyMetricDP
 
     captured: dict = {}
     server_app, client_app = _legacy_apps(LegacyMetricDP, captured)
@@ -210,13 +209,12 @@ def test_metric_dp_single_client_completes_with_fallback(tmp_path):
 
 def test_metric_dp_with_identical_client_models_completes_with_fallback():
     """Every client returns the same model (w_g + 0.1): d = 0, the floor is used, rounds finish."""
+    from fedpriv.strategies.dp_wrappers import MetricDP
     from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.serverapp import Grid, ServerApp
     from flwr.serverapp.strategy import FedAvg
     from flwr.simulation import run_simulation
-
-    from strategies.dp_wrappers import MetricDP
 
     captured: dict = {"reports": []}
     client_app = ClientApp()

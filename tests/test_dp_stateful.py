@@ -13,16 +13,16 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.specs import server_run
+from fedpriv.scenarios.dp.feature import build_dp_wrapper
+from fedpriv.strategies.array_records import named_record
+from fedpriv.strategies.dp_core import NO_EPSILON_NOT_A_MEAN
+from fedpriv.strategies.dp_wrappers import ServerSideFixedClippingDP
 from flwr.common import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvgM, FedMedian, FedYogi
 
 from fedpriv.privacy.dp import GaussianRoundsAccountant
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import server_run
-from scenarios.dp.feature import build_dp_wrapper
-from strategies.array_records import named_record
-from strategies.dp_core import NO_EPSILON_NOT_A_MEAN
-from strategies.dp_wrappers import ServerSideFixedClippingDP
 from tests.flower_reference import act_as_serverapp_task
 
 act_as_serverapp_task()
@@ -175,8 +175,8 @@ def test_fedmedian_is_noised_after_its_aggregate_and_reports_no_epsilon():
 
 @pytest.mark.parametrize("strategy", ["fedavgm", "fedprox", "fedopt", "fedyogi"])
 def test_the_run_config_path_reports_epsilon_for_every_mean_strategy(strategy):
-    from scenarios.config.specs import run_spec
-    from strategies.factory import build_stock_strategy
+    from fedpriv.scenarios.config.specs import run_spec
+    from fedpriv.strategies.factory import build_stock_strategy
 
     cfg = resolve_run_config({"privacy": "global-dp", "strategy": strategy, "num-clients": 3})
     wrapper = build_dp_wrapper(build_stock_strategy(run_spec(cfg).strategy), server_run(cfg), None)

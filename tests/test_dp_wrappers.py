@@ -11,6 +11,12 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import server_run
+from fedpriv.scenarios.dp.feature import build_dp_wrapper, privacy_summary
+from fedpriv.strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
+from fedpriv.strategies.legacy_dp import LegacyMetricDP, LegacyServerSideFixedClippingDP
 from flwr.common import (
     ArrayRecord,
     Code,
@@ -37,12 +43,6 @@ from fedpriv.privacy.dp import (
     MetricScaledGaussian,
 )
 from fedpriv.privacy.mechanisms import metric_sigma_lower_bound
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import server_run
-from scenarios.dp.feature import build_dp_wrapper, privacy_summary
-from strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
-from strategies.legacy_dp import LegacyMetricDP, LegacyServerSideFixedClippingDP
 from tests.flower_reference import (
     act_as_serverapp_task,
     compute_stdv,
@@ -690,8 +690,8 @@ def test_raw_distance_with_a_cap_has_a_floor_too():
 
 
 def test_named_record_keeps_names_order_dtype_and_shape_and_refuses_a_length_mismatch():
-    """strategies.array_records.named_record: the one builder of named ArrayRecords."""
-    from strategies.array_records import named_record
+    """fedpriv.strategies.array_records.named_record: the one builder of named ArrayRecords."""
+    from fedpriv.strategies.array_records import named_record
 
     fortran = np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3))
     arrays = [fortran, np.float64(2.5), [1, 2]]

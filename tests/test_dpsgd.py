@@ -12,11 +12,11 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import server_run
 from scipy import optimize, special, stats
 
 from fedpriv.privacy import dpsgd
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import server_run
 
 # --- Poisson schedule -----------------------------------------------------------------------
 
@@ -235,9 +235,9 @@ class _Inner:
 
 
 def test_wrapper_sets_task_mirrors_participations_and_keeps_per_client_epsilon():
+    from fedpriv.scenarios.dp_sgd.feature import DpSgdClients
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
-    from scenarios.dp_sgd.feature import DpSgdClients
     from tests.flower_reference import act_as_serverapp_task
 
     act_as_serverapp_task()
@@ -276,8 +276,8 @@ def test_wrapper_sets_task_mirrors_participations_and_keeps_per_client_epsilon()
 
 
 def test_summary_block_and_keys():
-    from scenarios.config.registry import resolve_run_config
-    from scenarios.dp_sgd.feature import dpsgd_summary
+    from fedpriv.scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.dp_sgd.feature import dpsgd_summary
 
     cfg = resolve_run_config({"scenario": "digits", "privacy": "dp-sgd"})
     assert (cfg["clipping-norm"], cfg["noise-multiplier"]) == (1.0, 1.1)
@@ -303,8 +303,9 @@ def test_summary_block_and_keys():
 
 
 def test_plan_is_the_clients_epsilon():
+    from fedpriv.scenarios.config.specs import run_spec
+
     from fedpriv.privacy.accounting.planning import privacy_plan
-    from scenarios.config.specs import run_spec
 
     cfg = {"privacy": "dp-sgd", "num-server-rounds": 8, "local-epochs": 2, "batch-size": 16,
            "noise-multiplier": 1.1, "dp-delta": 1e-5}  # fmt: skip
@@ -313,15 +314,16 @@ def test_plan_is_the_clients_epsilon():
     assert plan["epsilon"] == pytest.approx(want.epsilon)
 
 
-# --- one client's training (needs the Keras 3 trainer: clients.compiled.DpStepConfig) -------
+# --- one client's training (needs the Keras 3 trainer: fedpriv.clients.compiled.DpStepConfig)
+# -------
 
 
 @pytest.fixture(scope="module")
 def digits_client():
-    from clients.dpsgd_client import DpSgdSettings, dp_trainer_for
-    from clients.keras_client import TrainSettings, federated_data, initial_weights
-    from scenarios.config.registry import resolve_run_config
-    from scenarios.config.specs import run_spec
+    from fedpriv.clients.dpsgd_client import DpSgdSettings, dp_trainer_for
+    from fedpriv.clients.keras_client import TrainSettings, federated_data, initial_weights
+    from fedpriv.scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.specs import run_spec
 
     cfg = resolve_run_config({"privacy": "dp-sgd", "num-clients": 4, "local-epochs": 1})
     spec = run_spec(cfg)
@@ -337,7 +339,7 @@ def digits_client():
 def test_client_training_reports_its_own_epsilon_and_draws_secret_noise(digits_client):
     from dataclasses import replace
 
-    from clients.dpsgd_client import train_dpsgd
+    from fedpriv.clients.dpsgd_client import train_dpsgd
 
     d = digits_client
     n, b = len(d["x"]), d["settings"].batch_size

@@ -1,4 +1,4 @@
-"""clients.dp_grads.private_grads on TensorFlow (this process) and JAX (a subprocess).
+"""fedpriv.clients.dp_grads.private_grads on TensorFlow (this process) and JAX (a subprocess).
 
 Reference: per-example gradients of a one-hidden-layer tanh MLP with softmax cross-entropy
 written out by hand in numpy (backpropagation, no autodiff), clipped to C one by one over
@@ -113,7 +113,7 @@ def test_an_all_padding_batch_has_zero_data_gradient(results, backend):
 
 
 def test_bad_clip_and_noise_are_named():
-    from clients.dp_grads import private_grads
+    from fedpriv.clients.dp_grads import private_grads
 
     kwargs = dict(denominator=1.0, noise_seed=np.zeros(2, np.int32))
     x, y, mask = case.batch()
@@ -124,7 +124,7 @@ def test_bad_clip_and_noise_are_named():
 
 
 def test_secret_seed_is_fresh_entropy():
-    from clients.dp_grads import secret_seed
+    from fedpriv.clients.dp_grads import secret_seed
 
     seeds = {tuple(secret_seed()) for _ in range(20)}
     assert len(seeds) == 20

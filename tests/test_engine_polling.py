@@ -8,10 +8,9 @@ import time
 from queue import Queue
 
 import pytest
+from fedpriv.scenarios.cli import engine_polling
 from flwr.server.superlink.fleet.vce import vce_api
 from flwr.superlink.grid.inmemory_grid import InMemoryGrid
-
-from scenarios.cli import engine_polling
 
 
 def test_the_interval_is_short_for_few_supernodes_and_flowers_for_many():
@@ -58,7 +57,7 @@ class _Factory:
 def test_the_grid_keeps_flowers_default_its_interval_is_set_where_the_grid_is_built():
     """One place for the grid's reply polling (scenarios/nodes/virtual_grid.py sets it for
     worker and zone SuperNodes): the runner changes the engine's loop only."""
-    from scenarios.nodes import virtual_grid
+    from fedpriv.scenarios.nodes import virtual_grid
 
     engine_polling.use_fast_polling(2)
     assert InMemoryGrid(state_factory=_Factory()).pull_interval == engine_polling.FLOWER_POLL
@@ -77,7 +76,7 @@ def test_the_hold_after_a_round_writes_its_marker_and_waits_only_at_that_round(
     monkeypatch, tmp_path
 ):
     """scenarios/app/resume.hold_after (fault injection for the kill-and-resume tests)."""
-    from scenarios.app import resume
+    from fedpriv.scenarios.app import resume
 
     marker = tmp_path / "held"
     resume.hold_after(1)  # unset: returns at once

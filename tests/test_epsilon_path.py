@@ -3,7 +3,8 @@
 ``fedpriv epsilon`` (the real command, its printed JSON) is never below the ε a run charges,
 under uniform and example weighting, fixed and Poisson client sampling; equal where the
 weights are uniform. The run's headline comes from the real wrapper built from the same
-config (``scenarios.dp.feature.build_dp_wrapper``, its accountant), fed replies that carry the
+config (``fedpriv.scenarios.dp.feature.build_dp_wrapper``, its accountant), fed replies that carry
+the
 partition's real example counts for samples drawn by the run's sampler.
 """
 
@@ -16,17 +17,17 @@ from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
+from fedpriv.clients.partitions import federated_data
+from fedpriv.scenarios.cli.main import main
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.specs import data_spec, run_spec, server_run
+from fedpriv.scenarios.dp.feature import build_dp_wrapper
+from fedpriv.scenarios.nodes.federation import sample_partitions
+from fedpriv.strategies.array_records import named_record
+from fedpriv.strategies.factory import build_stock_strategy
 from flwr.common import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
-from clients.partitions import federated_data
 from fedpriv.privacy.accounting.planning import worst_case_weight
-from scenarios.cli.main import main
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import data_spec, run_spec, server_run
-from scenarios.dp.feature import build_dp_wrapper
-from scenarios.nodes.federation import sample_partitions
-from strategies.array_records import named_record
-from strategies.factory import build_stock_strategy
 from tests.flower_reference import act_as_serverapp_task
 
 act_as_serverapp_task()

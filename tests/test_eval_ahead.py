@@ -1,13 +1,12 @@
-"""scenarios.app.eval_ahead: the server's evaluation of a fused round's model runs while the
+"""fedpriv.scenarios.app.eval_ahead: the server's evaluation of a fused round's model runs while the
 next round trains, and the record gets exactly what evaluating at record time gives."""
 
 import threading
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.app.eval_ahead import EvaluationAhead
 from flwr.app import ArrayRecord
-
-from scenarios.app.eval_ahead import EvaluationAhead
 
 
 def _record(value: float) -> ArrayRecord:
@@ -62,8 +61,9 @@ def test_the_server_prepares_its_initial_model_unless_a_checkpoint_gives_it(tmp_
     arrays; no pretraining thrown away), the evaluation still compiles."""
     from types import SimpleNamespace
 
+    from fedpriv.scenarios.app import engine
+
     from fedpriv.checkpoint import CHECKPOINT
-    from scenarios.app import engine
 
     built, compiled = [], []
     monkeypatch.setattr(engine, "start_weights", lambda spec, data: built.append(1) or ["w"])
@@ -82,7 +82,7 @@ def test_the_server_prepares_its_initial_model_unless_a_checkpoint_gives_it(tmp_
 def test_an_error_while_preparing_the_server_is_raised_where_it_waits(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from scenarios.app import engine
+    from fedpriv.scenarios.app import engine
 
     def broken(spec, data):
         raise ValueError("no such model")

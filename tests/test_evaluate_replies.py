@@ -1,4 +1,5 @@
-"""Evaluate replies are checked like train replies (:mod:`strategies.reply_checks`, SPEC §7).
+"""Evaluate replies are checked like train replies (:mod:`fedpriv.strategies.reply_checks`, SPEC
+§7).
 
 A curious or broken node answers an evaluate message (or carries a fused ``evaluation``
 record, or answers IFCA's validation query) with a crafted reply: num-examples −30, 0 or 1e9
@@ -6,11 +7,11 @@ with accuracy 1e308, a missing key, a list metric, a ConfigRecord as its metrics
 ArrayRecord as its evaluation, non-finite values, accuracy 1e308. Each one is played, one per
 round, against the real server code:
 
-- the standard engine (:func:`scenarios.app.engine.train_run`: RoundRecorder ->
+- the standard engine (:func:`fedpriv.scenarios.app.engine.train_run`: RoundRecorder ->
   ValidUpdatesOnly -> metric-DP wrapper -> FedAvg) whose honest nodes are the real ClientApp
   handlers, dispatched in-process (``tests/test_fused.py``'s ClientAppGrid), with two messages
   a round (evaluate replies) and with one (fused ``evaluation`` records);
-- IFCA's own server loop (:meth:`strategies.ifca.LaplaceIFCA.start`) with crafted validation
+- IFCA's own server loop (:meth:`fedpriv.strategies.ifca.LaplaceIFCA.start`) with crafted validation
   replies.
 
 The run goes on through every round, every crafted reply is dropped and named in its round's
@@ -24,13 +25,13 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.clients.partitions import federated_data
+from fedpriv.scenarios.app.fused import EVALUATION_RECORD
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.strategies.reply_checks import MAX_METRIC, checked_evaluations
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
-from clients.partitions import federated_data
-from scenarios.app.fused import EVALUATION_RECORD
-from scenarios.config.features import CATALOG
-from scenarios.config.registry import resolve_run_config
-from strategies.reply_checks import MAX_METRIC, checked_evaluations
 from tests.test_fused import RUN, ClientAppGrid
 
 
@@ -107,12 +108,12 @@ class CuriousGrid(ClientAppGrid):
 
 
 def _run(tmp_path, fused: bool):
-    from scenarios.app.engine import train_run
-    from scenarios.nodes.federation import PartitionGrid
+    from fedpriv.scenarios.app.engine import train_run
+    from fedpriv.scenarios.nodes.federation import PartitionGrid
 
     run_config = {**RUN, "num-server-rounds": ROUNDS, "evaluate-in-train": fused,
                   "output-dir": str(tmp_path / f"fused-{fused}")}  # fmt: skip
-    from scenarios.config.specs import server_run
+    from fedpriv.scenarios.config.specs import server_run
 
     cfg = resolve_run_config(run_config)
     run = server_run(cfg, CATALOG.kind(cfg))  # the server's spec, built once
@@ -215,7 +216,7 @@ def ifca_crafted(honest: MetricRecord) -> list[tuple[str, object]]:
 
 
 def test_ifca_validation_replies_are_checked_and_its_loop_goes_on():
-    from strategies.ifca import LaplaceIFCA, hypotheses_record
+    from fedpriv.strategies.ifca import LaplaceIFCA, hypotheses_record
 
     strategy = LaplaceIFCA(
         num_hypotheses=2, users_per_round=3, train_partitions=range(6),

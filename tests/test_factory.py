@@ -6,13 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.specs import run_spec
+from fedpriv.strategies.factory import build_stock_strategy
 from flwr.serverapp.strategy import FedAvg, FedAvgM, FedMedian, FedProx, FedYogi
 from flwr.serverapp.strategy.fedopt import FedOpt
 
 from fedpriv.spec import StrategySpec
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import run_spec
-from strategies.factory import build_stock_strategy
 
 HYPER = dict(
     server_learning_rate=0.7,

@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 import pytest
+from fedpriv.scenarios.app import client_tasks
+from fedpriv.scenarios.cli.launch import pyproject
+from fedpriv.scenarios.config.feature import Catalog, Feature
+from fedpriv.scenarios.config.features import CATALOG, FEATURES
+from fedpriv.scenarios.config.schema import ConfigError
 
-from scenarios.app import client_tasks
-from scenarios.cli.launch import pyproject
-from scenarios.config.feature import Catalog, Feature
-from scenarios.config.features import CATALOG, FEATURES
-from scenarios.config.schema import ConfigError
 from tests.simulate import ROOT
 
 
@@ -66,7 +66,7 @@ def test_a_feature_declared_twice_is_refused():
 def test_commands_and_keys_toml():
     assert {"run", "keys", "scenarios", "grid", "report", "attack"} <= set(CATALOG.commands)
     out = subprocess.run(
-        [sys.executable, "-m", "scenarios.cli.main", "keys", "--toml"],
+        [sys.executable, "-m", "fedpriv.scenarios.cli.main", "keys", "--toml"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
     ).stdout  # fmt: skip
     lines = [x for x in out.splitlines() if x and not x.startswith("#")]
@@ -85,25 +85,27 @@ def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
     """Keras 3 itself imports matplotlib.pyplot when it is installed (keras.src.visualization),
     so the check is on the project's own report and plotting modules."""
     code = (
-        "import sys, json; import scenarios.app.client_app; "
-        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
-        f"('scenarios', 'strategies') or m in {PLOTTING!r})))"
+        "import sys, json; import fedpriv.scenarios.app.client_app; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith("
+        f"('fedpriv.scenarios', 'fedpriv.strategies')) or m in {PLOTTING!r})))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
         check=True, env={"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)},
     ).stdout  # fmt: skip
     loaded = json.loads(out.strip().splitlines()[-1])
-    # the zone-node task (scenarios.zonal.zone_node) derives the zone's plan from the
-    # zonal keys (scenarios.zonal.keys: declarations and plan_from_config, over
-    # scenarios.config.schema's key checks) - client-side code, no server app, CLI or report
-    # each node resolves its own spec (scenarios.config.node_spec) from the key
+    # the zone-node task (fedpriv.scenarios.zonal.zone_node) derives the zone's plan from the
+    # zonal keys (fedpriv.scenarios.zonal.keys: declarations and plan_from_config, over
+    # fedpriv.scenarios.config.schema's key checks) - client-side code, no server app, CLI or report
+    # each node resolves its own spec (fedpriv.scenarios.config.node_spec) from the key
     # declarations (the scenarios.<feature>.keys modules, declarations only) - still client-side;
-    # scenarios.app.quiet sets the worker's log levels (logging and os only);
-    # scenarios.config.specs builds the node's typed RunSpec from its resolved config, and
-    # scenarios.config.node_roles reads the node's role, zone level and state folder from its own
-    # a worker SuperNode serves its virtual clients (scenarios.nodes.worker) from packed messages
-    # (scenarios.nodes.packing): client-side, flwr.app only
+    # fedpriv.scenarios.app.quiet sets the worker's log levels (logging and os only);
+    # fedpriv.scenarios.config.specs builds the node's typed RunSpec from its resolved config, and
+    # fedpriv.scenarios.config.node_roles reads the node's role, zone level and state folder from
+    # its own
+    # a worker SuperNode serves its virtual clients (fedpriv.scenarios.nodes.worker) from packed
+    # messages
+    # (fedpriv.scenarios.nodes.packing): client-side, flwr.app only
     features = (
         "adaptive_clip",
         "attacks",
@@ -121,24 +123,24 @@ def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
         "zonal",
     )
     expected = {
-        "scenarios",
-        "scenarios.app",
-        "scenarios.config",
-        "scenarios.nodes",
-        "scenarios.app.client_app",
-        "scenarios.app.client_tasks",
-        "scenarios.nodes.federation",
-        "scenarios.app.quiet",
-        "scenarios.app.task_names",
-        "scenarios.app.wire_config",
-        "scenarios.nodes.packing",
-        "scenarios.nodes.worker",
-        "scenarios.config.node_roles",
-        "scenarios.config.node_spec",
-        "scenarios.config.schema",
-        "scenarios.config.specs",
-        "scenarios.zonal.zone_node",
+        "fedpriv.scenarios",
+        "fedpriv.scenarios.app",
+        "fedpriv.scenarios.config",
+        "fedpriv.scenarios.nodes",
+        "fedpriv.scenarios.app.client_app",
+        "fedpriv.scenarios.app.client_tasks",
+        "fedpriv.scenarios.nodes.federation",
+        "fedpriv.scenarios.app.quiet",
+        "fedpriv.scenarios.app.task_names",
+        "fedpriv.scenarios.app.wire_config",
+        "fedpriv.scenarios.nodes.packing",
+        "fedpriv.scenarios.nodes.worker",
+        "fedpriv.scenarios.config.node_roles",
+        "fedpriv.scenarios.config.node_spec",
+        "fedpriv.scenarios.config.schema",
+        "fedpriv.scenarios.config.specs",
+        "fedpriv.scenarios.zonal.zone_node",
     }
-    expected |= {f"scenarios.{name}" for name in features}  # the feature packages (empty)
-    expected |= {f"scenarios.{name}.keys" for name in features}  # their key declarations
+    expected |= {f"fedpriv.scenarios.{name}" for name in features}  # the feature packages (empty)
+    expected |= {f"fedpriv.scenarios.{name}.keys" for name in features}  # their key declarations
     assert sorted(loaded) == sorted(expected)

@@ -1,8 +1,9 @@
 """One message per round for train + evaluate (``evaluate-in-train``,
-:mod:`scenarios.app.fused`).
+:mod:`fedpriv.scenarios.app.fused`).
 
-The runs here are the real engine (:func:`scenarios.app.engine.train_run`, the standard strategy
-chain with metric DP) against the real ClientApp handlers (:mod:`scenarios.app.client_app`,
+The runs here are the real engine (:func:`fedpriv.scenarios.app.engine.train_run`, the standard
+strategy
+chain with metric DP) against the real ClientApp handlers (:mod:`fedpriv.scenarios.app.client_app`,
 Keras training and evaluation), dispatched in-process by :class:`ClientAppGrid` instead of
 Ray, so that a run of 3 digits clients and 3 rounds takes seconds and every message can be
 counted.
@@ -15,15 +16,15 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from fedpriv.clients.partitions import federated_data
+from fedpriv.scenarios.app import client_app
+from fedpriv.scenarios.app.fused import EVALUATION_RECORD, evaluate_in_train, split_evaluations
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import data_spec, server_run, train_spec
 from flwr.app import Context, Message, MessageType, MetricRecord, RecordDict
 
-from clients.partitions import federated_data
-from scenarios.app import client_app
-from scenarios.app.fused import EVALUATION_RECORD, evaluate_in_train, split_evaluations
-from scenarios.config.features import CATALOG
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import data_spec, server_run, train_spec
 from tests.flower_reference import act_as_serverapp_task
 
 act_as_serverapp_task()
@@ -81,8 +82,8 @@ class ClientAppGrid:
 
 def run(tmp_path, name: str, fused, kill_at=None, **overrides):
     """One in-process run; returns (outcome, grid)."""
-    from scenarios.app.engine import train_run
-    from scenarios.nodes.federation import PartitionGrid
+    from fedpriv.scenarios.app.engine import train_run
+    from fedpriv.scenarios.nodes.federation import PartitionGrid
 
     run_config = {**RUN, **overrides, "evaluate-in-train": fused}
     run_config["output-dir"] = str(tmp_path / name)
@@ -148,9 +149,8 @@ def test_true_where_it_is_not_the_same_evaluation_is_refused_in_one_line():
 
 
 def _train_message(cfg: dict, asks: bool) -> Message:
+    from fedpriv.clients.keras_client import initial_weights
     from flwr.app import ArrayRecord, ConfigRecord
-
-    from clients.keras_client import initial_weights
 
     data = federated_data(data_spec(cfg))
     config = {**cfg, "server-round": 2, **({"evaluate-received": True} if asks else {})}

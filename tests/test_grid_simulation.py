@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fedpriv.scenarios.config.specs import data_spec
 
 from fedpriv.reporting.runlog import read_rounds
-from scenarios.config.specs import data_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = 5
@@ -46,7 +46,7 @@ def _grid_argv(out: Path, *, strategies="fedavg", privacy="none,dp-sgd", seeds="
     ],
 )
 def test_grid_validates_everything_first(tmp_path, capsys, kwargs, extra, fragment):
-    from scenarios.cli.main import main
+    from fedpriv.scenarios.cli.main import main
 
     assert main(_grid_argv(tmp_path / "g", **kwargs, extra=extra)) == 2
     err = capsys.readouterr().err.strip()
@@ -55,7 +55,7 @@ def test_grid_validates_everything_first(tmp_path, capsys, kwargs, extra, fragme
 
 
 def test_run_cells_skips_complete_isolates_failures_and_reports_eta():
-    from scenarios.app.multirun import Cell, run_cells
+    from fedpriv.scenarios.app.multirun import Cell, run_cells
 
     cells = [Cell(f"c{i}", {"output-dir": f"d{i}"}) for i in range(4)]
     ran, lines = [], []
@@ -84,9 +84,9 @@ def test_run_cells_skips_complete_isolates_failures_and_reports_eta():
 
 
 def test_grid_runs_pending_cells_in_one_plan_and_reports_failures(tmp_path, monkeypatch, capsys):
-    from scenarios.app import multirun
-    from scenarios.cli import main as cli
-    from scenarios.config.features import CATALOG
+    from fedpriv.scenarios.app import multirun
+    from fedpriv.scenarios.cli import main as cli
+    from fedpriv.scenarios.config.features import CATALOG
 
     plans = []
 
@@ -120,10 +120,10 @@ def test_grid_runs_pending_cells_in_one_plan_and_reports_failures(tmp_path, monk
 
 
 def test_a_plan_cell_is_resolved_and_checked_again(tmp_path):
-    from scenarios.app import multirun
-    from scenarios.config.features import CATALOG
-    from scenarios.config.registry import resolve_run_config
-    from scenarios.config.schema import ConfigError
+    from fedpriv.scenarios.app import multirun
+    from fedpriv.scenarios.config.features import CATALOG
+    from fedpriv.scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.schema import ConfigError
 
     cfg = resolve_run_config({"privacy": "global-dp", "seed": 3})
     path = multirun.write_plan(tmp_path / "plan.json", [multirun.Cell("a", cfg)])
@@ -138,7 +138,8 @@ def test_a_plan_cell_is_resolved_and_checked_again(tmp_path):
 
 def _fedpriv(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, "-m", "scenarios.cli.main", *args], cwd=ROOT, env=env,
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)  # fmt: skip
 
 
@@ -159,9 +160,10 @@ def _summary(out: Path, privacy: str) -> dict:
 
 @pytest.mark.simulation
 def test_dpsgd_run_reports_epsilon_per_client_and_keeps_accuracy(real_grid):
-    from clients.keras_client import federated_data
+    from fedpriv.clients.keras_client import federated_data
+    from fedpriv.scenarios.config.registry import resolve_run_config
+
     from fedpriv.privacy.dpsgd import client_epsilon
-    from scenarios.config.registry import resolve_run_config
 
     out, first, _ = real_grid
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]

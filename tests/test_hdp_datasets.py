@@ -315,8 +315,8 @@ def test_emnist_refuses_other_partitions(tmp_path):
 )
 def test_preflight_names_what_is_missing(tmp_path, monkeypatch, capsys, overrides, fragment):
     """`fedpriv run hdp-paper` with a bad data-path: exit 2, one line, before any simulation."""
-    from scenarios.cli import launch
-    from scenarios.cli import main as cli
+    from fedpriv.scenarios.cli import launch
+    from fedpriv.scenarios.cli import main as cli
 
     def tripwire(cfg, *args, **kwargs):
         raise AssertionError(f"a bad data-path reached the simulation: {cfg['data-path']}")
@@ -347,8 +347,8 @@ def test_hdp_paper_preflight_accepts_the_layouts(
     """`fedpriv run hdp-paper` with each layout passes every check (config, data loaded) and
     reaches the simulation launch, which is recorded here instead of run (the one real run is
     the next test)."""
-    from scenarios.cli import launch
-    from scenarios.cli import main as cli
+    from fedpriv.scenarios.cli import launch
+    from fedpriv.scenarios.cli import main as cli
 
     launched = []
 
@@ -371,7 +371,9 @@ def test_hdp_paper_preflight_accepts_the_layouts(
     }
     rc = cli.main(["run", "--run-config", " ".join(to_override(k, v) for k, v in items.items())])
     assert rc != 2 and len(launched) == 1  # not refused (no summary: the launch is a stub)
-    assert "scenarios.cli.simulation_runner" in launched[0] and str(path) in " ".join(launched[0])
+    assert "fedpriv.scenarios.cli.simulation_runner" in launched[0] and str(path) in " ".join(
+        launched[0]
+    )
 
 
 @pytest.mark.slow

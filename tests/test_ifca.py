@@ -9,14 +9,27 @@ import math
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
-
-from clients.ifca_client import (
+from fedpriv.clients.ifca_client import (
     evaluate_handler,
     read_ledger,
     train_handler,
 )
-from clients.keras_client import federated_data
+from fedpriv.clients.keras_client import federated_data
+from fedpriv.scenarios.app.client_app import with_config
+from fedpriv.scenarios.app.client_tasks import ifca_evaluate_handler, ifca_train_handler, train_ifca
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import data_spec, node_call, run_spec, server_run
+from fedpriv.scenarios.ifca.feature import config_record, parse_sweep
+from fedpriv.scenarios.ifca.outputs import sweep_table
+from fedpriv.strategies.ifca import (
+    TRAIN_TYPE,
+    LaplaceIFCA,
+    hypotheses_from_record,
+    hypotheses_record,
+)
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
 from fedpriv.ifca import (
     ACTION,
     CONFIG_KEY,
@@ -36,14 +49,6 @@ from fedpriv.ifca import (
 )
 from fedpriv.privacy.accounting import laplace_leakage
 from fedpriv.privacy.releases import ReleaseCounter
-from scenarios.app.client_app import with_config
-from scenarios.app.client_tasks import ifca_evaluate_handler, ifca_train_handler, train_ifca
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import data_spec, node_call, run_spec, server_run
-from scenarios.ifca.feature import config_record, parse_sweep
-from scenarios.ifca.outputs import sweep_table
-from strategies.ifca import TRAIN_TYPE, LaplaceIFCA, hypotheses_from_record, hypotheses_record
 
 HYPS = [[np.array([[5.5], [5.0]], np.float32)], [np.array([[3.0], [-4.0]], np.float32)]]
 
@@ -71,7 +76,8 @@ def node_context(partition: int) -> Context:
 
 def ifca_round(cfg: dict, partition: int, context: Context | None) -> RecordDict:
     """:func:`ifca_train` of the node spec of ``cfg`` in its round, with the node's own state
-    directory as the ClientApp resolves it (:func:`scenarios.app.client_tasks.train_ifca`)."""
+    directory as the ClientApp resolves it
+    (:func:`fedpriv.scenarios.app.client_tasks.train_ifca`)."""
     return train_ifca(train_message(cfg), node_call(cfg), partition, context)
 
 
@@ -455,7 +461,7 @@ def test_budget_loop_no_client_participates_more_than_twice(tmp_path):
 def gp_run_config(tmp_path, **over) -> dict:
     """What ``context.run_config`` holds (pyproject's config + the overrides) for a small
     gp-synthetic run."""
-    from scenarios.cli.launch import app_config
+    from fedpriv.scenarios.cli.launch import app_config
 
     over = {"num-clients": 6, "validation-clients": 0, "users-per-round": 4, **over}
     return app_config({"scenario": "gp-synthetic", "output-dir": str(tmp_path), **over})
@@ -470,8 +476,9 @@ NO_OPT_IN = {"unaccounted-metrics": False}
 
 @pytest.fixture()
 def wire_base():
-    """``scenarios.app.wire_config``'s server base, cleared afterwards (library default: none)."""
-    from scenarios.app import wire_config
+    """``fedpriv.scenarios.app.wire_config``'s server base, cleared afterwards (library default:
+    none)."""
+    from fedpriv.scenarios.app import wire_config
 
     yield wire_config.set_base
     wire_config._BASE.clear()
@@ -624,8 +631,8 @@ def test_killed_run_resumes_from_its_checkpoint_and_the_clients_own_ledgers(tmp_
     vector (cached, not charged again): each client's own ledger counts exactly the distinct
     vectors it released (an independent count over both runs), never more than the budget
     allows, and nothing is lost by the restart."""
-    from scenarios.app.engine import RoundState
-    from scenarios.app.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
+    from fedpriv.scenarios.app.engine import RoundState
+    from fedpriv.scenarios.app.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
 
     rounds, state_dir = 6, tmp_path / "client-state"  # the nodes' own folder (node config)
     (tmp_path / "run").mkdir()
@@ -693,7 +700,7 @@ def test_final_evaluation_counts_the_users_whose_own_opt_in_is_off(
     """gp-synthetic opts in to GP's final test evaluation on the server; each node decides its
     own. Nodes that leave ``unaccounted-metrics`` at auto answer with an empty reply:
     the run counts them as declined instead of failing; nodes that opt in report metrics."""
-    from scenarios.ifca.feature import final_evaluation
+    from fedpriv.scenarios.ifca.feature import final_evaluation
 
     run_config = gp_run_config(tmp_path, **({"unaccounted-metrics": True} if node_opt_in else {}))
     cfg = resolve_run_config(run_config)

@@ -1,5 +1,5 @@
 """IFCA end to end in real Flower simulations (``fedpriv run`` ->
-``scenarios.cli.simulation_runner``).
+``fedpriv.scenarios.cli.simulation_runner``).
 
 Two simulations, each running several IFCA configurations one after the other through
 ``ifca-sweep`` (one Ray/TF start-up per dataset):
@@ -24,12 +24,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.cli import launch
+from fedpriv.scenarios.cli import main as cli
 
 from fedpriv.data import load_federated
 from fedpriv.privacy.releases import read_ledger
 from fedpriv.reporting.runlog import read_rounds
-from scenarios.cli import launch
-from scenarios.cli import main as cli
 from tests.baseline import assert_matches_baseline
 from tests.simulate import (
     kill_after_round,

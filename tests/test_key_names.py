@@ -9,10 +9,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
-from scenarios.config.features import CATALOG
-from scenarios.config.node_spec import node_keys, resolve_node
-from scenarios.config.schema import RENAMED, ConfigError
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.node_spec import node_keys, resolve_node
+from fedpriv.scenarios.config.schema import RENAMED, ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 # the papers' / tutorials' values, written out here (not read from the modes)

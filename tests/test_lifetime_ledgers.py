@@ -2,7 +2,7 @@
 
 A curious server replays its requests in new runs: a new run id, a new ``Context`` (a
 restarted node), a resumed run (a new run id, the same rounds). The real ClientApp
-(``scenarios.app.client_app.app``) and the real zone-node task answer; each node keeps one
+(``fedpriv.scenarios.app.client_app.app``) and the real zone-node task answer; each node keeps one
 ledger per identity (its ``partition-id`` / zone id) in a folder it owns: its own
 ``client-state-dir`` ("sets everything") or, when it sets nothing, the per-node default
 ``$FEDPRIV_STATE_ROOT/node-<data key>`` (never a run's folder). What leaves the node is
@@ -22,14 +22,14 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
+from fedpriv.scenarios.app.client_app import app
+from fedpriv.scenarios.config.node_roles import node_ledger
+from fedpriv.scenarios.config.registry import resolve_run_config
 from flwr.app import Context, RecordDict
 
 from fedpriv.ifca import REPLY_KEY, unpack_hypotheses
 from fedpriv.privacy import dpsgd
 from fedpriv.privacy.releases import STATE_DIR_KEY, ReleaseCounter
-from scenarios.app.client_app import app
-from scenarios.config.node_roles import node_ledger
-from scenarios.config.registry import resolve_run_config
 from tests import test_release_counting as counting
 from tests.test_release_counting import (
     IFCA,
@@ -81,7 +81,7 @@ def test_a_zone_round_replayed_in_32_runs_is_one_release(zone, tmp_path, own):
 
 @pytest.mark.parametrize("own", OWNERSHIP)
 def test_ifca_gives_two_releases_on_a_budget_of_two_whatever_the_runs(ifca, tmp_path, own):
-    from strategies.ifca import hypotheses_record
+    from fedpriv.strategies.ifca import hypotheses_record
 
     base, record, cost = ifca
     cfg = resolve_run_config({**IFCA, "leakage-budget": 2 * cost})
@@ -163,10 +163,10 @@ def test_dp_sgd_own_max_epsilon_refuses_past_it_in_one_line_across_runs(dp, tmp_
 def test_an_in_server_ldp_client_answers_32_replays_with_one_release(tmp_path, own):
     """The in-server zonal runtime: an LDP zone's client (client task ``zonal``) answers the
     same round, replayed in 32 runs, with one noisy release."""
+    from fedpriv.clients.keras_client import federated_data, initial_weights
+    from fedpriv.scenarios.config.specs import data_spec, train_spec
     from flwr.app import ArrayRecord, MessageType
 
-    from clients.keras_client import federated_data, initial_weights
-    from scenarios.config.specs import data_spec, train_spec
     from tests.test_privacy_keys import OWN
     from tests.test_release_counting import message
 

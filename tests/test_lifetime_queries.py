@@ -1,6 +1,7 @@
 """The last two lifetime budgets: IFCA's validation users and zone nodes' ε.
 
-The real ClientApp (``scenarios.app.client_app.app``) answers a curious server that sends its
+The real ClientApp (``fedpriv.scenarios.app.client_app.app``) answers a curious server that sends
+its
 requests in new runs (a new run id and a new ``Context``: a restarted node or a resumed run).
 The node keeps its ledger in its own folder: its ``client-state-dir`` and its budget in its
 ``node_config`` ("sets-everything"), or the per-node default folder and its run config's
@@ -19,14 +20,14 @@ from __future__ import annotations
 import dp_accounting
 import numpy as np
 import pytest
+from fedpriv.scenarios.app.client_app import app
+from fedpriv.scenarios.config.node_roles import node_ledger
+from fedpriv.scenarios.config.registry import resolve_run_config
 from flwr.app import Context, RecordDict
 
 from fedpriv.ifca import HYPOTHESES_KEY, METRICS_KEY, unpack_hypotheses
 from fedpriv.privacy.releases import STATE_DIR_KEY, ReleaseCounter
 from fedpriv.zonal.accounting import lifetime_epsilon
-from scenarios.app.client_app import app
-from scenarios.config.node_roles import node_ledger
-from scenarios.config.registry import resolve_run_config
 from tests import test_release_counting as counting
 from tests.test_release_counting import IFCA, message, refused, zone_message
 
@@ -57,7 +58,7 @@ def owner(own: str, tmp_path, key: str, value, base: dict) -> tuple[dict, dict]:
 
 
 def query(cfg: dict, hypotheses: list, server_round: int = 1, **sent):
-    from strategies.ifca import hypotheses_record
+    from fedpriv.strategies.ifca import hypotheses_record
 
     config = {"client-task": "ifca", "ifca-eval-split": "all", **sent}
     return message(cfg, "evaluate.ifca", config, {HYPOTHESES_KEY: hypotheses_record(hypotheses)},

@@ -40,8 +40,8 @@ WRAP_AND_AGGREGATE = textwrap.dedent(
     from flwr.server.strategy import FedAvg as LegacyFedAvg
     from flwr.serverapp.strategy import FedAvg
 
-    from strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
-    from strategies.legacy_dp import LegacyMetricDP
+    from fedpriv.strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
+    from fedpriv.strategies.legacy_dp import LegacyMetricDP
     from fedpriv.privacy.accounting import dp_epsilon
 
     try:  # newer Flower builds instruction messages only inside a task
@@ -87,8 +87,8 @@ CLI_WITHOUT_EXTRA = textwrap.dedent(
     for name in {heavy!r}:
         if name not in sys.modules:
             sys.modules[name] = None
-    from scenarios.cli.main import main
-    from scenarios.config.features import CATALOG
+    from fedpriv.scenarios.cli.main import main
+    from fedpriv.scenarios.config.features import CATALOG
 
     light = [c for c in ("keys", "scenarios", "epsilon") if c in CATALOG.commands]
     for command in light:
@@ -132,7 +132,8 @@ def test_feature_list_and_cli_without_the_simulation_extra(tmp_path):
 )
 def test_base_install_imports_no_tensorflow_ray_or_matplotlib():
     code = (
-        "import strategies.dp_wrappers, strategies.legacy_dp, fedpriv.privacy.accounting, sys; "
+        "import fedpriv.strategies.dp_wrappers, fedpriv.strategies.legacy_dp, "
+        "fedpriv.privacy.accounting, sys; "
         "assert 'tensorflow' not in sys.modules; "
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     )

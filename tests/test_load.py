@@ -4,14 +4,14 @@ evaluation. The timed figures are in ``make bench`` (bench/bench_load.py), not h
 from __future__ import annotations
 
 import numpy as np
+from fedpriv.scenarios.app.engine import build_strategy
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.specs import server_run
+from fedpriv.scenarios.nodes.federation import PartitionGrid
 from flwr.app import ArrayRecord, ConfigRecord
 
 from fedpriv.data import load_federated
-from scenarios.app.engine import build_strategy
-from scenarios.config.features import CATALOG
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import server_run
-from scenarios.nodes.federation import PartitionGrid
 
 
 def test_bootstrap_partition_gives_ten_thousand_seeded_clients():

@@ -106,7 +106,7 @@ OTHER_NAMESPACES = {
     (
         "scenarios/dp_sgd/feature.py",
         "dp-sgd",
-    ): "the feature's name (scenarios.config.feature.Feature)",
+    ): "the feature's name (fedpriv.scenarios.config.feature.Feature)",
     ("scenarios/ifca/feature.py", "ifca"): "the scenario kind and the feature's name",
     ("scenarios/config/node_spec.py", "ifca"): "the scenario kind (node_catalog.json)",
     ("scenarios/speed/feature.py", "ifca"): "the scenario kind",

@@ -73,7 +73,7 @@ class InProcessGrid:
         return Message(content=content, dst_node_id=dst_node_id, message_type=message_type)
 
     def send_and_receive(self, messages, *, timeout=None) -> list[Message]:
-        from scenarios.app.client_app import evaluate, query, train
+        from fedpriv.scenarios.app.client_app import evaluate, query, train
 
         handlers = {MessageType.TRAIN: train, MessageType.EVALUATE: evaluate,
                     MessageType.QUERY: query}  # fmt: skip
@@ -94,9 +94,10 @@ def test_every_registered_mode_has_an_end_to_end_run():
 
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_each_mode_runs_end_to_end(name, tmp_path):
+    from fedpriv.scenarios.config.features import CATALOG
+    from fedpriv.scenarios.config.specs import server_run
+
     from fedpriv.privacy.accounting.planning import privacy_plan
-    from scenarios.config.features import CATALOG
-    from scenarios.config.specs import server_run
 
     run_config = {**RUNS[name], "output-dir": str(tmp_path / name)}
     cfg = CATALOG.resolve_run_config(run_config)

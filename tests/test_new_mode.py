@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pytest
+from fedpriv.scenarios.config.specs import ServerRun, run_spec, server_run
 from flwr.app import Context, MessageType, RecordDict
 
 from fedpriv.privacy.modes import Mode, ModeError, names, register
@@ -24,7 +25,6 @@ from fedpriv.privacy.modes.base import PUBLIC
 from fedpriv.privacy.modes.registry import unregister
 from fedpriv.reporting.records import PrivacyFigures
 from fedpriv.spec import RunSpec, key
-from scenarios.config.specs import ServerRun, run_spec, server_run
 
 NAME = "fixed-sigma-test"
 
@@ -76,9 +76,10 @@ MODE = Mode(
 
 def build_wrapper(strategy, run: ServerRun, rng):
     """The Flower side: server clipping + Gaussian, noise from OS entropy."""
+    from fedpriv.strategies.dp_wrappers import ServerSideFixedClippingDP
+
     from fedpriv import seeds
     from fedpriv.privacy.accounting.rounds import global_dp_accountant
-    from strategies.dp_wrappers import ServerSideFixedClippingDP
 
     del rng
     spec = run.spec  # built once, at the server's boundary
@@ -116,9 +117,9 @@ def summary_block(run: ServerRun, rounds: list[dict]) -> dict:
 @pytest.fixture(scope="module")
 def catalog():
     """The app's catalog plus this module's feature; the mode registered for this module."""
-    from scenarios.app.privacy_modes import declare
-    from scenarios.config.feature import Catalog, Feature
-    from scenarios.config.features import FEATURES
+    from fedpriv.scenarios.app.privacy_modes import declare
+    from fedpriv.scenarios.config.feature import Catalog, Feature
+    from fedpriv.scenarios.config.features import FEATURES
 
     register(MODE)
     feature = Feature(
@@ -144,7 +145,7 @@ class InProcessGrid:
         return list(self.nodes)
 
     def send_and_receive(self, messages, timeout=None):
-        from scenarios.app.client_app import evaluate, train
+        from fedpriv.scenarios.app.client_app import evaluate, train
 
         out = []
         for msg in messages:
@@ -174,14 +175,15 @@ def test_the_new_mode_is_registered_and_fails_closed_when_incomplete(catalog):
 
 def test_a_mode_defined_in_one_test_module_runs_end_to_end(catalog, tmp_path):
     """Plan, run, ε, report for the mode above; the ClientApp enforces its disclosure."""
-    from clients.keras_client import federated_data
+    from fedpriv.clients.keras_client import federated_data
+    from fedpriv.scenarios.app.engine import train_run
+    from fedpriv.scenarios.nodes.federation import PartitionGrid
+
     from fedpriv.privacy.accounting.budget import REL_TOL
     from fedpriv.privacy.accounting.planning import headline_epsilon, privacy_plan
     from fedpriv.privacy.accounting.rounds import GaussianRoundsAccountant
     from fedpriv.privacy.accounting.target import noise_for_target
     from fedpriv.reporting.console import privacy_statement
-    from scenarios.app.engine import train_run
-    from scenarios.nodes.federation import PartitionGrid
 
     run_config = {
         "scenario": "digits", "privacy": NAME, "num-clients": 3, "clients-per-round": 3,

@@ -74,9 +74,8 @@ def test_headers_are_parsed_once_per_kind(monkeypatch):
 def test_client_records_match_flowers_own_and_are_read_in_place():
     """clients/records.py: ``array_record`` is ``ArrayRecord(list)`` byte for byte;
     ``arrays_of`` gives ``to_numpy_ndarrays()``'s values as read-only views."""
+    from fedpriv.clients.records import array_record, arrays_of
     from flwr.app import ArrayRecord
-
-    from clients.records import array_record, arrays_of
 
     arrays = [CASES["float32 matrix"], CASES["fortran"], CASES["0-d"]]
     ours, flowers = array_record(arrays), ArrayRecord(arrays)

@@ -170,8 +170,9 @@ def test_run_log_is_the_operators_from_its_first_line(tmp_path):
     """run.log holds Flower's "received N results" and the wrappers' clip counts: it is
     listed as operator-only, opened owner-only, its first line the notice (once: a resumed
     run appends to it)."""
+    from fedpriv.scenarios.app.quiet import open_log
+
     from fedpriv.reporting.runlog import RUN_LOG_FILE, RUN_LOG_NOTICE
-    from scenarios.app.quiet import open_log
 
     assert OUTPUT_READERS[RUN_LOG_FILE] == RUN_LOG_NOTICE and "operator only" in RUN_LOG_NOTICE
     assert "amplification" in RUN_LOG_NOTICE and "clip counts" in RUN_LOG_NOTICE

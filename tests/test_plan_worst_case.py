@@ -6,7 +6,8 @@ summary.json) of a global-DP run with ``dp-weighting = examples`` and the defaul
 replies were dropped as invalid. The plan now prints its headline next to the condition under
 which it holds (every reply valid) and ``epsilon_worst_case`` next to its own (every outcome
 the config allows). Here 3 of 4 replies are dropped in the real server chain
-(``scenarios.app.engine.build_strategy``), the round's charged multiplier is read from it, and an
+(``fedpriv.scenarios.app.engine.build_strategy``), the round's charged multiplier is read from it,
+and an
 independent accountant (μ-GDP in closed form, Dong, Roth & Su 2019, Cor. 2.13) over T such
 rounds gives no more than ``epsilon_worst_case`` — and more than the all-reply headline.
 """
@@ -17,15 +18,15 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.app.engine import build_strategy, run_config_as_record
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.specs import run_spec, server_run
+from fedpriv.scenarios.nodes.federation import PartitionGrid
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from scipy import optimize, stats
 
 from fedpriv.privacy.accounting.planning import ALL_REPLY_CONDITION, privacy_plan, reply_losses
-from scenarios.app.engine import build_strategy, run_config_as_record
-from scenarios.config.features import CATALOG
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import run_spec, server_run
-from scenarios.nodes.federation import PartitionGrid
 
 M, Z, T, DELTA = 4, 2.0, 10, 1e-5
 NODES = {100 + p: p for p in range(M)}

@@ -1,10 +1,10 @@
 """Fuzz of `fedpriv run`'s checks: bad configs and bad data folders.
 
 Every case must exit 2 with a one-line error that names the key (or the file) and must
-leave no output directory behind. Most cases go through ``scenarios.cli.main.main`` in this
+leave no output directory behind. Most cases go through ``fedpriv.scenarios.cli.main.main`` in this
 process (the real check path, with the simulation launcher replaced by a tripwire so a
 case that wrongly passes fails loudly instead of starting Ray); a handful go through a
-real ``python -m scenarios.cli.main run`` subprocess (each pays a TensorFlow import).
+real ``python -m fedpriv.scenarios.cli.main run`` subprocess (each pays a TensorFlow import).
 """
 
 from __future__ import annotations
@@ -148,14 +148,15 @@ def _items(overrides: dict) -> str:
 
 @pytest.fixture
 def fedpriv_main(monkeypatch):
-    """``scenarios.cli.main.main`` with the simulation launcher replaced by a tripwire (other
+    """``fedpriv.scenarios.cli.main.main`` with the simulation launcher replaced by a tripwire
+    (other
     subprocesses pass: a first TensorFlow import runs ``uname -p`` through h5py)."""
-    from scenarios.cli import launch
-    from scenarios.cli import main as cli
+    from fedpriv.scenarios.cli import launch
+    from fedpriv.scenarios.cli import main as cli
 
     def tripwire(real):
         def check(cmd, *args, **kwargs):
-            if "scenarios.cli.simulation_runner" in map(str, cmd):
+            if "fedpriv.scenarios.cli.simulation_runner" in map(str, cmd):
                 raise AssertionError(f"a bad input reached the simulation: {cmd}")
             return real(cmd, *args, **kwargs)
 
@@ -212,8 +213,8 @@ def test_bad_data_folder_exits_2_naming_the_file(kind, tmp_path, fedpriv_main, c
 
 
 def test_output_dir_probe_leaves_nothing_behind(tmp_path):
-    from scenarios.cli.preflight import check_output_dir
-    from scenarios.config.schema import ConfigError
+    from fedpriv.scenarios.cli.preflight import check_output_dir
+    from fedpriv.scenarios.config.schema import ConfigError
 
     deep = tmp_path / "a" / "b" / "c"
     check_output_dir(str(deep))  # writable: passes, and removes what it made
@@ -236,14 +237,22 @@ def test_output_dir_probe_leaves_nothing_behind(tmp_path):
     ids=["proc", "nan", "corrupt-image"],
 )
 def test_cli_subprocess_exits_2(overrides, fragment, tmp_path):
-    """The same checks through a real ``python -m scenarios.cli.main run`` (exit status, stderr)."""
+    """The same checks through a real ``python -m fedpriv.scenarios.cli.main run`` (exit status,
+    stderr)."""
     out = tmp_path / "out"
     if overrides.get("data-path") == "CORRUPT":
         overrides = {**overrides, "data-path": str(_data_case("corrupt-image", tmp_path)[0])}
     overrides = {"output-dir": str(out), **overrides}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
-        [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config", _items(overrides)],
+        [
+            sys.executable,
+            "-m",
+            "fedpriv.scenarios.cli.main",
+            "run",
+            "--run-config",
+            _items(overrides),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

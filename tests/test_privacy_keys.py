@@ -1,9 +1,11 @@
 """Clients own their privacy settings; the server cannot weaken them.
 
-The real ClientApp (``scenarios.app.client_app.app``) gets real Flower ``Message`` / ``Context``
+The real ClientApp (``fedpriv.scenarios.app.client_app.app``) gets real Flower ``Message`` /
+``Context``
 objects, as in a run: the client's own config is its ``run_config`` (a fully set config
 here) overlaid with ``node_config``, and the server's messages carry what differs from that
-``run_config`` plus its digest (``scenarios.app.wire_config``). For each server-distrusting mode
+``run_config`` plus its digest (``fedpriv.scenarios.app.wire_config``). For each server-distrusting
+mode
 and each key its clients own, a train and an evaluate message (IFCA: its own message types)
 changing the key get an error reply that names the key and carries nothing else; no
 training runs (the node's state stays empty). The owned key sets are written out here.
@@ -14,18 +16,18 @@ from __future__ import annotations
 import os
 
 import pytest
+from fedpriv.clients.keras_client import federated_data, initial_weights
+from fedpriv.scenarios.app.client_app import app
+from fedpriv.scenarios.app.task_names import DPSGD_STATE_KEY
+from fedpriv.scenarios.app.wire_config import DIGEST_KEY, digest
+from fedpriv.scenarios.config.node_roles import client_mode
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.specs import data_spec, server_run, train_spec
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 
-from clients.keras_client import federated_data, initial_weights
 from fedpriv.ifca import HYPOTHESES_KEY, METRICS_KEY, REPLY_KEY
 from fedpriv.privacy import dpsgd
 from fedpriv.privacy.ownership import REFUSED_CODE
-from scenarios.app.client_app import app
-from scenarios.app.task_names import DPSGD_STATE_KEY
-from scenarios.app.wire_config import DIGEST_KEY, digest
-from scenarios.config.node_roles import client_mode
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import data_spec, server_run, train_spec
 
 FAST = {"num-server-rounds": 1, "local-epochs": 1, "num-clients": 4}
 OPT_INS = {"unaccounted-metrics": True, "reproducible-noise": True}
@@ -115,16 +117,17 @@ def weights(own):
 
 @pytest.fixture(scope="module")
 def hypotheses(own):
-    from scenarios.ifca.feature import initial_hypotheses
-    from strategies.ifca import hypotheses_record
+    from fedpriv.scenarios.ifca.feature import initial_hypotheses
+    from fedpriv.strategies.ifca import hypotheses_record
 
     cfg = own["ifca"]
     return hypotheses_record(initial_hypotheses(server_run(cfg), federated_data(data_spec(cfg))))
 
 
 def test_the_declared_owned_keys_are_the_ones_refused_here():
+    from fedpriv.scenarios.config.features import CATALOG
+
     from fedpriv.privacy.ownership import CLIENT_COUNTED, OWNED_KEYS
-    from scenarios.config.features import CATALOG
 
     derived = {"client-task", "zonal-level", "ifca-eval-split", *CLIENT_COUNTED}
     for mode, keys in OWNED_KEYS.items():

@@ -5,6 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from fedpriv.scenarios.app.privacy_modes import declare
+from fedpriv.scenarios.config.feature import Catalog, Feature, PrivacyMode
+from fedpriv.scenarios.config.features import CATALOG, FEATURES
+from fedpriv.scenarios.config.specs import run_spec
 
 from fedpriv.privacy.accounting.planning import privacy_plan
 from fedpriv.privacy.disclosure import allowed_metric_keys, filter_metrics, policy
@@ -13,10 +17,6 @@ from fedpriv.privacy.modes import global_dp as global_dp_module
 from fedpriv.privacy.modes.base import PUBLIC, Mode
 from fedpriv.privacy.modes.registry import unregister
 from fedpriv.privacy.participation import Participation
-from scenarios.app.privacy_modes import declare
-from scenarios.config.feature import Catalog, Feature, PrivacyMode
-from scenarios.config.features import CATALOG, FEATURES
-from scenarios.config.specs import run_spec
 
 
 def _identity(strategy, cfg, rng):

@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from fedpriv.scenarios.config.specs import run_spec
 
 from fedpriv.privacy.accounting import dp_epsilon
 from fedpriv.privacy.accounting.planning import PlanError, headline_epsilon, privacy_plan
-from scenarios.config.specs import run_spec
 
 
 def test_global_dp_plan_matches_the_accountant_and_names_what_it_bounds() -> None:
@@ -54,7 +54,7 @@ def test_headline_for_audits_and_modes_without_a_guarantee() -> None:
 def test_plan_imports_no_tensorflow_ray_or_matplotlib() -> None:
     code = (
         "import sys; from fedpriv.privacy.accounting.planning import privacy_plan; "
-        "from scenarios.config.specs import run_spec; "
+        "from fedpriv.scenarios.config.specs import run_spec; "
         "privacy_plan(run_spec({'privacy': 'global-dp', 'noise-multiplier': 1.0, "
         "'num-clients': 5, 'num-server-rounds': 2})); "
         "print([m for m in ('tensorflow', 'ray', 'matplotlib', 'flwr') if m in sys.modules])"

@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from scenarios.app import quiet
+from fedpriv.scenarios.app import quiet
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +24,10 @@ def _import_client_app(**extra: str) -> str:
     env = {k: v for k, v in os.environ.items() if k not in quiet.QUIET_ENV and k != quiet.LOG_ENV}
     env.pop("KERAS_BACKEND", None)
     env.update(CUDA_VISIBLE_DEVICES="", **extra)
-    code = "import scenarios.app.client_app, tensorflow as tf; print(float(tf.constant(1.0) + 1))"
+    code = (
+        "import fedpriv.scenarios.app.client_app, tensorflow as tf; "
+        "print(float(tf.constant(1.0) + 1))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300, check=True)  # fmt: skip
     assert proc.stdout.strip() == "2.0"
@@ -62,7 +64,7 @@ def _fresh(code: str, **extra: str) -> list[str]:
 def test_a_worker_loads_tensorflow_without_the_optional_packages_which_still_import_later():
     code = (
         "import sys\n"
-        "from scenarios.app import quiet\n"
+        "from fedpriv.scenarios.app import quiet\n"
         "quiet.prepare_worker()\n"
         "print('tensorflow' in sys.modules, *[m in sys.modules for m in quiet.LEAN_IMPORT])\n"
         "import sklearn.metrics, matplotlib, keras\n"
@@ -73,7 +75,7 @@ def test_a_worker_loads_tensorflow_without_the_optional_packages_which_still_imp
 
 
 def test_a_worker_on_another_backend_imports_no_tensorflow(tmp_path):
-    code = "import sys; from scenarios.app import quiet; quiet.prepare_worker()\n"
+    code = "import sys; from fedpriv.scenarios.app import quiet; quiet.prepare_worker()\n"
     code += "print('tensorflow' in sys.modules)"
     assert _fresh(code, KERAS_BACKEND="jax") == ["False"]
     (tmp_path / "keras.json").write_text('{"backend": "jax"}')  # Keras's own config file

@@ -2,7 +2,7 @@
 
 Ray has no authentication by default; a local Ray that ``ray.init`` starts on Linux listens on
 every interface. The simulation runner binds it to loopback
-(:func:`scenarios.cli.ray_cluster.loopback_args`). The simulation test starts a default tiny
+(:func:`fedpriv.scenarios.cli.ray_cluster.loopback_args`). The simulation test starts a default tiny
 ``fedpriv run`` and reads, while it runs, the listening TCP sockets of its whole process tree
 from ``/proc/net/tcp`` and ``/proc/net/tcp6`` (no psutil): every one is on a loopback address.
 """
@@ -102,9 +102,8 @@ def test_loopback_parsing_tells_open_from_closed():
 
 
 def test_local_ray_args_bind_loopback_and_an_attached_cluster_is_left_alone(monkeypatch):
+    from fedpriv.scenarios.cli.ray_cluster import CLUSTER_SWITCH, LOOPBACK, loopback_args
     from ray._private import ray_constants
-
-    from scenarios.cli.ray_cluster import CLUSTER_SWITCH, LOOPBACK, loopback_args
 
     monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
     monkeypatch.delenv(CLUSTER_SWITCH, raising=False)
@@ -120,7 +119,7 @@ def test_local_ray_args_bind_loopback_and_an_attached_cluster_is_left_alone(monk
 @pytest.mark.simulation
 def test_a_default_simulation_listens_on_loopback_only(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config",
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config",
            f"{TINY} output-dir='{tmp_path / 'run'}'"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip

@@ -1,6 +1,6 @@
 """Grids side by side and on a Ray cluster.
 
-Fast tests: the pieces of :mod:`scenarios.cli.ray_cluster` and the options (``--parallel``,
+Fast tests: the pieces of :mod:`fedpriv.scenarios.cli.ray_cluster` and the options (``--parallel``,
 ``--ray-address``, the federation's ``ray-address``), each bad value one line, exit 2.
 Simulation tests (``-m simulation``):
 
@@ -37,9 +37,8 @@ ACCURACY_BAND = 0.03  # same seed and config in another process: equal up to flo
 
 
 def test_a_local_ray_has_no_job_runtime_env_and_its_workers_inherit_the_setup_hook(monkeypatch):
+    from fedpriv.scenarios.cli.ray_cluster import WORKER_SETUP_HOOK, worker_env
     from ray._private import ray_constants
-
-    from scenarios.cli.ray_cluster import WORKER_SETUP_HOOK, worker_env
 
     monkeypatch.delenv(ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR, raising=False)
     assert worker_env({}, ["KERAS_BACKEND"]) == {}  # no setup_worker.py interpreter per worker
@@ -49,7 +48,7 @@ def test_a_local_ray_has_no_job_runtime_env_and_its_workers_inherit_the_setup_ho
 
 
 def test_a_local_ray_prestarts_its_workers_only_when_they_are_the_actors(monkeypatch):
-    from scenarios.cli.ray_cluster import PRESTART, prestart_env
+    from fedpriv.scenarios.cli.ray_cluster import PRESTART, prestart_env
 
     for prestart, value in ((True, "1"), (False, "0")):
         monkeypatch.delenv(PRESTART, raising=False)
@@ -61,7 +60,7 @@ def test_a_local_ray_prestarts_its_workers_only_when_they_are_the_actors(monkeyp
 
 
 def test_a_gpu_federations_local_ray_has_its_actors_cpus_only():
-    from scenarios.cli.ray_cluster import sized_for_actors
+    from fedpriv.scenarios.cli.ray_cluster import sized_for_actors
 
     assert sized_for_actors({"include_dashboard": False}, 2.0, 1) == {
         "include_dashboard": False, "num_cpus": 2}  # fmt: skip
@@ -71,7 +70,7 @@ def test_a_gpu_federations_local_ray_has_its_actors_cpus_only():
 
 
 def test_an_attached_cluster_gets_the_env_and_the_setup_hook_in_the_runtime_env(monkeypatch):
-    from scenarios.cli.ray_cluster import WORKER_SETUP_HOOK, worker_env
+    from fedpriv.scenarios.cli.ray_cluster import WORKER_SETUP_HOOK, worker_env
 
     monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
     monkeypatch.setenv("PYTHONPATH", "/app")
@@ -82,7 +81,7 @@ def test_an_attached_cluster_gets_the_env_and_the_setup_hook_in_the_runtime_env(
 
 
 def test_lanes_deal_cells_round_robin_and_never_exceed_the_cells():
-    from scenarios.app.multirun import Cell, split_lanes
+    from fedpriv.scenarios.app.multirun import Cell, split_lanes
 
     cells = [Cell(f"c{i}", {}) for i in range(5)]
     assert [[c.label for c in lane] for lane in split_lanes(cells, 2)] == [
@@ -96,7 +95,7 @@ def test_lanes_deal_cells_round_robin_and_never_exceed_the_cells():
 
 
 def test_default_parallel_follows_cpus_and_gpu_memory():
-    from scenarios.cli.ray_cluster import default_parallel
+    from fedpriv.scenarios.cli.ray_cluster import default_parallel
 
     assert default_parallel(2, None, False) == 1  # this box: one cell at a time
     assert default_parallel(16, None, False) == 4
@@ -106,7 +105,7 @@ def test_default_parallel_follows_cpus_and_gpu_memory():
 
 
 def test_gpu_shortage_is_one_line_only_when_clients_want_more_gpus_than_ray_sees():
-    from scenarios.cli.ray_cluster import gpu_shortage
+    from fedpriv.scenarios.cli.ray_cluster import gpu_shortage
 
     assert gpu_shortage(0.0, {"CPU": 2.0}, "") is None
     assert gpu_shortage(0.25, {"CPU": 16.0, "GPU": 1.0}, "auto") is None
@@ -117,7 +116,7 @@ def test_gpu_shortage_is_one_line_only_when_clients_want_more_gpus_than_ray_sees
 
 def test_local_gpus_are_what_ray_would_see(monkeypatch):
     """Ray's own detection, without starting Ray: CUDA_VISIBLE_DEVICES decides when set."""
-    from scenarios.cli.ray_cluster import local_gpus
+    from fedpriv.scenarios.cli.ray_cluster import local_gpus
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert local_gpus() == 0.0
@@ -127,23 +126,23 @@ def test_local_gpus_are_what_ray_would_see(monkeypatch):
 
 @pytest.mark.parametrize("value", ["", "auto", "127.0.0.1:6379", "head.example.org:1"])
 def test_ray_address_accepts_auto_and_host_port(value):
-    from scenarios.cli.ray_cluster import check_address
+    from fedpriv.scenarios.cli.ray_cluster import check_address
 
     assert check_address(value) == value
 
 
 @pytest.mark.parametrize("value", ["nope", "host:", ":6379", "host:0", "host:99999"])
 def test_ray_address_refuses_the_rest(value):
-    from scenarios.cli.ray_cluster import check_address
+    from fedpriv.scenarios.cli.ray_cluster import check_address
 
     with pytest.raises(ValueError, match="expected 'auto' or HOST:PORT"):
         check_address(value)
 
 
 def test_federation_attaches_its_backend_to_the_address(monkeypatch):
-    from scenarios.cli import launch
-    from scenarios.cli.ray_cluster import Federation
-    from scenarios.config.schema import ConfigError
+    from fedpriv.scenarios.cli import launch
+    from fedpriv.scenarios.cli.ray_cluster import Federation
+    from fedpriv.scenarios.config.schema import ConfigError
 
     table = {"cluster": {"ray-address": "auto", "backend": {"init-args": {"x": 1}}}}
     monkeypatch.setattr(launch, "federations", lambda: table)
@@ -159,9 +158,9 @@ def test_federation_attaches_its_backend_to_the_address(monkeypatch):
 
 
 def test_simulation_command_shares_the_cluster_and_forwards_the_env():
-    from scenarios.cli.launch import simulation_command
-    from scenarios.cli.ray_cluster import Federation
-    from scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.cli.launch import simulation_command
+    from fedpriv.scenarios.cli.ray_cluster import Federation
+    from fedpriv.scenarios.config.registry import resolve_run_config
 
     cfg = resolve_run_config({})
     cmd = simulation_command(cfg, [], Federation("local-simulation", "127.0.0.1:7"), share=3)
@@ -181,7 +180,7 @@ def test_simulation_command_shares_the_cluster_and_forwards_the_env():
     ],
 )
 def test_grid_refuses_bad_parallel_and_address_in_one_line(tmp_path, capsys, extra, fragment):
-    from scenarios.cli.main import main
+    from fedpriv.scenarios.cli.main import main
 
     argv = ["grid", "--scenario", "digits", "--strategies", "fedavg", "--privacy", "none",
             "--seeds", "0", "--output-dir", str(tmp_path / "g"), *extra]  # fmt: skip
@@ -196,7 +195,7 @@ def test_grid_refuses_bad_parallel_and_address_in_one_line(tmp_path, capsys, ext
 
 
 def test_placement_is_recorded_in_the_summary(tmp_path):
-    from scenarios.cli.ray_cluster import PLACEMENT_KEY, record_placement
+    from fedpriv.scenarios.cli.ray_cluster import PLACEMENT_KEY, record_placement
 
     record_placement(tmp_path, [{"node_id": "a"}])  # no summary: nothing written
     assert not (tmp_path / "summary.json").exists()
@@ -215,7 +214,8 @@ def _env() -> dict[str, str]:
 
 
 def _fedpriv(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scenarios.cli.main", *args], cwd=ROOT, env=_env(),
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=timeout, check=False)  # fmt: skip
 
 
@@ -371,7 +371,7 @@ def test_cells_side_by_side_match_the_same_cells_run_serially(cluster, side_by_s
 @pytest.mark.simulation
 def test_a_cell_whose_process_dies_does_not_stop_the_grid(cluster, tmp_path):
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "scenarios.cli.main", *_grid_argv(out, cluster, 2)]
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", *_grid_argv(out, cluster, 2)]
     grid = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     victim = out / "lanes" / "1"
@@ -401,9 +401,8 @@ def test_a_cell_whose_process_dies_does_not_stop_the_grid(cluster, tmp_path):
 def test_the_actor_pool_is_never_larger_than_the_supernodes(monkeypatch, share, supernodes, actors):
     """Flower would fit 8 actors; ``share`` simulations split them, and a simulation of fewer
     SuperNodes (one GPU worker) starts only as many actors as it has SuperNodes."""
+    from fedpriv.scenarios.cli.ray_cluster import share_actor_pool
     from flwr.simulation.ray_transport import ray_actor
-
-    from scenarios.cli.ray_cluster import share_actor_pool
 
     monkeypatch.setattr(ray_actor, "pool_size_from_resources", lambda resources: 8)
     share_actor_pool(share, supernodes)

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.app.ray_transport import OUT_OF_BAND_BYTES, fields, rebuild_fields
 from flwr.app import Array
-
-from scenarios.app.ray_transport import OUT_OF_BAND_BYTES, fields, rebuild_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 

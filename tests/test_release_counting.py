@@ -1,7 +1,8 @@
 """Each noising party counts its own releases: replays, restarts, budgets and
 the one-client zone.
 
-The real ClientApp (``scenarios.app.client_app.app``) gets real Flower ``Message`` / ``Context``
+The real ClientApp (``fedpriv.scenarios.app.client_app.app``) gets real Flower ``Message`` /
+``Context``
 objects; the client's own config is its ``run_config`` (a fully resolved config) and its
 ``node_config`` (``partition-id`` and, where a test says so, its own ``client-state-dir``).
 A "restart" is a new ``Context`` (empty ``context.state``) with the same node config. What the
@@ -17,6 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fedpriv.clients.keras_client import federated_data, initial_weights
+from fedpriv.scenarios.app.client_app import app
+from fedpriv.scenarios.app.wire_config import DIGEST_KEY, digest
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import data_spec, server_run, train_spec
 from flwr.app import (
     ArrayRecord,
     ConfigRecord,
@@ -27,17 +34,11 @@ from flwr.app import (
     RecordDict,
 )
 
-from clients.keras_client import federated_data, initial_weights
 from fedpriv.ifca import HYPOTHESES_KEY, REPLY_KEY, num_params, unpack_hypotheses
 from fedpriv.privacy import dpsgd
 from fedpriv.privacy.accounting import laplace_leakage
 from fedpriv.privacy.ownership import REFUSED_CODE
 from fedpriv.privacy.releases import STATE_DIR_KEY, ReleaseCounter
-from scenarios.app.client_app import app
-from scenarios.app.wire_config import DIGEST_KEY, digest
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import data_spec, server_run, train_spec
 
 SECRET = {"reproducible-noise": False}
 ZONE_NODE = {
@@ -151,8 +152,8 @@ def test_a_one_client_zone_is_refused(zone, tmp_path):
 
 @pytest.fixture(scope="module")
 def ifca():
-    from scenarios.ifca.feature import initial_hypotheses
-    from strategies.ifca import hypotheses_record
+    from fedpriv.scenarios.ifca.feature import initial_hypotheses
+    from fedpriv.strategies.ifca import hypotheses_record
 
     base = resolve_run_config(IFCA)
     run = server_run(base)
@@ -203,7 +204,7 @@ def test_ifca_rewound_rounds_are_charged_and_an_identical_request_never_gets_fre
     """A rewound round with other hypotheses is a new release, charged; the identical
     request of the last release gets its cached vector; an identical request of an earlier
     release (no longer cached) is refused: no request ever gets fresh noise twice."""
-    from strategies.ifca import hypotheses_record
+    from fedpriv.strategies.ifca import hypotheses_record
 
     base, record, cost = ifca
     node = {STATE_DIR_KEY: str(tmp_path / "own")}
@@ -328,10 +329,11 @@ def test_a_kill_between_configure_evaluate_and_the_checkpoint_never_releases_unc
     the server (``configure_evaluate``) and before its round was recorded resumes without a
     second, fresh round 3: the reported ε equals an independent accountant over every distinct
     model that left the server, and never exceeds the budget."""
+    from fedpriv.scenarios.app.engine import train_run
+    from fedpriv.scenarios.config.features import CATALOG
+    from fedpriv.scenarios.nodes.federation import PartitionGrid
+
     from fedpriv.privacy.accounting.rounds import GaussianRoundsAccountant
-    from scenarios.app.engine import train_run
-    from scenarios.config.features import CATALOG
-    from scenarios.nodes.federation import PartitionGrid
 
     base = {
         "privacy": "global-dp", "num-clients": 6, "clients-per-round": 3, "local-epochs": 1,
@@ -377,8 +379,9 @@ def test_the_state_dir_is_the_nodes_own():
     """The node's ledger folder and identity come from its own Context: its node config's
     folder, else the per-node default of its own data settings; never the run id, the Flower
     node id, the run's output-dir or the run config's folder (a server's)."""
+    from fedpriv.scenarios.config.node_roles import node_ledger
+
     from fedpriv.privacy.releases import STATE_ROOT_ENV, node_dir
-    from scenarios.config.node_roles import node_ledger
 
     def ledger(node: dict, run_config: dict, run: int, node_id: int = 1):
         ctx = Context(run, node_id, {"partition-id": 3, **node}, RecordDict(), run_config)
@@ -402,7 +405,7 @@ def test_the_state_dir_is_the_nodes_own():
 def test_a_release_is_charged_before_it_is_computed(tmp_path):
     """A crash while the release is computed keeps the charge; the next request of that round
     is not the cached repeat (there is none): refused (zone) or charged again (DP-SGD, IFCA)."""
-    from clients.releases import ReleaseRefused, guarded_release
+    from fedpriv.clients.releases import ReleaseRefused, guarded_release
 
     counter = ReleaseCounter(tmp_path, "zone-node", 1)
 
@@ -429,7 +432,7 @@ def test_a_reply_cache_cut_short_by_a_crash_is_no_cache_and_never_fresh_noise(tm
     """The cached reply is written without fsync (the charge before it is durable): if a
     crash leaves it empty or cut short, the identical request is refused, not answered with
     fresh noise, and the charge stands."""
-    from clients.releases import ReleaseRefused, guarded_release
+    from fedpriv.clients.releases import ReleaseRefused, guarded_release
 
     counter = ReleaseCounter(tmp_path, "zone-node", 1)
     guarded_release(counter, "s", 1, "d", lambda t: RecordDict())

@@ -3,7 +3,8 @@
 A reply whose ``num-examples`` is negative, zero, NaN, huge (1e308), a bool or a string used
 to stop ``aggregate_train`` under ``dp-weighting = examples`` (ZeroDivisionError,
 OverflowError, TypeError). Each case goes through the real server chain of a standard run
-(``scenarios.app.engine.build_strategy``: RoundRecorder -> ValidUpdatesOnly -> global-DP wrapper
+(``fedpriv.scenarios.app.engine.build_strategy``: RoundRecorder -> ValidUpdatesOnly -> global-DP
+wrapper
 -> stock FedAvg) with real Flower messages: the bad reply is rejected like any malformed
 update (named in the round record), the round aggregates the others, and the result equals
 the round in which that client did not reply. The bool and string cannot be built through
@@ -17,14 +18,13 @@ import math
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.app.engine import build_strategy, run_config_as_record
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.specs import server_run
+from fedpriv.scenarios.nodes.federation import PartitionGrid
+from fedpriv.strategies.validating import MAX_WEIGHT, weight_problem
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
-
-from scenarios.app.engine import build_strategy, run_config_as_record
-from scenarios.config.features import CATALOG
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import server_run
-from scenarios.nodes.federation import PartitionGrid
-from strategies.validating import MAX_WEIGHT, weight_problem
 
 M = 4
 NODES = {100 + p: p for p in range(M)}  # node id -> partition id
@@ -104,7 +104,7 @@ def test_good_weights_pass_and_the_bounds_are_the_documented_ones():
 @pytest.mark.parametrize("privacy", ["global-dp", "metric-dp"])
 def test_an_audit_under_example_weights_is_refused_with_one_line(privacy):
     """Canaries would carry the mean real weight (diluted 14x): refused before training."""
-    from scenarios.config.schema import ConfigError
+    from fedpriv.scenarios.config.schema import ConfigError
 
     with pytest.raises(ConfigError) as err:
         resolve_run_config({"privacy": privacy, "dp-weighting": "examples", "audit-canaries": 4})

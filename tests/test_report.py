@@ -206,7 +206,7 @@ def test_dpsgd_columns_and_client_table(tmp_path):
 
 
 def test_empty_directory_and_cli(tmp_path):
-    from scenarios.cli.main import main
+    from fedpriv.scenarios.cli.main import main
 
     text, plots = build_report(tmp_path)
     assert "No complete runs" in text and plots == []

@@ -19,20 +19,20 @@ import pickle
 import flwr.app  # noqa: F401  (unpickling a checkpoint in the poll loop must not import it)
 import numpy as np
 import pytest
+from fedpriv.scenarios.app.engine import RoundState, build_strategy, run_config_as_record
+from fedpriv.scenarios.app.recorder import wrapper_chain
+from fedpriv.scenarios.app.resume import checkpoint_hook, load_resumable, restore
+from fedpriv.scenarios.cli.preflight import run_state
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.manifest import fingerprint, write_manifest
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import server_run
+from fedpriv.scenarios.nodes.federation import PartitionGrid, ZoneGrid
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
 from fedpriv.checkpoint import capture_state, save_checkpoint
 from fedpriv.reporting.runlog import RunLog, read_rounds
-from scenarios.app.engine import RoundState, build_strategy, run_config_as_record
-from scenarios.app.recorder import wrapper_chain
-from scenarios.app.resume import checkpoint_hook, load_resumable, restore
-from scenarios.cli.preflight import run_state
-from scenarios.config.features import CATALOG
-from scenarios.config.manifest import fingerprint, write_manifest
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import server_run
-from scenarios.nodes.federation import PartitionGrid, ZoneGrid
 
 SHAPES = [(5, 3), (3,)]
 NUM = 6
@@ -104,7 +104,7 @@ def test_restored_chain_continues_bit_identically(strategy, privacy, tmp_path):
     for r in range(1, 5):
         arrays = _round(straight, pgrid, cfg, r, arrays)
         history.append((list(straight.current["sampled"]), arrays))
-        if r == 2:  # the engine's after_round hook (scenarios.app.resume.checkpoint_hook)
+        if r == 2:  # the engine's after_round hook (fedpriv.scenarios.app.resume.checkpoint_hook)
             checkpoint_hook(server_run(cfg))(RoundState(2, ArrayRecord(arrays), {}, straight))
     resumed, pgrid2 = _chain(cfg)
     assert load_resumable(server_run({**cfg, "seed": 4})) is None  # another config's checkpoint

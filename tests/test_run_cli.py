@@ -28,16 +28,17 @@ HEAVY = {"tensorflow", "jax", "keras", "ray"}
 
 @pytest.fixture
 def fedpriv_main(monkeypatch):
-    """``scenarios.cli.main.main`` with the simulation launcher replaced by a tripwire (other
+    """``fedpriv.scenarios.cli.main.main`` with the simulation launcher replaced by a tripwire
+    (other
     subprocesses pass: a first TensorFlow import runs ``uname -p`` through h5py)."""
-    from scenarios.cli import launch
-    from scenarios.cli import main as cli
+    from fedpriv.scenarios.cli import launch
+    from fedpriv.scenarios.cli import main as cli
 
     real_run, real_popen = subprocess.run, subprocess.Popen
 
     def tripwire(real):
         def call(cmd, *args, **kwargs):
-            if "scenarios.cli.simulation_runner" in map(str, cmd):
+            if "fedpriv.scenarios.cli.simulation_runner" in map(str, cmd):
                 raise AssertionError(f"a bad input reached the simulation: {cmd}")
             return real(cmd, *args, **kwargs)
 
@@ -99,9 +100,8 @@ def test_item_that_is_not_toml_is_one_line(fedpriv_main, capsys):
 
 
 def test_distinct_keys_parse_as_flower_parses_them():
+    from fedpriv.scenarios.cli.launch import parse_overrides
     from flwr.common.config import parse_config_args
-
-    from scenarios.cli.launch import parse_overrides
 
     items = ["scenario='digits' seed=3", "verbose=true run-plan='a=b c'", "learning-rate=0.5"]
     assert parse_overrides(items) == parse_config_args(items)
@@ -109,7 +109,8 @@ def test_distinct_keys_parse_as_flower_parses_them():
 
 
 def _fresh_cli(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, set]:
-    """``python -m scenarios.cli.main ARGS`` in a fresh interpreter; (process, top-level modules
+    """``python -m fedpriv.scenarios.cli.main ARGS`` in a fresh interpreter; (process, top-level
+    modules
     imported by the end), the module list written at exit, off stdout and stderr."""
     dump = tmp_path / "modules.json"
     code = (
@@ -117,7 +118,7 @@ def _fresh_cli(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedPro
         f"atexit.register(lambda: open({str(dump)!r}, 'w').write("
         "json.dumps(sorted({m.split('.')[0] for m in sys.modules}))))\n"
         f"sys.argv = ['fedpriv', *{args!r}]\n"
-        "runpy.run_module('scenarios.cli.main', run_name='__main__')\n"
+        "runpy.run_module('fedpriv.scenarios.cli.main', run_name='__main__')\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for var in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND"):
@@ -166,7 +167,7 @@ def test_unknown_federation_is_one_line(tmp_path):
 
 
 def test_gpu_federation_runs_keras_on_jax_with_a_quarter_gpu_per_client():
-    from scenarios.cli.launch import federation_env, simulation_command
+    from fedpriv.scenarios.cli.launch import federation_env, simulation_command
 
     cmd = simulation_command({"num-clients": 4}, ["seed=1"], "local-simulation-gpu")
     assert cmd[cmd.index("--num-supernodes") + 1] == "4"
@@ -184,7 +185,7 @@ def test_gpu_federation_runs_keras_on_jax_with_a_quarter_gpu_per_client():
 
 
 def test_cpu_federation_hides_gpus_and_uses_one_cpu_per_client():
-    from scenarios.cli.launch import federation_env, simulation_command
+    from fedpriv.scenarios.cli.launch import federation_env, simulation_command
 
     cmd = simulation_command({"num-clients": 7}, [], "local-simulation")
     assert cmd[cmd.index("--num-supernodes") + 1] == "7" and "--run-config" not in cmd
@@ -192,16 +193,17 @@ def test_cpu_federation_hides_gpus_and_uses_one_cpu_per_client():
     assert backend["client-resources"] == {"num-cpus": 1, "num-gpus": 0.0}
     env = federation_env("local-simulation", {})
     assert env["CUDA_VISIBLE_DEVICES"] == "" and "KERAS_BACKEND" not in env
-    # the runner decides whether Ray prestarts workers (scenarios.cli.ray_cluster.prestart_env)
+    # the runner decides whether Ray prestarts workers
+    # (fedpriv.scenarios.cli.ray_cluster.prestart_env)
     assert "RAY_prestart_worker_first_driver" not in env
     gpu = federation_env("local-simulation-gpu", {})  # its Ray sized to its actors
     assert gpu["RAY_prestart_worker_first_driver"] == "0"
 
 
 def test_simulate_starts_the_runner_with_the_federation_env(monkeypatch):
-    """What :func:`scenarios.cli.launch.simulate` hands the simulation process (no process
+    """What :func:`fedpriv.scenarios.cli.launch.simulate` hands the simulation process (no process
     started)."""
-    from scenarios.cli import launch
+    from fedpriv.scenarios.cli import launch
 
     seen = {}
 
@@ -212,7 +214,7 @@ def test_simulate_starts_the_runner_with_the_federation_env(monkeypatch):
     monkeypatch.setattr(launch.subprocess, "run", fake_run)
     monkeypatch.delenv("KERAS_BACKEND", raising=False)
     assert launch.simulate({"num-clients": 4}, ["seed=1"], "local-simulation-gpu") == 0
-    assert seen["cmd"][1:3] == ["-m", "scenarios.cli.simulation_runner"]
+    assert seen["cmd"][1:3] == ["-m", "fedpriv.scenarios.cli.simulation_runner"]
     assert seen["env"]["KERAS_BACKEND"] == "jax"
     assert seen["env"]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
 

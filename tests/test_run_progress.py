@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 
 import pytest
+from fedpriv.scenarios.app import quiet, startup
+from fedpriv.scenarios.cli.launch import progress_line
 
 from fedpriv.reporting.console import PER_RUN_STEPS, is_startup_line, startup_line
 from fedpriv.reporting.live import RoundBar
-from scenarios.app import quiet, startup
-from scenarios.cli.launch import progress_line
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ("starting the simulation engine", "engine started", "data loaded", "workers ready",
@@ -77,14 +77,14 @@ def test_run_times_split_the_wall_time_and_move_the_clock(monkeypatch):
 
 
 def _on_pty(args: list[str], timeout: float) -> tuple[int, str]:
-    """Run ``python -m scenarios.cli.main ARGS`` with stdout and stderr on a 120x40
+    """Run ``python -m fedpriv.scenarios.cli.main ARGS`` with stdout and stderr on a 120x40
     pseudo-terminal; (exit status, everything it wrote)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in quiet.QUIET_ENV and k != quiet.LOG_ENV}
     env.update(CUDA_VISIBLE_DEVICES="", TERM="xterm-256color")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scenarios.cli.main", *args],
+        [sys.executable, "-m", "fedpriv.scenarios.cli.main", *args],
         cwd=ROOT, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
     )  # fmt: skip
     os.close(slave)

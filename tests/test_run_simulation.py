@@ -1,4 +1,5 @@
-"""End-to-end runs on Flower 1.42's simulation engine (``scenarios.cli.simulation_runner``, Ray)."""
+"""End-to-end runs on Flower 1.42's simulation engine (``fedpriv.scenarios.cli.simulation_runner``,
+Ray)."""
 
 import json
 import subprocess
@@ -105,7 +106,7 @@ def test_all_six_strategies_run_on_synthetic_mri(plan_runs):
 
 def _cli(*args):
     return subprocess.run(
-        [sys.executable, "-m", "scenarios.cli.main", "run", *args],
+        [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -162,7 +163,8 @@ def test_killed_run_resumes_and_equals_an_uninterrupted_run(plan_runs, tmp_path)
     assert not (tmp_path / "resumed" / "summary.json").exists()
     rc, summary, rounds, log = run_fedpriv(RESUME_RUN, tmp_path / "resumed")
     # rounds 4..6 only, and round 3 when the kill left it charged but not evaluated (its
-    # model is sent again, its charge not repeated: scenarios.app.resume); the console's round
+    # model is sent again, its charge not repeated: fedpriv.scenarios.app.resume); the console's
+    # round
     # lines, Flower's "[ROUND k/6]" lines are in run.log
     assert rc == 0 and "fedpriv: round 4/6" in log and "fedpriv: round 2/6" not in log, log
     assert [r["round"] for r in rounds] == list(range(7))

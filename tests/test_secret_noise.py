@@ -25,20 +25,20 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.app.engine import build_strategy, run_config_as_record, sampling_rng
+from fedpriv.scenarios.app.recorder import wrapper_chain
+from fedpriv.scenarios.app.resume import restore
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.specs import run_spec, server_run
+from fedpriv.scenarios.dp.feature import build_dp_wrapper
+from fedpriv.scenarios.nodes.federation import PartitionGrid, sample_partitions
+from fedpriv.strategies.array_records import named_record
+from fedpriv.strategies.factory import build_stock_strategy
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
 from fedpriv import seeds
 from fedpriv.checkpoint import CHECKPOINT, capture_state
-from scenarios.app.engine import build_strategy, run_config_as_record, sampling_rng
-from scenarios.app.recorder import wrapper_chain
-from scenarios.app.resume import restore
-from scenarios.config.features import CATALOG
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import run_spec, server_run
-from scenarios.dp.feature import build_dp_wrapper
-from scenarios.nodes.federation import PartitionGrid, sample_partitions
-from strategies.array_records import named_record
-from strategies.factory import build_stock_strategy
 from tests.flower_reference import act_as_serverapp_task
 from tests.simulate import run_fedpriv_cells
 
@@ -271,7 +271,7 @@ def test_opted_in_runs_reproduce_bit_for_bit_and_are_labelled(sim_runs):
 
 
 def test_reproducible_noise_is_one_checked_run_key():
-    from scenarios.config.schema import ConfigError
+    from fedpriv.scenarios.config.schema import ConfigError
 
     assert _cfg()["reproducible-noise"] is False  # the default run is secret
     with pytest.raises(ConfigError, match="reproducible-noise = 'yes' is not allowed"):

@@ -1,4 +1,4 @@
-"""The simulation runner's own start and end (:mod:`scenarios.cli.simulation_runner`).
+"""The simulation runner's own start and end (:mod:`fedpriv.scenarios.cli.simulation_runner`).
 
 The ClientApp's module is imported in a thread while Ray starts (an error in it surfaces in
 the main thread); the process ends with its ``atexit`` handlers run and its output flushed,
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_end_process_runs_the_atexit_handlers_flushes_and_keeps_the_status():
     code = (
         "import atexit, sys\n"
-        "from scenarios.cli.simulation_runner import end_process\n"
+        "from fedpriv.scenarios.cli.simulation_runner import end_process\n"
         "atexit.register(lambda: print('handler ran', flush=False))\n"
         "print('buffered', end=' ')\n"
         "sys.stderr.write('err kept')\n"
@@ -33,7 +33,7 @@ def test_end_process_runs_the_atexit_handlers_flushes_and_keeps_the_status():
 
 
 def test_the_preloaded_module_is_imported_and_its_error_raised_in_the_caller(tmp_path, monkeypatch):
-    from scenarios.cli.simulation_runner import _Preload
+    from fedpriv.scenarios.cli.simulation_runner import _Preload
 
     (tmp_path / "good_app.py").write_text("VALUE = 2\n")
     (tmp_path / "bad_app.py").write_text("raise ImportError('no such thing')\n")
@@ -50,9 +50,8 @@ def test_the_preloaded_module_is_imported_and_its_error_raised_in_the_caller(tmp
 
 
 def test_backend_keys_are_underscored_as_flower_does():
+    from fedpriv.scenarios.cli.simulation_runner import _backend_config
     from flwr.simulation.run_simulation import _replace_keys
-
-    from scenarios.cli.simulation_runner import _backend_config
 
     text = '{"client-resources": {"num-cpus": 1}, "init-args": {"include-dashboard": false}}'
     ours = _backend_config(text)

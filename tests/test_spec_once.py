@@ -1,14 +1,14 @@
 """The run spec is built once per party, at its boundary.
 
 The server builds its :class:`fedpriv.spec.RunSpec` once, when it resolves its config
-(``scenarios.app.server_app.main``); each ClientApp node builds its own once per message,
-when it reads its Context and the message (``scenarios.app.client_app.resolved``). Below
+(``fedpriv.scenarios.app.server_app.main``); each ClientApp node builds its own once per message,
+when it reads its Context and the message (``fedpriv.scenarios.app.client_app.resolved``). Below
 that point the engine, the handlers, the recorder and the runners take the spec.
 
 The run here is the real ServerApp ``main`` on digits (3 clients, 2 rounds), its messages
 answered in process by the real ClientApp handlers (:class:`InProcessGrid`: no Ray, no
 mocks of Flower's classes). Every spec builder goes through
-:func:`scenarios.config.specs.complete`; the test counts its calls by party (a call made
+:func:`fedpriv.scenarios.config.specs.complete`; the test counts its calls by party (a call made
 under a ClientApp handler is the node's, any other the server's).
 """
 
@@ -20,9 +20,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from fedpriv.scenarios.config import specs
 from flwr.app import Context, Message, MessageType, RecordDict
 
-from scenarios.config import specs
 from tests.flower_reference import act_as_serverapp_task
 
 act_as_serverapp_task()
@@ -53,7 +53,7 @@ class InProcessGrid:
         return list(self.nodes)
 
     def send_and_receive(self, messages, timeout=None) -> list[Message]:
-        from scenarios.app.client_app import app
+        from fedpriv.scenarios.app.client_app import app
 
         replies = []
         for msg in list(messages):
@@ -69,7 +69,7 @@ class InProcessGrid:
 
 def server_main(run_config: dict, grid: InProcessGrid) -> None:
     """The ServerApp's ``main`` with ``run_config`` as its Context's."""
-    from scenarios.app.server_app import main
+    from fedpriv.scenarios.app.server_app import main
 
     main(grid, Context(run_id=grid.run_id, node_id=0, node_config={}, state=RecordDict(),
                        run_config=dict(run_config)))  # fmt: skip
@@ -77,7 +77,7 @@ def server_main(run_config: dict, grid: InProcessGrid) -> None:
 
 @pytest.fixture
 def builds(monkeypatch) -> Counter:
-    """Spec builds by party: every call of ``scenarios.config.specs.complete`` (what
+    """Spec builds by party: every call of ``fedpriv.scenarios.config.specs.complete`` (what
     ``run_spec``, ``train_spec`` and ``data_spec`` build from), ``node`` when a ClientApp
     handler is on the stack, else ``server``."""
     counts: Counter = Counter()
@@ -94,7 +94,7 @@ def builds(monkeypatch) -> Counter:
 
 def test_the_counter_sees_a_rebuild_below_the_boundary(builds):
     """A spec built again from the mapping is counted (the count below can fail)."""
-    from scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.registry import resolve_run_config
 
     run = specs.server_run(resolve_run_config(RUN))
     assert builds == Counter(server=1)

@@ -1,10 +1,9 @@
 """The run config on the wire (only keys differing from run_config) and the speed keys."""
 
 import pytest
-
-from scenarios.app import wire_config
-from scenarios.config.registry import resolve_run_config
-from scenarios.config.specs import server_run
+from fedpriv.scenarios.app import wire_config
+from fedpriv.scenarios.config.registry import resolve_run_config
+from fedpriv.scenarios.config.specs import server_run
 
 
 @pytest.fixture()
@@ -50,7 +49,7 @@ def test_type_changes_are_sent_and_mismatches_raise(base):
 
 
 def test_speed_keys_resolve_and_refuse_mixed_precision_with_dp_sgd():
-    from scenarios.config.schema import ConfigError
+    from fedpriv.scenarios.config.schema import ConfigError
 
     cfg = resolve_run_config({"scenario": "hdp-paper"})
     assert (cfg["clients-per-round"], cfg["num-zones"], cfg["num-server-rounds"]) == (100, 10, 200)
@@ -65,7 +64,7 @@ def test_speed_keys_resolve_and_refuse_mixed_precision_with_dp_sgd():
 
 
 def test_summary_labels_a_reduced_image_size_as_a_deviation():
-    from scenarios.speed.feature import speed_summary
+    from fedpriv.scenarios.speed.feature import speed_summary
 
     small = resolve_run_config({"scenario": "synthetic-mri", "image-size": 32})
     assert "deviation from MP" in speed_summary(server_run(small), [])["speed"]["deviation"]
@@ -77,7 +76,7 @@ def test_summary_labels_a_reduced_image_size_as_a_deviation():
 def test_gp_fig2_from_pyproject_defaults_is_the_250_run_sweep():
     """`fedpriv run --run-config "scenario='gp-fig2'"` resolves pyproject's values + the
     scenario's: ifca-sweep must be "auto" there, or '' hides the scenario's 250 runs."""
-    from scenarios.cli.launch import pyproject
+    from fedpriv.scenarios.cli.launch import pyproject
 
     raw = dict(pyproject()["tool"]["flwr"]["app"]["config"])
     assert resolve_run_config({**raw, "scenario": "gp-fig2"})["ifca-sweep"].count(";") == 249

@@ -166,8 +166,8 @@ def test_a_shared_tensorboard_dir_gets_one_subdirectory_per_run(tmp_path):
 
 
 def test_tracking_key_is_checked_before_anything_runs():
-    from scenarios.config.features import CATALOG
-    from scenarios.config.schema import ConfigError
+    from fedpriv.scenarios.config.features import CATALOG
+    from fedpriv.scenarios.config.schema import ConfigError
 
     with pytest.raises(ConfigError, match=r"tracking.*none \| mlflow \| tensorboard"):
         CATALOG.resolve_run_config({"tracking": "wandb"})
@@ -235,8 +235,8 @@ def test_a_real_run_writes_tensorboard_events(tracked):
 
 def _cfg(tmp_path: Path, **over):
     """The server's run (spec built once) of digits with ``over``."""
-    from scenarios.config.registry import resolve_run_config
-    from scenarios.config.specs import server_run
+    from fedpriv.scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.specs import server_run
 
     cfg = {"scenario": "digits", "strategy": "fedavg", "privacy": "none", "seed": 0,
            "output-dir": str(tmp_path / "run"), "tracking-uri": "", **over}  # fmt: skip
@@ -244,7 +244,7 @@ def _cfg(tmp_path: Path, **over):
 
 
 def test_a_tracker_that_fails_never_stops_the_run(tmp_path, capsys):
-    from scenarios.app.tracking import tracker_hooks
+    from fedpriv.scenarios.app.tracking import tracker_hooks
 
     (tmp_path / "a-file").write_text("")  # a store below a file cannot be created
     uri = f"sqlite:///{tmp_path / 'a-file' / 'm.db'}"

@@ -2,8 +2,8 @@
 
 ``scenarios/`` (the Flower app) resolves a run config and builds one frozen
 :class:`fedpriv.spec.RunSpec` per party, at its boundary: the server when it resolves its
-config (:func:`scenarios.config.specs.server_run`), each ClientApp node when it reads its
-Context and a message (:func:`scenarios.config.specs.node_call`). ``fedpriv/``,
+config (:func:`fedpriv.scenarios.config.specs.server_run`), each ClientApp node when it reads its
+Context and a message (:func:`fedpriv.scenarios.config.specs.node_call`). ``fedpriv/``,
 ``strategies/`` and ``clients/`` take typed values. An AST scan checks that no function there
 takes a config mapping (a parameter named like a config, annotated ``Mapping``/``dict``) and
 that no code there reads a declared run-config key out of one (``cfg["seed"]``,
@@ -24,13 +24,13 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.node_spec import node_keys, resolve_node
+from fedpriv.scenarios.config.specs import build, run_spec
 
 from fedpriv.privacy.modes import ModeError
 from fedpriv.privacy.modes.base import Mode
 from fedpriv.spec import KEY, DataSpec, RunSpec, StrategySpec, TrainSpec, ZoneSpec, key
-from scenarios.config.features import CATALOG
-from scenarios.config.node_spec import node_keys, resolve_node
-from scenarios.config.specs import build, run_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 BELOW = ("fedpriv", "strategies", "clients")

@@ -1,11 +1,10 @@
 """A NaN or malformed client update never reaches the global model (SPEC §7)."""
 
 import numpy as np
+from fedpriv.strategies.validating import ValidUpdatesOnly
 from flwr.app import Error
 from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
-
-from strategies.validating import ValidUpdatesOnly
 
 
 def reply(arrays, node, n=10):
@@ -77,7 +76,7 @@ def test_huge_finite_and_two_record_replies_are_rejected_and_named_through_globa
     """A reply of finite 1e18 values and a reply with two ArrayRecords are
     rejected like NaN (named in the round record) in front of the global-DP wrapper, whose
     clipping would otherwise compute a non-finite norm; the round aggregates the rest."""
-    from strategies.dp_wrappers import ServerSideFixedClippingDP
+    from fedpriv.strategies.dp_wrappers import ServerSideFixedClippingDP
 
     g = [np.zeros((2, 2), np.float32), np.zeros(3, np.float32)]
     inner = ServerSideFixedClippingDP(
@@ -105,7 +104,7 @@ def test_the_one_pass_check_matches_the_float64_rule_at_the_edges():
     change that overflows float32, +-inf and NaN are rejected with their reason; a change
     of exactly MAX_CHANGE passes; unsigned integer arrays do not wrap around (0 - 1 is
     2**64 - 1 in uint64)."""
-    from strategies.validating import MAX_CHANGE, update_problem
+    from fedpriv.strategies.validating import MAX_CHANGE, update_problem
 
     ref = {"0": np.full(4, -3e38, np.float32), "1": np.zeros(2, np.uint64)}
 
@@ -134,9 +133,8 @@ def test_array_view_reads_the_same_values_as_numpy_without_a_copy():
     """``array_view`` (the validation's zero-copy read) equals ``Array.numpy()`` in values,
     dtype and shape for C and Fortran order, 0-d, empty and 3-d arrays of several dtypes, and
     shares the Array's bytes (read-only) instead of copying them."""
+    from fedpriv.strategies.array_records import array_view
     from flwr.app import Array
-
-    from strategies.array_records import array_view
 
     rng = np.random.default_rng(3)
     cases = [
@@ -193,7 +191,7 @@ def _warnings(caplog):
 
 
 def test_rejections_are_one_warning_a_round_naming_partitions(caplog):
-    from scenarios.nodes.federation import PartitionGrid
+    from fedpriv.scenarios.nodes.federation import PartitionGrid
 
     g = [np.zeros(3, np.float32)]
     grid = PartitionGrid(None, {7001: 0, 7002: 1, 7003: 2})
@@ -214,7 +212,7 @@ def test_a_zone_asked_for_no_client_declines_without_a_warning(caplog):
     """A zone node sent an empty sample replies with num-examples = 0: left out, but not an
     invalid update (no warning, not in rejected, no failed round under on_invalid='fail');
     a zone that was asked for clients and sends 0 is rejected, named by its zone."""
-    from scenarios.nodes.federation import ZoneGrid
+    from fedpriv.scenarios.nodes.federation import ZoneGrid
 
     g = [np.zeros(3, np.float32)]
     links = _ZoneLinks()

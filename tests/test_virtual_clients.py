@@ -1,12 +1,12 @@
 """Virtual clients on worker SuperNodes: packing, the worker's trust rules, the VirtualGrid.
 
-The real ClientApp (``scenarios.app.client_app.app``) gets real Flower messages and
+The real ClientApp (``fedpriv.scenarios.app.client_app.app``) gets real Flower messages and
 contexts. A worker is a node whose own ``node_config`` says ``partition-id = w``,
 ``num-partitions = W`` < ``num-clients``: it serves the partitions ``p mod W = w`` and nothing
 else. The curious-server attacks of ``tests/test_curious_server.py`` are sent again inside
 packed messages: each client's part is checked against that client's own spec, a packed
 message that names another worker's partition is refused whole, and the DP-SGD ledgers and
-states stay per client. The :class:`scenarios.nodes.virtual_grid.VirtualGrid` is driven by a
+states stay per client. The :class:`fedpriv.scenarios.nodes.virtual_grid.VirtualGrid` is driven by a
 loop-back grid that hands every message to the real ClientApp with its node's Context.
 """
 
@@ -18,12 +18,9 @@ import uuid
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
-
-from fedpriv.privacy.ownership import REFUSED_CODE
-from scenarios.app.client_app import app
-from scenarios.app.task_names import DPSGD_STATE_KEY
-from scenarios.nodes.packing import (
+from fedpriv.scenarios.app.client_app import app
+from fedpriv.scenarios.app.task_names import DPSGD_STATE_KEY
+from fedpriv.scenarios.nodes.packing import (
     PACK_KEY,
     pack,
     pack_replies,
@@ -31,9 +28,12 @@ from scenarios.nodes.packing import (
     unpack_errors,
     worker_clients,
 )
-from scenarios.nodes.virtual_grid import VirtualGrid
-from scenarios.nodes.worker import STATES_KEY, client_state
-from scenarios.speed.keys import simulation_workers
+from fedpriv.scenarios.nodes.virtual_grid import VirtualGrid
+from fedpriv.scenarios.nodes.worker import STATES_KEY, client_state
+from fedpriv.scenarios.speed.keys import simulation_workers
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+
+from fedpriv.privacy.ownership import REFUSED_CODE
 from tests.test_curious_server import (
     AUTO_RUN_CONFIG,
     DPSGD_ATTACKS,
@@ -183,7 +183,7 @@ def test_a_worker_trains_its_clients_as_one_cohort_with_the_results_of_one_by_on
     """Standard training of clients 0 and 2 on one worker: with ``cohort-training`` their
     Keras calls ran as one compiled call (the trainer has a cohort trace), and each client's
     reply is the one it gets client by client (to float tolerance)."""
-    from clients import keras_client
+    from fedpriv.clients import keras_client
 
     replies = {}
     for cohort in (False, True):
@@ -273,7 +273,7 @@ def test_a_replayed_packed_round_is_one_release_per_client(dpsgd_weights, tmp_pa
 def test_a_zone_supernode_is_not_a_worker():
     """A zone SuperNode's ``num-partitions`` is the number of zones (< num-clients): it serves
     its zone's plain messages, not a share of the clients."""
-    from scenarios.nodes.worker import served_clients
+    from fedpriv.scenarios.nodes.worker import served_clients
 
     zone = Context(7, 1, {"partition-id": 3, "num-partitions": 10}, RecordDict(),
                    {**AUTO_RUN_CONFIG, "scenario": "hdp-digits"})  # fmt: skip
@@ -287,9 +287,9 @@ def test_a_zone_supernode_is_not_a_worker():
 def test_gpu_federation_runs_one_worker_per_gpu(monkeypatch, gpus, workers):
     """On a GPU federation ``num-workers = auto`` is one worker per GPU (its clients train as
     one cohort on the device), not the CPU count over a client's CPUs (4 on 8 CPUs here)."""
-    from scenarios.cli import ray_cluster
-    from scenarios.config.registry import resolve_run_config
-    from scenarios.speed import workers as speed_workers
+    from fedpriv.scenarios.cli import ray_cluster
+    from fedpriv.scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.speed import workers as speed_workers
 
     monkeypatch.setattr(ray_cluster, "local_gpus", lambda: gpus)
     monkeypatch.setattr(speed_workers.os, "cpu_count", lambda: 8)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import data_spec, node_call, train_spec
 
 from fedpriv.zonal import (
     SuperNodeElection,
@@ -31,8 +33,6 @@ from fedpriv.zonal import (
     table_i_config,
     zone_levels,
 )
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import data_spec, node_call, train_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = [(6, 5), (5,), (5, 3), (3,)]
@@ -64,8 +64,8 @@ def _uniform_mean(updates):
 
 def _resolve(run_config):
     """resolve_run_config with the zonal feature registered (scenario hdp-digits)."""
-    import scenarios.zonal.feature  # noqa: F401
-    from scenarios.config.registry import resolve_run_config
+    import fedpriv.scenarios.zonal.feature  # noqa: F401
+    from fedpriv.scenarios.config.registry import resolve_run_config
 
     return resolve_run_config(run_config)
 
@@ -141,10 +141,9 @@ def test_equal_zones_share_is_one_over_s():
 
 def test_identity_through_the_message_api_strategy():
     """ZonalAggregation around Flower's FedAvg == Flower's FedAvg on the same replies."""
+    from fedpriv.strategies.zonal import ZonalAggregation
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
     from flwr.serverapp.strategy import FedAvg
-
-    from strategies.zonal import ZonalAggregation
 
     n, s, k = 12, 3, 6
     grid = FakeGrid(n)
@@ -331,12 +330,12 @@ def test_clipping_bounds_every_contribution():
 
 def test_ldp_client_message_carries_the_noise():
     """Call the client task directly: an LDP zone's message = clip(Δ) + N(0, (zC)²)."""
+    from fedpriv.clients.keras_client import federated_data, initial_weights
+    from fedpriv.scenarios.app.client_tasks import train_zonal
     from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
     from flwr.common import MessageType
 
-    from clients.keras_client import federated_data, initial_weights
     from fedpriv.privacy.mechanisms import flat_norm
-    from scenarios.app.client_tasks import train_zonal
 
     cfg = _resolve(
         {
@@ -429,10 +428,9 @@ def test_failure_draws_follow_the_rate():
 
 
 def test_strategy_round_completes_after_a_supernode_failure():
+    from fedpriv.strategies.zonal import ZonalAggregation
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
     from flwr.serverapp.strategy import FedAvg
-
-    from strategies.zonal import ZonalAggregation
 
     grid = FakeGrid(8)
     plan = ZonalPlan.build(
@@ -608,7 +606,7 @@ def test_cli_refuses_a_bad_zone_map_before_training(tmp_path):
         f"zone-map='0:0,1:1,2:2,3:3,40:0' output-dir='{out}'"
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "scenarios.cli.main", "run", "--run-config", items],
+        [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config", items],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -623,10 +621,9 @@ def test_cli_refuses_a_bad_zone_map_before_training(tmp_path):
 
 def test_server_optimizer_strategies_step_towards_the_zonal_result():
     """FedAvgM without momentum and server lr 1 lands exactly on the zonal aggregate."""
+    from fedpriv.strategies.zonal import ZonalAggregation
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
     from flwr.serverapp.strategy import FedAvg, FedAvgM
-
-    from strategies.zonal import ZonalAggregation
 
     common = dict(min_train_nodes=1, min_evaluate_nodes=1, min_available_nodes=1)
     plan = ZonalPlan.build(

@@ -3,7 +3,7 @@ where the level lives.
 
 One real simulation (``fedpriv run``, scenario ``hdp-digits``: none / LDP / HDP / CDP one after
 the other) with ``zonal-save-replies = true``: the ZoneGrid writes EVERY reply the ServerApp
-receives, with the instruction it answers (:func:`scenarios.nodes.federation.save_replies`).
+receives, with the instruction it answers (:func:`fedpriv.scenarios.nodes.federation.save_replies`).
 8 clients in 2 zones, every client sampled (q = 1, W_i = 4), z = 4, C = 0.5, so the noise
 dominates the updates and its std identifies who drew it:
 
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.config.specs import data_spec, train_spec
 
 from fedpriv.reporting.runlog import read_rounds
-from scenarios.config.specs import data_spec, train_spec
 from tests.simulate import run_fedpriv
 
 pytestmark = pytest.mark.simulation
@@ -82,7 +82,8 @@ def flat(arrays) -> np.ndarray:
 
 def client_updates(cfg: dict, server_round: int, glob: list[np.ndarray], clients: list[int]):
     """Each client's Δ_k = θ_k − θ, trained here as the zone node trains it."""
-    from clients.keras_client import TrainSettings, federated_data, model_for, train_local
+    from fedpriv.clients.keras_client import TrainSettings, federated_data, model_for, train_local
+
     from fedpriv import seeds
 
     data = federated_data(data_spec(cfg))

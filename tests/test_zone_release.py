@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fedpriv.scenarios.zonal.keys import federation_size
 
 from fedpriv.zonal import ZonalPlan, aggregate_round
 from fedpriv.zonal.release import ZoneRelease, client_contribution, server_step, zone_release
-from scenarios.zonal.keys import federation_size
 
 SHAPES = [(6, 4), (4,)]
 
@@ -121,8 +121,8 @@ def test_the_federation_has_one_supernode_per_zone():
 
 def test_a_multi_run_plan_refuses_zone_node_cells():
     """One simulation has one number of SuperNodes: a plan's zonal cell runs in-server."""
-    from scenarios.app.multirun import Cell, check_one_node_per_client
-    from scenarios.config.schema import ConfigError
+    from fedpriv.scenarios.app.multirun import Cell, check_one_node_per_client
+    from fedpriv.scenarios.config.schema import ConfigError
 
     zonal = {"privacy": "zonal", "zonal-runtime": "zone-nodes"}
     with pytest.raises(ConfigError, match="zonal-runtime = 'zone-nodes' is not allowed"):

@@ -1,7 +1,7 @@
 """Zone nodes on worker SuperNodes give the run of one SuperNode per zone.
 
 With ``zonal-runtime = zone-nodes`` in a simulation, ``num-workers`` W < s worker SuperNodes
-serve the s zones (:class:`scenarios.nodes.virtual_grid.ZoneWorkerGrid`): zone z belongs to
+serve the s zones (:class:`fedpriv.scenarios.nodes.virtual_grid.ZoneWorkerGrid`): zone z belongs to
 worker ``z mod W``, one packed message per worker and round, each zone served as its own
 node (its own Context, ledger and noise streams), the clients of all its zones trained as one
 cohort. ``hdp-digits`` (none / LDP / HDP / CDP in one simulation, seeded noise) on 1 worker
@@ -28,7 +28,7 @@ PLACEMENTS = ("none", "ldp", "hdp", "cdp")
 def test_a_zone_worker_serves_its_share_of_the_zones():
     """Worker w of W serves the zones z with z mod W = w (its own node_config); with one
     SuperNode per zone each serves its own zone only."""
-    from scenarios.nodes.worker import served_clients
+    from fedpriv.scenarios.nodes.worker import served_clients
 
     run_config = {"scenario": "hdp-digits", "num-clients": 20, "num-zones": 10}
     worker = Context(7, 1, {"partition-id": 1, "num-partitions": 3}, RecordDict(), run_config)
@@ -45,9 +45,10 @@ def test_a_zone_worker_serves_each_zone_as_its_own_node_and_refuses_foreign_zone
     message for zone 0 and a curious server's weakened one for zone 5: zone 0 trains and is
     charged in its own ledger; zone 5 is refused by its own checks, nothing charged. A packed
     message naming zone 1 (another worker's) is refused whole."""
-    from scenarios.app.client_app import app
-    from scenarios.config.node_spec import node_spec
-    from scenarios.zonal.keys import plan_from_config
+    from fedpriv.scenarios.app.client_app import app
+    from fedpriv.scenarios.config.node_spec import node_spec
+    from fedpriv.scenarios.zonal.keys import plan_from_config
+
     from tests.test_curious_server import ZONE_AUTO, server_message, zone_extra
     from tests.test_virtual_clients import packed, replies_of
 
@@ -82,7 +83,7 @@ def test_a_zone_worker_serves_each_zone_as_its_own_node_and_refuses_foreign_zone
 
 
 def test_simulation_size_gives_the_zones_workers_up_to_the_cpus():
-    from scenarios.speed.keys import zone_worker_count
+    from fedpriv.scenarios.speed.keys import zone_worker_count
 
     assert zone_worker_count({"num-workers": "auto"}, 10, 2.0, 1.0) == 2
     assert zone_worker_count({"num-workers": 3}, 10, 2.0, 1.0) == 3

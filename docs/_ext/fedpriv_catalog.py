@@ -1,7 +1,8 @@
 """Sphinx extension: the pages generated from the app's feature list at build time.
 
 Two marker lines are replaced when Sphinx reads a page, from
-:data:`scenarios.config.features.CATALOG`, the catalog ``fedpriv keys`` prints and the app runs on,
+:data:`fedpriv.scenarios.config.features.CATALOG`, the catalog ``fedpriv keys`` prints and the app
+runs on,
 so these pages cannot drift from the code:
 
 - :data:`KEYS_MARKER` (``reference/keys.md``, required there): one section per feature with a
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 KEYS_MARKER = (
-    "<!-- fedpriv-keys: generated at build time from scenarios.config.features.CATALOG -->"
+    "<!-- fedpriv-keys: generated at build time from fedpriv.scenarios.config.features.CATALOG -->"
 )
 THREAT_MARKER = "<!-- fedpriv-threat-models: generated at build time from the privacy modes -->"
 KEYS_PAGE = "reference/keys"
@@ -131,7 +132,7 @@ def _source_read(app: Any, docname: str, source: list[str]) -> None:
     """Sphinx ``source-read`` hook."""
     del app
     if docname == KEYS_PAGE or any(marker in source[0] for marker in GENERATORS):
-        from scenarios.config.features import CATALOG
+        from fedpriv.scenarios.config.features import CATALOG
 
         source[0] = render_page(docname, source[0], CATALOG)
 

@@ -18,7 +18,7 @@ The canary takes part in every round, so no sampling amplification applies. With
 clients sampled (m = n_t) this is below the run's headline replace-one ε (μ = 2√T/z).
 
 With a fixed denominator (``fixed_denominator``: the aggregate is ``Σ clip(Δ)/m`` whatever
-the number of replies, :meth:`strategies.dp_wrappers.ServerSideFixedClippingDP.
+the number of replies, :meth:`fedpriv.strategies.dp_wrappers.ServerSideFixedClippingDP.
 use_fixed_denominator`) adding the canary moves the aggregate by at most C/m: ``μ_t = 1/z``,
 ``μ = √T/z`` — a real client's add/remove sensitivity.
 """

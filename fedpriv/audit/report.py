@@ -23,7 +23,7 @@ from fedpriv.privacy.modes import global_dp, metric_dp  # noqa: E402
 
 __all__ = ["audit_grid_report", "plot_epsilon_vs_z"]
 
-# grid rows (scenarios.audit.commands.GRID_ROWS): the modes' registered names
+# grid rows (fedpriv.scenarios.audit.commands.GRID_ROWS): the modes' registered names
 GLOBAL_ROW = global_dp.MODE.name
 METRIC_ROWS = tuple(f"{metric_dp.MODE.name} {on}" for on in ("raw", "clipped"))
 PLOTTED_ROWS = (GLOBAL_ROW, *METRIC_ROWS)

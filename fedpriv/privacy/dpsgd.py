@@ -8,7 +8,7 @@ DP-SGD (Abadi et al. 2016, §3.1 and the moments accountant of §3.2) as fedpriv
   clamped to 1: every step uses every example). A step's batch has a random size (possibly
   0); the schedule pads every step to one static width (the largest batch drawn in the
   call, rounded up to a power of two >= 8, never truncated) with mask 0 on the padding.
-* **Step** (``clients.dp_grads.private_grads``): g̃ = (Σ_i m_i·clip(∇ℓ_i, C) + N(0,
+* **Step** (``fedpriv.clients.dp_grads.private_grads``): g̃ = (Σ_i m_i·clip(∇ℓ_i, C) + N(0,
   (zC)² I)) / D with D = q·n = min(B, n), the expected batch size, fixed (never the realised
   size, which is private). An empty batch is a step of pure noise.
 * **Adjacency: replace-one example**. Every reply carries ``num-examples`` = n
@@ -123,7 +123,7 @@ def call_randomness(
 class PoissonSchedule:
     """The batches of one client call: ``idx[s]``, ``mask[s]`` of a static width.
 
-    Field names as ``clients.compiled.Schedule`` (the trainer runs either).
+    Field names as ``fedpriv.clients.compiled.Schedule`` (the trainer runs either).
     """
 
     idx: np.ndarray  # (steps, width) int32; padding rows point at example 0

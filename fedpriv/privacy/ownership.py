@@ -26,7 +26,7 @@ Which keys (:data:`OWNED_KEYS`, gathered from each mode's ``owned_keys``):
   keys that make a user a held-out validation user (``num-clients``, ``validation-clients``);
 * every mode: the opt-ins ``unaccounted-metrics`` and ``reproducible-noise``.
 
-Every node, in every mode, resolves its own spec (``scenarios.config.node_spec``):
+Every node, in every mode, resolves its own spec (``fedpriv.scenarios.config.node_spec``):
 ``"auto"`` is resolved ON THE NODE — the scenario's z, C, δ, zones and placement, and the
 node's secure defaults for the opt-ins (:data:`NODE_SECURE_DEFAULTS`: false) and its state
 folder — never delegated to the server. The allow-list is declared here, once:
@@ -40,7 +40,7 @@ data, partition, seed, canaries, placements, caps, rounds, budgets); :data:`CLIE
 never. :data:`OWNED_KEYS` (what each
 server-distrusting mode declares, ``PrivacyMode.owned_keys``) is a subset of that list.
 Which role a node plays (``client_mode``) and its zone's level are read from the node's own
-config, so they live with the node's resolution, in :mod:`scenarios.config.node_roles`.
+config, so they live with the node's resolution, in :mod:`fedpriv.scenarios.config.node_roles`.
 """
 
 from __future__ import annotations
@@ -124,7 +124,8 @@ MESSAGE_KEYS: tuple[str, ...] = (
     "ifca-ledger-tag",
     "evaluate-received",
 )  # a mode adds its own (``Mode.message_keys``: client budgets' announced sampling rate)
-# derived from the node's spec (scenarios.config.node_spec): a message may only repeat the value
+# derived from the node's spec (fedpriv.scenarios.config.node_spec): a message may only repeat the
+# value
 DERIVED_KEYS: tuple[str, ...] = (
     "client-task",
     "zonal-level",

@@ -4,7 +4,8 @@ A run config says ``num-clients`` N, ``clients-per-round`` (0 = all clients),
 ``num-sampled-clients`` (the m of ``σ = z·C/m``; 0 = the clients sampled per round) and
 ``client-sampling`` (fixed | poisson). :class:`Participation` turns them into numbers once
 (:meth:`Participation.from_counts`; a run's is ``RunSpec.participation``); the sampler
-(``scenarios.app.recorder``), σ's m (the DP wrappers), the accountant, summary.json, planning
+(``fedpriv.scenarios.app.recorder``), σ's m (the DP wrappers), the accountant, summary.json,
+planning
 (``fedpriv epsilon``) and the audit all read this one object instead of repeating the
 "0 = all" rule.
 """

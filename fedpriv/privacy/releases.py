@@ -5,7 +5,7 @@ released, in a state directory it owns (never one named by a message or chosen b
 decides itself whether a request may produce a new release:
 
 * **Where.** :func:`node_dir`: the node's own ``client-state-dir`` (its ``node_config``, read
-  by ``scenarios.config.node_roles.node_ledger``); else a per-node default outside every
+  by ``fedpriv.scenarios.config.node_roles.node_ledger``); else a per-node default outside every
   run's output folder, ``$FEDPRIV_STATE_ROOT`` (default ``<tempdir>/fedpriv-state-<uid>``)
   ``/node-<data key>``, where the data key is a digest of the node's own data settings
   (dataset, partitioning, clients, seed: the same data is the same node). Neither the run id,
@@ -17,7 +17,7 @@ decides itself whether a request may produce a new release:
 * **What.** The ledger holds the node's total ``releases`` (monotonic), the ``spent`` cost
   (in the party's own unit: GP leakage, one per DP-SGD participation, ...), ``declined``
   requests, and per *sequence* — what the party releases under one mechanism, named from the
-  node's own settings only (:func:`clients.releases.sequence_of`) — the lifetime count and
+  node's own settings only (:func:`fedpriv.clients.releases.sequence_of`) — the lifetime count and
   the digest of every request it answered; per sequence and run, the run's last round and
   count (for the in-run rewind rule and the per-run limit).
 * **Repeats, in any run.** :meth:`ReleaseCounter.begin` answers a request with a
@@ -38,7 +38,7 @@ decides itself whether a request may produce a new release:
   with one line.
 
 This module imports no Flower: the Flower adapters (records, contexts) are in
-:mod:`clients.releases`.
+:mod:`fedpriv.clients.releases`.
 """
 
 from __future__ import annotations

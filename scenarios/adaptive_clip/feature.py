@@ -1,6 +1,7 @@
 """Feature ``adaptive_clip``: privacy mode ``adaptive-clip`` (Andrew et al. 2021).
 
-Declares the mode's server wrapper (:class:`strategies.adaptive_dp.ServerSideAdaptiveClippingDP`
+Declares the mode's server wrapper
+(:class:`fedpriv.strategies.adaptive_dp.ServerSideAdaptiveClippingDP`
 around the stock strategy, noise from the secret ``dp-noise`` stream, global DP's accountant
 and budget), its config check (``noise-multiplier < 2*clipped-count-stddev``, one line) and its
 summary.json ``privacy`` block (ε recomposed from the charged rounds, the clipping-norm
@@ -13,16 +14,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from fedpriv.scenarios.adaptive_clip.keys import KEYS
+from fedpriv.scenarios.app.privacy_modes import declare
+from fedpriv.scenarios.config.feature import Catalog, Feature
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import ServerRun, run_spec
 
 from fedpriv import seeds
 from fedpriv.privacy.disclosure import unaccounted_channels
 from fedpriv.privacy.modes import adaptive_clip, mode_of
 from fedpriv.reporting.records import PrivacyFigures, mean_of
-from scenarios.adaptive_clip.keys import KEYS
-from scenarios.app.privacy_modes import declare
-from scenarios.config.feature import Catalog, Feature
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import ServerRun, run_spec
 
 MODE = adaptive_clip.MODE
 
@@ -30,9 +31,10 @@ MODE = adaptive_clip.MODE
 def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     """The adaptive-clipping wrapper around the Message-API ``strategy`` (``rng``, the run's
     sampling Generator, is not used for noise: OS entropy unless ``reproducible-noise``)."""
+    from fedpriv.scenarios.dp.feature import budget_of
+    from fedpriv.strategies.adaptive_dp import ServerSideAdaptiveClippingDP
+
     from fedpriv.privacy.accounting.rounds import global_dp_accountant
-    from scenarios.dp.feature import budget_of
-    from strategies.adaptive_dp import ServerSideAdaptiveClippingDP
 
     del rng
     cfg, spec = run.record, run.spec

@@ -5,7 +5,7 @@ releases together), ``clipping-norm`` (the initial norm C_0), ``dp-delta``, ``dp
 ``client-sampling`` and ``max-epsilon``.
 """
 
-from scenarios.config.schema import key, real
+from fedpriv.scenarios.config.schema import key, real
 
 KEYS = (
     key(

@@ -1,17 +1,18 @@
 """The one ClientApp of ``flwr run .``.
 
 The server sends what of the resolved config differs from the run's ``run_config`` in every
-message's ``config`` record (:mod:`scenarios.app.wire_config`; the client merges it into its own
+message's ``config`` record (:mod:`fedpriv.scenarios.app.wire_config`; the client merges it into
+its own
 ``context.run_config``), so a client needs nothing but its ``partition-id`` from
 ``node_config`` (simulation sets it; a deployment SuperNode gets it with
 ``--node-config "partition-id=0 num-partitions=4"``).
 
 ``config["client-task"]`` (default ``standard``) picks the training routine out of
-:data:`scenarios.app.client_tasks.TASKS`; custom message types (IFCA) are served by
-:data:`scenarios.app.client_tasks.MESSAGE_HANDLERS` (their config resolved the same way,
+:data:`fedpriv.scenarios.app.client_tasks.TASKS`; custom message types (IFCA) are served by
+:data:`fedpriv.scenarios.app.client_tasks.MESSAGE_HANDLERS` (their config resolved the same way,
 :func:`with_config`). A worker SuperNode of the simulation serves several
 virtual clients, each through these same handlers with its own Context
-(:func:`scenarios.nodes.worker.serves_virtual`). This module imports client code only: no
+(:func:`fedpriv.scenarios.nodes.worker.serves_virtual`). This module imports client code only: no
 server app, CLI, report or plotting module is loaded in a worker.
 
 Every reply passes :func:`disclose`: in a privacy mode, its MetricRecords keep
@@ -19,12 +20,13 @@ only what that mode's accounting covers (:mod:`fedpriv.privacy.disclosure`) unle
 in with ``unaccounted-metrics = true``; an evaluation that may not be sent is not run.
 
 Each node owns its privacy settings: it resolves its own spec from its
-``run_config`` overlaid with ``node_config`` (:mod:`scenarios.config.node_spec`: ``"auto"`` is the
+``run_config`` overlaid with ``node_config`` (:mod:`fedpriv.scenarios.config.node_spec`: ``"auto"``
+is the
 node's secure default, never the server's choice), and a message whose privacy keys differ
 from that spec (:mod:`fedpriv.privacy.ownership` ``PRIVACY_KEYS``, the allow-list) gets an error
 reply naming the key (:func:`resolved`) — no arrays, no metrics, no training — in every mode.
 
-A train message whose config sets ``evaluate-received`` (:mod:`scenarios.app.fused`)
+A train message whose config sets ``evaluate-received`` (:mod:`fedpriv.scenarios.app.fused`)
 is also an evaluate message: the node evaluates the model it carries first
 (:func:`evaluation`, the evaluate handler's own code and disclosure) and adds that record,
 ``evaluation``, to the train reply.
@@ -34,12 +36,36 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scenarios.app import quiet
+from fedpriv.scenarios.app import quiet
 
 # before TensorFlow loads: its C++ log level, and Flower's logger at WARNING in this worker,
 # unless FEDPRIV_LOG=debug (fedpriv run --verbose)
 quiet.configure_process()
 
+from fedpriv.clients.adversary import is_malicious, tamper_reply  # noqa: E402
+from fedpriv.clients.keras_client import evaluate_local, federated_data, model_for  # noqa: E402
+from fedpriv.clients.records import arrays_of  # noqa: E402
+from fedpriv.clients.releases import ReleaseRefused  # noqa: E402
+from fedpriv.scenarios.app.client_tasks import (  # noqa: E402
+    MESSAGE_HANDLERS,
+    STATEFUL_TASKS,
+    TASKS,
+    Handler,
+    call_seed,
+    server_round,
+)
+from fedpriv.scenarios.app.task_names import (  # noqa: E402
+    EVALUATE_RECEIVED_KEY,
+    EVALUATION_RECORD,
+    ZONE_NODE_TASK,
+)
+from fedpriv.scenarios.app.wire_config import DIGEST_KEY, client_config  # noqa: E402
+from fedpriv.scenarios.config.node_spec import node_spec  # noqa: E402
+from fedpriv.scenarios.config.schema import ConfigError  # noqa: E402
+from fedpriv.scenarios.config.specs import NodeCall, node_call  # noqa: E402
+from fedpriv.scenarios.nodes.federation import QUERY_KEY  # noqa: E402
+from fedpriv.scenarios.nodes.worker import answer_record, serves_virtual  # noqa: E402
+from fedpriv.scenarios.zonal.zone_node import evaluate_zone  # noqa: E402
 from flwr.app import (  # noqa: E402
     Context,
     Error,
@@ -49,33 +75,9 @@ from flwr.app import (  # noqa: E402
 )
 from flwr.clientapp import ClientApp  # noqa: E402
 
-from clients.adversary import is_malicious, tamper_reply  # noqa: E402
-from clients.keras_client import evaluate_local, federated_data, model_for  # noqa: E402
-from clients.records import arrays_of  # noqa: E402
-from clients.releases import ReleaseRefused  # noqa: E402
 from fedpriv.privacy.disclosure import allowed_metric_keys, filter_metrics  # noqa: E402
 from fedpriv.privacy.ownership import REFUSED_CODE  # noqa: E402
 from fedpriv.spec import RunSpec  # noqa: E402
-from scenarios.app.client_tasks import (  # noqa: E402
-    MESSAGE_HANDLERS,
-    STATEFUL_TASKS,
-    TASKS,
-    Handler,
-    call_seed,
-    server_round,
-)
-from scenarios.app.task_names import (  # noqa: E402
-    EVALUATE_RECEIVED_KEY,
-    EVALUATION_RECORD,
-    ZONE_NODE_TASK,
-)
-from scenarios.app.wire_config import DIGEST_KEY, client_config  # noqa: E402
-from scenarios.config.node_spec import node_spec  # noqa: E402
-from scenarios.config.schema import ConfigError  # noqa: E402
-from scenarios.config.specs import NodeCall, node_call  # noqa: E402
-from scenarios.nodes.federation import QUERY_KEY  # noqa: E402
-from scenarios.nodes.worker import answer_record, serves_virtual  # noqa: E402
-from scenarios.zonal.zone_node import evaluate_zone  # noqa: E402
 
 __all__ = [
     "app",
@@ -136,7 +138,7 @@ def resolved(msg: Message, context: Context, kind: str, task: str = "") -> NodeC
 @serves_virtual
 def query(msg: Message, context: Context) -> Message:
     """Answer the server's partition discovery: this node's partition id and the clients it
-    serves (a worker SuperNode's virtual clients, :mod:`scenarios.nodes.worker`)."""
+    serves (a worker SuperNode's virtual clients, :mod:`fedpriv.scenarios.nodes.worker`)."""
     content = RecordDict({QUERY_KEY: answer_record(context, partition_id(context))})
     return Message(content=content, reply_to=msg)
 
@@ -151,7 +153,7 @@ def train(msg: Message, context: Context) -> Message:
     spec, name = call.spec, call.task
     partition = partition_id(context)
     node = (context,) if name in STATEFUL_TASKS else ()
-    # scenarios.app.fused: evaluate the received model first, as an evaluate message would
+    # fedpriv.scenarios.app.fused: evaluate the received model first, as an evaluate message would
     evaluated = evaluation(msg, call, partition) if call.record.get(EVALUATE_RECEIVED_KEY) else None
     try:
         content = disclose(spec, "train", TASKS[name](msg, call, partition, *node))

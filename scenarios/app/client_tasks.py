@@ -2,14 +2,16 @@
 
 The server picks the task by putting ``"client-task": NAME`` in the config it sends
 (default ``standard``). The features name their tasks (``Feature.client_tasks`` in
-:mod:`scenarios.config.features`); the implementations live here, next to the other client-side
+:mod:`fedpriv.scenarios.config.features`); the implementations live here, next to the other
+client-side
 code, so that a worker never imports the server app, the CLI, reports or plotting
 (``tests/test_features.py`` checks both lists agree and what a worker imports).
 
 Tasks: ``standard`` (Keras training, FedProx term), ``dp-sgd`` (Poisson-batched DP-SGD,
-``clients.dpsgd_client``; it also gets the node's ``Context``, see
+``fedpriv.clients.dpsgd_client``; it also gets the node's ``Context``, see
 :data:`STATEFUL_TASKS`), ``zonal`` (clip Δ, LDP noise in an LDP zone), ``zone-node``
-(a zone SuperNode: :mod:`scenarios.zonal.zone_node`), ``ifca`` (GP Algorithm 1 lines 5-7, also
+(a zone SuperNode: :mod:`fedpriv.scenarios.zonal.zone_node`), ``ifca`` (GP Algorithm 1 lines 5-7,
+also
 served on its own message type, see :data:`MESSAGE_HANDLERS`).
 """
 
@@ -19,19 +21,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
-
-from clients import ifca_client
-from clients.keras_client import TrainSettings, federated_data, model_for, train_local
-from clients.records import array_record, arrays_of
-from clients.releases import guarded_release, node_counter, request_digest, sequence_of
-from fedpriv import seeds
-from fedpriv.ifca import ACTION as IFCA_ACTION
-from fedpriv.privacy.mechanisms import clip_update, flat_norm
-from fedpriv.privacy.releases import Ticket
-from fedpriv.spec import RunSpec
-from fedpriv.zonal import ldp_client_update
-from scenarios.app.task_names import (  # noqa: F401  (re-exported: the names tasks are known by)
+from fedpriv.clients import ifca_client
+from fedpriv.clients.keras_client import TrainSettings, federated_data, model_for, train_local
+from fedpriv.clients.records import array_record, arrays_of
+from fedpriv.clients.releases import guarded_release, node_counter, request_digest, sequence_of
+from fedpriv.scenarios.app.task_names import (  # noqa: F401  (re-exported: the names tasks are known by)
     CLIENT_BUDGETS_TASK,
     DPSGD_STATE_KEY,
     DPSGD_TASK,
@@ -40,9 +34,17 @@ from scenarios.app.task_names import (  # noqa: F401  (re-exported: the names ta
     ZONAL_TASK,
     ZONE_NODE_TASK,
 )
-from scenarios.config.node_roles import node_state_dir, own_max_epsilon
-from scenarios.config.specs import NodeCall
-from scenarios.zonal.zone_node import train_zone
+from fedpriv.scenarios.config.node_roles import node_state_dir, own_max_epsilon
+from fedpriv.scenarios.config.specs import NodeCall
+from fedpriv.scenarios.zonal.zone_node import train_zone
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+
+from fedpriv import seeds
+from fedpriv.ifca import ACTION as IFCA_ACTION
+from fedpriv.privacy.mechanisms import clip_update, flat_norm
+from fedpriv.privacy.releases import Ticket
+from fedpriv.spec import RunSpec
+from fedpriv.zonal import ldp_client_update
 
 Task = Callable[[Message, NodeCall, int], RecordDict]
 
@@ -92,14 +94,15 @@ def train_dpsgd(
     """Client task ``dp-sgd``: DP-SGD local training from the received global weights.
 
     The client counts its participations itself: every release is charged in its
-    own ledger (:mod:`clients.releases`, file ``dp-sgd-<partition>.json`` in its own state
+    own ledger (:mod:`fedpriv.clients.releases`, file ``dp-sgd-<partition>.json`` in its own state
     directory, before it trains) and ε covers the ledger's total count — every participation
     this state directory saw, restarts and rewound or repeated rounds included; an identical
     repeat of its last request gets the cached reply (no fresh noise, no new charge). Nothing
     of the count comes from the message. ``context`` None (a direct call): the ledger of run 0
     in the default state root.
     """
-    from clients.dpsgd_client import DpSgdSettings
+    from fedpriv.clients.dpsgd_client import DpSgdSettings
+
     from fedpriv.privacy.dpsgd import check_microbatches
     from fedpriv.privacy.modes.dp_sgd import DPSGDParams
 
@@ -165,7 +168,8 @@ def _dpsgd_release(
     participations: int,
 ) -> RecordDict:
     """DP-SGD training of one charged participation; ε over ``participations`` rounds."""
-    from clients.dpsgd_client import dp_trainer_for, train_dpsgd
+    from fedpriv.clients.dpsgd_client import dp_trainer_for, train_dpsgd
+
     from fedpriv.audit.example_canaries import with_example_canaries
 
     data = federated_data(spec.data)
@@ -188,7 +192,7 @@ def train_zonal(
 ) -> RecordDict:
     """Client task ``zonal`` (:func:`zonal_release`). A client of an LDP zone is a noising
     party: it counts its releases in its own lifetime ledger (file ``zonal-ldp-<partition>``
-    in its own folder, :func:`scenarios.config.node_roles.node_ledger`): a request identical
+    in its own folder, :func:`fedpriv.scenarios.config.node_roles.node_ledger`): a request identical
     to one it answered, in any run, gets the cached reply or is refused; every other one is
     charged before it trains. ``context`` None (a direct call): no ledger."""
     if call.record.get("zonal-level", "none") != "ldp" or context is None:
@@ -270,13 +274,13 @@ def train_ifca(
     msg: Message, call: NodeCall, partition: int, context: Context | None = None
 ) -> RecordDict:
     """Client task ``ifca`` (a plain ``train`` message with ``client-task = ifca``): the IFCA
-    participation of :func:`clients.ifca_client.ifca_train`, with the node's own ledger."""
+    participation of :func:`fedpriv.clients.ifca_client.ifca_train`, with the node's own ledger."""
     folder = node_state_dir(context) if context is not None else None
     return ifca_client.ifca_train(msg, call.spec, partition, call.round, context, folder)
 
 
 def ifca_train_handler(msg: Message, call: NodeCall, context: Context) -> Message:
-    """``@app.train("ifca")``: :func:`clients.ifca_client.train_handler` with the node's
+    """``@app.train("ifca")``: :func:`fedpriv.clients.ifca_client.train_handler` with the node's
     spec and the message's round."""
     return ifca_client.train_handler(
         msg,
@@ -288,8 +292,9 @@ def ifca_train_handler(msg: Message, call: NodeCall, context: Context) -> Messag
 
 
 def ifca_evaluate_handler(msg: Message, call: NodeCall, context: Context) -> Message:
-    """``@app.evaluate("ifca")``: :func:`clients.ifca_client.evaluate_handler` with the node's
-    spec and its own evaluation split (a derived key, ``scenarios.config.node_spec``); a
+    """``@app.evaluate("ifca")``: :func:`fedpriv.clients.ifca_client.evaluate_handler` with the
+    node's
+    spec and its own evaluation split (a derived key, ``fedpriv.scenarios.config.node_spec``); a
     validation user counts the query in its own ledger (its own folder)."""
     split = str(call.record.get("ifca-eval-split", "test"))
     return ifca_client.evaluate_handler(
@@ -316,7 +321,8 @@ def train_client_budgets(
     rate, and declines once ε of ``PoissonSampled(q_i, Gaussian(z))`` after this round (the
     larger of the server's round and its own release count + 1) would pass its budget.
     """
-    from clients.releases import ReleaseRefused
+    from fedpriv.clients.releases import ReleaseRefused
+
     from fedpriv.privacy.client_budgets import budget_of, client_epsilon, sampling_rate_for
     from fedpriv.privacy.modes.client_budgets import RATE_KEY
 
@@ -355,14 +361,14 @@ TASKS: Mapping[str, Task] = {
 }
 
 # Tasks that also take the node's ``Context`` (``task(msg, call, partition, context)``): they
-# keep their own release ledger (:mod:`clients.releases`).
+# keep their own release ledger (:mod:`fedpriv.clients.releases`).
 STATEFUL_TASKS: frozenset[str] = frozenset(
     {DPSGD_TASK, ZONE_NODE_TASK, IFCA_TASK, CLIENT_BUDGETS_TASK, ZONAL_TASK}
 )
 
 # Message handlers of custom message types: (``train`` | ``evaluate``, action, handler);
 # ``handler(msg, call, context)`` gets the node's call of the message
-# (``scenarios.app.client_app``).
+# (``fedpriv.scenarios.app.client_app``).
 Handler = Callable[[Message, NodeCall, Context], Message]
 MESSAGE_HANDLERS: tuple[tuple[str, str, Handler], ...] = (
     ("train", IFCA_ACTION, ifca_train_handler),

@@ -17,13 +17,13 @@ and plots at the end. What differs between those runs is a hook, not a copy of t
   the place for a checkpoint (``RoundState`` holds the round, the global arrays, the record
   and the strategy chain, whose recorder holds the sampling Generator); a resumable run also
   checkpoints each round right after ``aggregate_train`` charged it and before
-  ``configure_evaluate`` sends the new model out (:mod:`scenarios.app.resume`), so a kill
+  ``configure_evaluate`` sends the new model out (:mod:`fedpriv.scenarios.app.resume`), so a kill
   in between resumes with that round charged once and its model released once;
 - ``summary_extra(rounds) -> dict`` — merged into summary.json;
 - ``after_run(RunEnd) -> dict`` — after the last round, with the final weights and the
   strategy chain (the audit of a canary run), merged into summary.json;
 - ``on_finish(summary, output_dir)`` — after summary.json and the plots (the tracker's
-  end; ``tracking``, :mod:`scenarios.app.tracking`, also adds an ``on_record``);
+  end; ``tracking``, :mod:`fedpriv.scenarios.app.tracking`, also adds an ``on_record``);
 - ``first_round`` / ``initial`` / ``previous_rounds`` — start at round r from given global
   weights (resume) with the records of the rounds already run (for summary.json); the
   round-0 evaluation is only made when ``first_round == 1`` and rounds.jsonl is appended to.
@@ -32,7 +32,7 @@ and plots at the end. What differs between those runs is a hook, not a copy of t
 the hook point and the start round: per round ``configure_train`` -> ``send_and_receive`` ->
 ``aggregate_train`` -> ``configure_evaluate`` -> ``send_and_receive`` ->
 ``aggregate_evaluate`` -> server-side evaluation (which writes the record) -> hooks. With
-``evaluate-in-train`` (:mod:`scenarios.app.fused`) round t's train replies also carry the
+``evaluate-in-train`` (:mod:`fedpriv.scenarios.app.fused`) round t's train replies also carry the
 clients' evaluation of model t-1: round t-1 is recorded from them, and only the last round
 has an evaluate message.
 """
@@ -47,10 +47,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord
-from flwr.serverapp.strategy.strategy import Strategy
-
-from clients.keras_client import (
+from fedpriv.clients.keras_client import (
     TrainSettings,
     initial_weights,
     model_for,
@@ -58,7 +55,27 @@ from clients.keras_client import (
     train_local,
     trainer_for,
 )
-from clients.records import arrays_of
+from fedpriv.clients.records import arrays_of
+from fedpriv.scenarios.app import startup
+from fedpriv.scenarios.app.eval_ahead import EvaluationAhead
+from fedpriv.scenarios.app.fused import evaluate_in_train
+from fedpriv.scenarios.app.recorder import RoundRecorder
+from fedpriv.scenarios.app.round_loop import (  # noqa: F401  (RoundState, run_rounds: re-exported)
+    RoundState,
+    budget_stop,
+    budget_stopped,
+    run_rounds,
+)
+from fedpriv.scenarios.app.tracking import with_tracker
+from fedpriv.scenarios.app.wire_config import wire_config
+from fedpriv.scenarios.config.feature import Catalog
+from fedpriv.scenarios.config.specs import ServerRun
+from fedpriv.scenarios.nodes.federation import PartitionGrid, supernodes
+from fedpriv.strategies.factory import build_stock_strategy, needs_initial_pretraining
+from fedpriv.strategies.validating import ValidUpdatesOnly
+from flwr.app import ArrayRecord, ConfigRecord
+from flwr.serverapp.strategy.strategy import Strategy
+
 from fedpriv import seeds
 from fedpriv.checkpoint import CHECKPOINT, CheckpointWriter
 from fedpriv.data import FederatedData
@@ -69,30 +86,14 @@ from fedpriv.reporting.plots import plot_roc, plot_run_accuracy
 from fedpriv.reporting.records import RoundRecord
 from fedpriv.reporting.runlog import RunLog, read_rounds
 from fedpriv.spec import RunSpec, TrainSpec
-from scenarios.app import startup
-from scenarios.app.eval_ahead import EvaluationAhead
-from scenarios.app.fused import evaluate_in_train
-from scenarios.app.recorder import RoundRecorder
-from scenarios.app.round_loop import (  # noqa: F401  (RoundState, run_rounds: re-exported)
-    RoundState,
-    budget_stop,
-    budget_stopped,
-    run_rounds,
-)
-from scenarios.app.tracking import with_tracker
-from scenarios.app.wire_config import wire_config
-from scenarios.config.feature import Catalog
-from scenarios.config.specs import ServerRun
-from scenarios.nodes.federation import PartitionGrid, supernodes
-from strategies.factory import build_stock_strategy, needs_initial_pretraining
-from strategies.validating import ValidUpdatesOnly
 
 # --- building blocks of a run -------------------------------------------------------------------
 
 
 def run_config_as_record(record: Mapping[str, Any]) -> ConfigRecord:
     """What clients receive of the resolved config (the run's record): the keys that differ
-    from the run's ``run_config``, plus the config's digest (:mod:`scenarios.app.wire_config`)."""
+    from the run's ``run_config``, plus the config's digest
+    (:mod:`fedpriv.scenarios.app.wire_config`)."""
     return ConfigRecord(wire_config(record))
 
 
@@ -175,7 +176,7 @@ def build_strategy(
 
     With ``audit-canaries`` > 0, ``weights`` (the initial model) gives the canaries' shapes.
     """
-    from scenarios.audit.feature import with_canaries
+    from fedpriv.scenarios.audit.feature import with_canaries
 
     spec = run.spec
     strategy = build_stock_strategy(spec.strategy)
@@ -264,7 +265,8 @@ def write_final_outputs(
     return summary
 
 
-# --- a run's types (its round loop: scenarios.app.round_loop) ------------------------------
+# --- a run's types (its round loop: fedpriv.scenarios.app.round_loop)
+# ------------------------------
 
 
 def checkpoint_arrays(checkpoint: Mapping[str, Any]) -> list[np.ndarray]:
@@ -320,7 +322,7 @@ def train_run(
     """One training run of ``run`` on an already discovered federation (module docstring).
 
     ``resumable``: checkpoint after every round and, when ``output-dir`` holds a checkpoint
-    of this config, continue from it (:mod:`scenarios.app.resume`).
+    of this config, continue from it (:mod:`fedpriv.scenarios.app.resume`).
     """
     spec = run.spec  # the spec built once, at the server's boundary
     hooks = with_tracker(hooks or RunHooks(), run)  # tracking = mlflow | tensorboard
@@ -328,7 +330,7 @@ def train_run(
     rng = sampling_rng(spec)
     checkpoint, charged, before_release = None, None, ()
     if resumable:
-        from scenarios.app.resume import CHARGED, checkpoint_hook, load_resumable, restore
+        from fedpriv.scenarios.app.resume import CHARGED, checkpoint_hook, load_resumable, restore
 
         checkpoint = load_resumable(run)
         if checkpoint is not None:

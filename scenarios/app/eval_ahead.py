@@ -1,6 +1,6 @@
 """The server's test-set evaluation of a round's model, started as soon as the model exists.
 
-With ``evaluate-in-train`` (:mod:`scenarios.app.fused`) round t is recorded only when round
+With ``evaluate-in-train`` (:mod:`fedpriv.scenarios.app.fused`) round t is recorded only when round
 t+1's train replies arrive (they carry the clients' evaluation of model t). The server's own
 evaluation of model t needs nothing from them: started in a thread right after round t's
 aggregation, it runs while the clients train round t+1, and the record takes its result.
@@ -18,9 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Optional
 
+from fedpriv.clients.records import arrays_of
 from flwr.app import ArrayRecord
-
-from clients.records import arrays_of
 
 
 class EvaluationAhead:

@@ -8,10 +8,11 @@ split). Each carries the model (the MP CNN: 25.7 MB), so the model crosses twice
 With it (:func:`evaluate_in_train`), round t's train message (t >= 2) also asks each client
 to evaluate the model it carries — the global model after round t-1 — on its test split
 BEFORE training (``evaluate-received`` in the message config,
-:data:`scenarios.app.task_names.EVALUATE_RECEIVED_KEY`);
+:data:`fedpriv.scenarios.app.task_names.EVALUATE_RECEIVED_KEY`);
 the reply carries that evaluation in its own MetricRecord (``evaluation``), filtered as an
 evaluate reply's metrics (:mod:`fedpriv.privacy.disclosure`, kind ``evaluate``: no more than an
-evaluate message may return). The engine (:func:`scenarios.app.engine.run_rounds`) takes that record
+evaluate message may return). The engine (:func:`fedpriv.scenarios.app.engine.run_rounds`) takes
+that record
 off every train reply (:func:`split_evaluations`) before the strategy chain sees the replies
 — the privacy wrappers see exactly the train replies they see without the option — and
 records round t-1 with it (distributed evaluation, server evaluation, round record, hooks).
@@ -31,8 +32,10 @@ evaluation of model t-1, which a separate evaluate message might have returned.
 
 Charge and checkpoint before the release still holds: model t-1 leaves the server
 in round t's train message, after round t-1 was charged and checkpointed (stage ``charged``,
-:mod:`scenarios.app.resume`); round t-1's ``recorded`` checkpoint holds the chain's state from
-before round t's sampling (:attr:`scenarios.app.engine.RoundState.states`), so a resume from it
+:mod:`fedpriv.scenarios.app.resume`); round t-1's ``recorded`` checkpoint holds the chain's state
+from
+before round t's sampling (:attr:`fedpriv.scenarios.app.engine.RoundState.states`), so a resume
+from it
 samples round t as the uninterrupted run did.
 """
 
@@ -42,11 +45,12 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from fedpriv.scenarios.app.task_names import EVALUATE_RECEIVED_KEY, EVALUATION_RECORD
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import server_run
+
 from fedpriv.privacy.modes import zonal as zonal_mode
 from fedpriv.spec import RunSpec
-from scenarios.app.task_names import EVALUATE_RECEIVED_KEY, EVALUATION_RECORD
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import server_run
 
 if TYPE_CHECKING:  # the CLI imports this module for its config check: no Flower there
     from flwr.app import Message

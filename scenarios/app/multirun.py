@@ -19,7 +19,8 @@ recording each cell's status and wall time.
 Side by side (``fedpriv grid --parallel N``): :func:`launch_plan` deals the cells
 round-robin into ``N`` lanes, each its own plan (``<dir>/lanes/<k>/plan.json``), simulation
 process, log and ``cells.json``, all started at once and sharing the Ray cluster when the
-federation attaches to one (:mod:`scenarios.cli.ray_cluster`). Each cell keeps its own config
+federation attaches to one (:mod:`fedpriv.scenarios.cli.ray_cluster`). Each cell keeps its own
+config
 (seed included), so its results are those of the same cell run serially; a lane whose process
 dies (OOM, a kill) loses only its own unfinished cells, which stay incomplete (the next run
 resumes them). Every cell's ``summary.json`` records the Ray nodes that ran its clients
@@ -35,10 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scenarios.cli import launch, ray_cluster
-from scenarios.config.feature import Catalog
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import ServerRun, server_run
+from fedpriv.scenarios.cli import launch, ray_cluster
+from fedpriv.scenarios.config.feature import Catalog
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import ServerRun, server_run
 
 MANIFEST = "cells.json"
 PLAN_NAME = "plan.json"
@@ -138,7 +139,7 @@ def check_one_node_per_client(cells: Sequence[Cell]) -> None:
     """A plan's cells share one simulation of ``num-clients`` SuperNodes, so a zonal cell must
     run with one SuperNode per client (``zonal-runtime = in-server``); zone nodes need a
     federation of ``num-zones`` SuperNodes of their own (a single ``fedpriv run``)."""
-    from scenarios.zonal.keys import zone_nodes
+    from fedpriv.scenarios.zonal.keys import zone_nodes
 
     for cell in cells:
         if zone_nodes(cell.cfg):
@@ -161,7 +162,7 @@ def run_plan(grid: Any, run: ServerRun, catalog: Catalog) -> None:
         raise ConfigError("run-plan", plan, "cells with num-clients of the simulation")
 
     def run_one(cell: Cell) -> dict[str, Any]:
-        from scenarios.config.manifest import write_manifest
+        from fedpriv.scenarios.config.manifest import write_manifest
 
         write_manifest(cell.cfg["output-dir"], cell.cfg)  # what a single run records too
         run = server_run(cell.cfg, catalog.kind(cell.cfg))  # the cell's spec: built once

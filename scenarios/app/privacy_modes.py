@@ -3,13 +3,15 @@
 A mode's whole declaration (parameters, threat model, ε against each party, owned keys,
 disclosure, planning, report fields) is its module in :mod:`fedpriv.privacy.modes`; a feature
 attaches the server-side wrapper builder with :func:`declare` (``Feature.privacy_modes``).
-:class:`scenarios.config.feature.Catalog` refuses a mode that is not the registered declaration.
+:class:`fedpriv.scenarios.config.feature.Catalog` refuses a mode that is not the registered
+declaration.
 """
 
 from __future__ import annotations
 
+from fedpriv.scenarios.config.feature import PrivacyMode, WrapperBuilder
+
 from fedpriv.privacy.modes import Mode, get
-from scenarios.config.feature import PrivacyMode, WrapperBuilder
 
 
 def declare(mode: Mode | str, wrapper: WrapperBuilder) -> PrivacyMode:

@@ -177,7 +177,7 @@ def import_tensorflow_quietly() -> None:
 
 
 def prepare_worker() -> None:
-    """Ray's worker setup hook for a simulation's workers (``scenarios.cli.ray_cluster``):
+    """Ray's worker setup hook for a simulation's workers (``fedpriv.scenarios.cli.ray_cluster``):
     TensorFlow imported lean (:func:`import_tensorflow`) before Flower's actor module
     imports it in full; its notices dropped unless ``FEDPRIV_LOG=debug``."""
     import_tensorflow(() if verbose() else TF_IMPORT_NOISE)

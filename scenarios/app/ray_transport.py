@@ -67,10 +67,10 @@ def register() -> None:
 
 
 def prepare_worker() -> None:
-    """Ray's worker setup hook for a simulation's workers (``scenarios.cli.ray_cluster``):
-    TensorFlow imported quietly (:func:`scenarios.app.quiet.prepare_worker`), then
+    """Ray's worker setup hook for a simulation's workers (``fedpriv.scenarios.cli.ray_cluster``):
+    TensorFlow imported quietly (:func:`fedpriv.scenarios.app.quiet.prepare_worker`), then
     :func:`register`."""
-    from scenarios.app.quiet import prepare_worker as import_quietly
+    from fedpriv.scenarios.app.quiet import prepare_worker as import_quietly
 
     import_quietly()
     register()

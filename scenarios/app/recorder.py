@@ -3,13 +3,14 @@
 ``RoundRecorder`` wraps the privacy-wrapped strategy. Each round it
 
 1. samples the training partitions with the run's seeded Generator and offers exactly
-   those nodes to the inner strategy (through :class:`scenarios.nodes.federation.PartitionGrid`);
+   those nodes to the inner strategy (through
+   :class:`fedpriv.scenarios.nodes.federation.PartitionGrid`);
 2. captures the aggregated train and evaluate metrics;
 3. collects ``round_metrics()`` from every wrapper in the chain (DP sigma, distance d,
    clipped clients, rejected updates, ...) — a wrapper exposes what it did, the recorder
    writes it.
 
-The round loop (:func:`scenarios.app.engine.run_rounds`) writes ``current`` into the round's
+The round loop (:func:`fedpriv.scenarios.app.engine.run_rounds`) writes ``current`` into the round's
 record after the server-side evaluation, the last step of each round.
 """
 
@@ -19,12 +20,11 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 import numpy as np
+from fedpriv.scenarios.nodes.federation import PartitionGrid, sample_partitions
+from fedpriv.strategies.base import StrategyWrapper
 from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.server import Grid
 from flwr.serverapp.strategy.strategy import Strategy
-
-from scenarios.nodes.federation import PartitionGrid, sample_partitions
-from strategies.base import StrategyWrapper
 
 
 def wrapper_chain(strategy: Any) -> list[Any]:

@@ -1,6 +1,7 @@
 """Resume: checkpoint after every round, continue a killed run (the engine's hooks).
 
-:func:`checkpoint_hook` is the ``after_round`` hook of :func:`scenarios.app.engine.train_run`
+:func:`checkpoint_hook` is the ``after_round`` hook of
+:func:`fedpriv.scenarios.app.engine.train_run`
 (``resumable=True``): after each completed round (aggregated, evaluated, recorded) it writes
 the checkpoint (:mod:`fedpriv.checkpoint`: global arrays + the state of every object of the
 strategy chain). :func:`load_resumable` reads a checkpoint of the same config,
@@ -12,7 +13,7 @@ the round-0 evaluation is not repeated.
 
 Run kinds: the standard run and every run built on ``engine.train_run`` (each
 zonal-comparison variant, both CIA phases) resume through ``train_run(resumable=True)``; the
-IFCA run's own loop (``strategies.ifca.LaplaceIFCA.start``: early stopping, round-0
+IFCA run's own loop (``fedpriv.strategies.ifca.LaplaceIFCA.start``: early stopping, round-0
 validation) takes the same hook (``after_round``) and start round, with
 :func:`keyed_arrays` giving back its keyed hypotheses record. Client-held state (IFCA
 ledgers, DP-SGD participations, zone nodes' releases) is not here: each node keeps its own
@@ -25,7 +26,8 @@ after the round's record. A run killed after ``configure_evaluate`` sent the new
 before the round was recorded resumes from the charged checkpoint: it finishes that round
 with the same arrays (no new noise, no second charge) and goes on with the next, so every
 model that left the server is charged exactly once and ``max-epsilon`` holds for all of them.
-With ``evaluate-in-train`` (:mod:`scenarios.app.fused`) round t-1 is recorded from round t's train
+With ``evaluate-in-train`` (:mod:`fedpriv.scenarios.app.fused`) round t-1 is recorded from round
+t's train
 replies; its ``recorded`` checkpoint holds the chain's state from before round t's sampling
 (``RoundState.states``), the state the same checkpoint holds without the option.
 """
@@ -39,16 +41,16 @@ from logging import INFO
 from pathlib import Path
 from typing import Any, Optional
 
+from fedpriv.clients.records import arrays_of
+from fedpriv.scenarios.app.recorder import wrapper_chain
+from fedpriv.scenarios.config.manifest import fingerprint
+from fedpriv.scenarios.config.specs import ServerRun
+from fedpriv.strategies.array_records import named_record
 from flwr.app import ArrayRecord
 from flwr.common import log
 from flwr.serverapp.strategy.strategy import Strategy
 
-from clients.records import arrays_of
 from fedpriv.checkpoint import CheckpointWriter, capture_state, load_checkpoint, restore_state
-from scenarios.app.recorder import wrapper_chain
-from scenarios.config.manifest import fingerprint
-from scenarios.config.specs import ServerRun
-from strategies.array_records import named_record
 
 # a checkpoint's stage: the round is recorded (complete), or charged and about to be released
 RECORDED, CHARGED = "recorded", "charged"
@@ -56,7 +58,8 @@ RECORDED, CHARGED = "recorded", "charged"
 
 def load_resumable(run: ServerRun) -> Optional[dict[str, Any]]:
     """The checkpoint of this run in its ``output-dir``, or None (a fresh start): one whose
-    fingerprint is that of the run's record (:func:`scenarios.config.manifest.fingerprint`)."""
+    fingerprint is that of the run's record
+    (:func:`fedpriv.scenarios.config.manifest.fingerprint`)."""
     checkpoint = load_checkpoint(run.spec.output_dir)
     if checkpoint is None or checkpoint.get("fingerprint") != fingerprint(run.record):
         return None

@@ -4,9 +4,9 @@ points, a start round and one message per round for train + evaluate.
 Per round ``configure_train`` -> ``send_and_receive`` -> ``aggregate_train`` ->
 ``configure_evaluate`` -> ``send_and_receive`` -> ``aggregate_evaluate`` -> server-side
 evaluation (which writes the record) -> ``after_round`` hooks. With ``evaluate-in-train``
-(:mod:`scenarios.app.fused`) round t's train replies also carry the clients' evaluation of
+(:mod:`fedpriv.scenarios.app.fused`) round t's train replies also carry the clients' evaluation of
 model t-1: round t-1 is recorded from them, and only the last round has an evaluate message.
-:func:`scenarios.app.engine.train_run` builds a run around it.
+:func:`fedpriv.scenarios.app.engine.train_run` builds a run around it.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from logging import INFO, WARNING
 from typing import Any, Optional
 
+from fedpriv.scenarios.app.fused import EVALUATE_RECEIVED_KEY, split_evaluations
+from fedpriv.scenarios.app.recorder import wrapper_chain
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.common import log
 from flwr.serverapp.strategy.strategy import Strategy
 
 from fedpriv.checkpoint import capture_state
-from scenarios.app.fused import EVALUATE_RECEIVED_KEY, split_evaluations
-from scenarios.app.recorder import wrapper_chain
 
 
 def budget_stop(strategy: Strategy, server_round: int) -> Optional[str]:
@@ -52,7 +52,7 @@ class RoundState:
     """What the loop hands the ``after_round`` hooks (everything a checkpoint needs).
 
     ``states``: the chain's state to checkpoint when it is not the live one (a round recorded
-    with the next round's train replies, :mod:`scenarios.app.fused`: the state before that
+    with the next round's train replies, :mod:`fedpriv.scenarios.app.fused`: the state before that
     round's sampling); None: capture it from ``strategy``."""
 
     round: int
@@ -81,12 +81,13 @@ def run_rounds(
 ) -> Optional[ArrayRecord]:
     """Rounds ``first_round..num_rounds``; returns the last aggregated arrays (None if none).
 
-    ``fused`` (``evaluate-in-train``, :mod:`scenarios.app.fused`): round t's train message also
+    ``fused`` (``evaluate-in-train``, :mod:`fedpriv.scenarios.app.fused`): round t's train message
+    also
     evaluates model t-1 and round t-1 is recorded from those replies; an evaluate message is
     sent only for a round no train message follows (the last, or one before a stop).
 
     ``evaluate_ahead(arrays)``: told a fused round's new model as soon as it is aggregated,
-    before the next round's messages go out (:mod:`scenarios.app.eval_ahead`: the server's
+    before the next round's messages go out (:mod:`fedpriv.scenarios.app.eval_ahead`: the server's
     evaluation then runs while the clients train).
 
     ``stop_before(round)``: a reason not to run that round (then no later round runs).

@@ -1,38 +1,38 @@
 """The one ServerApp of ``flwr run .``: resolve the config, dispatch on the scenario kind.
 
 The runner of each kind is declared by its feature (``Feature.runners``,
-:mod:`scenarios.config.features`); it receives the grid, the run and the catalog. The run
-(:class:`scenarios.config.specs.ServerRun`) is where the server builds its typed spec, once,
+:mod:`fedpriv.scenarios.config.features`); it receives the grid, the run and the catalog. The run
+(:class:`fedpriv.scenarios.config.specs.ServerRun`) is where the server builds its typed spec, once,
 from the config it resolved; below this point code takes that spec (and the resolved config
 only as the record it is: manifest, summary, wire config, a feature's own keys).
 
-The runners' common engine (:mod:`scenarios.app.engine`: Keras, scikit-learn, matplotlib) is
+The runners' common engine (:mod:`fedpriv.scenarios.app.engine`: Keras, scikit-learn, matplotlib) is
 imported with this module, which the simulation runner loads while Ray and the workers start
-(``scenarios.cli.simulation_runner``), not once the federation answered.
+(``fedpriv.scenarios.cli.simulation_runner``), not once the federation answered.
 """
 
 from __future__ import annotations
 
-from scenarios.app import quiet
+from fedpriv.scenarios.app import quiet
 
-quiet.configure_process()  # before TensorFlow loads (scenarios.app.quiet)
+quiet.configure_process()  # before TensorFlow loads (fedpriv.scenarios.app.quiet)
 
 from logging import ERROR, INFO  # noqa: E402
 
+import fedpriv.scenarios.app.engine  # noqa: E402,F401  (the runners' engine, loaded with the app below)
+from fedpriv.scenarios.app.multirun import run_plan  # noqa: E402
+from fedpriv.scenarios.app.wire_config import set_base  # noqa: E402
+from fedpriv.scenarios.cli.preflight import run_state  # noqa: E402
+from fedpriv.scenarios.config.features import CATALOG  # noqa: E402
+from fedpriv.scenarios.config.manifest import write_manifest  # noqa: E402
+from fedpriv.scenarios.config.schema import ConfigError  # noqa: E402
+from fedpriv.scenarios.config.specs import server_run  # noqa: E402
+from fedpriv.scenarios.nodes.federation import FederationError  # noqa: E402
 from flwr.app import Context  # noqa: E402
 from flwr.common import log  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
-import scenarios.app.engine  # noqa: E402,F401  (the runners' engine, loaded with the app below)
 from fedpriv.data import DataError  # noqa: E402
-from scenarios.app.multirun import run_plan  # noqa: E402
-from scenarios.app.wire_config import set_base  # noqa: E402
-from scenarios.cli.preflight import run_state  # noqa: E402
-from scenarios.config.features import CATALOG  # noqa: E402
-from scenarios.config.manifest import write_manifest  # noqa: E402
-from scenarios.config.schema import ConfigError  # noqa: E402
-from scenarios.config.specs import server_run  # noqa: E402
-from scenarios.nodes.federation import FederationError  # noqa: E402
 
 app = ServerApp()
 

@@ -2,7 +2,7 @@
 
 Light on purpose (no client code): the feature declarations import these names, and the
 feature list must import without the ``simulation`` extra (``fedpriv epsilon`` in the base
-install); the task implementations are in :mod:`scenarios.app.client_tasks`.
+install); the task implementations are in :mod:`fedpriv.scenarios.app.client_tasks`.
 """
 
 from fedpriv.privacy.modes import client_budgets, dp_sgd, ifca, zonal
@@ -15,7 +15,7 @@ ZONE_NODE_TASK = "zone-node"  # a zone SuperNode (zonal-runtime = zone-nodes)
 IFCA_TASK = ifca.MODE.client_task
 CLIENT_BUDGETS_TASK = client_budgets.MODE.client_task
 
-# one message per round for train + evaluate (:mod:`scenarios.app.fused`): the train
+# one message per round for train + evaluate (:mod:`fedpriv.scenarios.app.fused`): the train
 # message's config flag "evaluate the received model first", and the reply's record holding
 # that evaluation (filtered as an evaluate reply's metrics, :mod:`fedpriv.privacy.disclosure`)
 EVALUATE_RECEIVED_KEY = "evaluate-received"

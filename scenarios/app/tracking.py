@@ -1,6 +1,6 @@
 """The run engine's tracker hooks: ``tracking = 'mlflow' | 'tensorboard'`` turns into an
 ``on_record`` hook (each round's typed record) and an ``on_finish`` hook (the final metrics,
-plots and files) of :class:`scenarios.app.engine.RunHooks`; the trackers are in
+plots and files) of :class:`fedpriv.scenarios.app.engine.RunHooks`; the trackers are in
 :mod:`fedpriv.reporting.tracking` and :mod:`fedpriv.reporting.tb_events`, imported only when
 a run tracks."""
 
@@ -12,8 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from fedpriv.scenarios.config.specs import ServerRun
+
 from fedpriv.privacy.modes.registry import selected
-from scenarios.config.specs import ServerRun
 
 RecordHook = Callable[[dict], None]
 FinishHook = Callable[[dict, Path], None]
@@ -102,7 +103,7 @@ def tracker_hooks(run: ServerRun) -> tuple[tuple[RecordHook, ...], tuple[FinishH
 
 
 def with_tracker(hooks: Any, run: ServerRun) -> Any:
-    """``hooks`` (a :class:`scenarios.app.engine.RunHooks`) with the run's tracker hooks
+    """``hooks`` (a :class:`fedpriv.scenarios.app.engine.RunHooks`) with the run's tracker hooks
     added after its own (``hooks`` itself without a tracker)."""
     records, finish = tracker_hooks(run)
     if not records:

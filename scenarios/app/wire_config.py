@@ -11,12 +11,12 @@ worker resolves nothing and imports no server code.
 - server: :func:`set_base` once per run with ``context.run_config`` (``ServerApp`` main),
   then :func:`wire_config` per config record. An opt-in the run config leaves at ``"auto"``
   (``reproducible-noise``, ``unaccounted-metrics``: a scenario's paper setting) is not sent:
-  each node resolves it itself, to false (:mod:`scenarios.config.node_spec`). Without a
+  each node resolves it itself, to false (:mod:`fedpriv.scenarios.config.node_spec`). Without a
   base (library use, tests) the whole config is sent, as before.
 - client: :func:`client_config` (a digest that does not match raises: the two sides would
   train different things). The ClientApp refuses a message whose privacy keys differ from
-  the node's own spec and runs with the spec's values (:mod:`scenarios.config.node_spec`,
-  ``scenarios.app.client_app.resolved``).
+  the node's own spec and runs with the spec's values (:mod:`fedpriv.scenarios.config.node_spec`,
+  ``fedpriv.scenarios.app.client_app.resolved``).
 """
 
 from __future__ import annotations

@@ -15,21 +15,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedpriv.names import STRATEGIES as STRATEGY_NAMES
-from fedpriv.privacy.modes import global_dp, metric_dp, none
-from fedpriv.privacy.modes.registry import selected
-from fedpriv.spec import RunSpec
-from scenarios.app import multirun
-from scenarios.cli.launch import (
+from fedpriv.scenarios.app import multirun
+from fedpriv.scenarios.cli.launch import (
     add_federation_option,
     add_run_config_option,
     app_config,
     parse_overrides,
 )
-from scenarios.cli.ray_cluster import federation_of
-from scenarios.config.feature import Catalog, Command
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import run_spec
+from fedpriv.scenarios.cli.ray_cluster import federation_of
+from fedpriv.scenarios.config.feature import Catalog, Command
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import run_spec
+
+from fedpriv.names import STRATEGIES as STRATEGY_NAMES
+from fedpriv.privacy.modes import global_dp, metric_dp, none
+from fedpriv.privacy.modes.registry import selected
+from fedpriv.spec import RunSpec
 
 CIA_KIND = "cia"
 PRIVACY_GRID = tuple(mode.name for mode in (none.MODE, global_dp.MODE, metric_dp.MODE))

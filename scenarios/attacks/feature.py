@@ -8,7 +8,7 @@ Scenarios (kind ``cia``, MP §5 and §7.4):
 - ``cia-alzheimer`` — the same on the Alzheimer MRI data from ``data-path``;
 - ``cia-digits`` — a fast stand-in (digits, 3 IID clients, digits CNN) for tests and demos.
 
-The ``cia`` runner is the standard run (``scenarios.app.engine.build_strategy``: stock
+The ``cia`` runner is the standard run (``fedpriv.scenarios.app.engine.build_strategy``: stock
 strategy -> the privacy mode's wrapper -> update validation -> round recorder) with
 ``local-epochs = cia-local-epochs``, plus the attacker's computation after every round. The
 attacker's computation is simulated *in the server process* for convenience, using only what
@@ -24,7 +24,8 @@ a finished phase and continues the other from its last completed round. The run 
 finished when ``cia.json`` holds this config (``cia_complete``), not when the present
 phase's summary.json exists.
 
-``fedpriv attack cia | dlg | membership`` (:mod:`scenarios.attacks.commands`) writes Markdown
+``fedpriv attack cia | dlg | membership`` (:mod:`fedpriv.scenarios.attacks.commands`) writes
+Markdown
 tables and PNGs (see ``--help``).
 """
 
@@ -36,13 +37,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from scenarios.attacks.commands import ATTACK_COMMAND, CIA_KIND, cia_complete
-from scenarios.attacks.keys import KEYS
-from scenarios.config.feature import Catalog, Feature, Scenario
-from scenarios.config.node_spec import CIA_ABSENT_DIR  # the folder the nodes expect too
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import ServerRun
-from scenarios.standard.feature import MP_TRAINING
+from fedpriv.scenarios.attacks.commands import ATTACK_COMMAND, CIA_KIND, cia_complete
+from fedpriv.scenarios.attacks.keys import KEYS
+from fedpriv.scenarios.config.feature import Catalog, Feature, Scenario
+from fedpriv.scenarios.config.node_spec import CIA_ABSENT_DIR  # the folder the nodes expect too
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import ServerRun
+from fedpriv.scenarios.standard.feature import MP_TRAINING
 
 _CIA_COMMON = {
     "strategy": "fedavg",
@@ -113,7 +114,7 @@ def check_cia_config(cfg: Mapping[str, Any], catalog: Catalog) -> None:
 
 
 def _absent_grid(base: Any, absent: set[int]) -> Any:
-    """``base`` (the run's :class:`scenarios.nodes.federation.PartitionGrid`, or its
+    """``base`` (the run's :class:`fedpriv.scenarios.nodes.federation.PartitionGrid`, or its
     ``VirtualGrid`` over worker SuperNodes) as a grid that never offers the ``absent``
     partitions; ``base`` itself is left as it is."""
 
@@ -170,8 +171,9 @@ def _run_phase(
     summary.json exists is done (its rounds are read back), a killed phase continues after
     its last completed round (``engine.train_run``; the attacker holds no state).
     """
+    from fedpriv.scenarios.app.engine import RunHooks, train_run
+
     from fedpriv.reporting.runlog import read_rounds
-    from scenarios.app.engine import RunHooks, train_run
 
     t0 = time.time()
     if (Path(out_dir) / "summary.json").is_file():  # phase finished before a kill
@@ -198,10 +200,11 @@ def _run_phase(
 def run_cia(grid, run: ServerRun, catalog: Catalog) -> None:
     """ServerApp runner of kind ``cia`` (module docstring)."""
 
-    from clients.keras_client import federated_data, model_for, predict_proba
+    from fedpriv.clients.keras_client import federated_data, model_for, predict_proba
+    from fedpriv.scenarios.nodes.virtual_grid import discover_federation
+
     from fedpriv.attacks.cia import CIAAttacker, check_cia_roles, shadow_indices
     from fedpriv.seeds import derive_seed
-    from scenarios.nodes.virtual_grid import discover_federation
 
     t0 = time.time()
     run = run.variant({"local-epochs": int(run.record["cia-local-epochs"])})

@@ -12,7 +12,7 @@ only; they are in ``scenarios/attacks/feature.py`` (``check_cia_config``).
 
 from __future__ import annotations
 
-from scenarios.config.schema import KeySpec, boolean, integer, real
+from fedpriv.scenarios.config.schema import KeySpec, boolean, integer, real
 
 KEYS = (
     KeySpec(

@@ -4,13 +4,15 @@
 
 runs the scenario once (``fedpriv run`` with ``audit-canaries`` = 100 unless given; the
 simulation's own output goes to stderr) and prints the run's ``audit.json`` on stdout
-(:mod:`scenarios.audit.feature`). Exit status: 0, 2 for a bad config (one line, before training),
+(:mod:`fedpriv.scenarios.audit.feature`). Exit status: 0, 2 for a bad config (one line, before
+training),
 1 when the simulation fails or the audit fails (lower bound above the accountant's ε).
 
     fedpriv audit --grid --z 0.01 1 3 --out docs/results/audit --run-config "..."
 
 runs the mechanism rows (none, global DP, metric DP raw / clipped) at every z and one DP-SGD
-cell, all cells in ONE simulation (:mod:`scenarios.app.multirun`: one progress line per cell, a
+cell, all cells in ONE simulation (:mod:`fedpriv.scenarios.app.multirun`: one progress line per
+cell, a
 failed cell does not stop the others; a cell whose ``audit.json`` exists is kept, so an
 interrupted grid resumes; ``--out`` holds ``plan.json``, ``cells.json`` and ``run.log``), and
 writes ``audit.md`` (mechanism rows x accountant ε, estimate, lower bound, MIA TPR@1%FPR,
@@ -29,10 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedpriv.privacy.modes import adaptive_clip, dp_sgd, global_dp, metric_dp, none
-from fedpriv.reporting.records import mean_of, read_round_records
-from scenarios.app import multirun, quiet
-from scenarios.cli.launch import (
+from fedpriv.scenarios.app import multirun, quiet
+from fedpriv.scenarios.cli.launch import (
     add_federation_option,
     add_run_config_option,
     app_config,
@@ -42,9 +42,12 @@ from scenarios.cli.launch import (
     run_config_text,
     simulate,
 )
-from scenarios.cli.ray_cluster import Federation, federation_of
-from scenarios.config.feature import Catalog
-from scenarios.config.schema import ConfigError
+from fedpriv.scenarios.cli.ray_cluster import Federation, federation_of
+from fedpriv.scenarios.config.feature import Catalog
+from fedpriv.scenarios.config.schema import ConfigError
+
+from fedpriv.privacy.modes import adaptive_clip, dp_sgd, global_dp, metric_dp, none
+from fedpriv.reporting.records import mean_of, read_round_records
 
 # the audited mechanisms that are privacy modes carry the mode's registered name
 NO_DP, GLOBAL_DP, METRIC_DP, DP_SGD, ADAPTIVE_CLIP = (
@@ -307,9 +310,11 @@ def _run_grid(
     catalog: Catalog,
 ) -> int:
     """The cells without an ``audit.json`` (a finished cell is kept: resume), all in ONE
-    simulation (:func:`scenarios.app.multirun.launch_plan`: one progress line per cell); 2 when
+    simulation (:func:`fedpriv.scenarios.app.multirun.launch_plan`: one progress line per cell); 2
+    when
     a cell's config or data is bad (checked before training)."""
-    from clients.partitions import federated_data
+    from fedpriv.clients.partitions import federated_data
+
     from fedpriv.data import DataError
 
     todo, top = [], {}

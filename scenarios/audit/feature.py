@@ -3,7 +3,7 @@
 With ``audit-canaries`` = K > 0 the standard run builds a
 :class:`fedpriv.audit.canaries.CanarySet` (K random unit directions of norm
 ``audit-canary-norm``, 0 = ``clipping-norm``; each included with probability
-``audit-canary-probability``) and puts :class:`strategies.canaries.CanaryInsertion` between
+``audit-canary-probability``) and puts :class:`fedpriv.strategies.canaries.CanaryInsertion` between
 update validation and the privacy wrapper: included canaries reply in every round with the
 global model plus their direction, *before* the privacy wrapper clips, measures (metric DP's d)
 and noises. Global and metric DP around a uniform mean then divide the clipped sum by the
@@ -47,16 +47,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
+from fedpriv.scenarios.audit.keys import KEYS
+from fedpriv.scenarios.config.feature import Catalog, Command, Feature
+from fedpriv.scenarios.config.schema import ConfigError
 
 from fedpriv.privacy.modes import get, global_dp, metric_dp, mode_of, names
-from scenarios.audit.keys import KEYS
-from scenarios.config.feature import Catalog, Command, Feature
-from scenarios.config.schema import ConfigError
 
 if TYPE_CHECKING:
+    from fedpriv.scenarios.config.specs import ServerRun
+
     from fedpriv.audit.canaries import CanarySet
     from fedpriv.privacy.participation import Participation
-    from scenarios.config.specs import ServerRun
 
 # what each mode supports is its own declaration (``Mode.audit``): client-level canaries
 # through the DP wrapper (``client``), example-level canaries (``example``, inserted
@@ -129,14 +130,14 @@ def with_canaries(strategy, run: ServerRun, weights: list[np.ndarray] | None):
         return strategy
     if weights is None:
         raise ValueError("with_canaries needs the initial weights (the canaries' shapes)")
-    from strategies.canaries import CanaryInsertion
+    from fedpriv.strategies.canaries import CanaryInsertion
 
     return CanaryInsertion(strategy, canaries=canary_set(run.record, weights))
 
 
 def find_canary_wrapper(strategy) -> Optional[Any]:
     """The CanaryInsertion in a ``.strategy`` chain, or None."""
-    from strategies.canaries import CanaryInsertion
+    from fedpriv.strategies.canaries import CanaryInsertion
 
     while strategy is not None:
         if isinstance(strategy, CanaryInsertion):
@@ -388,7 +389,7 @@ def _dpsgd_epsilons(strategy) -> list[float]:
 
 
 def _commands() -> tuple[Command, ...]:
-    from scenarios.audit.commands import add_arguments, audit_command
+    from fedpriv.scenarios.audit.commands import add_arguments, audit_command
 
     return (
         Command(

@@ -4,7 +4,7 @@
 See ``scenarios/audit/feature.py`` for what the canaries are and what the audit reports.
 """
 
-from scenarios.config.schema import choice, integer, key, real
+from fedpriv.scenarios.config.schema import choice, integer, key, real
 
 KEYS = (
     key(

@@ -1,13 +1,13 @@
 """Feature ``baseline``: ``fedpriv baseline record`` and ``fedpriv baseline check``.
 
 Scenario regression checks for a user's CI. ``record`` runs the named scenarios
-or grid cells over a few seeds (:mod:`scenarios.baseline.runs`) and writes a baseline file:
+or grid cells over a few seeds (:mod:`fedpriv.scenarios.baseline.runs`) and writes a baseline file:
 for each run's final metrics, per-round metrics and privacy figures, either the exact value
 per seed (ε, σ, z, δ, sampling: what does not depend on float training) or a seed-spread band
 (accuracy, loss: ``[min - k·s - tol, max + k·s + tol]``, :mod:`fedpriv.baseline`).
 ``check`` reruns them with the recorded run config (plus its own ``--run-config``, which is
 how a change is tried), prints a table of figure, band, value and verdict
-(:mod:`scenarios.baseline.report`), writes JUnit XML, and exits 1 naming every figure out of
+(:mod:`fedpriv.scenarios.baseline.report`), writes JUnit XML, and exits 1 naming every figure out of
 its band. Bad targets, seeds or keys: one line, exit 2, before anything runs.
 """
 
@@ -23,19 +23,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedpriv.baseline import BandRule, band_for_seed, bands_of_runs, compare, run_figures
-from fedpriv.grid import GridError, parse_list, parse_seeds
-from scenarios.baseline.report import RunVerdicts, summary_line, table, write_junit
-from scenarios.baseline.runs import (
+from fedpriv.scenarios.baseline.report import RunVerdicts, summary_line, table, write_junit
+from fedpriv.scenarios.baseline.runs import (
     BaselineCell,
     check_common,
     plan_cells,
     run_cells,
     target_overrides,
 )
-from scenarios.cli import launch as cli
-from scenarios.config.feature import Catalog, Command, Feature
-from scenarios.config.schema import ConfigError
+from fedpriv.scenarios.cli import launch as cli
+from fedpriv.scenarios.config.feature import Catalog, Command, Feature
+from fedpriv.scenarios.config.schema import ConfigError
+
+from fedpriv.baseline import BandRule, band_for_seed, bands_of_runs, compare, run_figures
+from fedpriv.grid import GridError, parse_list, parse_seeds
 
 FORMAT = "fedpriv-baseline/1"
 PREFIX = "fedpriv baseline"
@@ -167,7 +168,7 @@ def _run(
     args: argparse.Namespace,
     catalog: Catalog,
 ) -> dict[BaselineCell, bool]:
-    """Run the cells (:func:`scenarios.baseline.runs.run_cells`) after saying where."""
+    """Run the cells (:func:`fedpriv.scenarios.baseline.runs.run_cells`) after saying where."""
     print(f"{PREFIX}: {len(cells)} runs -> {work} (seeded noise: reproducible-noise = true "
           "unless --run-config sets it)", flush=True)  # fmt: skip
     return run_cells(cells, common, work, args.federation, catalog)

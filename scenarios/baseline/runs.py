@@ -2,11 +2,13 @@
 
 A target is a scenario (``digits``) or a grid cell of one (``digits/fedyogi/global-dp``:
 scenario/strategy/privacy). Each target runs once per seed, as a cell of a multi-run plan
-(:mod:`scenarios.app.multirun`): cells with the same number of SuperNodes share ONE simulation;
+(:mod:`fedpriv.scenarios.app.multirun`): cells with the same number of SuperNodes share ONE
+simulation;
 a zonal run with zone nodes needs a federation of its own and runs alone.
 
 Every cell's config is resolved and checked, and its data opened, before anything runs
-(one-line :class:`~scenarios.config.schema.ConfigError` / ``DataError``). Baseline runs opt in to
+(one-line :class:`~fedpriv.scenarios.config.schema.ConfigError` / ``DataError``). Baseline runs opt
+in to
 seeded noise and sampling (``reproducible-noise = true``, unless the user's run config says
 otherwise): a baseline is a regression test, not a private release, and a rerun of a seed
 then repeats its noise.
@@ -20,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scenarios.app import multirun
-from scenarios.cli import launch
-from scenarios.config.feature import Catalog
-from scenarios.config.schema import ConfigError
+from fedpriv.scenarios.app import multirun
+from fedpriv.scenarios.cli import launch
+from fedpriv.scenarios.config.feature import Catalog
+from fedpriv.scenarios.config.schema import ConfigError
 
 RESERVED = ("scenario", "strategy", "privacy", "seed", "output-dir", "run-plan")
 TARGET_HELP = "SCENARIO or SCENARIO/STRATEGY/PRIVACY, e.g. digits or digits/fedavg/global-dp"
@@ -83,7 +85,7 @@ def plan_cells(
     ``targets`` maps a target name to its overrides (:func:`target_overrides`); ``common``
     are the overrides of every run. Raises ConfigError / DataError (one line).
     """
-    from clients.partitions import federated_data
+    from fedpriv.clients.partitions import federated_data
 
     check_common(common)
     cells = []
@@ -136,7 +138,8 @@ def run_cells(
 
 
 def multirun_refused(cfg: Mapping[str, Any]) -> bool:
-    """A zonal run with zone nodes cannot be a cell of a plan (:mod:`scenarios.app.multirun`)."""
-    from scenarios.zonal.keys import zone_nodes
+    """A zonal run with zone nodes cannot be a cell of a plan
+    (:mod:`fedpriv.scenarios.app.multirun`)."""
+    from fedpriv.scenarios.zonal.keys import zone_nodes
 
     return bool(zone_nodes(cfg))

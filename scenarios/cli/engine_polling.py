@@ -4,8 +4,8 @@ Flower 1.42's in-process engine moves a message through two polling loops, each 
 0.1 s between looks: the engine thread that hands the LinkState's new messages to the
 backend (``vce_api.add_messages_to_queue``) and the ServerApp's grid that waits for the
 replies (``InMemoryGrid.send_and_receive``, ``pull_interval``). The grid's interval is set
-where the grid is built (:func:`scenarios.nodes.virtual_grid.discover_federation` and
-:func:`scenarios.nodes.virtual_grid.federation_grid`, for worker and zone SuperNodes, also
+where the grid is built (:func:`fedpriv.scenarios.nodes.virtual_grid.discover_federation` and
+:func:`fedpriv.scenarios.nodes.virtual_grid.federation_grid`, for worker and zone SuperNodes, also
 under ``flwr run``); the engine's loop can only be changed in the process that runs it.
 
 :func:`use_fast_polling` makes that loop look every :func:`poll_seconds` (5 ms for a few
@@ -19,7 +19,7 @@ hand; the kill-and-resume tests set Flower's 0.1 s, so that a kill right after r
 checkpoint lands before round k+1 reaches the clients (a kill inside a round is resumed
 too, but the clients charged for that round refuse its identical request: never fresh
 noise, and so not the uninterrupted run's round). Uses Flower internals of the pinned stack
-(flwr 1.42.0), like :mod:`scenarios.cli.simulation_runner`.
+(flwr 1.42.0), like :mod:`fedpriv.scenarios.cli.simulation_runner`.
 """
 
 from __future__ import annotations

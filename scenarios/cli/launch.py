@@ -4,7 +4,8 @@
 every value checked, and the data source opened, before the simulation starts. A bad
 value prints one line and exits with status 2 (``flwr run`` itself exits 0 whatever the run
 does). The simulation runs in-process on Flower 1.42's simulation engine
-(:mod:`scenarios.cli.simulation_runner`: offline, no SuperLink, nothing installed at run time)
+(:mod:`fedpriv.scenarios.cli.simulation_runner`: offline, no SuperLink, nothing installed at run
+time)
 with the federation's options from ``pyproject.toml [tool.fedpriv.federations]``; the
 number of SuperNodes is the scenario's ``num-clients``.
 """
@@ -22,16 +23,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from fedpriv.reporting.live import RoundBar
-from scenarios.app import quiet, startup
-from scenarios.cli.ray_cluster import Federation, check_address, federation_of, with_address
-from scenarios.config.feature import Catalog, Command
-from scenarios.config.overrides import (  # noqa: F401  (re-exported: the commands' parser)
+from fedpriv.scenarios.app import quiet, startup
+from fedpriv.scenarios.cli.ray_cluster import Federation, check_address, federation_of, with_address
+from fedpriv.scenarios.config.feature import Catalog, Command
+from fedpriv.scenarios.config.overrides import (  # noqa: F401  (re-exported: the commands' parser)
     DuplicateKeyError,
     check_unique_keys,
     parse_overrides,
 )
-from scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.schema import ConfigError
+
+from fedpriv.reporting.live import RoundBar
 
 try:
     import tomllib
@@ -66,8 +68,8 @@ def preflight(run_config: dict[str, Any], catalog: Catalog) -> dict[str, Any]:
 
 
 def preflight_state(run_config: dict[str, Any], catalog: Catalog) -> tuple[dict[str, Any], Any]:
-    """:func:`preflight` and the run state (``scenarios.cli.preflight.RunState``)."""
-    from scenarios.cli.preflight import check_environment
+    """:func:`preflight` and the run state (``fedpriv.scenarios.cli.preflight.RunState``)."""
+    from fedpriv.scenarios.cli.preflight import check_environment
 
     cfg = catalog.resolve_run_config(run_config)
     return cfg, check_environment(cfg, catalog.completion(catalog.kind(cfg)))
@@ -113,10 +115,11 @@ def runner_command(
     share: int = 1,
     forward_env: Sequence[str] = (),
 ) -> list[str]:
-    """``python -m scenarios.cli.simulation_runner`` for the Flower app in ``app_dir``; ``share``
+    """``python -m fedpriv.scenarios.cli.simulation_runner`` for the Flower app in ``app_dir``;
+    ``share``
     simulations side by side on one Ray cluster, ``forward_env`` for its workers
-    (:mod:`scenarios.cli.ray_cluster`)."""
-    cmd = [sys.executable, "-m", "scenarios.cli.simulation_runner", "--app", str(app_dir)]
+    (:mod:`fedpriv.scenarios.cli.ray_cluster`)."""
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.simulation_runner", "--app", str(app_dir)]
     cmd += ["--num-supernodes", str(int(num_supernodes))]
     if share > 1:
         cmd += ["--share", str(int(share))]
@@ -130,7 +133,8 @@ def runner_command(
 
 
 # variables the simulation sets for its own processes that an attached Ray cluster's workers
-# need too (they do not inherit the driver's environment; scenarios.cli.ray_cluster.init_ray)
+# need too (they do not inherit the driver's environment;
+# fedpriv.scenarios.cli.ray_cluster.init_ray)
 WORKER_ENV = ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL", "TF_NUM_INTEROP_THREADS",
               "TF_NUM_INTRAOP_THREADS", "PYTHONUNBUFFERED")  # fmt: skip
 
@@ -138,9 +142,10 @@ WORKER_ENV = ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL", "TF_NUM_INTEROP_THREADS",
 def simulation_command(
     cfg: dict[str, Any], overrides: Sequence[str], federation: str | Federation, share: int = 1
 ) -> list[str]:
-    """The simulation of ``cfg`` on ``federation`` (:func:`scenarios.speed.workers.simulation_size`
-    SuperNodes), in-process and offline (``scenarios.cli.simulation_runner``)."""
-    from scenarios.speed.workers import simulation_size
+    """The simulation of ``cfg`` on ``federation``
+    (:func:`fedpriv.scenarios.speed.workers.simulation_size`
+    SuperNodes), in-process and offline (``fedpriv.scenarios.cli.simulation_runner``)."""
+    from fedpriv.scenarios.speed.workers import simulation_size
 
     settings = federation_settings(federation)
     size, overrides = simulation_size(cfg, overrides, settings.get("backend", {}))
@@ -153,7 +158,7 @@ def simulation_supernodes(
     cfg: dict[str, Any], overrides: Sequence[str], federation: str | Federation
 ) -> int:
     """The SuperNodes the simulation of ``cfg`` starts (workers, zones or one per client)."""
-    from scenarios.speed.workers import simulation_size
+    from fedpriv.scenarios.speed.workers import simulation_size
 
     backend = federation_settings(federation).get("backend", {})
     return simulation_size(cfg, overrides, backend)[0]
@@ -243,7 +248,7 @@ def single_threaded_tf(cfg: Mapping[str, Any]) -> dict[str, str]:
     21): a zone node trains its clients one tiny call after another, and with two workers on
     two cores the default pools only contend (measured: 100 hdp-paper client trainings 0.26 s
     against 0.38 s per worker). Variables set in the environment win."""
-    from scenarios.zonal.keys import zone_nodes
+    from fedpriv.scenarios.zonal.keys import zone_nodes
 
     if not zone_nodes(cfg):
         return {}
@@ -279,7 +284,7 @@ def simulate(
     start: float | None = None,
 ) -> int:
     """Start the simulation of ``cfg``; framework noise off unless ``loud`` (default:
-    ``FEDPRIV_LOG=debug``, :mod:`scenarios.app.quiet`).
+    ``FEDPRIV_LOG=debug``, :mod:`fedpriv.scenarios.app.quiet`).
 
     Without ``log_path`` its output goes to the console (stderr with ``to_stderr``, keeping
     stdout for a command's answer); with it, every line goes to ``log_path`` and the lines
@@ -287,7 +292,7 @@ def simulate(
     the rounds with an ETA when ``bar`` and the console is a terminal
     (:class:`fedpriv.reporting.live.RoundBar`; a pipe or a file gets the lines alone).
     ``start``: when the command started (default now), for the start-up lines' seconds and
-    summary.json's ``wall_seconds`` (:mod:`scenarios.app.startup`).
+    summary.json's ``wall_seconds`` (:mod:`fedpriv.scenarios.app.startup`).
     """
     loud = quiet.verbose() if loud is None else loud
     env = federation_env(federation, quiet.simulation_env(dict(os.environ), loud=loud))

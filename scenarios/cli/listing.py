@@ -14,8 +14,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from scenarios.config.feature import Catalog, Command
-from scenarios.config.schema import AUTO, ConfigError, KeySpec, mode_values, toml_lines
+from fedpriv.scenarios.config.feature import Catalog, Command
+from fedpriv.scenarios.config.schema import AUTO, ConfigError, KeySpec, mode_values, toml_lines
 
 INDENT = "  "
 
@@ -38,7 +38,7 @@ def _keys_args(parser: argparse.ArgumentParser) -> None:
 def resolved(catalog: Catalog, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The config a run with ``overrides`` resolves to (pyproject's values, the scenario's
     defaults, the mode's values for ``"auto"``), every check done; ConfigError otherwise."""
-    from scenarios.cli.launch import app_config
+    from fedpriv.scenarios.cli.launch import app_config
 
     return catalog.resolve_run_config(app_config(dict(overrides)))
 
@@ -115,7 +115,7 @@ def changed_lines(
 
 
 def _show_args(parser: argparse.ArgumentParser) -> None:
-    from scenarios.cli.launch import add_run_config_option
+    from fedpriv.scenarios.cli.launch import add_run_config_option
 
     parser.add_argument(
         "scenario", nargs="?", default=None, help="a scenario (fedpriv scenarios; default digits)"
@@ -125,10 +125,11 @@ def _show_args(parser: argparse.ArgumentParser) -> None:
 
 def show(args: argparse.Namespace, catalog: Catalog) -> int:
     """``fedpriv show [SCENARIO] [-c ...]``: what a run would do, without running it."""
+    from fedpriv.scenarios.cli.launch import app_config, parse_overrides
+    from fedpriv.scenarios.config.specs import run_spec
+
     from fedpriv.privacy.accounting.planning import privacy_plan
     from fedpriv.reporting.plan_text import plan_headline
-    from scenarios.cli.launch import app_config, parse_overrides
-    from scenarios.config.specs import run_spec
 
     try:
         overrides = parse_overrides(args.run_config)

@@ -1,6 +1,7 @@
 """The ``fedpriv`` command line: one sub-command per ``Command`` that a feature declares.
 
-Core commands are in :mod:`scenarios.cli.launch` (``run``) and :mod:`scenarios.cli.listing`
+Core commands are in :mod:`fedpriv.scenarios.cli.launch` (``run``) and
+:mod:`fedpriv.scenarios.cli.listing`
 (``keys``, ``scenarios``, ``show``); features add
 theirs in their declaration (``Feature.commands``): ``grid``, ``report``, ``attack``,
 ``audit``, ``epsilon``. Each has a one-sentence ``help`` in a user's words and an
@@ -20,14 +21,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from scenarios.cli.launch import (  # noqa: F401  (the launch helpers, also reachable from here)
+from fedpriv.scenarios.cli.launch import (  # noqa: F401  (the launch helpers, also reachable from here)
     app_config,
     parse_overrides,
     preflight,
     pyproject,
     simulation_command,
 )
-from scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.features import CATALOG
 
 DESCRIPTION = """Federated learning with differential privacy on Flower: train the papers'
 scenarios, see each round's accuracy and privacy figure, compare strategies and privacy modes."""

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from fedpriv.scenarios.config.manifest import config_differences, recorded_config
+from fedpriv.scenarios.config.schema import ConfigError
+
 from fedpriv.checkpoint import load_checkpoint
-from scenarios.config.manifest import config_differences, recorded_config
-from scenarios.config.schema import ConfigError
 
 OUTPUT_DIR_ALLOWED = "a writable directory path (not a file)"
 
@@ -116,8 +117,8 @@ def check_environment(
     """Output directory (usable; new, resumable or finished: ``complete`` as in
     :func:`run_state`), then the data (loading it is the decodability check; errors name
     the file). Returns what the run will do."""
-    from clients.partitions import federated_data
-    from scenarios.config.specs import data_spec
+    from fedpriv.clients.partitions import federated_data
+    from fedpriv.scenarios.config.specs import data_spec
 
     check_output_dir(str(cfg["output-dir"]))
     state = run_state(cfg["output-dir"], cfg, complete)

@@ -51,9 +51,9 @@ LOOPBACK = "127.0.0.1"
 CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 # Ray's worker setup hook (``runtime_env["worker_process_setup_hook"]``, run by every worker
 # before it loads an actor class): TensorFlow imported lean and quietly before Flower's actor
-# module imports it (scenarios.app.quiet.prepare_worker; ~2 s less per worker start), and
-# Flower Arrays sent out of band (scenarios.app.ray_transport).
-WORKER_SETUP_HOOK = "scenarios.app.ray_transport.prepare_worker"
+# module imports it (fedpriv.scenarios.app.quiet.prepare_worker; ~2 s less per worker start), and
+# Flower Arrays sent out of band (fedpriv.scenarios.app.ray_transport).
+WORKER_SETUP_HOOK = "fedpriv.scenarios.app.ray_transport.prepare_worker"
 # Ray's switch for starting a worker per CPU when the first driver connects (RayConfig
 # ``prestart_worker_first_driver``, read by the raylet from its environment)
 PRESTART = "RAY_prestart_worker_first_driver"
@@ -127,7 +127,7 @@ def init_ray(
     if not args.get("address"):
         prestart_env(prestart)
     ray.init(**worker_env(args, forward_env), **args)
-    from scenarios.app.ray_transport import register
+    from fedpriv.scenarios.app.ray_transport import register
 
     register()  # the driver's messages' arrays out of band (the workers': their setup hook)
 

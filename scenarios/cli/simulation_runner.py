@@ -1,6 +1,7 @@
 """Run the app on Flower's simulation engine (Ray) in this process, offline.
 
-``python -m scenarios.cli.simulation_runner --app DIR --num-supernodes N [--backend-config JSON]
+``python -m fedpriv.scenarios.cli.simulation_runner --app DIR --num-supernodes N [--backend-config
+JSON]
 [--run-config "k=v ..."]`` is what ``flower-simulation`` was up to Flower 1.41: it reads
 the app's ``[tool.flwr.app]`` components and config from ``DIR/pyproject.toml``, fuses the
 overrides into the run config, and starts the ServerApp and the ClientApps through
@@ -11,7 +12,8 @@ Why not ``flwr run .`` (Flower 1.42): its default connection auto-starts a detac
 SuperLink that installs the app's dependencies at run time, which needs the network; here
 nothing is installed or downloaded, and the exit status is the run's (``flwr run`` exits 0
 whatever happens). Ray is initialised here, before Flower's backend would
-(:mod:`scenarios.cli.ray_cluster`: attach to ``init-args.address``, forward ``--forward-env`` to
+(:mod:`fedpriv.scenarios.cli.ray_cluster`: attach to ``init-args.address``, forward
+``--forward-env`` to
 the workers, exit 2 with one line when the clients ask for GPUs Ray does not see, and with
 ``--share N`` size the actor pool for N simulations on one cluster).
 
@@ -45,7 +47,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m scenarios.cli.simulation_runner")
+    parser = argparse.ArgumentParser(prog="python -m fedpriv.scenarios.cli.simulation_runner")
     parser.add_argument("--app", required=True, help="the Flower app directory")
     parser.add_argument("--num-supernodes", type=int, required=True)
     parser.add_argument("--backend-config", default="{}", help="JSON, as in pyproject")
@@ -72,10 +74,9 @@ def _backend_config(text: str) -> dict[str, Any]:
 
 def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
     """Initialise Ray (attached to ``init_args.address`` if set) and check its GPUs; the
-    one-line reason the run cannot start, or None (:mod:`scenarios.cli.ray_cluster`)."""
+    one-line reason the run cannot start, or None (:mod:`fedpriv.scenarios.cli.ray_cluster`)."""
     import ray
-
-    from scenarios.cli import ray_cluster
+    from fedpriv.scenarios.cli import ray_cluster
 
     init_args = dict(backend.get("init_args", {}))
     address = str(init_args.get("address", "") or "")
@@ -123,8 +124,7 @@ class _Preload(threading.Thread):
 def _engine_started(supernodes: int) -> None:
     """The start-up line of a started Ray: its CPUs, and the workers it starts next."""
     import ray
-
-    from scenarios.app.startup import status
+    from fedpriv.scenarios.app.startup import status
 
     cpus = int(ray.cluster_resources().get("CPU", 0))
     status("engine started", f"Ray with {cpus} CPUs; starting {supernodes} ClientApp workers")
@@ -175,8 +175,7 @@ def run(argv: list[str] | None = None) -> int:
     # module (ImportError). Imported while Ray starts: the main thread meanwhile imports only
     # Ray's own modules (ray and this package's Ray helpers first), Flower's after the import.
     import ray  # noqa: F401
-
-    from scenarios.cli import ray_cluster  # noqa: F401
+    from fedpriv.scenarios.cli import ray_cluster  # noqa: F401
 
     preload = _Preload(*(components[app].split(":")[0] for app in ("clientapp", "serverapp")))
     preload.start()
@@ -191,10 +190,9 @@ def run(argv: list[str] | None = None) -> int:
         preload.result()  # Flower's modules too: imported in the main thread only after it
         flower_run, context = _flower_run(args, app_dir)
         _engine_started(args.num_supernodes)
+        from fedpriv.scenarios.cli import engine_polling, ray_cluster
         from flwr.simulation.run_simulation import _run_simulation
         from flwr.supercore.telemetry import EventType
-
-        from scenarios.cli import engine_polling, ray_cluster
 
         ray_cluster.share_actor_pool(args.share, args.num_supernodes)
         engine_polling.use_fast_polling(args.num_supernodes)

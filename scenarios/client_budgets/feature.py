@@ -1,6 +1,6 @@
 """Feature ``client_budgets``: privacy mode ``client-budgets`` (individualized DP-FedAvg).
 
-Declares the server wrapper (:class:`strategies.client_budgets.ClientBudgetsDP`: each client
+Declares the server wrapper (:class:`fedpriv.strategies.client_budgets.ClientBudgetsDP`: each client
 sampled at its own rate, noise from the secret ``dp-noise`` stream), the config check (every
 client offered each round, a mean strategy, each budget reachable) and the summary.json
 ``privacy`` block: every client's ε and budget, and their distribution per budget.
@@ -13,25 +13,26 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from fedpriv.scenarios.app.privacy_modes import declare
+from fedpriv.scenarios.client_budgets.keys import KEYS
+from fedpriv.scenarios.config.feature import Catalog, Feature
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import ServerRun, run_spec
 
 from fedpriv import seeds
 from fedpriv.privacy.disclosure import unaccounted_channels
 from fedpriv.privacy.modes import client_budgets, mode_of
 from fedpriv.reporting.records import PrivacyFigures, mean_of
-from scenarios.app.privacy_modes import declare
-from scenarios.client_budgets.keys import KEYS
-from scenarios.config.feature import Catalog, Feature
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import ServerRun, run_spec
 
 MODE = client_budgets.MODE
 STRATEGIES = ("fedavg", "fedprox")
 
 
 def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
-    """:class:`strategies.client_budgets.ClientBudgetsDP` (``rng`` unused: sampling and noise
+    """:class:`fedpriv.strategies.client_budgets.ClientBudgetsDP` (``rng`` unused: sampling and
+    noise
     from the secret ``dp-noise`` stream)."""
-    from strategies.client_budgets import ClientBudgetsDP
+    from fedpriv.strategies.client_budgets import ClientBudgetsDP
 
     del rng
     spec = run.spec

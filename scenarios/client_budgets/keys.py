@@ -5,7 +5,7 @@ a message that changes either is refused. The mode also reads ``noise-multiplier
 server's Gaussian on the sum), ``clipping-norm`` and ``dp-delta``.
 """
 
-from scenarios.config.schema import key, real
+from fedpriv.scenarios.config.schema import key, real
 
 
 def _groups(value):

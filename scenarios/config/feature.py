@@ -4,14 +4,16 @@ A feature (standard training, global/metric DP, DP-SGD, IFCA, zonal, attacks, gr
 is one :class:`Feature` object in its own module. It declares everything the app needs to
 know about it: run-config keys, privacy modes with their wrapper builders, scenarios,
 server runners (one per scenario kind), client task names, a summary block, consistency
-checks and CLI commands. :mod:`scenarios.config.features` lists the features, in order; that list
+checks and CLI commands. :mod:`fedpriv.scenarios.config.features` lists the features, in order;
+that list
 is the only place that names them all. Nothing registers itself on import.
 
 A :class:`Catalog` is the read-only view the engine uses (lookups by key, mode, kind,
 command). Runners, checks and commands receive it as an argument, so feature modules never
 import the feature list (no import cycles).
 
-Client tasks are named here but implemented in :mod:`scenarios.app.client_tasks` (client-side
+Client tasks are named here but implemented in :mod:`fedpriv.scenarios.app.client_tasks`
+(client-side
 code only): the ClientApp looks tasks up there and never imports a server module.
 """
 
@@ -23,12 +25,20 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from fedpriv.scenarios.config.schema import (
+    AUTO,
+    ConfigError,
+    KeySpec,
+    choice,
+    default_output_dir,
+    resolve,
+)
+
 from fedpriv.privacy.modes import Mode
 from fedpriv.privacy.modes.registry import KEY as MODE_KEY
-from scenarios.config.schema import AUTO, ConfigError, KeySpec, choice, default_output_dir, resolve
 
 if TYPE_CHECKING:
-    from scenarios.config.specs import ServerRun
+    from fedpriv.scenarios.config.specs import ServerRun
 
 RunConfig = dict[str, Any]
 # fn(strategy, run, rng) -> strategy: the privacy wrapper around the stock strategy

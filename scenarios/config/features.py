@@ -3,30 +3,30 @@
 Order matters only for output: ``fedpriv keys`` / ``fedpriv keys --toml`` list keys in this
 order, summary blocks are merged in this order, sub-commands appear in this order. To add a
 feature, write its module with a ``FEATURE = Feature(...)`` declaration
-(:class:`scenarios.config.feature.Feature`), add it here, add its keys to ``pyproject.toml``
+(:class:`fedpriv.scenarios.config.feature.Feature`), add it here, add its keys to ``pyproject.toml``
 (``fedpriv keys --toml``) and, for a client task, its implementation to
-:mod:`scenarios.app.client_tasks`. ``tests/test_features.py`` checks the declarations are
+:mod:`fedpriv.scenarios.app.client_tasks`. ``tests/test_features.py`` checks the declarations are
 complete and consistent.
 """
 
 from __future__ import annotations
 
-from scenarios.adaptive_clip import feature as adaptive_clip
-from scenarios.attacks import feature as attacks
-from scenarios.audit import feature as audit
-from scenarios.baseline import feature as baseline_cli
-from scenarios.client_budgets import feature as client_budgets
-from scenarios.config.feature import Catalog, Feature
-from scenarios.dp import feature as dp
-from scenarios.dp_ftrl import feature as dp_ftrl
-from scenarios.dp_sgd import feature as dpsgd
-from scenarios.faults import feature as faults
-from scenarios.grid import feature as grid_cli
-from scenarios.ifca import feature as ifca
-from scenarios.speed import feature as speed
-from scenarios.standard import feature as standard
-from scenarios.tracking import feature as tracking
-from scenarios.zonal import feature as zonal
+from fedpriv.scenarios.adaptive_clip import feature as adaptive_clip
+from fedpriv.scenarios.attacks import feature as attacks
+from fedpriv.scenarios.audit import feature as audit
+from fedpriv.scenarios.baseline import feature as baseline_cli
+from fedpriv.scenarios.client_budgets import feature as client_budgets
+from fedpriv.scenarios.config.feature import Catalog, Feature
+from fedpriv.scenarios.dp import feature as dp
+from fedpriv.scenarios.dp_ftrl import feature as dp_ftrl
+from fedpriv.scenarios.dp_sgd import feature as dpsgd
+from fedpriv.scenarios.faults import feature as faults
+from fedpriv.scenarios.grid import feature as grid_cli
+from fedpriv.scenarios.ifca import feature as ifca
+from fedpriv.scenarios.speed import feature as speed
+from fedpriv.scenarios.standard import feature as standard
+from fedpriv.scenarios.tracking import feature as tracking
+from fedpriv.scenarios.zonal import feature as zonal
 
 FEATURES: tuple[Feature, ...] = (
     standard.FEATURE,

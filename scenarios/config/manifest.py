@@ -7,9 +7,9 @@ compared), so it is answered here, in the Flower app, not below it (nothing belo
 
 - :func:`write_manifest` writes ``run-config.json`` when a run starts: the config's
   result-relevant keys (:func:`fingerprint_config`) and their hash (:func:`fingerprint`),
-  which every checkpoint of the run carries too (``scenarios.app.resume``);
+  which every checkpoint of the run carries too (``fedpriv.scenarios.app.resume``);
 - :func:`recorded_config` and :func:`config_differences` let the launcher decide
-  (``scenarios.cli.preflight.run_state``): new, resume, finished, or refused.
+  (``fedpriv.scenarios.cli.preflight.run_state``): new, resume, finished, or refused.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 These read a node's own run config (``context.run_config`` overlaid with its
 ``node_config``), keys possibly still ``"auto"`` (then the value is not decided by the node):
 the node-side resolution is the Flower app's job, so they live here, next to
-:mod:`scenarios.config.node_spec` (their caller), not below ``scenarios/``. The allow-list they
+:mod:`fedpriv.scenarios.config.node_spec` (their caller), not below ``scenarios/``. The allow-list
+they
 serve and the refusal line are declared in :mod:`fedpriv.privacy.ownership`.
 """
 

@@ -1,28 +1,30 @@
 """Each ClientApp node's own run spec, and the message allow-list.
 
 The server resolves its config for itself; every ClientApp node (a client or a zone
-SuperNode) resolves ITS OWN with the same code (:func:`scenarios.config.schema.resolve` over the
+SuperNode) resolves ITS OWN with the same code (:func:`fedpriv.scenarios.config.schema.resolve`
+over the
 same key declarations, the ``scenarios.<feature>.keys`` modules)::
 
     key defaults  <-  scenario defaults  <-  the node's run_config  <-  its node_config
 
 once per (run, run_config, node_config) and cached, frozen (:class:`NodeSpec`). The scenario
 defaults come from ``node_catalog.json``, a snapshot of the server's catalog
-(``tests/test_curious_server.py`` checks it equals :data:`scenarios.config.features.CATALOG`; after
-adding a scenario run ``python -c "from scenarios.config.features import CATALOG; from
-scenarios.config.node_spec import write_snapshot;
+(``tests/test_curious_server.py`` checks it equals
+:data:`fedpriv.scenarios.config.features.CATALOG`; after
+adding a scenario run ``python -c "from fedpriv.scenarios.config.features import CATALOG; from
+fedpriv.scenarios.config.node_spec import write_snapshot;
 write_snapshot(CATALOG)"``), so a worker imports no
 server code. ``"auto"`` resolves ON THE NODE:
 
 * ``reproducible-noise`` and ``unaccounted-metrics``: false unless the node itself sets true
   (:data:`fedpriv.privacy.ownership.NODE_SECURE_DEFAULTS`; a paper scenario's opt-in does not
-  reach the nodes, :func:`scenarios.app.wire_config.wire_config` does not send it);
+  reach the nodes, :func:`fedpriv.scenarios.app.wire_config.wire_config` does not send it);
 * z, C, δ, the zones and the placement: the scenario's, as the server resolves them;
 * ``client-state-dir``: the node's ``node_config`` value, else the per-node default
   ``$FEDPRIV_STATE_ROOT/node-<data key>`` (its own data settings; outside every run's output
   folder, the same in every run); a message may only repeat it. Its lifetime release ledgers
   (:mod:`fedpriv.privacy.releases`) are written there whatever the message says
-  (:func:`scenarios.config.node_roles.node_ledger`).
+  (:func:`fedpriv.scenarios.config.node_roles.node_ledger`).
 
 **The allow-list** (:mod:`fedpriv.privacy.ownership`, one place: ``PRIVACY_KEYS``,
 each mode's ``release_keys``, ``SEEDED_KEYS``, ``DERIVED_KEYS``, ``MESSAGE_KEYS``). A message
@@ -40,10 +42,10 @@ variant the NODE derives from its own config, never one the message names:
 
 * a ``zonal-compare`` scenario: one variant per (placement, zone count) of its own
   ``zonal-compare-placements`` / ``zonal-sweep-zones``
-  (:func:`scenarios.zonal.keys.compare_variants`, the code the server runs). A node whose
+  (:func:`fedpriv.scenarios.zonal.keys.compare_variants`, the code the server runs). A node whose
   comparison lists ``none`` releases an un-noised zone sum in that variant, as its own config
   says; a node that must never do so sets ``zonal-compare-placements`` without ``none``;
-* an IFCA ``ifca-sweep``: one per run (:func:`scenarios.ifca.keys.sweep_overrides`);
+* an IFCA ``ifca-sweep``: one per run (:func:`fedpriv.scenarios.ifca.keys.sweep_overrides`);
 * ``run-plan``: one per cell of the plan file its own config names (``fedpriv grid``,
   ``fedpriv attack cia``, ``fedpriv audit --grid``), each resolved again here.
 
@@ -62,6 +64,36 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from fedpriv.scenarios.adaptive_clip import keys as keys_adaptive_clip
+from fedpriv.scenarios.app.task_names import IFCA_TASK, ZONE_NODE_TASK
+from fedpriv.scenarios.attacks import keys as keys_attacks
+from fedpriv.scenarios.audit import keys as keys_audit
+from fedpriv.scenarios.client_budgets import keys as keys_client_budgets
+from fedpriv.scenarios.config.node_roles import (
+    client_mode,
+    ledger_folder,
+    zonal_level,
+    zone_node_level,
+)
+from fedpriv.scenarios.config.schema import (
+    AUTO,
+    ConfigError,
+    KeySpec,
+    choice,
+    default_output_dir,
+    resolve,
+)
+from fedpriv.scenarios.dp import keys as keys_dp
+from fedpriv.scenarios.dp_ftrl import keys as keys_dp_ftrl
+from fedpriv.scenarios.dp_sgd import keys as keys_dpsgd
+from fedpriv.scenarios.faults import keys as keys_faults
+from fedpriv.scenarios.grid import keys as keys_grid
+from fedpriv.scenarios.ifca import keys as keys_ifca
+from fedpriv.scenarios.speed import keys as keys_speed
+from fedpriv.scenarios.standard import keys as keys_standard
+from fedpriv.scenarios.tracking import keys as keys_tracking
+from fedpriv.scenarios.zonal import keys as keys_zonal
+
 from fedpriv.privacy.modes import ifca, mode_of, names
 from fedpriv.privacy.modes import zonal as zonal_mode
 from fedpriv.privacy.modes.base import STANDARD_TASK
@@ -76,30 +108,10 @@ from fedpriv.privacy.ownership import (
     server_keys,
 )
 from fedpriv.privacy.releases import STATE_DIR_KEY
-from scenarios.adaptive_clip import keys as keys_adaptive_clip
-from scenarios.app.task_names import IFCA_TASK, ZONE_NODE_TASK
-from scenarios.attacks import keys as keys_attacks
-from scenarios.audit import keys as keys_audit
-from scenarios.client_budgets import keys as keys_client_budgets
-from scenarios.config.node_roles import (
-    client_mode,
-    ledger_folder,
-    zonal_level,
-    zone_node_level,
-)
-from scenarios.config.schema import AUTO, ConfigError, KeySpec, choice, default_output_dir, resolve
-from scenarios.dp import keys as keys_dp
-from scenarios.dp_ftrl import keys as keys_dp_ftrl
-from scenarios.dp_sgd import keys as keys_dpsgd
-from scenarios.faults import keys as keys_faults
-from scenarios.grid import keys as keys_grid
-from scenarios.ifca import keys as keys_ifca
-from scenarios.speed import keys as keys_speed
-from scenarios.standard import keys as keys_standard
-from scenarios.tracking import keys as keys_tracking
-from scenarios.zonal import keys as keys_zonal
 
-IFCA_MODE = ifca.MODE.name  # the role of an IFCA node (scenarios.config.node_roles.client_mode)
+IFCA_MODE = (
+    ifca.MODE.name
+)  # the role of an IFCA node (fedpriv.scenarios.config.node_roles.client_mode)
 
 __all__ = ["NodeSpec", "catalog_snapshot", "node_keys", "node_spec", "resolve_node"]
 
@@ -121,12 +133,14 @@ KEY_MODULES = (
     keys_tracking,
 )
 ZONAL_COMPARE, IFCA_KIND, CIA_KIND = "zonal-compare", "ifca", "cia"
-CIA_ABSENT_DIR = "target-absent"  # the CIA runner's second phase (scenarios.attacks.feature)
+CIA_ABSENT_DIR = (
+    "target-absent"  # the CIA runner's second phase (fedpriv.scenarios.attacks.feature)
+)
 
 
 def catalog_snapshot(catalog: Any) -> dict[str, Any]:
     """What a node needs of the server's catalog: the mode names and each scenario's kind
-    and defaults (JSON; ``catalog``: a :class:`scenarios.config.feature.Catalog`)."""
+    and defaults (JSON; ``catalog``: a :class:`fedpriv.scenarios.config.feature.Catalog`)."""
     return {
         "modes": list(catalog.modes),
         "scenarios": {
@@ -166,7 +180,8 @@ def _registered_mode(value: Any) -> str:
 def resolve_node(own: Mapping[str, Any]) -> dict[str, Any]:
     """A node's resolved config from its own values (``run_config`` + ``node_config``).
 
-    Same layering and checks as the server's (:func:`scenarios.config.schema.resolve`), except that
+    Same layering and checks as the server's (:func:`fedpriv.scenarios.config.schema.resolve`),
+    except that
     the scenario's opt-ins do not apply (:data:`fedpriv.privacy.ownership.NODE_SECURE_DEFAULTS`).
     Raises :class:`ConfigError` (one line) for an unknown key or a bad value.
     """
@@ -229,7 +244,8 @@ def _own_placement(runs: list[dict[str, Any]], own: Mapping[str, Any]) -> list[d
 
 def node_mode(cfg: Mapping[str, Any], partition: int, message_task: str = "") -> str | None:
     """The node's server-distrusting mode in variant ``cfg`` (None: it trusts the server):
-    :func:`scenarios.config.node_roles.client_mode` on the resolved values; IFCA by the scenario
+    :func:`fedpriv.scenarios.config.node_roles.client_mode` on the resolved values; IFCA by the
+    scenario
     kind."""
     if _kind(cfg) == IFCA_KIND or message_task == IFCA_TASK:
         return IFCA_MODE
@@ -263,7 +279,7 @@ class NodeSpec:
 
     def state_dir_of(self, cfg: Mapping[str, Any]) -> str:
         """The node's state folder (node_config's, else the per-node default of its own data
-        settings: :func:`scenarios.config.node_roles.node_ledger`), whatever the variant."""
+        settings: :func:`fedpriv.scenarios.config.node_roles.node_ledger`), whatever the variant."""
         del cfg  # the same folder in every variant: the node's, not a cell's
         return self.ledger_dir or str(ledger_folder(self.state_dir, {}))
 
@@ -366,7 +382,7 @@ def node_spec(run_id: int, run_config: Mapping[str, Any], node_config: Mapping[s
     keys = node_keys()
     own_keys = {k: v for k, v in node_config.items() if k in keys}
     # the variants depend on the node's own keys, not on its partition: one resolution
-    # serves every virtual client of a worker SuperNode (scenarios.nodes.worker)
+    # serves every virtual client of a worker SuperNode (fedpriv.scenarios.nodes.worker)
     ident = (run_id, _digest(run_config), _digest(own_keys))
     if ident not in _CACHE:
         own = {**run_config, **own_keys}

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.schema import ConfigError
 
 try:
     import tomllib

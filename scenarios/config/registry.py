@@ -1,4 +1,4 @@
-"""Read-only lookups of the app's catalog (:data:`scenarios.config.features.CATALOG`).
+"""Read-only lookups of the app's catalog (:data:`fedpriv.scenarios.config.features.CATALOG`).
 
 ``resolve_run_config(run_config)`` is what ``fedpriv run``, the ServerApp and the tests call:
 scenario lookup, defaults layering (key defaults <- scenario defaults <- user values), every
@@ -10,16 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scenarios.config.feature import Scenario
-from scenarios.config.features import CATALOG
-from scenarios.config.schema import KeySpec
+from fedpriv.scenarios.config.feature import Scenario
+from fedpriv.scenarios.config.features import CATALOG
+from fedpriv.scenarios.config.schema import KeySpec
 
 KEYS: Mapping[str, KeySpec] = CATALOG.keys
 SCENARIOS: Mapping[str, Scenario] = CATALOG.scenarios
 
 
 def get_scenario(name: Any) -> Scenario:
-    """The scenario called ``name`` or a one-line :class:`~scenarios.config.schema.ConfigError`."""
+    """The scenario called ``name`` or a one-line
+    :class:`~fedpriv.scenarios.config.schema.ConfigError`."""
     return CATALOG.scenario(name)
 
 

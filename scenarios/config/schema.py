@@ -12,7 +12,8 @@ refused naming the new one, :data:`RENAMED`),
 and every resolved value is checked before any training starts (SPEC §7). A failed check
 raises :class:`ConfigError`, whose message is one line naming the key, the value and
 what is allowed. Each feature declares its keys (``Feature.keys`` in
-:mod:`scenarios.config.feature`); :mod:`scenarios.config.features` lists the features; every key
+:mod:`fedpriv.scenarios.config.feature`); :mod:`fedpriv.scenarios.config.features` lists the
+features; every key
 must also be in ``pyproject.toml [tool.flwr.app.config]`` (``fedpriv keys --toml`` prints it).
 """
 

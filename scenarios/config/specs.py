@@ -2,9 +2,10 @@
 
 The one place below which no run-config mapping travels: each party builds its spec once, at
 its boundary, with :func:`run_spec`. The server builds it when it resolves its config
-(:func:`server_run`, called by :mod:`scenarios.app.server_app` and, for each cell of a plan, by
-:mod:`scenarios.app.multirun`); each ClientApp node when it reads its Context and a message
-(:mod:`scenarios.app.client_app`). Below that point code takes the spec or its parts.
+(:func:`server_run`, called by :mod:`fedpriv.scenarios.app.server_app` and, for each cell of a
+plan, by
+:mod:`fedpriv.scenarios.app.multirun`); each ClientApp node when it reads its Context and a message
+(:mod:`fedpriv.scenarios.app.client_app`). Below that point code takes the spec or its parts.
 
 Every field of a spec class names its config key in its metadata (:func:`fedpriv.spec.key`);
 :func:`build` reads those keys, so no key name is repeated here.
@@ -55,10 +56,11 @@ def build(cls: type[Spec], cfg: Mapping[str, Any]) -> Spec:
 
 def complete(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """``cfg`` with every declared key: missing ones take the scenario's, then the key's
-    default (the node's resolution, :func:`scenarios.config.node_spec.resolve_node`, without its
+    default (the node's resolution, :func:`fedpriv.scenarios.config.node_spec.resolve_node`,
+    without its
     checks of the values ``cfg`` holds)."""
-    from scenarios.config.node_spec import load_snapshot, node_keys
-    from scenarios.config.schema import fill_auto
+    from fedpriv.scenarios.config.node_spec import load_snapshot, node_keys
+    from fedpriv.scenarios.config.schema import fill_auto
 
     scenarios = load_snapshot()["scenarios"]
     name = cfg.get("scenario", "digits")
@@ -145,7 +147,7 @@ ROUND_KEY, TASK_KEY = "server-round", "client-task"  # set by the server in each
 @dataclass(frozen=True)
 class NodeCall:
     """One message as a ClientApp node runs it: the node's :class:`RunSpec`, built once when it
-    reads its Context and the message (:func:`scenarios.app.client_app.resolved`), and the
+    reads its Context and the message (:func:`fedpriv.scenarios.app.client_app.resolved`), and the
     config it was built from, as the record it is.
 
     ``record`` holds the message's own values (its round, its task, the derived keys the node

@@ -2,8 +2,8 @@
 
 Declares (``FEATURE``):
 
-* privacy mode ``global-dp`` -> :class:`strategies.dp_wrappers.ServerSideFixedClippingDP`
-  and ``metric-dp`` -> :class:`strategies.dp_wrappers.MetricDP` around the stock strategy,
+* privacy mode ``global-dp`` -> :class:`fedpriv.strategies.dp_wrappers.ServerSideFixedClippingDP`
+  and ``metric-dp`` -> :class:`fedpriv.strategies.dp_wrappers.MetricDP` around the stock strategy,
   with m = ``num-sampled-clients`` (0: ``clients-per-round``, 0: all ``num-clients``), the
   noise drawn from the ``dp-noise`` stream of :mod:`fedpriv.seeds`, uniform aggregation
   unless ``dp-weighting = examples``, and (global DP) a
@@ -28,6 +28,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from fedpriv.scenarios.app.privacy_modes import declare
+from fedpriv.scenarios.config.feature import Catalog, Command, Feature
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import ServerRun, server_run
+from fedpriv.scenarios.dp.keys import KEYS
+from fedpriv.scenarios.zonal.keys import zone_nodes
 
 from fedpriv import seeds
 from fedpriv.privacy.disclosure import unaccounted_channels
@@ -35,12 +41,6 @@ from fedpriv.privacy.modes import dp_sgd as dp_sgd_mode
 from fedpriv.privacy.modes import global_dp, metric_dp, mode_of
 from fedpriv.reporting.records import PrivacyFigures, mean_of
 from fedpriv.spec import RunSpec
-from scenarios.app.privacy_modes import declare
-from scenarios.config.feature import Catalog, Command, Feature
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import ServerRun, server_run
-from scenarios.dp.keys import KEYS
-from scenarios.zonal.keys import zone_nodes
 
 # the server-noise modes this feature wraps (their declarations: fedpriv.privacy.modes)
 SERVER_NOISE_MODES = (global_dp.MODE, metric_dp.MODE)
@@ -66,8 +66,9 @@ def build_dp_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     Metric DP gets no accountant: it is a heuristic and reports no ε.
     """
     del rng
+    from fedpriv.strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
+
     from fedpriv.privacy.accounting.rounds import global_dp_accountant
-    from strategies.dp_wrappers import MetricDP, ServerSideFixedClippingDP
 
     cfg, spec = run.record, run.spec
     common = dict(
@@ -106,7 +107,7 @@ def check_max_epsilon(cfg: Mapping[str, Any], catalog: Catalog) -> None:
     """``max-epsilon`` > 0 only where a server-side accountant has an ε to bound: global DP
     around a mean (standard run), and DP-SGD, where it is each client's own lifetime budget
     (the client refuses a participation past it, docs/privacy.md), and a zone node's own
-    lifetime budget (``zonal-runtime = zone-nodes``: ``scenarios.zonal.zone_node``). Metric
+    lifetime budget (``zonal-runtime = zone-nodes``: ``fedpriv.scenarios.zonal.zone_node``). Metric
     DP has no ε; in-server zonal and none: refused."""
     value = float(cfg.get("max-epsilon", 0.0))
     if value == 0:
@@ -185,7 +186,7 @@ def privacy_summary(run: ServerRun, rounds: list[dict]) -> dict:
         "unaccounted": unaccounted_channels(mode, opted_in=opted),
     }
     if declared is global_dp.MODE and spec.strategy.strategy in NOT_A_MEAN_STRATEGIES:
-        from strategies.dp_core import NO_EPSILON_NOT_A_MEAN
+        from fedpriv.strategies.dp_core import NO_EPSILON_NOT_A_MEAN
 
         block["guarantee"] = NO_EPSILON_NOT_A_MEAN
         block["epsilon"] = None
@@ -257,7 +258,7 @@ def _epsilon_block(report: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _epsilon_args(parser: argparse.ArgumentParser) -> None:
-    from scenarios.cli.launch import add_run_config_option
+    from fedpriv.scenarios.cli.launch import add_run_config_option
 
     add_run_config_option(
         parser, "Flower-style overrides, e.g. \"privacy='global-dp' noise-multiplier=1.1\""
@@ -286,9 +287,10 @@ def _epsilon_args(parser: argparse.ArgumentParser) -> None:
 def _epsilon(args: argparse.Namespace, catalog: Catalog) -> int:
     """``fedpriv epsilon``: the privacy plan's headline (``--json``: the whole plan, one JSON
     object), no data, no training."""
+    from fedpriv.scenarios.cli.launch import app_config, parse_overrides
+
     from fedpriv.privacy.accounting.planning import privacy_plan
     from fedpriv.reporting.plan_text import plan_headline
-    from scenarios.cli.launch import app_config, parse_overrides
 
     try:
         cfg = catalog.resolve_run_config(app_config(parse_overrides(args.run_config)))

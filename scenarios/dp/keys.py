@@ -19,7 +19,7 @@ The default ``digits`` scenario runs ``metric-dp`` around FedAvg with these MP v
 test accuracy (seed 0, 8 rounds).
 """
 
-from scenarios.config.schema import AUTO, boolean, choice, integer, key, real
+from fedpriv.scenarios.config.schema import AUTO, boolean, choice, integer, key, real
 
 KEYS = (
     key(

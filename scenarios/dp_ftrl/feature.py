@@ -1,6 +1,6 @@
 """Feature ``dp_ftrl``: privacy mode ``dp-ftrl`` (Kairouz et al. 2021).
 
-Declares the mode's server wrapper (:class:`strategies.dp_ftrl.DPFTRL` around FedAvg or
+Declares the mode's server wrapper (:class:`fedpriv.strategies.dp_ftrl.DPFTRL` around FedAvg or
 FedProx; tree seed secret unless ``reproducible-noise``), its config check (a mean strategy,
 no Poisson sampling, no ``max-epsilon``) and its summary.json ``privacy`` block (ε of the
 trees with its participation condition).
@@ -12,25 +12,25 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from fedpriv.scenarios.app.privacy_modes import declare
+from fedpriv.scenarios.config.feature import Catalog, Feature
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import ServerRun
+from fedpriv.scenarios.dp_ftrl.keys import KEYS
 
 from fedpriv import seeds
 from fedpriv.privacy.disclosure import unaccounted_channels
 from fedpriv.privacy.modes import dp_ftrl, mode_of
 from fedpriv.reporting.records import PrivacyFigures, mean_of
-from scenarios.app.privacy_modes import declare
-from scenarios.config.feature import Catalog, Feature
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import ServerRun
-from scenarios.dp_ftrl.keys import KEYS
 
 MODE = dp_ftrl.MODE
 STRATEGIES = ("fedavg", "fedprox")  # DP-FTRL replaces the server's aggregation and optimizer
 
 
 def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
-    """:class:`strategies.dp_ftrl.DPFTRL` around ``strategy`` (``rng`` is not used: the tree
+    """:class:`fedpriv.strategies.dp_ftrl.DPFTRL` around ``strategy`` (``rng`` is not used: the tree
     seed is OS entropy, or the ``dp-noise`` stream with ``reproducible-noise``)."""
-    from strategies.dp_ftrl import DPFTRL
+    from fedpriv.strategies.dp_ftrl import DPFTRL
 
     del rng
     spec = run.spec

@@ -5,7 +5,7 @@ The mode also reads the shared keys ``noise-multiplier`` (z: node noise std / C)
 ``server-momentum`` (μ, heavy-ball momentum on the noisy prefix-sum differences).
 """
 
-from scenarios.config.schema import integer, key
+from fedpriv.scenarios.config.schema import integer, key
 
 KEYS = (
     key(

@@ -2,13 +2,14 @@
 
 Declared here (``FEATURE``):
 
-- client task ``dp-sgd`` (:func:`scenarios.app.client_tasks.train_dpsgd`): the client trains with
-  Poisson-sampled DP-SGD (``clients.dpsgd_client``, ``fedpriv.privacy.dpsgd``) and puts its
+- client task ``dp-sgd`` (:func:`fedpriv.scenarios.app.client_tasks.train_dpsgd`): the client
+trains with
+  Poisson-sampled DP-SGD (``fedpriv.clients.dpsgd_client``, ``fedpriv.privacy.dpsgd``) and puts its
   example-level ε in the train MetricRecord (``dp-sgd-epsilon``). The client computes ε from
   its own config and its own count of the rounds it trained in (its own release ledger,
   :mod:`fedpriv.privacy.releases`): the server sends no participation count and cannot set the ε a
   client reports.
-- privacy mode ``dp-sgd``: :class:`scenarios.dp_sgd.server.DpSgdClients`, a thin
+- privacy mode ``dp-sgd``: :class:`fedpriv.scenarios.dp_sgd.server.DpSgdClients`, a thin
   Message-API wrapper around the stock strategy. It sets ``client-task = "dp-sgd"`` in
   the train config, mirrors how many rounds it asked each client to train (for the
   summary, not sent), and keeps each client's latest ε from its replies (Flower averages
@@ -29,35 +30,35 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from fedpriv.scenarios.app.privacy_modes import declare
+from fedpriv.scenarios.app.task_names import DPSGD_TASK as TASK
+from fedpriv.scenarios.config.feature import Catalog, Feature
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import ServerRun
+from fedpriv.scenarios.dp_sgd.keys import KEYS
 
 from fedpriv.privacy.disclosure import unaccounted_channels
 from fedpriv.privacy.dpsgd import ACCOUNTANT_TEXT, ADJACENCY_TEXT, SAMPLING_TEXT
 from fedpriv.privacy.modes import dp_sgd, mode_of
 from fedpriv.reporting.records import PrivacyFigures
-from scenarios.app.privacy_modes import declare
-from scenarios.app.task_names import DPSGD_TASK as TASK
-from scenarios.config.feature import Catalog, Feature
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import ServerRun
-from scenarios.dp_sgd.keys import KEYS
 
 DPSGD_MODE = dp_sgd.MODE
 
 
 def __getattr__(name: str) -> Any:
-    """``DpSgdClients`` lives in :mod:`scenarios.dp_sgd.server` (Flower), loaded on use."""
+    """``DpSgdClients`` lives in :mod:`fedpriv.scenarios.dp_sgd.server` (Flower), loaded on use."""
     if name in ("DpSgdClients", "EPSILON_LABEL"):
-        from scenarios.dp_sgd import server as dpsgd_server
+        from fedpriv.scenarios.dp_sgd import server as dpsgd_server
 
         return getattr(dpsgd_server, name)
     raise AttributeError(name)
 
 
 def _wrapper(strategy: Any, run: ServerRun, rng: Any) -> Any:
-    """Privacy mode ``dp-sgd``: :class:`scenarios.dp_sgd.server.DpSgdClients` around the
+    """Privacy mode ``dp-sgd``: :class:`fedpriv.scenarios.dp_sgd.server.DpSgdClients` around the
     stock strategy (``rng`` unused: the clients draw their own noise)."""
     del rng, run
-    from scenarios.dp_sgd.server import DpSgdClients
+    from fedpriv.scenarios.dp_sgd.server import DpSgdClients
 
     return DpSgdClients(strategy)
 

@@ -4,7 +4,8 @@ DP-SGD (Abadi et al. 2016) with Poisson-sampled batches (``fedpriv.privacy.dpsgd
 gradient is clipped to L2 norm ``clipping-norm`` (C), the clipped gradients of a batch are
 summed, Gaussian noise N(0, (z·C)² I) with z = ``noise-multiplier`` is added and the sum is
 divided by the expected batch size min(``batch-size``, n). The shared keys are declared in
-:mod:`scenarios.dp.keys` (one key name per idea); left at ``auto`` they take DP-SGD's values:
+:mod:`fedpriv.scenarios.dp.keys` (one key name per idea); left at ``auto`` they take DP-SGD's
+values:
 
 - ``clipping-norm`` C = 1.0: the common tutorial value.
 - ``noise-multiplier`` z = 1.1: the MNIST tutorial value of Abadi et al./tensorflow-privacy;
@@ -13,14 +14,15 @@ divided by the expected batch size min(``batch-size``, n). The shared keys are d
 - ``dp-delta`` δ = 1e-5: δ of the reported example-level ε.
 
 ``microbatches`` (must be 0) is kept so that an old config setting it gets a one-line error;
-DP-SGD clips each example on its own (checked in ``scenarios.dp_sgd.feature``). The old names
+DP-SGD clips each example on its own (checked in ``fedpriv.scenarios.dp_sgd.feature``). The old
+names
 ``clipping-norm``, ``noise-multiplier`` and ``dp-delta`` are refused naming the new
-ones (:data:`scenarios.config.schema.RENAMED`).
+ones (:data:`fedpriv.scenarios.config.schema.RENAMED`).
 """
 
 from __future__ import annotations
 
-from scenarios.config.schema import KeySpec, integer
+from fedpriv.scenarios.config.schema import KeySpec, integer
 
 KEYS = (
     KeySpec(

@@ -1,6 +1,7 @@
 """The server side of ``privacy = dp-sgd``: :class:`DpSgdClients` (Message API).
 
-A thin wrapper around the stock strategy (declared by :mod:`scenarios.dp_sgd.feature`, which loads
+A thin wrapper around the stock strategy (declared by :mod:`fedpriv.scenarios.dp_sgd.feature`,
+which loads
 this module only when a run builds its strategy, so the feature list imports without
 Flower). It sets ``client-task = "dp-sgd"`` in the train config, mirrors how many rounds it
 asked each client to train (for the summary, not sent), and keeps each client's latest ε
@@ -13,13 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Optional
 
+from fedpriv.scenarios.app.task_names import DPSGD_TASK as TASK
+from fedpriv.scenarios.app.task_names import EPSILON_KEY
+from fedpriv.strategies.base import StrategyWrapper
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy import Strategy
-
-from scenarios.app.task_names import DPSGD_TASK as TASK
-from scenarios.app.task_names import EPSILON_KEY
-from strategies.base import StrategyWrapper
 
 EPSILON_LABEL = (
     "example level, add/remove-one example, Poisson-sampled batches as the clients run "

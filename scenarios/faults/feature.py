@@ -1,12 +1,13 @@
 """Feature ``faults``: adversarial clients as a scenario feature.
 
 Declares the keys ``malicious-clients``, ``attack``, ``attack-factor``
-(:mod:`scenarios.faults.keys`) and their cross-key check. The attack itself is client-side
-(:func:`clients.adversary.tamper_reply`, applied by the ClientApp to the reply of whatever
+(:mod:`fedpriv.scenarios.faults.keys`) and their cross-key check. The attack itself is client-side
+(:func:`fedpriv.clients.adversary.tamper_reply`, applied by the ClientApp to the reply of whatever
 training task ran), so it works with every privacy mode of the standard run; what reaches
 the global model is decided by the server chain (``ValidUpdatesOnly`` drops NaN/Inf/wrong
 shapes, the DP wrappers clip). Resume, preflight and the deployment faults need no keys:
-they live in :mod:`scenarios.cli.preflight`, :mod:`scenarios.app.resume` and the federation.
+they live in :mod:`fedpriv.scenarios.cli.preflight`, :mod:`fedpriv.scenarios.app.resume` and the
+federation.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from clients.adversary import parse_partitions
-from scenarios.config.feature import Catalog, Feature
-from scenarios.config.schema import ConfigError
-from scenarios.faults.keys import KEYS
+from fedpriv.clients.adversary import parse_partitions
+from fedpriv.scenarios.config.feature import Catalog, Feature
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.faults.keys import KEYS
 
 
 def check_attack(cfg: Mapping[str, Any], catalog: Catalog) -> None:

@@ -1,7 +1,7 @@
 """Run-config keys of the faults feature: adversarial clients.
 
 ``attack`` names what the clients listed in ``malicious-clients`` do to their training
-reply (:mod:`clients.adversary`, which has the table); ``attack-factor`` is its strength
+reply (:mod:`fedpriv.clients.adversary`, which has the table); ``attack-factor`` is its strength
 (the boost of ``scale``/``sign-flip``/``model-replacement``, the per-layer push of
 ``distance-gaming``). ``attack = 'none'`` (the default) or an empty list: every client is
 honest. The partition ids are checked against ``num-clients`` in ``scenarios/faults/feature.py``.
@@ -9,8 +9,8 @@ honest. The partition ids are checked against ``num-clients`` in ``scenarios/fau
 
 from __future__ import annotations
 
-from clients.adversary import ATTACKS
-from scenarios.config.schema import KeySpec, boolean, choice, real, text
+from fedpriv.clients.adversary import ATTACKS
+from fedpriv.scenarios.config.schema import KeySpec, boolean, choice, real, text
 
 KEYS = (
     KeySpec(

@@ -2,8 +2,8 @@
 
 ``fedpriv grid --scenario S --strategies A,B --privacy none,global-dp --seeds 0,1
 --output-dir D [--run-config "k=v ..."]`` runs every cell into ``D/<strategy>/<privacy>/seed<k>``
-inside ONE Flower simulation (:mod:`scenarios.app.multirun`: the cells are written to
-``D/plan.json`` and one simulation, :mod:`scenarios.cli.simulation_runner`, runs them with
+inside ONE Flower simulation (:mod:`fedpriv.scenarios.app.multirun`: the cells are written to
+``D/plan.json`` and one simulation, :mod:`fedpriv.scenarios.cli.simulation_runner`, runs them with
 ``run-plan``), so N cells pay one start-up. Everything is validated before anything runs
 (unknown strategy or privacy mode, bad seed, bad override: one line, exit 2). Complete cells
 (summary.json present) are skipped; a failed cell does not stop the others; failures are
@@ -11,9 +11,11 @@ listed at the end and the exit status is 1.
 The simulation's output goes to ``D/run.log`` (progress lines with an ETA are also printed);
 ``D/grid.json`` records every cell's status and wall time.
 
-``--parallel N`` runs the cells in ``N`` simulations side by side (:func:`scenarios.app.multirun.
+``--parallel N`` runs the cells in ``N`` simulations side by side
+(:func:`fedpriv.scenarios.app.multirun.
 launch_plan`: lanes, each with its own plan and log under ``D/lanes/<k>``); the default
-(``auto``) is :func:`scenarios.cli.ray_cluster.default_parallel` of this machine's CPUs and GPU
+(``auto``) is :func:`fedpriv.scenarios.cli.ray_cluster.default_parallel` of this machine's CPUs and
+GPU
 memory (1 on 2 CPUs). ``--ray-address`` (or the federation's ``ray-address``) runs them on an
 existing Ray cluster; ``grid.json`` and each cell's summary record its Ray nodes.
 
@@ -29,6 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedpriv.scenarios.app import multirun
+from fedpriv.scenarios.cli import launch as cli
+from fedpriv.scenarios.cli import ray_cluster
+from fedpriv.scenarios.config.feature import Catalog, Command, Feature
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.grid.keys import KEYS
+
 from fedpriv.grid import (
     Cell,
     GridError,
@@ -39,12 +48,6 @@ from fedpriv.grid import (
     parse_seeds,
 )
 from fedpriv.names import STRATEGIES
-from scenarios.app import multirun
-from scenarios.cli import launch as cli
-from scenarios.cli import ray_cluster
-from scenarios.config.feature import Catalog, Command, Feature
-from scenarios.config.schema import ConfigError
-from scenarios.grid.keys import KEYS
 
 RESERVED = ("scenario", "strategy", "privacy", "seed", "output-dir")
 LOG_NAME = multirun.LOG_NAME
@@ -99,7 +102,7 @@ def plan(
         overrides = cell_overrides(args.scenario, cell, extra)
         cell_run_config(overrides)
         configs.append(catalog.resolve_run_config(cli.app_config(overrides)))
-    from clients.partitions import federated_data
+    from fedpriv.clients.partitions import federated_data
 
     for seed in seeds:  # open the data once per seed (partitions depend on it)
         cli.preflight(

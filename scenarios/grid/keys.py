@@ -1,9 +1,10 @@
 """Run-config key of the ``grid`` feature: ``run-plan`` (declaration only, for the node spec:
-a ClientApp node reads the plan it is configured with, :mod:`scenarios.config.node_spec`)."""
+a ClientApp node reads the plan it is configured with,
+:mod:`fedpriv.scenarios.config.node_spec`)."""
 
 from __future__ import annotations
 
-from scenarios.config.schema import key, text
+from fedpriv.scenarios.config.schema import key, text
 
 KEYS = (
     key(
@@ -11,6 +12,6 @@ KEYS = (
         "",
         text,
         "'' or the path of a plan file written by fedpriv grid / fedpriv attack cia",
-        "run every cell of the plan in this one simulation (scenarios.app.multirun)",
+        "run every cell of the plan in this one simulation (fedpriv.scenarios.app.multirun)",
     ),
 )

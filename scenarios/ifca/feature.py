@@ -1,6 +1,6 @@
 """Feature ``ifca``: scenarios, keys and runner (GP Algorithms 1–2; SPEC §3.4, §5).
 
-The client side is :mod:`clients.ifca_client` (task ``ifca`` and its message type).
+The client side is :mod:`fedpriv.clients.ifca_client` (task ``ifca`` and its message type).
 
 Scenarios (kind ``ifca``):
 
@@ -18,8 +18,9 @@ the cells release the same data, so their leakage adds up), each in
 ``output-dir/sweep-NN/``, plus a summary and ``ifca_table.md`` in ``output-dir``.
 
 Resume: every run checkpoints after each round (``checkpoint.pkl``: hypotheses,
-server Generator, mirror ledger, early stopping, best hypotheses; ``scenarios.app.resume``) and
-its clients keep their own ledgers in their own state directories (``clients.ifca_client``,
+server Generator, mirror ledger, early stopping, best hypotheses; ``fedpriv.scenarios.app.resume``)
+and
+its clients keep their own ledgers in their own state directories (``fedpriv.clients.ifca_client``,
 :mod:`fedpriv.privacy.releases`: ``output-dir/client-state/`` when the run config names the output
 dir); the same command continues a killed run, and a sweep skips its complete runs.
 
@@ -56,6 +57,18 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
+from fedpriv.scenarios.app import multirun
+from fedpriv.scenarios.app.task_names import IFCA_TASK
+from fedpriv.scenarios.app.wire_config import wire_config
+from fedpriv.scenarios.config.feature import Catalog, Feature, Scenario
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import ServerRun
+from fedpriv.scenarios.ifca.keys import (  # noqa: F401  (parse_sweep: re-exported)
+    KEYS,
+    SWEEP_FORBIDDEN,
+    parse_sweep,
+    sweep_overrides,
+)
 
 from fedpriv import seeds
 from fedpriv.data import FederatedData
@@ -64,25 +77,12 @@ from fedpriv.privacy.disclosure import GP_FINAL_EVALUATION, sends_unaccounted
 from fedpriv.reporting.console import round_line
 from fedpriv.reporting.runlog import RunLog, read_rounds
 from fedpriv.spec import RunSpec
-from scenarios.app import multirun
-from scenarios.app.task_names import IFCA_TASK
-from scenarios.app.wire_config import wire_config
-from scenarios.config.feature import Catalog, Feature, Scenario
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import ServerRun
-from scenarios.ifca.keys import (  # noqa: F401  (parse_sweep: re-exported)
-    KEYS,
-    SWEEP_FORBIDDEN,
-    parse_sweep,
-    sweep_overrides,
-)
 
 if TYPE_CHECKING:
+    from fedpriv.scenarios.nodes.federation import PartitionGrid
+    from fedpriv.strategies.ifca import LaplaceIFCA
     from flwr.app import ConfigRecord
     from flwr.serverapp import Grid
-
-    from scenarios.nodes.federation import PartitionGrid
-    from strategies.ifca import LaplaceIFCA
 
 # The Keras clients, models, plots and the IFCA strategy (the ``simulation`` extra) are
 # imported inside the functions that run, so that the feature list imports in the base install.
@@ -191,7 +191,8 @@ def initial_hypotheses(run: ServerRun, data: FederatedData) -> list[list[np.ndar
     """θ_j^(0): GP §5.1's N(0, 1) per parameter for the linear model; k independently
     seeded Keras initialisations otherwise (hypothesis 0 = the standard run's initial model).
     """
-    from clients.keras_client import initial_weights  # the simulation extra: at run time
+    from fedpriv.clients.keras_client import initial_weights  # the simulation extra: at run time
+
     from fedpriv.models import build_model
 
     train = run.spec.train
@@ -213,9 +214,10 @@ def initial_hypotheses(run: ServerRun, data: FederatedData) -> list[list[np.ndar
 
 def config_record(cfg: Mapping[str, Any], tag: str) -> ConfigRecord:
     """What the IFCA messages carry of the config: the keys that differ from the run's
-    ``run_config`` plus its digest (:func:`scenarios.app.wire_config.wire_config`, as the standard
+    ``run_config`` plus its digest (:func:`fedpriv.scenarios.app.wire_config.wire_config`, as the
+    standard
     path), with the client task and the sweep's ledger tag (a label only: the clients keep
-    one ledger each, in their own state directories, ``clients.ifca_client``)."""
+    one ledger each, in their own state directories, ``fedpriv.clients.ifca_client``)."""
     from flwr.app import ConfigRecord
 
     return ConfigRecord(
@@ -235,7 +237,7 @@ def final_evaluation(
     holds only what differs from ``run_config``). Returns (summary, rows) |
     (None, {}); the summary's ``declined`` counts the users whose own opt-in is off (each node
     decides its own, so a scenario's opt-in alone gets empty replies)."""
-    from strategies.ifca import EVALUATE_TYPE, checked_validation, summarise_evaluation
+    from fedpriv.strategies.ifca import EVALUATE_TYPE, checked_validation, summarise_evaluation
 
     if not sends_unaccounted(spec.mode_name, opted_in=spec.unaccounted_metrics):
         return None, {}
@@ -268,15 +270,16 @@ def run_one(
     sink: Optional[Callable[[dict[str, Any]], None]] = None,
 ) -> dict[str, Any]:
     """One IFCA run on an already discovered federation; writes its outputs, returns the
-    summary. Resumable: a checkpoint after every round (``scenarios.app.resume``); a killed run
+    summary. Resumable: a checkpoint after every round (``fedpriv.scenarios.app.resume``); a killed
+    run
     of this config continues after its last completed round."""
-    from clients.partitions import federated_data
-    from scenarios.app.engine import RoundState
-    from scenarios.app.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
-    from scenarios.app.startup import data_loaded, run_times
-    from scenarios.ifca.outputs import build_summary
-    from scenarios.nodes.federation import supernodes
-    from strategies.ifca import LaplaceIFCA, hypotheses_record
+    from fedpriv.clients.partitions import federated_data
+    from fedpriv.scenarios.app.engine import RoundState
+    from fedpriv.scenarios.app.resume import checkpoint_hook, keyed_arrays, load_resumable, restore
+    from fedpriv.scenarios.app.startup import data_loaded, run_times
+    from fedpriv.scenarios.ifca.outputs import build_summary
+    from fedpriv.scenarios.nodes.federation import supernodes
+    from fedpriv.strategies.ifca import LaplaceIFCA, hypotheses_record
 
     t0 = time.time()
     cfg, spec = run.record, run.spec  # the record: IFCA's own keys
@@ -352,8 +355,8 @@ def run_one(
 
 def run_ifca(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     """Runner of kind ``ifca``: one run, or every run of ``ifca-sweep`` in this simulation."""
-    from scenarios.ifca.outputs import sweep_table
-    from scenarios.nodes.virtual_grid import discover_federation
+    from fedpriv.scenarios.ifca.outputs import sweep_table
+    from fedpriv.scenarios.nodes.virtual_grid import discover_federation
 
     t0 = time.time()
     cfg, spec = run.record, run.spec

@@ -11,7 +11,7 @@
 - ``validation-clients`` — the last V partition ids are held-out validation users (never
   trained, never sanitized); 0 = no validation and no early stopping.
 - ``validation-query-budget`` — a held-out validation user's own lifetime cap on the evaluate
-  queries it answers (every run, one count per query: ``clients.ifca_client``); past it the
+  queries it answers (every run, one count per query: ``fedpriv.clients.ifca_client``); past it the
   user refuses in one line; an identical query gets the cached reply. 0 = it answers none.
   Default 500: GP's scenarios ask each validation user once per round (gp-synthetic <= 50
   rounds; ``make ifca-table``: 9 cells x <= 30 rounds = 270).
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scenarios.config.schema import KeySpec, integer, real, text
+from fedpriv.scenarios.config.schema import KeySpec, integer, real, text
 
 KEYS = (
     KeySpec(
@@ -126,8 +126,9 @@ def sweep_overrides(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     the run's overrides, ``ifca-sweep = ''`` and ``output-dir/sweep-NN``; raises ValueError
     for a malformed sweep or a forbidden key (:data:`SWEEP_FORBIDDEN`).
 
-    The ServerApp resolves each (``scenarios.ifca.feature.sweep_configs``); a node builds the same
-    runs from its own config (``scenarios.config.node_spec``)."""
+    The ServerApp resolves each (``fedpriv.scenarios.ifca.feature.sweep_configs``); a node builds
+    the same
+    runs from its own config (``fedpriv.scenarios.config.node_spec``)."""
     if not cfg["ifca-sweep"]:
         return []
     out = []

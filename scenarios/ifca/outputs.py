@@ -6,12 +6,12 @@ import math
 from typing import Any
 
 import numpy as np
+from fedpriv.scenarios.app.client_tasks import IFCA_TASK as KIND
+from fedpriv.scenarios.config.specs import ServerRun
+from fedpriv.strategies.ifca import SMALL_MODEL, LaplaceIFCA, hypotheses_from_record
 
 from fedpriv.ifca import flatten, match_hypotheses
 from fedpriv.privacy.disclosure import ifca_privacy_block
-from scenarios.app.client_tasks import IFCA_TASK as KIND
-from scenarios.config.specs import ServerRun
-from strategies.ifca import SMALL_MODEL, LaplaceIFCA, hypotheses_from_record
 
 
 def build_summary(

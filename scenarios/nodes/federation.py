@@ -78,7 +78,7 @@ def discover_partitions(grid: Grid, expected: int, timeout: float | None = None)
         raise FederationError(f"node {node} failed the query: {reason}")
     if sorted(mapping.values()) != list(range(expected)):
         raise FederationError(f"partition ids {sorted(mapping.values())} are not 0..{expected - 1}")
-    from scenarios.app.startup import status  # server side only (the ClientApp never asks)
+    from fedpriv.scenarios.app.startup import status  # server side only (the ClientApp never asks)
 
     status("workers ready", f"{expected} SuperNodes answered")
     return mapping

@@ -1,7 +1,9 @@
 """One message for the virtual clients of one worker SuperNode, and back (client-safe).
 
-A worker SuperNode of the simulation serves several clients (:mod:`scenarios.nodes.virtual_grid`
-on the server, :mod:`scenarios.nodes.worker` on the node). The round's messages for its clients
+A worker SuperNode of the simulation serves several clients
+(:mod:`fedpriv.scenarios.nodes.virtual_grid`
+on the server, :mod:`fedpriv.scenarios.nodes.worker` on the node). The round's messages for its
+clients
 travel as ONE Flower message whose content is
 
 - every record that all of them carry identically (the global model, the shared config),

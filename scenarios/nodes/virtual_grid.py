@@ -1,14 +1,14 @@
 """Virtual clients on worker SuperNodes: the strategy chain sees clients, messages go to workers.
 
 With ``num-workers`` W < ``num-clients`` the simulation has W SuperNodes; each serves the
-clients its own ``node_config`` gives it (:func:`scenarios.nodes.packing.worker_clients`,
-:mod:`scenarios.nodes.worker`). :class:`VirtualGrid` is the generalised
-:class:`scenarios.nodes.federation.PartitionGrid` / ``ZoneGrid`` for them:
+clients its own ``node_config`` gives it (:func:`fedpriv.scenarios.nodes.packing.worker_clients`,
+:mod:`fedpriv.scenarios.nodes.worker`). :class:`VirtualGrid` is the generalised
+:class:`fedpriv.scenarios.nodes.federation.PartitionGrid` / ``ZoneGrid`` for them:
 
 - the stock strategy, every DP wrapper, the recorder and the checkpoints see one node id per
   client — the partition id itself, never sent to — as they see one SuperNode per client;
 - :meth:`VirtualGrid.send_and_receive` packs the round's messages for the clients of one
-  worker into ONE message (:func:`scenarios.nodes.packing.pack`: the global arrays once when
+  worker into ONE message (:func:`fedpriv.scenarios.nodes.packing.pack`: the global arrays once when
   they are the same for all), and unpacks the worker's reply into one reply per client,
   with that client's node id as sender and its message as ``reply_to``; a worker that
   refuses or fails gives each of its clients that error reply. The replies come back sorted
@@ -25,11 +25,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Optional
 
-from flwr.common import ConfigRecord, Message, MessageType, RecordDict
-from flwr.server import Grid
-
-from scenarios.config.specs import ServerRun
-from scenarios.nodes.federation import (
+from fedpriv.scenarios.config.specs import ServerRun
+from fedpriv.scenarios.nodes.federation import (
     QUERY_KEY,
     QUERY_SECONDS_PER_NODE,
     SIMULATION_SETTLE_S,
@@ -40,7 +37,9 @@ from scenarios.nodes.federation import (
     _all_nodes_start_together,
     discover_partitions,
 )
-from scenarios.nodes.packing import CLIENTS_KEY, SEP, pack, unpack, unpack_errors
+from fedpriv.scenarios.nodes.packing import CLIENTS_KEY, SEP, pack, unpack, unpack_errors
+from flwr.common import ConfigRecord, Message, MessageType, RecordDict
+from flwr.server import Grid
 
 WORKER_PULL_INTERVAL_S = 0.005  # reply polling of the simulation grid with worker nodes
 ZONE_NODE_BASE = 1 << 48  # zone z's virtual node id on zone workers: never a Flower node id
@@ -168,8 +167,8 @@ class ZoneWorkerGrid(ZoneGrid):
     zone z's node id is a virtual one, :data:`ZONE_NODE_BASE` + z, never sent to; the zone
     messages of one worker travel as ONE packed message (:func:`exchange_packed`, keyed by
     zone), and the worker serves each zone as the zone's own node
-    (:mod:`scenarios.nodes.worker`): its own Context, ledger and noise; its zones' clients
-    train as one cohort (:mod:`clients.cohort`)."""
+    (:mod:`fedpriv.scenarios.nodes.worker`): its own Context, ledger and noise; its zones' clients
+    train as one cohort (:mod:`fedpriv.clients.cohort`)."""
 
     def __init__(self, grid: Grid, served: Mapping[int, Iterable[int]], num_clients: int) -> None:
         """``served``: worker node id -> the zones it serves."""
@@ -266,7 +265,7 @@ def discover_federation(grid: Grid, run: ServerRun) -> PartitionGrid:
             f"the SuperNodes serve partitions {parts[:10]}{'...' if len(parts) > 10 else ''}, "
             f"not each of 0..{n - 1} once (num-clients = {n})"
         )
-    from scenarios.app.startup import status  # server side only (the ClientApp never asks)
+    from fedpriv.scenarios.app.startup import status  # server side only (the ClientApp never asks)
 
     status("workers ready", f"{len(node_ids)} SuperNodes answered, serving {n} clients")
     if all(len(clients) == 1 for clients in served.values()):
@@ -281,7 +280,7 @@ def federation_grid(grid: Grid, run: ServerRun) -> PartitionGrid:
     run has zone nodes (``zonal-runtime = zone-nodes``), else a :class:`PartitionGrid` over
     one SuperNode per client or a :class:`VirtualGrid` over worker SuperNodes
     (:func:`discover_federation`)."""
-    from scenarios.zonal.keys import federation_size, zone_nodes
+    from fedpriv.scenarios.zonal.keys import federation_size, zone_nodes
 
     if not zone_nodes(run.record):  # the zonal keys' own functions read the run's record
         return discover_federation(grid, run)
@@ -306,7 +305,7 @@ def zone_workers(record: Mapping) -> Optional[int]:
     """W, the worker SuperNodes that serve the zones in a simulation, from the run's resolved
     ``num-workers`` (``fedpriv run`` resolves ``auto``); None: one SuperNode per zone (W >= the
     zones, ``auto`` outside ``fedpriv run``, a deployment)."""
-    from scenarios.zonal.keys import federation_size
+    from fedpriv.scenarios.zonal.keys import federation_size
 
     value = record.get("num-workers", "auto")
     if value == "auto" or int(value) >= federation_size(record):
@@ -323,7 +322,7 @@ def _served_zones(grid: Grid, node_ids: list[int], zones: int) -> dict[int, list
     listed = sorted(z for zs in served.values() for z in zs)
     if listed != list(range(zones)):
         raise FederationError(f"the zone workers serve zones {listed}, not each of 0..{zones - 1}")
-    from scenarios.app.startup import status  # server side only
+    from fedpriv.scenarios.app.startup import status  # server side only
 
     status("workers ready", f"{len(node_ids)} SuperNodes answered, serving {zones} zones")
     return served

@@ -1,12 +1,13 @@
 """A worker SuperNode: its virtual clients, each served as a SuperNode of its own would be.
 
-In the simulation with ``num-workers`` W < ``num-clients`` (:mod:`scenarios.nodes.virtual_grid`),
+In the simulation with ``num-workers`` W < ``num-clients``
+(:mod:`fedpriv.scenarios.nodes.virtual_grid`),
 Flower gives SuperNode ``w`` the ``node_config`` ``partition-id = w``, ``num-partitions = W``.
 Such a node is a worker: from ITS OWN config it serves the partitions
-:func:`scenarios.nodes.packing.worker_clients` names (``p mod W = w``) and nothing else.
+:func:`fedpriv.scenarios.nodes.packing.worker_clients` names (``p mod W = w``) and nothing else.
 
-A packed message (:mod:`scenarios.nodes.packing`) is unpacked into one message per client;
-each runs through the ClientApp's own handler (:mod:`scenarios.app.client_app`) with a
+A packed message (:mod:`fedpriv.scenarios.nodes.packing`) is unpacked into one message per client;
+each runs through the ClientApp's own handler (:mod:`fedpriv.scenarios.app.client_app`) with a
 ``Context`` of its own (:func:`client_context`): the worker's run config, a ``node_config``
 whose ``partition-id`` is the client's (``num-partitions`` = ``num-clients``), a state folder
 of its own when the worker's ``node_config`` names one (``<folder>/client-<p>``), and a state
@@ -15,7 +16,7 @@ serialised, decoded only for the clients a message names). So every client resol
 own spec, checks the message against it, counts its own releases in its own ledgers, and a
 refusal or an exception is that client's error reply, as on a SuperNode of its own. With
 ``cohort-training`` (the default) the clients' handlers run as one cohort
-(:mod:`clients.cohort`): each in a thread of its own, their Keras training and evaluation
+(:mod:`fedpriv.clients.cohort`): each in a thread of its own, their Keras training and evaluation
 calls pooled into one compiled call; off, one after the other.
 
 A packed message that names a partition the worker does not serve is refused whole (one
@@ -31,18 +32,11 @@ import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
-from flwr.common.constant import ErrorCode
-from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
-from flwr.proto.recorddict_pb2 import RecordDict as RecordDictProto
-
-from clients.cohort import alone
-from clients.cohort_train import run_cohort
-from fedpriv.privacy.ownership import REFUSED_CODE
-from fedpriv.privacy.releases import STATE_DIR_KEY
-from scenarios.config.node_spec import load_snapshot, node_spec
-from scenarios.config.schema import ConfigError
-from scenarios.nodes.packing import (
+from fedpriv.clients.cohort import alone
+from fedpriv.clients.cohort_train import run_cohort
+from fedpriv.scenarios.config.node_spec import load_snapshot, node_spec
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.nodes.packing import (
     CLIENTS_KEY,
     SEP,
     is_packed,
@@ -50,8 +44,15 @@ from scenarios.nodes.packing import (
     unpack,
     worker_clients,
 )
-from scenarios.speed.keys import WORKER_KINDS, cohort_training
-from scenarios.zonal.keys import federation_size, zone_nodes
+from fedpriv.scenarios.speed.keys import WORKER_KINDS, cohort_training
+from fedpriv.scenarios.zonal.keys import federation_size, zone_nodes
+from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
+from flwr.common.constant import ErrorCode
+from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+from flwr.proto.recorddict_pb2 import RecordDict as RecordDictProto
+
+from fedpriv.privacy.ownership import REFUSED_CODE
+from fedpriv.privacy.releases import STATE_DIR_KEY
 
 Handler = Callable[[Message, Context], Message]
 # the worker's record of its clients' states: partition -> that client's RecordDict, serialised
@@ -73,7 +74,7 @@ __all__ = [
 
 def served_clients(context: Context) -> list[int]:
     """The partitions this node serves, from its own ``node_config`` and own config: a worker
-    of a run kind that has workers (:data:`scenarios.speed.keys.WORKER_KINDS`) serves its
+    of a run kind that has workers (:data:`fedpriv.scenarios.speed.keys.WORKER_KINDS`) serves its
     share of the clients; with zone SuperNodes (``partition-id`` a zone), a node of fewer
     SuperNodes than zones (``num-partitions``) serves its share of the zones, each as the
     zone's own node (:func:`client_context`); any other node its one ``partition-id``."""

@@ -1,8 +1,10 @@
 """The ``speed`` feature: paper-scale scenarios and the training switches.
 
-Keys (:mod:`scenarios.speed.keys`): ``image-size``, ``jit-compile``, ``mixed-precision``,
-``op-determinism``, ``evaluate-in-train`` (one message per round, :mod:`scenarios.app.fused`).
-Local training itself is compiled for every client task (:mod:`clients.compiled`); these keys
+Keys (:mod:`fedpriv.scenarios.speed.keys`): ``image-size``, ``jit-compile``, ``mixed-precision``,
+``op-determinism``, ``evaluate-in-train`` (one message per round,
+:mod:`fedpriv.scenarios.app.fused`).
+Local training itself is compiled for every client task (:mod:`fedpriv.clients.compiled`); these
+keys
 only choose its options.
 
 Scenarios at the papers' own settings, runnable on a 2-core machine since training is compiled:
@@ -28,15 +30,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fedpriv.scenarios.app.fused import check_evaluate_in_train
+from fedpriv.scenarios.config.feature import Feature, Scenario
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import ServerRun
+from fedpriv.scenarios.ifca.feature import SCENARIOS as IFCA_SCENARIOS
+from fedpriv.scenarios.speed.keys import KEYS
+from fedpriv.scenarios.zonal.feature import HDP_DIGITS
+
 from fedpriv.data.resize import IMAGE_DATASETS, deviation_note
 from fedpriv.privacy.modes import dp_sgd, mode_of
-from scenarios.app.fused import check_evaluate_in_train
-from scenarios.config.feature import Feature, Scenario
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import ServerRun
-from scenarios.ifca.feature import SCENARIOS as IFCA_SCENARIOS
-from scenarios.speed.keys import KEYS
-from scenarios.zonal.feature import HDP_DIGITS
 
 GP_FIG2_HYPOTHESES = (1, 2, 3, 5, 7)
 GP_FIG2_NUS = (0, 1, 2, 3, 5)

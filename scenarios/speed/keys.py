@@ -4,7 +4,7 @@
   (block-averaged, :mod:`fedpriv.data.resize`; a labelled deviation from MP). Other datasets
   ignore it.
 - ``jit-compile`` — on the TensorFlow backend, compile each local training step with XLA
-  (``tf.function(jit_compile=True)``; the step has static shapes, :mod:`clients.compiled`).
+  (``tf.function(jit_compile=True)``; the step has static shapes, :mod:`fedpriv.clients.compiled`).
   Off by default; moot on JAX, which always compiles the whole call with XLA.
 - ``mixed-precision`` — build the model under Keras' ``mixed_float16`` policy (float16 compute,
   float32 variables) with dynamic loss scaling. Off by default; not with DP-SGD (its
@@ -13,12 +13,14 @@
   the same seed gives the same weights; turn it off on a GPU whose kernels have no
   deterministic implementation or to trade reproducibility for speed. No effect on JAX.
 - ``evaluate-in-train`` — one message per round for train + evaluate
-  (:mod:`scenarios.app.fused`): round t's train message also asks each client to evaluate the model
+  (:mod:`fedpriv.scenarios.app.fused`): round t's train message also asks each client to evaluate
+  the model
   it carries (the global model after round t-1) on its test split before training; one evaluate
   message follows the last round only. ``auto`` (the default): on where that is the same
   evaluation as today's (every client trains every round, standard run kind, not zonal),
   off elsewhere; ``true`` elsewhere is refused.
-- ``num-workers`` — W, the simulation's worker SuperNodes (:mod:`scenarios.nodes.virtual_grid`):
+- ``num-workers`` — W, the simulation's worker SuperNodes
+(:mod:`fedpriv.scenarios.nodes.virtual_grid`):
   the ``num-clients`` clients run as virtual clients, dealt round-robin to W SuperNodes, each
   served with its own Context; one message per worker and round. ``auto`` (the default): the
   actors the backend can run at once (its CPUs over the client's ``num-cpus``; on a GPU
@@ -26,11 +28,12 @@
   ``num-clients``; ``num-workers = num-clients`` is the one-SuperNode-per-client path. Only
   for the scenario kinds in :data:`WORKER_KINDS` (others keep one SuperNode per client). With
   zone SuperNodes (``zonal-runtime = zone-nodes``) W < s workers serve the s zones instead,
-  zone z on worker ``z mod W``, each zone as its own node (:class:`scenarios.nodes.virtual_grid.
+  zone z on worker ``z mod W``, each zone as its own node
+  (:class:`fedpriv.scenarios.nodes.virtual_grid.
   ZoneWorkerGrid`); W >= s is one SuperNode per zone. The Deployment Engine is unchanged (one
   client, or one zone, per SuperNode).
 - ``cohort-training`` — on a worker SuperNode (and a zone SuperNode), the clients of one
-  message train as a cohort (:mod:`clients.cohort`): each client runs its own handler, and
+  message train as a cohort (:mod:`fedpriv.clients.cohort`): each client runs its own handler, and
   their Keras training calls of one shape run as ONE compiled call (a map over the clients,
   each on its own data, seed and noise seed), their evaluations of one model as one forward
   pass. On by default; ``false`` trains client by client (the same results up to the
@@ -39,8 +42,9 @@
 
 from __future__ import annotations
 
+from fedpriv.scenarios.config.schema import boolean, key
+
 from fedpriv.data.resize import IMAGE_SIZES
-from scenarios.config.schema import boolean, key
 
 
 def _auto_or_bool(value):
@@ -140,7 +144,7 @@ def simulation_workers(
 
 def zone_worker_count(cfg: dict, zones: int, cpus: float, cpus_per_client: float) -> int | None:
     """W, the worker SuperNodes that serve the ``zones`` zone nodes of a simulation
-    (:class:`scenarios.nodes.virtual_grid.ZoneWorkerGrid`), or None for one SuperNode per
+    (:class:`fedpriv.scenarios.nodes.virtual_grid.ZoneWorkerGrid`), or None for one SuperNode per
     zone (``num-workers`` >= the zones). ``auto``: as for clients (:func:`auto_workers`)."""
     value = cfg.get("num-workers", "auto")
     if value == "auto":

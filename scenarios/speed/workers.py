@@ -1,9 +1,9 @@
 """How many SuperNodes a simulation starts: W worker SuperNodes or one per client (or zone).
 
-:func:`simulation_size` is what ``fedpriv run`` (:mod:`scenarios.cli.launch`) asks before it
+:func:`simulation_size` is what ``fedpriv run`` (:mod:`fedpriv.scenarios.cli.launch`) asks before it
 starts the simulation. Workers serve the clients as virtual clients
-(:mod:`scenarios.nodes.virtual_grid`) where every run kind of the simulation allows it
-(:data:`scenarios.speed.keys.WORKER_KINDS`); ``num-workers = auto`` is resolved here and
+(:mod:`fedpriv.scenarios.nodes.virtual_grid`) where every run kind of the simulation allows it
+(:data:`fedpriv.scenarios.speed.keys.WORKER_KINDS`); ``num-workers = auto`` is resolved here and
 handed to the ServerApp as ``num-workers = W``, so the server expects exactly W nodes.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from scenarios.config.node_spec import load_snapshot
-from scenarios.speed.keys import simulation_workers, zone_worker_count
-from scenarios.zonal.keys import federation_size, zone_nodes
+from fedpriv.scenarios.config.node_spec import load_snapshot
+from fedpriv.scenarios.speed.keys import simulation_workers, zone_worker_count
+from fedpriv.scenarios.zonal.keys import federation_size, zone_nodes
 
 __all__ = ["gpu_workers", "scenario_kind", "simulation_size"]
 
@@ -44,7 +44,7 @@ def _plan_configs(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
 def gpu_workers(gpus: float) -> int:
     """Worker SuperNodes of ``num-workers = auto`` on a GPU federation: one per GPU.
 
-    A worker trains its clients as one cohort (:mod:`clients.cohort`: JAX ``vmap`` over the
+    A worker trains its clients as one cohort (:mod:`fedpriv.clients.cohort`: JAX ``vmap`` over the
     clients), one compiled call on the device, instead of one process per client whose
     kernels take turns on the GPU (Ray's fractional ``num-gpus`` shares memory, not compute).
     """
@@ -56,7 +56,7 @@ def simulation_size(
 ) -> tuple[int, list[str]]:
     """(SuperNodes, run-config overrides) of the simulation of ``cfg``: one per zone with zone
     nodes, W worker SuperNodes serving the clients as virtual clients where the run kinds
-    allow it, else one per client (:func:`scenarios.zonal.keys.federation_size`).
+    allow it, else one per client (:func:`fedpriv.scenarios.zonal.keys.federation_size`).
 
     ``num-workers = auto`` is resolved here: this machine's CPUs over the client's
     ``num-cpus``; with ``num-gpus`` > 0 one worker per GPU (:func:`gpu_workers`). It is
@@ -72,7 +72,7 @@ def simulation_size(
     slots = float(os.cpu_count() or 1)
     gpus_per_client = float(resources.get("num-gpus", 0) or 0)
     if gpus_per_client > 0 and own["num-workers"] == "auto":
-        from scenarios.cli.ray_cluster import local_gpus
+        from fedpriv.scenarios.cli.ray_cluster import local_gpus
 
         slots = min(slots, per_client * gpu_workers(local_gpus()))
     if zone_nodes(cfg):

@@ -4,7 +4,7 @@ Data flow of the standard kind: validated config -> federated data (server val/t
 partition discovery -> initial weights (server pretraining for FedAvgM/FedOpt/FedYogi) ->
 stock strategy -> privacy wrapper (``Catalog.wrapper`` of the config's mode) -> update
 validation -> round recorder -> ``Strategy.start`` (resumable: a checkpoint per round,
-:mod:`scenarios.app.resume`) -> rounds.jsonl / summary.json / plots.
+:mod:`fedpriv.scenarios.app.resume`) -> rounds.jsonl / summary.json / plots.
 
 The Keras client code, metrics and plots (TensorFlow, scikit-learn, matplotlib: the
 ``simulation`` extra) are imported inside the functions that run, so the feature list
@@ -16,19 +16,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from fedpriv.scenarios.app.privacy_modes import declare
+from fedpriv.scenarios.cli import launch, listing
+from fedpriv.scenarios.config.feature import Catalog, Feature, Scenario
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.standard.keys import KEYS
+
 from fedpriv.data import PATH_DATASETS
 from fedpriv.privacy.modes import metric_dp
 from fedpriv.privacy.modes.none import MODE as NO_MODE
-from scenarios.app.privacy_modes import declare
-from scenarios.cli import launch, listing
-from scenarios.config.feature import Catalog, Feature, Scenario
-from scenarios.config.schema import ConfigError
-from scenarios.standard.keys import KEYS
 
 if TYPE_CHECKING:
+    from fedpriv.scenarios.config.specs import ServerRun
     from flwr.serverapp import Grid
-
-    from scenarios.config.specs import ServerRun
 
 MP_TRAINING = {
     "model": "mp-cnn",
@@ -107,12 +107,13 @@ def check_core(cfg: Mapping[str, Any], catalog: Catalog) -> None:
 
 def run_standard(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     """Runner of kind ``standard``: one resumable training run
-    (:func:`scenarios.app.engine.train_run`; a finished run of this config is not started: the
+    (:func:`fedpriv.scenarios.app.engine.train_run`; a finished run of this config is not started:
+    the
     ServerApp and ``run-plan`` check completion before any runner)."""
-    from clients.partitions import federated_data
-    from scenarios.app.engine import RunHooks, prepare_server, train_run
-    from scenarios.app.startup import data_loaded
-    from scenarios.nodes.virtual_grid import federation_grid
+    from fedpriv.clients.partitions import federated_data
+    from fedpriv.scenarios.app.engine import RunHooks, prepare_server, train_run
+    from fedpriv.scenarios.app.startup import data_loaded
+    from fedpriv.scenarios.nodes.virtual_grid import federation_grid
 
     data = federated_data(run.spec.data)
     data_loaded(run.spec, data)
@@ -123,10 +124,11 @@ def run_standard(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
 
 
 def audit_hook(end: Any) -> dict:
-    """The canary audit of a finished run (``scenarios.audit.feature``), written to audit.json and
+    """The canary audit of a finished run (``fedpriv.scenarios.audit.feature``), written to
+    audit.json and
     put into summary.json (``{}`` when the run has no canaries)."""
-    from clients.keras_client import model_for, predict_proba
-    from scenarios.audit.feature import audit_outcome, membership_block, write_audit
+    from fedpriv.clients.keras_client import model_for, predict_proba
+    from fedpriv.scenarios.audit.feature import audit_outcome, membership_block, write_audit
 
     model = model_for(end.run.spec.train, end.data)
 

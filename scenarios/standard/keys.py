@@ -1,15 +1,18 @@
 """Run-config keys of the ``standard`` feature: the core keys every run has (SPEC §7).
 
-Declarations only (``scenarios.config.schema`` checks), so that a ClientApp node can resolve its own
-config with the same key table as the server (:mod:`scenarios.config.node_spec`) without importing
-the server-side feature module :mod:`scenarios.standard.feature`.
+Declarations only (``fedpriv.scenarios.config.schema`` checks), so that a ClientApp node can
+resolve its own
+config with the same key table as the server (:mod:`fedpriv.scenarios.config.node_spec`) without
+importing
+the server-side feature module :mod:`fedpriv.scenarios.standard.feature`.
 """
 
 from __future__ import annotations
 
+from fedpriv.scenarios.config.schema import boolean, choice, integer, key, real, text
+
 from fedpriv.data import DATASETS
 from fedpriv.names import MODELS, STRATEGIES
-from scenarios.config.schema import boolean, choice, integer, key, real, text
 
 PARTITIONS = (
     "iid",

@@ -1,10 +1,10 @@
 """Feature ``tracking``: experiment trackers for a run, and ``fedpriv compare``.
 
-- ``tracking = 'mlflow' | 'tensorboard'`` (keys in :mod:`scenarios.tracking.keys`): every
-  run of the round engine (:func:`scenarios.app.engine.train_run`: ``fedpriv run``, each
+- ``tracking = 'mlflow' | 'tensorboard'`` (keys in :mod:`fedpriv.scenarios.tracking.keys`): every
+  run of the round engine (:func:`fedpriv.scenarios.app.engine.train_run`: ``fedpriv run``, each
   cell of ``fedpriv grid`` and ``fedpriv audit --grid``, each zonal variant and CIA phase)
   logs its resolved config, each round's metrics with σ and ε, its final metrics and its
-  plots (:mod:`scenarios.app.tracking`). IFCA runs its own loop and refuses the key.
+  plots (:mod:`fedpriv.scenarios.app.tracking`). IFCA runs its own loop and refuses the key.
 - ``fedpriv compare RUN_DIR...``: one table with mean ± std over the seeds of runs that
   differ only in the seed, and one accuracy-vs-round plot with ε on a second axis
   (:mod:`fedpriv.reporting.compare`).
@@ -19,10 +19,10 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from scenarios.config.feature import Catalog, Command, Feature
-from scenarios.config.schema import ConfigError
-from scenarios.ifca.feature import KIND as IFCA_KIND
-from scenarios.tracking.keys import KEYS
+from fedpriv.scenarios.config.feature import Catalog, Command, Feature
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.ifca.feature import KIND as IFCA_KIND
+from fedpriv.scenarios.tracking.keys import KEYS
 
 # the module each tracker imports (the `tracking` extra)
 PACKAGES = {"mlflow": "mlflow", "tensorboard": "tensorboard"}

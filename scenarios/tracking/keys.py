@@ -1,10 +1,10 @@
 """Run-config keys of the ``tracking`` feature: where a run's metrics go besides its own files
 (declarations only, so a ClientApp node resolves the same key table,
-:mod:`scenarios.config.node_spec`; the server alone tracks)."""
+:mod:`fedpriv.scenarios.config.node_spec`; the server alone tracks)."""
 
 from __future__ import annotations
 
-from scenarios.config.schema import choice, key, text
+from fedpriv.scenarios.config.schema import choice, key, text
 
 TRACKERS = ("none", "mlflow", "tensorboard")
 

@@ -1,17 +1,19 @@
 """Feature ``zonal``: super-node aggregation — scenario, runner, wrapper (SPEC §3.5, HDP).
 
-- ``privacy = "zonal"`` plugs :class:`strategies.zonal.ZonalAggregation` around the stock
+- ``privacy = "zonal"`` plugs :class:`fedpriv.strategies.zonal.ZonalAggregation` around the stock
   strategy of the standard run (privacy mode ``zonal``), e.g.
   ``fedpriv run -c "privacy='zonal' noise-placement='hdp' num-zones=2"``.
 - Runtime (``zonal-runtime``). ``zone-nodes`` (default): one Flower SuperNode per
-  zone (:class:`scenarios.nodes.federation.ZoneGrid`,
-  :class:`strategies.zonal_nodes.ZoneNodeAggregation`,
-  client task ``zone-node`` in :mod:`scenarios.zonal.zone_node`): the server sends each zone node
+  zone (:class:`fedpriv.scenarios.nodes.federation.ZoneGrid`,
+  :class:`fedpriv.strategies.zonal_nodes.ZoneNodeAggregation`,
+  client task ``zone-node`` in :mod:`fedpriv.scenarios.zonal.zone_node`): the server sends each
+  zone node
   one message (global arrays, its sampled client ids, level, super-node); the node trains them,
   clips, adds the LDP noise in each client's step or the HDP noise to the zone sum, and
   replies with its zone aggregate only. ``in-server``: one SuperNode per client (client task
-  ``zonal``: train, clip, LDP noise, :func:`scenarios.app.client_tasks.train_zonal`) and the zone
-  arithmetic in the ServerApp (:class:`strategies.zonal.ZonalAggregation`).
+  ``zonal``: train, clip, LDP noise, :func:`fedpriv.scenarios.app.client_tasks.train_zonal`) and
+  the zone
+  arithmetic in the ServerApp (:class:`fedpriv.strategies.zonal.ZonalAggregation`).
 - Who is trusted for what, per placement, with zone nodes: ``none`` — nobody clips or noises
   (the baseline). ``ldp`` — each client's update is noised in its own training step inside the
   zone node that hosts it; the ServerApp sees zone sums of noised updates (ε holds against
@@ -45,6 +47,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from fedpriv.scenarios.app import multirun
+from fedpriv.scenarios.app.privacy_modes import declare
+from fedpriv.scenarios.app.task_names import ZONAL_TASK, ZONE_NODE_TASK
+from fedpriv.scenarios.config.feature import Catalog, Feature, Scenario
+from fedpriv.scenarios.config.schema import ConfigError
+from fedpriv.scenarios.config.specs import ServerRun
+from fedpriv.scenarios.zonal.keys import (
+    KEYS,
+    clients_per_round,
+    compare_variants,
+    parse_placements,
+    parse_zone_counts,
+    plan_from_config,
+    zone_nodes,
+)
 
 from fedpriv import seeds
 from fedpriv.privacy.modes import mode_of
@@ -57,28 +74,12 @@ from fedpriv.zonal import (
     assign_zones,
     epsilon_at_aggregator,
 )
-from scenarios.app import multirun
-from scenarios.app.privacy_modes import declare
-from scenarios.app.task_names import ZONAL_TASK, ZONE_NODE_TASK
-from scenarios.config.feature import Catalog, Feature, Scenario
-from scenarios.config.schema import ConfigError
-from scenarios.config.specs import ServerRun
-from scenarios.zonal.keys import (
-    KEYS,
-    clients_per_round,
-    compare_variants,
-    parse_placements,
-    parse_zone_counts,
-    plan_from_config,
-    zone_nodes,
-)
 
 ZONAL_MODE = zonal_mode.MODE
 
 if TYPE_CHECKING:
+    from fedpriv.scenarios.nodes.federation import PartitionGrid
     from flwr.serverapp import Grid
-
-    from scenarios.nodes.federation import PartitionGrid
 
 KIND = "zonal-compare"
 MEAN_STRATEGIES = ("fedavg", "fedprox", "fedavgm", "fedopt", "fedyogi")
@@ -206,11 +207,11 @@ def build_zonal_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
 
     ``rng`` (the run's sampling Generator) is not used: the elections are seeded from
     ``seed`` on their own streams; the zone and server noise are OS entropy unless the run
-    sets ``reproducible-noise`` (:class:`strategies.zonal.ZonalAggregation`).
+    sets ``reproducible-noise`` (:class:`fedpriv.strategies.zonal.ZonalAggregation`).
     """
-    from scenarios.nodes.federation import save_replies
-    from strategies.zonal import ZonalAggregation
-    from strategies.zonal_nodes import ZoneNodeAggregation
+    from fedpriv.scenarios.nodes.federation import save_replies
+    from fedpriv.strategies.zonal import ZonalAggregation
+    from fedpriv.strategies.zonal_nodes import ZoneNodeAggregation
 
     del rng
     cfg, spec = run.record, run.spec  # the record: the zonal keys the spec does not type
@@ -270,7 +271,7 @@ def run_variant(
     """One standard zonal run (variant ``label``) on the shared grid; returns its summary.
     Resumable (a killed variant continues after its last completed round:
     ``engine.train_run``)."""
-    from scenarios.app.engine import RunHooks, train_run
+    from fedpriv.scenarios.app.engine import RunHooks, train_run
 
     def to_top(record: dict) -> None:
         top.append_round(_tagged(run.record, label, record))
@@ -294,10 +295,10 @@ def _variant_run(run: ServerRun, cell: multirun.Cell) -> ServerRun:
 
 def run_zonal_compare(grid: Grid, run: ServerRun, catalog: Catalog) -> None:
     """Every placement (and zone count) in one simulation, then the comparison report."""
-    from clients.partitions import federated_data
-    from scenarios.app import startup as status
-    from scenarios.nodes.virtual_grid import federation_grid
-    from scenarios.zonal.report import write_compare_outputs
+    from fedpriv.clients.partitions import federated_data
+    from fedpriv.scenarios.app import startup as status
+    from fedpriv.scenarios.nodes.virtual_grid import federation_grid
+    from fedpriv.scenarios.zonal.report import write_compare_outputs
 
     t0 = time.time()
     cfg, spec = run.record, run.spec

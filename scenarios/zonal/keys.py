@@ -1,7 +1,7 @@
 """Run-config keys of the zonal feature (SPEC §3.5, HDP), declared in the feature.
 
 Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
-(:mod:`fedpriv.zonal`, :mod:`strategies.zonal`).
+(:mod:`fedpriv.zonal`, :mod:`fedpriv.strategies.zonal`).
 
 - ``num-zones`` — s, the number of zones (1..num-clients).
 - ``zone-assignment`` — ``blocks`` (contiguous partition ids, ``zone = ⌊p·s/n⌋``),
@@ -23,7 +23,7 @@ Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
   round (seeded); it is replaced by a re-election among the zone's online clients.
 - ``noise-multiplier`` z and ``clipping-norm`` C — σ_i = z·C/(q·W_i) at a
   super-node, z·C at an LDP client, z·C/(q·W) at the server. The keys every mode shares
-  (:mod:`scenarios.dp.keys`); left at ``auto`` they take the zonal mode's z = C = 0.5.
+  (:mod:`fedpriv.scenarios.dp.keys`); left at ``auto`` they take the zonal mode's z = C = 0.5.
 - ``dp-delta`` — δ of the ε reports.
 - ``zonal-distributed-eval`` — ``all`` clients evaluate each round, only the round's
   ``sampled`` clients, or ``none`` (server test set only; cheaper with many clients).
@@ -39,13 +39,13 @@ Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
   ServerApp on behalf of the super-node (ε of HDP holds against no one inside the ServerApp).
 - ``zonal-save-replies`` — with zone nodes: write every reply the ServerApp receives (and
   the instruction it answers) to ``output-dir/zone-replies/`` (an audit trail of what left
-  the zone nodes; :func:`scenarios.nodes.federation.save_replies`).
+  the zone nodes; :func:`fedpriv.scenarios.nodes.federation.save_replies`).
 - ``min-zone-clients`` — with zone nodes: a zone node refuses a round whose sample
   of its clients has 1 .. ``min-zone-clients`` − 1 clients (its reply would be one client's
   update plus the zone noise only); an empty sample releases only the zone noise and is
   served. Default 2: the smallest zone sample of the HDP paper's settings (s = 2 zones, k = 4
   online clients, §VI); 1 is refused. The zone node reads its own value
-  (:func:`scenarios.zonal.zone_node.min_zone_clients`), never the message's.
+  (:func:`fedpriv.scenarios.zonal.zone_node.min_zone_clients`), never the message's.
 """
 
 from __future__ import annotations
@@ -54,10 +54,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedpriv.scenarios.config.schema import boolean, choice, integer, key, real, text
+
 from fedpriv.privacy.modes import mode_of
 from fedpriv.privacy.modes import zonal as zonal_mode
 from fedpriv.zonal import NOISE_PLACEMENTS, WEIGHTINGS, ZONE_ASSIGNMENTS, ZonalPlan
-from scenarios.config.schema import boolean, choice, integer, key, real, text
 
 if TYPE_CHECKING:
     from fedpriv.spec import DataSpec
@@ -93,10 +94,13 @@ def plan_from_config(cfg: Mapping[str, Any], data: DataSpec | None = None) -> Zo
     """
     counts = None
     if cfg["zone-weighting"] == "samples":
-        from clients.partitions import federated_data
+        from fedpriv.clients.partitions import federated_data
+
         from fedpriv.spec import KEY, DataSpec, keyed_fields
 
-        if data is None:  # a resolved config has every key (scenarios.config.specs.build; not
+        if (
+            data is None
+        ):  # a resolved config has every key (fedpriv.scenarios.config.specs.build; not
             # imported here: the node's key declarations import this module)
             data = DataSpec(**{f.name: cfg[f.metadata[KEY]] for f in keyed_fields(DataSpec)})
         counts = [len(c.x_train) for c in federated_data(data).clients]

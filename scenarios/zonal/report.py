@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from fedpriv.scenarios.zonal.keys import clients_per_round, parse_zone_counts
 
 from fedpriv.reporting.runlog import RunLog
-from scenarios.zonal.keys import clients_per_round, parse_zone_counts
 
 
 def _fmt(x: Any) -> str:

@@ -2,7 +2,8 @@
 
 With ``zonal-runtime = zone-nodes`` the federation has one SuperNode per zone; its
 ``partition-id`` is the zone id. The node holds its clients' partitions (it derives them
-with the same partitioner and seed as a client node, :func:`clients.partitions.federated_data`)
+with the same partitioner and seed as a client node,
+:func:`fedpriv.clients.partitions.federated_data`)
 and its own :class:`fedpriv.zonal.ZonalPlan` from its own config (members, weights, q·W_i,
 level, σ_i: nothing of it is taken from the message).
 
@@ -15,9 +16,10 @@ client's step), sums ``Δ(i) = Σ w_k Δ_k / (q·W_i)`` and adds the HDP zone no
 plus counts and the clients' weighted train metrics. ``evaluate``: the zone's listed clients
 (all its members when none is listed) evaluate; the reply carries their example-weighted means.
 
-The zone node counts its own releases over its lifetime (:mod:`clients.releases`): its ledger
+The zone node counts its own releases over its lifetime (:mod:`fedpriv.clients.releases`): its
+ledger
 is in its own state directory (``client-state-dir`` of its node config, else the per-node
-default, :func:`scenarios.config.node_roles.node_ledger`), keyed by its zone id, one release
+default, :func:`fedpriv.scenarios.config.node_roles.node_ledger`), keyed by its zone id, one release
 sequence per zone mechanism (level, z, C, σ_i, members, q) across every run. A request
 identical to one it answered (in any run) gets the cached reply or is refused; a rewound or
 altered round of a run is refused (a replayed round never gets fresh noise); a new round is
@@ -44,32 +46,32 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
-
-from clients.cohort_train import run_cohort
-from clients.keras_client import (
+from fedpriv.clients.cohort_train import run_cohort
+from fedpriv.clients.keras_client import (
     TrainSettings,
     evaluate_local,
     federated_data,
     model_for,
     train_local,
 )
-from clients.records import arrays_of
-from clients.releases import (
+from fedpriv.clients.records import arrays_of
+from fedpriv.clients.releases import (
     ReleaseRefused,
     guarded_release,
     node_counter,
     request_digest,
     sequence_of,
 )
+from fedpriv.scenarios.config.node_roles import node_state_dir
+from fedpriv.scenarios.config.specs import NodeCall
+from fedpriv.scenarios.speed.keys import cohort_training
+from fedpriv.scenarios.zonal.keys import plan_from_config
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+
 from fedpriv import seeds
 from fedpriv.spec import RunSpec
 from fedpriv.zonal.accounting import mu_squared_budget, release_mu_squared
 from fedpriv.zonal.release import ZONE_CLIENTS_KEY, client_contribution, zone_release
-from scenarios.config.node_roles import node_state_dir
-from scenarios.config.specs import NodeCall
-from scenarios.speed.keys import cohort_training
-from scenarios.zonal.keys import plan_from_config
 
 ZONE_PARTY = "zone-node"
 MIN_ZONE_CLIENTS_KEY = "min-zone-clients"

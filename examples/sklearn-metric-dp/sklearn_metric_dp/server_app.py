@@ -14,6 +14,7 @@ import json
 from logging import INFO
 
 import numpy as np
+from fedpriv.strategies.dp_wrappers import MetricDP
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
@@ -28,7 +29,6 @@ from sklearn_metric_dp.task import (
     set_initial_params,
     set_model_params,
 )
-from strategies.dp_wrappers import MetricDP
 
 app = ServerApp()
 

@@ -1,7 +1,8 @@
 """The privacy figures a run implies, before any data or training (``fedpriv epsilon``).
 
 :func:`privacy_plan` takes a run's typed spec (:class:`fedpriv.spec.RunSpec`, built from a
-resolved run config by ``scenarios.config.specs.run_spec``) and returns one JSON-ready dict: the
+resolved run config by ``fedpriv.scenarios.config.specs.run_spec``) and returns one JSON-ready
+dict: the
 headline ``epsilon`` (a valid upper bound, or ``None`` for mechanisms without a guarantee),
 ``delta``, ``accountant``, ``adjacency``, ``sampling``, the per-round series and notes. It
 imports no TensorFlow, Ray or matplotlib and works for any population size.

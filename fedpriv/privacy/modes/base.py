@@ -5,7 +5,7 @@ the ε it reports against each party (``epsilon_against``), the run-config keys 
 owns, what its clients may send (disclosure) and what leaves them unaccounted with the
 opt-in, its planning function (``fedpriv epsilon``) and where its figures are reported.
 The math side lives here (no Flower); the Flower side (the server wrapper builder) is
-attached by ``scenarios.app.privacy_modes.declare``.
+attached by ``fedpriv.scenarios.app.privacy_modes.declare``.
 
 A declaration is checked when it is registered (:func:`fedpriv.privacy.modes.registry.register`):
 an incomplete one raises there, i.e. at import of its module (fail closed).

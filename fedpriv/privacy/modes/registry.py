@@ -4,7 +4,7 @@ Every built-in mode is one module of :mod:`fedpriv.privacy.modes` with a ``MODE`
 (:class:`fedpriv.privacy.modes.base.Mode`); :data:`BUILTIN` lists them and they are registered when
 this module is imported, so an incomplete declaration fails the import (fail closed). A new
 mode is one module that declares a ``MODE`` and calls :func:`register` (plus, for the
-server, a Flower wrapper builder: ``scenarios.app.privacy_modes.declare``).
+server, a Flower wrapper builder: ``fedpriv.scenarios.app.privacy_modes.declare``).
 
 Everything else asks the registry: :func:`mode_of` (a config's mode object),
 :func:`name_of` (its name, as written in records), :func:`get` (a mode by name). An
