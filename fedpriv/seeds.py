@@ -22,8 +22,7 @@ partition               1           no      image partitioners (``fedpriv.data.p
 digits-rotation         2           no      which digits clients are rotated
 server-split            3           no      server val/test pool (``derive_seed``)
 val-test-split          4           no      validation / test halves (``derive_seed``)
-zonal-election          5, 0        no      zonal super-node elections
-(``fedpriv.strategies.zonal``)
+zonal-election          5, 0        no      super-node elections (``fedpriv.strategies.zonal``)
 zonal-failure           5, 1        no      simulated super-node failures
 zonal-zone-noise        5, 2, r, z  yes     HDP super-node noise, round r, zone z
 zonal-server-noise      5, 3, r     yes     CDP server noise, round r
@@ -38,8 +37,7 @@ gp-held                 22          no      GP synthetic held-out data
 ifca-init               41          no      GP N(0, 1) initial hypotheses
 ifca-server             42          no      IFCA users per round (no amplification claimed)
 ifca-init-model         43, j       no      Keras initialisation of hypothesis j
-dp-noise                51, 1, 1    yes     global / metric DP noise
-(``fedpriv.scenarios.dp.feature``)
+dp-noise                51, 1, 1    yes     DP wrappers' noise (``fedpriv.scenarios.dp.feature``)
 attack                  61, r, p    no      a malicious client's random direction
 audit-canary-direction  71, 1, j    no      canary j's unit direction (the auditor's secret)
 audit-canary-inclusion  71, 2       no      which canaries are inserted

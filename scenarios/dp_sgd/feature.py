@@ -3,8 +3,8 @@
 Declared here (``FEATURE``):
 
 - client task ``dp-sgd`` (:func:`fedpriv.scenarios.app.client_tasks.train_dpsgd`): the client
-trains with
-  Poisson-sampled DP-SGD (``fedpriv.clients.dpsgd_client``, ``fedpriv.privacy.dpsgd``) and puts its
+  trains with Poisson-sampled DP-SGD (``fedpriv.clients.dpsgd_client``,
+  ``fedpriv.privacy.dpsgd``) and puts its
   example-level ε in the train MetricRecord (``dp-sgd-epsilon``). The client computes ε from
   its own config and its own count of the rounds it trained in (its own release ledger,
   :mod:`fedpriv.privacy.releases`): the server sends no participation count and cannot set the ε a

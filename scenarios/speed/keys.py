@@ -20,8 +20,8 @@
   evaluation as today's (every client trains every round, standard run kind, not zonal),
   off elsewhere; ``true`` elsewhere is refused.
 - ``num-workers`` — W, the simulation's worker SuperNodes
-(:mod:`fedpriv.scenarios.nodes.virtual_grid`):
-  the ``num-clients`` clients run as virtual clients, dealt round-robin to W SuperNodes, each
+  (:mod:`fedpriv.scenarios.nodes.virtual_grid`): the ``num-clients`` clients run as virtual
+  clients, dealt round-robin to W SuperNodes, each
   served with its own Context; one message per worker and round. ``auto`` (the default): the
   actors the backend can run at once (its CPUs over the client's ``num-cpus``; on a GPU
   federation one per GPU, whose clients train as one cohort on the device), at most
