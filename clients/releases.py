@@ -43,7 +43,7 @@ def node_counter(context: Context, party: str, folder: Path | None = None) -> Re
     data
     key), keyed by its own ``partition-id`` (a zone node: its zone id)."""
     if folder is None:
-        folder = node_dir("", "")
+        folder = node_dir("", "")  # $FEDPRIV_STATE_ROOT's default folder, else none
     return ReleaseCounter(folder, party, int(context.node_config["partition-id"]))
 
 
@@ -112,12 +112,17 @@ def guarded_release(
     max_releases: int | None = None,
     rewind: Rewind = "refuse",
     on_declined: Callable[[Ticket], RecordDict] | None = None,
+    event: Any = None,
+    epsilon_budget: tuple[float, float] | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> RecordDict:
     """One release through ``counter``: ``produce(ticket)`` runs only for a fresh, already
     charged release (its reply is cached); an identical repeat returns the cached reply; a
     declined request returns ``on_declined(ticket)`` (IFCA's empty reply) and anything else
     refused raises :class:`ReleaseRefused`. ``run``: the run the request comes from (only the
-    in-run rewind rule and ``max_releases`` are per run)."""
+    in-run rewind rule and ``max_releases`` are per run). ``event``, ``epsilon_budget`` and
+    ``data``: the release's ``DpEvent``, the ε budget over the stored events and the node's
+    resolved data settings (:meth:`fedpriv.privacy.releases.ReleaseCounter.begin`)."""
     ticket = counter.begin(
         sequence,
         server_round,
@@ -128,6 +133,9 @@ def guarded_release(
         budget_name=budget_name,
         max_releases=max_releases,
         rewind=rewind,
+        event=event,
+        epsilon_budget=epsilon_budget,
+        data=data,
     )
     if ticket.kind == "repeat":
         return from_plain(counter.cached(sequence, server_round, digest))

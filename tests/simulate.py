@@ -32,6 +32,25 @@ def nodes_of(output_dir: str | Path) -> str:
     return str(out.parent / f"{out.name}.nodes")
 
 
+def ledgers_in(root: str | Path, party: str) -> dict[str, Any]:
+    """``{"node-<key>/<party>-<identity>": Ledger}``: every ledger of ``party`` in the state
+    folders under ``root`` (one SQLite database per folder, fedpriv.privacy.ledger_store)."""
+    import sqlite3
+
+    from fedpriv.privacy.releases import read_ledger
+
+    out: dict[str, Any] = {}
+    for db in sorted(Path(root).glob("node-*/ledger.sqlite3")):
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT identity FROM releases WHERE party = ? ORDER BY identity",
+                (party,),
+            ).fetchall()
+        for (identity,) in rows:
+            out[f"{db.parent.name}/{party}-{identity}"] = read_ledger(db.parent, party, identity)
+    return out
+
+
 def with_reproducible(overrides: dict[str, Any]) -> dict[str, Any]:
     """``overrides`` with ``reproducible-noise = true`` unless they set it themselves."""
     return {**REPRODUCIBLE, **overrides}

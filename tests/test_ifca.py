@@ -688,7 +688,9 @@ def test_unwritable_state_dir_refuses_the_release(tmp_path):
         run_id=1, node_id=1, node_config={"partition-id": 0, "client-state-dir": str(blocker)},
         state=RecordDict(), run_config={},
     )  # fmt: skip
-    with pytest.raises(OSError):
+    from fedpriv.privacy.releases import StateFolderError
+
+    with pytest.raises(StateFolderError, match="is not a folder"):
         ifca_round(cfg, 0, ctx)
     assert read_ledger(ctx.state, LEDGER_KEY)["participations"] == 0
 

@@ -20,7 +20,6 @@ IFCA notes in scenarios/ifca/feature.py.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,11 +27,11 @@ from fedpriv.scenarios.cli import launch
 from fedpriv.scenarios.cli import main as cli
 
 from fedpriv.data import load_federated
-from fedpriv.privacy.releases import read_ledger
 from fedpriv.reporting.runlog import read_rounds
 from tests.baseline import assert_matches_baseline
 from tests.simulate import (
     kill_after_round,
+    ledgers_in,
     nodes_of,
     run_fedpriv,
     to_override,
@@ -161,11 +160,10 @@ def test_killed_ifca_run_resumes_and_equals_the_uninterrupted_run(
     assert _without_wall_time(rounds) == _without_wall_time(full)
     assert summary["leakage"] == sub_summary(gp_run[2], 4)["leakage"]
     # written by the clients only, in their own per-node folder: never in the output folder
-    found = sorted(Path(nodes_of(out)).glob("node-*/ifca-*.json"))
-    ledgers = [p for p in found if not p.name.startswith("ifca-validation-")]
-    assert ledgers and not list(out.rglob("ifca-*.json"))
-    assert len(ledgers) < len(found)  # the validation users count their queries too
-    spent = {p.stem.rsplit("-", 1)[1]: read_ledger(p).spent for p in ledgers}
+    ledgers = ledgers_in(nodes_of(out), "ifca")
+    assert ledgers and not list(out.rglob("ledger.sqlite3"))
+    assert ledgers_in(nodes_of(out), "ifca-validation")  # the validation users count too
+    spent = {name.rsplit("-", 1)[1]: ledger.spent for name, ledger in ledgers.items()}
     charged = {p: v for p, v in summary["leakage"]["per_client"].items() if v > 0}
     # each client's own ledger counts every vector it released, the round that the
     # kill interrupted and that ran again included; the server's mirror restarts from its

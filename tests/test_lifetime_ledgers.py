@@ -23,7 +23,7 @@ import dp_accounting
 import numpy as np
 import pytest
 from fedpriv.scenarios.app.client_app import app
-from fedpriv.scenarios.config.node_roles import node_ledger
+from fedpriv.scenarios.config.node_spec import node_ledger
 from fedpriv.scenarios.config.registry import resolve_run_config
 from flwr.app import Context, RecordDict
 
@@ -154,7 +154,7 @@ def test_dp_sgd_own_max_epsilon_refuses_past_it_in_one_line_across_runs(dp, tmp_
     assert [r.has_error() for r in replies] == [False, False, False, True, True]
     reason = replies[3].error.reason
     assert refused(replies[3]) and "\n" not in reason
-    assert "lifetime max-epsilon" in reason and "at most 3 participations" in reason
+    assert "lifetime max-epsilon" in reason and "over its 4 releases" in reason
     assert ReleaseCounter(tmp_path / "own", "dp-sgd", 1).load().releases == 3
     assert math.isfinite(eps3)
 

@@ -21,7 +21,7 @@ import dp_accounting
 import numpy as np
 import pytest
 from fedpriv.scenarios.app.client_app import app
-from fedpriv.scenarios.config.node_roles import node_ledger
+from fedpriv.scenarios.config.node_spec import node_ledger
 from fedpriv.scenarios.config.registry import resolve_run_config
 from flwr.app import Context, RecordDict
 

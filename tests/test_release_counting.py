@@ -379,7 +379,7 @@ def test_the_state_dir_is_the_nodes_own():
     """The node's ledger folder and identity come from its own Context: its node config's
     folder, else the per-node default of its own data settings; never the run id, the Flower
     node id, the run's output-dir or the run config's folder (a server's)."""
-    from fedpriv.scenarios.config.node_roles import node_ledger
+    from fedpriv.scenarios.config.node_spec import node_ledger
 
     from fedpriv.privacy.releases import STATE_ROOT_ENV, node_dir
 
@@ -390,14 +390,18 @@ def test_the_state_dir_is_the_nodes_own():
     own = ledger({STATE_DIR_KEY: "/n"}, {STATE_DIR_KEY: "/r", "output-dir": "/o"}, 4)
     assert own.folder == Path("/n") and own.identity == 3
     root = Path(os.environ[STATE_ROOT_ENV])  # tests/conftest.py: one root per test
-    default = ledger({}, {"dataset": "digits", "seed": 1, "output-dir": "/o"}, 4)
+    digits = {"scenario": "digits", "seed": 1}
+    default = ledger({}, {**digits, "output-dir": "/o"}, 4)
     assert default.folder.parent == root and default.folder.name.startswith("node-")
     same = [
-        ledger({}, {"dataset": "digits", "seed": 1, "output-dir": "/p", STATE_DIR_KEY: "/r"}, 9, 7),
-        ledger({STATE_DIR_KEY: "auto"}, {"dataset": "digits", "seed": 1}, 5),
+        ledger({}, {**digits, "output-dir": "/p", STATE_DIR_KEY: "/r"}, 9, 7),
+        ledger({STATE_DIR_KEY: "auto"}, digits, 5),
+        # other spellings of the same resolved data: one node (its folder, its ledger)
+        ledger({}, {**digits, "dataset": "digits", "partition": "iid", "seed": 1.0}, 6),
+        ledger({}, {**digits, "num-clients": "auto", "dataset": "auto"}, 6),
     ]
     assert all(x == default for x in same)  # another run id, node id, output-dir: one ledger
-    other_data = ledger({}, {"dataset": "digits", "seed": 2}, 4)
+    other_data = ledger({}, {**digits, "seed": 2}, 4)
     assert other_data.folder != default.folder  # other data: another node
     assert node_dir("/n", "k") == Path("/n") and node_dir("", "k") == root / "node-k"
 
@@ -428,17 +432,21 @@ def test_a_release_is_charged_before_it_is_computed(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporary file
 
 
-def test_a_reply_cache_cut_short_by_a_crash_is_no_cache_and_never_fresh_noise(tmp_path):
-    """The cached reply is written without fsync (the charge before it is durable): if a
-    crash leaves it empty or cut short, the identical request is refused, not answered with
-    fresh noise, and the charge stands."""
+def test_a_reply_cache_lost_or_damaged_is_no_cache_and_never_fresh_noise(tmp_path):
+    """A crash between the committed charge and the cached reply leaves no reply; a damaged
+    blob is no reply either: the identical request is refused, not answered with fresh
+    noise, and the charge stands."""
+    import sqlite3
+
     from fedpriv.clients.releases import ReleaseRefused, guarded_release
+    from fedpriv.privacy.ledger_store import DB_NAME
 
     counter = ReleaseCounter(tmp_path, "zone-node", 1)
     guarded_release(counter, "s", 1, "d", lambda t: RecordDict())
     assert guarded_release(counter, "s", 1, "d", lambda t: RecordDict()) is not None  # cached
-    for cut in (b"", b"\x80\x05\x95"):
-        counter._reply_path("s").write_bytes(cut)
+    db = sqlite3.connect(tmp_path / DB_NAME, isolation_level=None)
+    for damage in ("UPDATE replies SET reply = x'80059500'", "DELETE FROM replies"):
+        db.execute(damage)
         assert counter.cached("s", 1, "d") is None
         with pytest.raises(ReleaseRefused, match="already answered"):
             guarded_release(counter, "s", 1, "d", lambda t: RecordDict())

@@ -163,7 +163,7 @@ def test_dp_sgd_clients_of_one_worker_keep_their_own_ledgers_and_states(dpsgd_we
     assert sorted(ctx.state[STATES_KEY]) == ["0", "2"]
     assert not client_state(ctx, 4).keys()  # a client of this worker that never trained
     for p in (0, 2):
-        ledgers = list((tmp_path / "state" / f"client-{p}").rglob("*.json"))
+        ledgers = list((tmp_path / "state" / f"client-{p}").rglob("ledger.sqlite3"))
         assert ledgers, p
         assert int(client_state(ctx, p)[DPSGD_STATE_KEY]["participations"]) == 2
         assert eps[2][p] > eps[1][p]

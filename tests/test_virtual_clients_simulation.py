@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedpriv.privacy.releases import read_ledger
-from tests.simulate import nodes_of, run_fedpriv, run_fedpriv_cells
+from tests.simulate import ledgers_in, nodes_of, run_fedpriv, run_fedpriv_cells
 
 pytestmark = pytest.mark.simulation
 
@@ -139,11 +138,7 @@ def test_ifca_on_two_workers_is_the_run_of_one_supernode_per_client(tmp_path):
     _close(out[2][0]["final"], out[120][0]["final"], "final")
     _close(out[2][0]["leakage"], out[120][0]["leakage"], "leakage")
     ledgers = [  # each node's own lifetime ledger, in its folder of its simulation's root
-        {
-            f"{p.parent.name}/{p.name}": read_ledger(p).spent
-            for p in Path(nodes_of(d)).glob("node-*/ifca-*.json")
-            if not p.name.startswith("ifca-validation-")
-        }
+        {name: ledger.spent for name, ledger in ledgers_in(nodes_of(d), "ifca").items()}
         for _, _, d in out.values()
     ]
     assert ledgers[0] == ledgers[1] and ledgers[0]

@@ -11,13 +11,11 @@ accuracy within float tolerance, and each zone's own ledger charged once per rou
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from flwr.app import Context, RecordDict
 
 from fedpriv.privacy.releases import read_ledger
-from tests.simulate import nodes_of, run_fedpriv
+from tests.simulate import ledgers_in, nodes_of, run_fedpriv
 from tests.test_curious_server import zone_weights  # noqa: F401  (a fixture)
 from tests.test_virtual_clients_simulation import _close
 
@@ -75,11 +73,11 @@ def test_a_zone_worker_serves_each_zone_as_its_own_node_and_refuses_foreign_zone
     assert sorted(contents) == [0] and sorted(errors) == [5]
     assert "key=noise-multiplier " in errors[5][1]
     assert "zonal-zone-sigma" in contents[0]["metrics"]
-    assert read_ledger(folder / "client-0" / "zone-node-0.json").releases == 1
-    assert not (folder / "client-5").exists() or not list((folder / "client-5").rglob("*.json"))
+    assert read_ledger(folder / "client-0", "zone-node", 0).releases == 1
+    assert read_ledger(folder / "client-5", "zone-node", 5).releases == 0
     foreign = app(packed({0: zone_message(0, {}, 2), 1: zone_message(1, {}, 2)}), ctx)
     assert foreign.has_error() and "partition(s) [1]" in foreign.error.reason
-    assert read_ledger(folder / "client-0" / "zone-node-0.json").releases == 1
+    assert read_ledger(folder / "client-0", "zone-node", 0).releases == 1
 
 
 def test_simulation_size_gives_the_zones_workers_up_to_the_cpus():
@@ -121,7 +119,7 @@ def test_one_worker_gives_the_run_of_one_supernode_per_zone(tmp_path):
     for placement in PLACEMENTS:
         assert (v_dir / placement / "summary.json").exists()
     for root in (v_dir, r_dir):
-        ledgers = sorted(Path(nodes_of(root)).glob("node-*/zone-node-*.json"))
-        assert [p.name for p in ledgers] == [f"zone-node-{z}.json" for z in range(ZONES)]
-        for path in ledgers:  # each zone its own ledger: one charge per placement and round
-            assert read_ledger(path).releases == len(PLACEMENTS) * ROUNDS, path
+        ledgers = ledgers_in(nodes_of(root), "zone-node")
+        assert [n.split("/")[1] for n in ledgers] == [f"zone-node-{z}" for z in range(ZONES)]
+        for name, ledger in ledgers.items():  # each zone its own: a charge per placement, round
+            assert ledger.releases == len(PLACEMENTS) * ROUNDS, name

@@ -34,7 +34,8 @@ from fedpriv.scenarios.app.task_names import (  # noqa: F401  (re-exported: the 
     ZONAL_TASK,
     ZONE_NODE_TASK,
 )
-from fedpriv.scenarios.config.node_roles import node_state_dir, own_max_epsilon
+from fedpriv.scenarios.config.node_roles import own_max_epsilon
+from fedpriv.scenarios.config.node_spec import node_data, node_state_dir
 from fedpriv.scenarios.config.specs import NodeCall
 from fedpriv.scenarios.zonal.zone_node import train_zone
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
@@ -117,45 +118,61 @@ def train_dpsgd(
     dp = DpSgdSettings.from_params(params, reproducible=spec.reproducible_noise)
     round_ = call.round
 
+    counter = node_counter(context, DPSGD_PARTY, node_state_dir(context))
+
     def release(ticket: Ticket) -> RecordDict:
         content = _dpsgd_release(msg, spec, params, partition, settings, dp, ticket.releases)
+        if dp.noise_multiplier > 0:  # ε of the events really released (z = 0: inf as before)
+            eps = counter.load().lifetime_epsilon(dp.delta)
+            content["metrics"]["dp-sgd-epsilon"] = float(eps)
         state = context.state
         state[DPSGD_STATE_KEY] = MetricRecord({"participations": ticket.releases})
         return content
 
-    budget, budget_name = dpsgd_budget(context, spec, dp, partition, settings)
+    event, epsilon_budget, budget_name = dpsgd_budget(context, spec, dp, partition, settings)
     return guarded_release(
-        node_counter(context, DPSGD_PARTY, node_state_dir(context)),
+        counter,
         dpsgd_sequence(context, dp, settings),
         round_,
         request_digest(msg, round_),
         release,
         run=str(context.run_id),
-        budget=budget,
         budget_name=budget_name,
         rewind="charge",
+        event=event,
+        epsilon_budget=epsilon_budget,
+        data=node_data(context),
     )
 
 
 def dpsgd_budget(
     context: Context, spec: RunSpec, dp: Any, partition: int, settings: TrainSettings
-) -> tuple[float | None, str]:
-    """A DP-SGD node's lifetime budget in participations: the most k whose ε (its own z, δ,
-    B, E and its n examples, :func:`fedpriv.privacy.dpsgd.client_epsilon`) is within its own
-    ``max-epsilon`` (None: no budget), and the budget's one-line name."""
+) -> tuple[Any, tuple[float, float] | None, str]:
+    """A DP-SGD release's ``DpEvent`` (its own z, B, E and its n examples,
+    :func:`fedpriv.privacy.dpsgd.dpsgd_event`), the node's lifetime budget ``(max-epsilon,
+    δ)`` over the composition of its stored events and this one (None: no budget) and the
+    budget's one-line name. Decided on the events, not on a count converted with today's
+    settings: a node whose z, B, E or δ changed between runs cannot pass its max-epsilon."""
     from fedpriv.audit.example_canaries import with_example_canaries
-    from fedpriv.privacy.dpsgd import max_participations
+    from fedpriv.privacy.dpsgd import dpsgd_event
 
-    max_eps = own_max_epsilon(context)
-    if max_eps is None:
-        return None, "budget"
     data = federated_data(spec.data)
     client = data.clients[partition]
     x_train, _ = with_example_canaries(spec, data, partition, client.x_train, client.y_train)
-    k = max_participations(max_eps, num_examples=len(x_train), batch_size=settings.batch_size,
-                           local_epochs=settings.epochs, noise_multiplier=dp.noise_multiplier,
-                           delta=dp.delta)  # fmt: skip
-    return float(k), f"max-epsilon = {max_eps:g} (at most {k} participations)"
+    event = None
+    if dp.noise_multiplier > 0:
+        event = dpsgd_event(
+            num_examples=len(x_train),
+            batch_size=settings.batch_size,
+            epochs=settings.epochs,
+            noise_multiplier=dp.noise_multiplier,
+        )
+    max_eps = own_max_epsilon(context)
+    if max_eps is None:
+        return event, None, "budget"
+    if event is None:  # z = 0: no ε budget holds any release
+        return event, (max_eps, dp.delta), f"max-epsilon = {max_eps:g} (z = 0: none)"
+    return event, (max_eps, dp.delta), f"max-epsilon = {max_eps:g}"
 
 
 def _dpsgd_release(

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from fedpriv.scenarios.app import quiet, startup
 from fedpriv.scenarios.cli.ray_cluster import Federation, check_address, federation_of, with_address
+from fedpriv.scenarios.cli.simulated_nodes import node_settings
 from fedpriv.scenarios.config.feature import Catalog, Command
 from fedpriv.scenarios.config.overrides import (  # noqa: F401  (re-exported: the commands' parser)
     DuplicateKeyError,
@@ -33,6 +34,7 @@ from fedpriv.scenarios.config.overrides import (  # noqa: F401  (re-exported: th
 )
 from fedpriv.scenarios.config.schema import ConfigError
 
+from fedpriv.privacy.releases import STATE_ROOT_ENV
 from fedpriv.reporting.live import RoundBar
 
 try:
@@ -114,6 +116,7 @@ def runner_command(
     *,
     share: int = 1,
     forward_env: Sequence[str] = (),
+    node_config: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """``python -m fedpriv.scenarios.cli.simulation_runner`` for the Flower app in ``app_dir``;
     ``share``
@@ -129,6 +132,8 @@ def runner_command(
         cmd += ["--backend-config", json.dumps(dict(backend))]
     if run_config:
         cmd += ["--run-config", run_config]
+    if node_config:
+        cmd += ["--node-config", json.dumps(dict(node_config))]
     return cmd
 
 
@@ -136,7 +141,16 @@ def runner_command(
 # need too (they do not inherit the driver's environment;
 # fedpriv.scenarios.cli.ray_cluster.init_ray)
 WORKER_ENV = ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL", "TF_NUM_INTEROP_THREADS",
-              "TF_NUM_INTRAOP_THREADS", "PYTHONUNBUFFERED")  # fmt: skip
+              "TF_NUM_INTRAOP_THREADS", "PYTHONUNBUFFERED", STATE_ROOT_ENV)  # fmt: skip
+NODE_STATE_FOLDER = "node-state"  # <output-dir>/node-state: the simulated nodes' ledgers
+
+
+def simulation_state_root(cfg: Mapping[str, Any], env: Mapping[str, str]) -> str:
+    """Where the simulated nodes keep their ledgers (``$FEDPRIV_STATE_ROOT`` of the
+    simulation's processes): the researcher's own ``FEDPRIV_STATE_ROOT`` when set, else the
+    run's output folder, ``<output-dir>/node-state``: a fresh federation per experiment (the
+    same experiment run again reports the same ε; a resume finds its ledgers)."""
+    return env.get(STATE_ROOT_ENV) or str(Path(cfg["output-dir"]) / NODE_STATE_FOLDER)
 
 
 def simulation_command(
@@ -150,8 +164,10 @@ def simulation_command(
     settings = federation_settings(federation)
     size, overrides = simulation_size(cfg, overrides, settings.get("backend", {}))
     forward = sorted({*settings.get("env", {}), *WORKER_ENV})
-    return runner_command(APP_DIR, size, settings.get("backend", {}),
-                          " ".join(overrides), share=share, forward_env=forward)  # fmt: skip
+    return runner_command(
+        APP_DIR, size, settings.get("backend", {}), " ".join(overrides),
+        share=share, forward_env=forward, node_config=node_settings(cfg),
+    )  # fmt: skip
 
 
 def simulation_supernodes(
@@ -299,6 +315,7 @@ def simulate(
     env["PYTHONUNBUFFERED"] = "1"
     env[startup.RUN_START_ENV] = repr(time.time() if start is None else start)  # its clock
     env = {**single_threaded_tf(cfg), **env}
+    env[STATE_ROOT_ENV] = simulation_state_root(cfg, env)
     cmd = simulation_command(dict(cfg), overrides, federation, share)
     out = sys.stderr if to_stderr else sys.stdout
     if log_path is None:

@@ -54,6 +54,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--run-config", default="", help="Flower --run-config overrides")
     parser.add_argument("--share", type=int, default=1, help="simulations sharing the cluster")
     parser.add_argument("--forward-env", default="", help="comma-separated variables for workers")
+    parser.add_argument(
+        "--node-config", default="{}", help="JSON: every simulated node's own settings"
+    )
     return parser.parse_args(argv)
 
 
@@ -191,9 +194,11 @@ def run(argv: list[str] | None = None) -> int:
         flower_run, context = _flower_run(args, app_dir)
         _engine_started(args.num_supernodes)
         from fedpriv.scenarios.cli import engine_polling, ray_cluster
+        from fedpriv.scenarios.cli.simulated_nodes import use_node_settings
         from flwr.simulation.run_simulation import _run_simulation
         from flwr.supercore.telemetry import EventType
 
+        use_node_settings(args.node_config)
         ray_cluster.share_actor_pool(args.share, args.num_supernodes)
         engine_polling.use_fast_polling(args.num_supernodes)
         _run_simulation(

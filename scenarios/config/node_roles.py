@@ -11,7 +11,6 @@ serve and the refusal line are declared in :mod:`fedpriv.privacy.ownership`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,18 +18,16 @@ from fedpriv.privacy.modes import ModeError, get, name_of
 from fedpriv.privacy.modes import ifca as ifca_mode
 from fedpriv.privacy.modes import zonal as zonal_mode
 from fedpriv.privacy.ownership import AUTO, ZONE_NODE
-from fedpriv.privacy.releases import STATE_DIR_KEY, data_key, node_dir
+from fedpriv.privacy.releases import data_key, node_dir
 from fedpriv.zonal import assign_zones, zone_levels
 
 if TYPE_CHECKING:  # the base install (fedpriv epsilon) has no Flower
     from flwr.app import Context
 
 __all__ = [
-    "NodeLedger",
     "client_mode",
     "node_identity",
-    "node_ledger",
-    "node_state_dir",
+    "ledger_folder",
     "zonal_level",
     "zone_node_level",
 ]
@@ -126,14 +123,6 @@ DATA_KEYS = (
 )  # fmt: skip  (fedpriv.spec.DataSpec's keys)
 
 
-@dataclass(frozen=True)
-class NodeLedger:
-    """Where a node keeps its lifetime release ledgers, and under which identity."""
-
-    identity: int  # its own partition-id (a zone node: its zone id)
-    folder: Path  # its own client-state-dir, else the per-node default
-
-
 def node_identity(context: Context) -> int:
     """The node's identity: its ``node_config``'s ``partition-id`` (a zone node: its zone id;
     a virtual client of a worker SuperNode: its own Context's). Never ``context.node_id``
@@ -141,28 +130,12 @@ def node_identity(context: Context) -> int:
     return int(context.node_config["partition-id"])
 
 
-def node_ledger(context: Context) -> NodeLedger:
-    """The node's identity and ledger folder, from its Context: its ``node_config``'s
-    ``client-state-dir``, else ``$FEDPRIV_STATE_ROOT/node-<data key>``, the data key a digest
-    of the node's own data settings (:data:`DATA_KEYS` of its run config overlaid with its
-    node config; never a message's), outside every run's output folder. The same node, in any
-    run (a new or resumed run id) and any restart (a new Context), finds the same ledger
-    (:mod:`fedpriv.privacy.releases`)."""
-    named = str(context.node_config.get(STATE_DIR_KEY, "") or "")
-    own = {**context.run_config, **context.node_config}
-    return NodeLedger(node_identity(context), ledger_folder(named, own))
-
-
 def ledger_folder(named: str, own: Mapping[str, Any] | None) -> Path:
     """``named`` (the node's own ``client-state-dir``), else the per-node default folder of
-    the data settings in ``own`` (:func:`fedpriv.privacy.releases.node_dir`)."""
+    the data settings in ``own`` (:func:`fedpriv.privacy.releases.node_dir`; the caller passes
+    the node's RESOLVED settings: :func:`fedpriv.scenarios.config.node_spec.node_ledger`)."""
     own = own or {}
     return node_dir(named, data_key({k: own[k] for k in DATA_KEYS if k in own}))
-
-
-def node_state_dir(context: Context) -> Path:
-    """The node's own state directory (:func:`node_ledger`'s folder)."""
-    return node_ledger(context).folder
 
 
 def own_max_epsilon(context: Context) -> float | None:

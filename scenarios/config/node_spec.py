@@ -70,8 +70,10 @@ from fedpriv.scenarios.attacks import keys as keys_attacks
 from fedpriv.scenarios.audit import keys as keys_audit
 from fedpriv.scenarios.client_budgets import keys as keys_client_budgets
 from fedpriv.scenarios.config.node_roles import (
+    DATA_KEYS,
     client_mode,
     ledger_folder,
+    node_identity,
     zonal_level,
     zone_node_level,
 )
@@ -113,7 +115,17 @@ IFCA_MODE = (
     ifca.MODE.name
 )  # the role of an IFCA node (fedpriv.scenarios.config.node_roles.client_mode)
 
-__all__ = ["NodeSpec", "catalog_snapshot", "node_keys", "node_spec", "resolve_node"]
+__all__ = [
+    "NodeLedger",
+    "NodeSpec",
+    "catalog_snapshot",
+    "node_data",
+    "node_keys",
+    "node_ledger",
+    "node_spec",
+    "node_state_dir",
+    "resolve_node",
+]
 
 SNAPSHOT = Path(__file__).with_name("node_catalog.json")
 KEY_MODULES = (
@@ -271,6 +283,7 @@ class NodeSpec:
     variants: tuple[Mapping[str, Any], ...]
     state_dir: str = ""
     ledger_dir: str = ""  # node_roles.node_ledger's folder (its own state dir, or the default)
+    data: tuple[tuple[str, Any], ...] = ()  # its RESOLVED data settings (node_roles.DATA_KEYS)
 
     @property
     def base(self) -> Mapping[str, Any]:
@@ -395,11 +408,49 @@ def node_spec(run_id: int, run_config: Mapping[str, Any], node_config: Mapping[s
             partition=0,
             variants=tuple(MappingProxyType(v) for v in runs),
             state_dir="",
+            data=tuple((k, base[k]) for k in DATA_KEYS if k in base),
         )
     own_dir = str(node_config.get(STATE_DIR_KEY, "") or "")
+    cached = _CACHE[ident]
     return replace(
-        _CACHE[ident],
+        cached,
         partition=int(node_config["partition-id"]),
         state_dir=own_dir,
-        ledger_dir=str(ledger_folder(own_dir, {**run_config, **node_config})),  # per client
+        ledger_dir=str(ledger_folder(own_dir, dict(cached.data))),  # resolved: any spelling
     )
+
+
+@dataclass(frozen=True)
+class NodeLedger:
+    """Where a node keeps its lifetime release ledgers, and under which identity."""
+
+    identity: int  # its own partition-id (a zone node: its zone id)
+    folder: Path  # its own client-state-dir, else $FEDPRIV_STATE_ROOT/node-<resolved data key>
+
+
+def node_ledger(context: Any) -> NodeLedger:
+    """The node's identity (:func:`fedpriv.scenarios.config.node_roles.node_identity`: its
+    ``node_config``'s ``partition-id``, never the Flower node id or the run id) and its ledger
+    folder (:func:`node_state_dir`). The same node, in any run (a new or resumed run id) and
+    any restart (a new Context), finds the same ledger (:mod:`fedpriv.privacy.releases`)."""
+    return NodeLedger(node_identity(context), node_state_dir(context))
+
+
+def node_state_dir(context: Any) -> Path:
+    """The node's own state folder: its ``client-state-dir``, else ``$FEDPRIV_STATE_ROOT``
+    ``/node-<data key>`` of its RESOLVED data settings (``dataset = 'digits'`` and ``'auto'``
+    are one folder), else none (:data:`fedpriv.privacy.releases.NO_FOLDER`)."""
+    server_set = {k: v for k, v in context.run_config.items() if k != STATE_DIR_KEY}  # not its
+    try:
+        spec = node_spec(context.run_id, server_set, context.node_config)
+    except (ConfigError, KeyError):  # a direct call with no run config (tests, tools)
+        own_dir = str(context.node_config.get(STATE_DIR_KEY, "") or "")
+        return ledger_folder(own_dir, {})
+    return Path(spec.ledger_dir)
+
+
+def node_data(context: Any) -> dict[str, Any] | None:
+    """The resolved data settings a node with its OWN ``client-state-dir`` binds its ledger
+    to (None for a node under a state root: there the folder is already the data's)."""
+    spec = node_spec(context.run_id, context.run_config, context.node_config)
+    return dict(spec.data) if spec.state_dir and spec.state_dir != "auto" else None

@@ -62,7 +62,7 @@ from fedpriv.clients.releases import (
     request_digest,
     sequence_of,
 )
-from fedpriv.scenarios.config.node_roles import node_state_dir
+from fedpriv.scenarios.config.node_spec import node_state_dir
 from fedpriv.scenarios.config.specs import NodeCall
 from fedpriv.scenarios.speed.keys import cohort_training
 from fedpriv.scenarios.zonal.keys import plan_from_config
