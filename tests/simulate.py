@@ -66,12 +66,19 @@ def to_override(key: str, value: Any) -> str:
 
 
 def run_fedpriv(
-    overrides: dict[str, Any], output_dir: Path, timeout: int = 600, extra_args: tuple = ()
+    overrides: dict[str, Any],
+    output_dir: Path,
+    timeout: int = 600,
+    extra_args: tuple = (),
+    *,
+    default_state: bool = False,
 ):
     """Run one simulation; return (returncode, summary or None, rounds, its whole output).
 
     The whole output, not a tail: checks such as the resume line must not depend on how
-    much Ray, TensorFlow or Python print after it."""
+    much Ray, TensorFlow or Python print after it. ``default_state``: no
+    ``FEDPRIV_STATE_ROOT`` (the launcher's own default: ``<output-dir>/node-state``, or the
+    run's ``federation-dir``), else :func:`nodes_of` the output folder."""
     overrides = {**with_reproducible(overrides), "output-dir": str(output_dir)}
     items = [to_override(k, v) for k, v in overrides.items()]
     cmd = [
@@ -85,6 +92,8 @@ def run_fedpriv(
     cmd += list(extra_args)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     env[STATE_ROOT_ENV] = nodes_of(output_dir)
+    if default_state:
+        env.pop(STATE_ROOT_ENV)
     proc = subprocess.run(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )

@@ -132,3 +132,75 @@ def test_the_rate_key_is_one_a_server_may_send():
     assert {"client-epsilon-groups", "num-server-rounds"} <= set(
         privacy_keys(budgets_mode.MODE.name, reproducible=False)
     )
+
+
+def _perturbed(grid, node: int, run: int, server_round: int, rate: float):
+    """The node's last train message as a server of run ``run`` would send it for
+    ``server_round`` (other arrays in each run: a new request, not a replay)."""
+    import numpy as np
+    from flwr.app import Array, ArrayRecord
+
+    sent = grid.last[max(grid.last)]
+    content = copy.deepcopy(sent.content)
+    arrays = content["arrays"]
+    content["arrays"] = ArrayRecord(
+        {k: Array(np.asarray(a.numpy()) + 1e-3 * run) for k, a in arrays.items()}
+    )
+    content["config"] = ConfigRecord(
+        {**dict(content["config"]), "server-round": server_round, RATE_KEY: rate}
+    )
+    msg = Message(content=content, dst_node_id=node, message_type=sent.metadata.message_type)
+    return grid.send_and_receive([msg])[0]
+
+
+def test_a_server_asking_every_round_in_every_run_gets_at_most_the_participation_bound(
+    budget_run,
+):
+    """A dishonest server asks the budget-1 client every round of 3 runs (12 requests). The
+    client counts its participations in its lifetime ledger and stops at k*, the bound that
+    honest Poisson sampling at its rate passes with probability <= 1e-9; the ε it reports is
+    the worst case of those k* releases."""
+    from scipy.stats import binom
+
+    from fedpriv.privacy.client_budgets import HONEST_TAIL, participation_bound
+
+    grid, _ = budget_run
+    node = next(n for n, p in grid.nodes.items() if p % 3 == 0)  # budget 1
+    own = sampling_rate_for(1.0, Z, ROUNDS, DELTA)
+    bound = participation_bound(own, ROUNDS)
+    assert binom.sf(bound, ROUNDS, own) <= HONEST_TAIL < binom.sf(bound - 1, ROUNDS, own)
+    replies = [
+        _perturbed(grid, node, run, r, own) for run in (1, 2, 3) for r in range(1, ROUNDS + 1)
+    ]
+    answered = [r for r in replies if not r.has_error()]
+    refused = [r.error.reason for r in replies if r.has_error()]
+    assert len(answered) <= bound < len(replies)  # 12 asked, at most k* answered, ever
+    assert refused and all("\n" not in why for why in refused)
+    assert all("participation bound" in why or "would pass this client's budget" in why
+               for why in refused), refused  # fmt: skip
+
+
+def test_the_participation_bound_is_the_honest_binomial_tail():
+    """The reviewer's client (budget 1, q = 0.0287, 8 rounds) trained 8 of 8 rounds in each
+    of 3 runs: now it answers at most k* = 6 requests in its lifetime, a count honest
+    sampling exceeds with probability ~1e-10."""
+    from scipy.stats import binom
+
+    from fedpriv.privacy.client_budgets import participation_bound, worst_case_epsilon
+
+    q, rounds = 0.0287, 8
+    k = participation_bound(q, rounds)
+    assert k == 6 and binom.sf(k, rounds, q) <= 1e-9 < binom.sf(k - 1, rounds, q)
+    assert participation_bound(q, rounds, beta=1e-3) == 3
+    assert participation_bound(0.0, rounds) == 0 and participation_bound(1.0, rounds) == rounds
+    event = dp_accounting.GaussianDpEvent(2.0)
+    expected = dp_accounting.pld.PLDAccountant().compose(event, k).get_epsilon(DELTA)
+    assert worst_case_epsilon(k, 2.0, DELTA) == pytest.approx(expected, rel=1e-2)
+
+
+@pytest.mark.parametrize("rate", [float("nan"), -0.1, "x"])
+def test_a_nan_negative_or_garbled_announced_rate_is_refused(budget_run, rate):
+    grid, _ = budget_run
+    node = next(n for n, p in grid.nodes.items() if p % 3 == 2)  # budget 10
+    reply = _resend(grid, node, **{RATE_KEY: rate})
+    assert reply.has_error() and f"{RATE_KEY} = " in reply.error.reason

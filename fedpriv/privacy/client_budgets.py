@@ -9,7 +9,17 @@ tight for this event). The server picks the largest q_i whose ε after the run's
 <= ε_i (:func:`sampling_rate_for`, bisection); the client recomputes the same q_i from its own
 budget and refuses a message that asks it at a higher rate, and declines to release once its
 own ε would pass its budget. Amplification needs the sampling to stay secret (the server's
-OS-entropy generator), as for global DP. Flower-free.
+OS-entropy generator), as for global DP.
+
+**What the accounting assumes, and what the client enforces.** ε_i holds if the server samples
+client i honestly (Poisson at q_i, secretly). A client cannot see the sampling, but it can count
+its own participations in its lifetime ledger (:mod:`fedpriv.privacy.releases`): it refuses
+past :func:`participation_bound` k*, the smallest k with P[Binomial(T, q_i) > k] ≤ β
+(:data:`HONEST_TAIL`, 1e-9): honest sampling passes the bound with probability ≥ 1 − β, and a
+server that asks the client every round (or replays runs) gets at most k* releases over the
+client's lifetime. Against such a server the amplification does not hold; the guarantee is then
+the k*-fold composition of ``GaussianDpEvent(z)`` (:func:`worst_case_epsilon`), which the
+client also reports. Flower-free.
 """
 
 from __future__ import annotations
@@ -19,10 +29,19 @@ from functools import lru_cache
 
 from fedpriv.validation import check_int, check_real
 
-__all__ = ["budget_of", "client_epsilon", "parse_groups", "sampling_rate_for"]
+__all__ = [
+    "HONEST_TAIL",
+    "budget_of",
+    "client_epsilon",
+    "parse_groups",
+    "participation_bound",
+    "sampling_rate_for",
+    "worst_case_epsilon",
+]
 
 RATE_TOLERANCE = 1e-3  # bisection stops at this relative width of q
 DISCRETIZATION = 1e-3  # PLD value discretization (pessimistic: an upper bound)
+HONEST_TAIL = 1e-9  # β: honest Poisson sampling passes the participation bound w.p. >= 1 - β
 
 
 def parse_groups(text: str) -> tuple[float, ...]:
@@ -90,3 +109,23 @@ def sampling_rate_for(budget: float, noise_multiplier: float, rounds: int, delta
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
+
+
+def participation_bound(q: float, rounds: int, beta: float = HONEST_TAIL) -> int:
+    """k*: the smallest k with P[Binomial(rounds, q) > k] <= ``beta`` (the most releases a
+    client sampled honestly at rate q over ``rounds`` rounds makes, but with probability β)."""
+    from scipy.stats import binom
+
+    q = check_real("q", q, lo=0.0, hi=1.0)
+    rounds = check_int("rounds", rounds, lo=0)
+    beta = check_real("beta", beta, lo=0.0, lo_open=True, hi=1.0, hi_open=True)
+    for k in range(rounds + 1):
+        if float(binom.sf(k, rounds, q)) <= beta:
+            return k
+    return rounds
+
+
+def worst_case_epsilon(releases: int, noise_multiplier: float, delta: float) -> float:
+    """ε of ``releases`` un-amplified ``GaussianDpEvent(z)`` releases (a server that did not
+    sample honestly): the client's guarantee at its participation bound, whatever the sampling."""
+    return client_epsilon(1.0, noise_multiplier, releases, delta)

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DB_NAME", "LedgerStore", "Row", "pack_reply", "unpack_reply"]
+__all__ = ["DB_NAME", "LedgerStore", "Row", "count_releases", "pack_reply", "unpack_reply"]
 
 DB_NAME = "ledger.sqlite3"
 BUSY_TIMEOUT_MS = 120_000  # a writer waits this long for another process's transaction
@@ -251,6 +251,24 @@ class _Transaction:
 
     def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
         self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+
+
+def count_releases(root: str | Path) -> int:
+    """The releases recorded in every ledger database under ``root`` (its own and its
+    ``node-*`` folders'; 0 when there is none), read-only."""
+    total = 0
+    root = Path(root)
+    for db in [root / DB_NAME, *sorted(root.glob(f"node-*/{DB_NAME}"))]:
+        if not db.is_file():
+            continue
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            total += int(conn.execute("SELECT count(*) FROM releases").fetchone()[0])
+        except sqlite3.OperationalError:  # no table yet
+            pass
+        finally:
+            conn.close()
+    return total
 
 
 # --- cached replies: arrays and JSON, never pickles ----------------------------------------

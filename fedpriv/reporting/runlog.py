@@ -98,6 +98,10 @@ OUTPUT_READERS = {
     "headline ε does not hold against its reader",
     "zone-replies/": "operator only (zonal-save-replies): every message and reply of the "
     "zone nodes, what the server saw; each zone's ε without amplification holds",
+    "node-state/": "the simulated nodes' own ledgers (owner-only; the researcher plays every "
+    "node): each release's round, request digest and privacy event, the nodes' cached "
+    "replies; what each node released, not more (absent with federation-dir or "
+    "FEDPRIV_STATE_ROOT, which keep them elsewhere)",
 }
 
 

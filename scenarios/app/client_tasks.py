@@ -17,6 +17,7 @@ served on its own message type, see :data:`MESSAGE_HANDLERS`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -340,21 +341,24 @@ def train_client_budgets(
     """
     from fedpriv.clients.releases import ReleaseRefused
 
-    from fedpriv.privacy.client_budgets import budget_of, client_epsilon, sampling_rate_for
+    from fedpriv.privacy.client_budgets import (
+        HONEST_TAIL,
+        budget_of,
+        client_epsilon,
+        participation_bound,
+        sampling_rate_for,
+        worst_case_epsilon,
+    )
     from fedpriv.privacy.modes.client_budgets import RATE_KEY
 
     spec = call.spec
     p = spec.params
     budget = budget_of(p.groups, partition, p.own_budget)
     own_q = sampling_rate_for(budget, p.noise_multiplier, spec.rounds, p.delta)
-    asked = float(call.record.get(RATE_KEY, own_q))
-    if asked > own_q * (1 + 1e-9):
-        raise ReleaseRefused(
-            f"{RATE_KEY} = {asked!r} is not allowed; expected <= {own_q:.6g}, this client's "
-            f"own rate for its budget {budget:g}"
-        )
-    state = context.state if context is not None else RecordDict()
-    done = int(state[BUDGET_STATE_KEY]["releases"]) if BUDGET_STATE_KEY in state else 0
+    asked = _announced_rate(call.record.get(RATE_KEY, own_q), own_q, budget)
+    del asked  # checked: never above the client's own rate
+    counter = node_counter(context or _direct(partition), BUDGETS_PARTY, _state_dir(context))
+    done = counter.load().releases  # its lifetime count, every run (not the run's state)
     after = max(call.round, done + 1)
     epsilon = client_epsilon(own_q, p.noise_multiplier, after, p.delta)
     if epsilon > budget:
@@ -362,9 +366,56 @@ def train_client_budgets(
             f"client-epsilon: {epsilon:.4g} after round {after} would pass this client's "
             f"budget {budget:g}; it declines"
         )
-    content = train_standard(msg, call, partition)
-    state[BUDGET_STATE_KEY] = MetricRecord({"releases": done + 1})
-    return content
+    bound = participation_bound(own_q, spec.rounds)
+
+    def release(ticket: Ticket) -> RecordDict:
+        content = train_standard(msg, call, partition)
+        worst = worst_case_epsilon(ticket.releases, p.noise_multiplier, p.delta)
+        content["metrics"]["client-budgets-worst-case-epsilon"] = float(worst)
+        state = context.state if context is not None else RecordDict()
+        state[BUDGET_STATE_KEY] = MetricRecord({"releases": ticket.releases})
+        return content
+
+    name = (
+        f"participation bound {bound} (honest Poisson sampling at q = {own_q:.4g} over "
+        f"{spec.rounds} rounds passes it with probability <= {HONEST_TAIL:g})"
+    )
+    sequence = sequence_of({"q": own_q, "z": p.noise_multiplier, "T": spec.rounds, "d": p.delta})
+    return guarded_release(
+        counter, sequence, call.round, request_digest(msg, call.round), release,
+        run=str(context.run_id if context is not None else 0), budget=float(bound),
+        budget_name=name, rewind="charge",
+    )  # fmt: skip
+
+
+BUDGETS_PARTY = CLIENT_BUDGETS_TASK  # a client-budgets client's participation ledger
+
+
+def _direct(partition: int) -> Context:
+    """The Context of a direct call (no node): its ledger under the state root."""
+    return Context(0, 0, {"partition-id": partition}, RecordDict(), {})
+
+
+def _state_dir(context: Context | None):
+    return node_state_dir(context) if context is not None else None
+
+
+def _announced_rate(value: Any, own_q: float, budget: float) -> float:
+    """The rate the message says the client was sampled at: a number in [0, own q]."""
+    from fedpriv.clients.releases import ReleaseRefused
+
+    from fedpriv.privacy.modes.client_budgets import RATE_KEY
+
+    try:
+        asked = float(value)
+    except (TypeError, ValueError):
+        asked = math.nan
+    if not (math.isfinite(asked) and 0.0 <= asked <= own_q * (1 + 1e-9)):
+        raise ReleaseRefused(
+            f"{RATE_KEY} = {value!r} is not allowed; expected a number in [0, {own_q:.6g}], "
+            f"this client's own rate for its budget {budget:g}"
+        )
+    return asked
 
 
 # The client-side list: task name -> implementation (the features name the same tasks).

@@ -24,6 +24,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fedpriv.scenarios.app import quiet, startup
+from fedpriv.scenarios.cli.node_state import (
+    earlier_releases,
+    federation_block,
+    federation_line,
+    simulation_state_root,
+)
 from fedpriv.scenarios.cli.ray_cluster import Federation, check_address, federation_of, with_address
 from fedpriv.scenarios.cli.simulated_nodes import node_settings
 from fedpriv.scenarios.config.feature import Catalog, Command
@@ -142,15 +148,6 @@ def runner_command(
 # fedpriv.scenarios.cli.ray_cluster.init_ray)
 WORKER_ENV = ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL", "TF_NUM_INTEROP_THREADS",
               "TF_NUM_INTRAOP_THREADS", "PYTHONUNBUFFERED", STATE_ROOT_ENV)  # fmt: skip
-NODE_STATE_FOLDER = "node-state"  # <output-dir>/node-state: the simulated nodes' ledgers
-
-
-def simulation_state_root(cfg: Mapping[str, Any], env: Mapping[str, str]) -> str:
-    """Where the simulated nodes keep their ledgers (``$FEDPRIV_STATE_ROOT`` of the
-    simulation's processes): the researcher's own ``FEDPRIV_STATE_ROOT`` when set, else the
-    run's output folder, ``<output-dir>/node-state``: a fresh federation per experiment (the
-    same experiment run again reports the same ε; a resume finds its ledgers)."""
-    return env.get(STATE_ROOT_ENV) or str(Path(cfg["output-dir"]) / NODE_STATE_FOLDER)
 
 
 def simulation_command(
@@ -376,7 +373,9 @@ def _report_failure(returncode: int, log_path: Path, loud: bool) -> None:
     print(f"fedpriv: full log: {log_path}", file=sys.stderr)
 
 
-def _finish(cfg: Mapping[str, Any], summary_path: Path, args: argparse.Namespace, t0: float):
+def _finish(
+    cfg: Mapping[str, Any], summary_path: Path, args: argparse.Namespace, t0: float, earlier: int
+):
     """The summary of a finished run, then its machine-readable last line. summary.json's
     ``wall_seconds`` becomes the command's whole time (the simulation wrote it before its
     last outputs and its shutdown): the figure "done in" shows."""
@@ -384,6 +383,7 @@ def _finish(cfg: Mapping[str, Any], summary_path: Path, args: argparse.Namespace
 
     summary = json.loads(summary_path.read_text())
     summary["wall_seconds"] = wall = time.time() - t0
+    summary["federation"] = federation_block(cfg, earlier)
     tmp = summary_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
     tmp.replace(summary_path)
@@ -426,6 +426,10 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if state.action == "resume":
         print(f"fedpriv: resuming {cfg['output-dir']} after round {state.round}", file=say)
     print(f"fedpriv: running scenario {cfg['scenario']!r} -> {cfg['output-dir']}", file=say)
+    earlier = earlier_releases(cfg)
+    notice = federation_line(cfg, earlier)
+    if notice:
+        print(notice, file=say)
     supernodes = simulation_supernodes(cfg, args.run_config, federation_of(args))
     print(startup.engine_line(supernodes, time.time() - t0), file=say, flush=True)
     loud = args.verbose or quiet.verbose()
@@ -450,7 +454,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if not summary.exists():
         print("fedpriv: the simulation ended without a summary.json", file=sys.stderr)
         return 1
-    _finish(cfg, summary, args, t0)
+    _finish(cfg, summary, args, t0, earlier)
     return 0
 
 

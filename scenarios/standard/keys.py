@@ -68,6 +68,13 @@ KEYS = (
         text,
         "a directory path ('' = runs/<scenario>-<strategy>-<privacy>-s<seed>)",
     ),
+    key(
+        "federation-dir",
+        "",
+        text,
+        "a directory path ('' = a fresh federation per run: the simulated nodes' ledgers in "
+        "<output-dir>/node-state)",
+    ),
     key("proximal-mu", 0.1, real(0), "a float >= 0"),
     key("server-learning-rate", 1.0, real(0, lo_open=True), "a float > 0"),
     key("server-momentum", 0.5, real(0, 1, hi_open=True), "a float in [0, 1)"),

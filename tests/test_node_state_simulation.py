@@ -1,0 +1,63 @@
+"""A simulation is a fresh federation per experiment unless asked (issue "node state").
+
+Real ``fedpriv run`` simulations (Flower's simulation engine) with the launcher's own state
+default (no ``FEDPRIV_STATE_ROOT``): the simulated nodes keep their ledgers in
+``<output-dir>/node-state``, so the same experiment run twice reports the same ε and (with
+``reproducible-noise``) the same records; ``federation-dir`` keeps a persistent federation
+whose second run says in its first lines that it starts on earlier releases, and reports a
+lifetime figure; the scenario's node-owned opt-ins reach every simulated node through its own
+node config (gp-synthetic's final evaluation is answered, not declined).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fedpriv.privacy.ledger_store import count_releases
+from tests.simulate import run_fedpriv
+
+pytestmark = pytest.mark.simulation
+
+DPSGD = {"privacy": "dp-sgd", "num-server-rounds": 2, "local-epochs": 1, "num-clients": 4}
+
+
+def _without_wall_time(rounds: list[dict]) -> list[dict]:
+    drop = ("wall", "seconds", "time")
+    return [{k: v for k, v in r.items() if not any(d in k for d in drop)} for r in rounds]
+
+
+def test_the_same_experiment_twice_reports_the_same_epsilon_and_records(tmp_path):
+    a = run_fedpriv(DPSGD, tmp_path / "a", default_state=True)
+    b = run_fedpriv(DPSGD, tmp_path / "b", default_state=True)
+    assert a[0] == 0 and b[0] == 0, a[3][-2000:] + b[3][-2000:]
+    eps_a, eps_b = (run[1]["privacy_figures"]["epsilon"] for run in (a, b))
+    assert eps_a == eps_b and eps_a > 0
+    assert _without_wall_time(a[2]) == _without_wall_time(b[2])  # reproducible-noise: bits
+    for run, out in ((a, tmp_path / "a"), (b, tmp_path / "b")):
+        block = run[1]["federation"]
+        assert block["state-root"] == str(out / "node-state") and not block["persistent"]
+        assert block["earlier_releases"] == 0 and block["figures"] == "this run's"
+        assert block["this_run_releases"] == count_releases(out / "node-state") > 0
+
+
+def test_a_federation_dir_keeps_its_ledgers_and_says_so(tmp_path):
+    fed = tmp_path / "federation"
+    config = {**DPSGD, "federation-dir": str(fed)}
+    first = run_fedpriv(config, tmp_path / "first", default_state=True)
+    second = run_fedpriv(config, tmp_path / "second", default_state=True)
+    assert first[0] == 0 and second[0] == 0, first[3][-2000:] + second[3][-2000:]
+    released = first[1]["federation"]["this_run_releases"]
+    assert released > 0 and not (tmp_path / "first" / "node-state").exists()
+    assert f"holds {released} earlier releases" in second[3]
+    block = second[1]["federation"]
+    assert block["persistent"] and block["earlier_releases"] == released
+    assert block["figures"].startswith("lifetime")
+    # the nodes' ε is composed over every release their ledgers hold: larger the second time
+    assert second[1]["privacy_figures"]["epsilon"] > first[1]["privacy_figures"]["epsilon"]
+
+
+def test_gp_synthetic_with_its_defaults_reports_its_final_metrics(tmp_path):
+    rc, summary, _, log = run_fedpriv({"scenario": "gp-synthetic"}, tmp_path / "gp")
+    assert rc == 0, log[-3000:]
+    final = summary["final"]
+    assert final["declined"] == 0 and final["clients"] == 100 and final["rmse"] > 0
