@@ -53,7 +53,7 @@ import math
 import os
 import threading
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -64,7 +64,14 @@ from fedpriv.privacy.dp_events import (
     event_from_json,
     event_to_json,
 )
-from fedpriv.privacy.ledger_store import DB_NAME, LedgerStore, Row, pack_reply, unpack_reply
+from fedpriv.privacy.ledger_store import (
+    DB_NAME,
+    LedgerStore,
+    Row,
+    Snapshot,
+    pack_reply,
+    unpack_reply,
+)
 from fedpriv.privacy.state_folder import StateFolderError, checked_file, checked_folder
 
 __all__ = [
@@ -262,11 +269,11 @@ class ReleaseCounter:
 
     def _decide(self, store: LedgerStore, db: Any, req: _Request) -> Ticket:
         refused = self._wrong_data(store, db, req.data)
-        ledger = _fold(store.rows(self.party, self.identity, db), 0)
-        releases, spent = ledger.releases, ledger.spent
+        now = store.snapshot(db, self.party, self.identity, req.sequence, req.digest, req.run)
+        releases, spent = now.releases, now.spent
         if refused:
             return Ticket("refused", releases, spent, refused)
-        if ledger.answered(req.sequence, req.digest):
+        if now.answered:
             if self.cached(req.sequence, req.round, req.digest) is not None:
                 return Ticket("repeat", releases, spent)
             why = (
@@ -274,10 +281,10 @@ class ReleaseCounter:
                 "or an earlier run); an identical request gets no fresh noise"
             )
             return Ticket("refused", releases, spent, why)
-        why = _rewound_or_capped(ledger, req)
+        why = _rewound_or_capped(now, req)
         if why:
             return Ticket("refused", releases, spent, why)
-        why = _over_budget(ledger, req)
+        why = _over_budget(now, req, lambda: store.events(db, self.party, self.identity))
         if why:
             store.decline(db, self.party, self.identity, why)
             return Ticket("declined", releases, spent, why)
@@ -335,30 +342,28 @@ class _Request:
     data: Optional[Mapping[str, Any]]
 
 
-def _rewound_or_capped(ledger: Ledger, req: _Request) -> str:
-    in_run = ledger.runs.get(f"{req.sequence}/{req.run}")
-    if in_run is not None and req.round <= int(in_run["round"]) and req.rewind == "refuse":
+def _rewound_or_capped(now: Snapshot, req: _Request) -> str:
+    if now.run_round is not None and req.round <= int(now.run_round) and req.rewind == "refuse":
         return (
-            f"round {req.round} is not after round {int(in_run['round'])}, "
+            f"round {req.round} is not after round {int(now.run_round)}, "
             "which this node already released"
         )
-    count = 0 if in_run is None else int(in_run["count"])
-    if req.max_releases is not None and count >= int(req.max_releases):
+    if req.max_releases is not None and now.run_count >= int(req.max_releases):
         return f"this node's own limit of {int(req.max_releases)} releases is reached"
     return ""
 
 
-def _over_budget(ledger: Ledger, req: _Request) -> str:
-    if req.budget is not None and not _within(ledger.spent + req.cost, float(req.budget)):
+def _over_budget(now: Snapshot, req: _Request, stored: Callable[[], list[str]]) -> str:
+    if req.budget is not None and not _within(now.spent + req.cost, float(req.budget)):
         return (
             f"this node's lifetime {req.budget_name} would be exceeded (spent "
-            f"{ledger.spent:g} of {float(req.budget):g} over {ledger.releases} releases)"
+            f"{now.spent:g} of {float(req.budget):g} over {now.releases} releases)"
         )
     if req.epsilon_budget is not None and req.event is None:
         return f"this node's lifetime {req.budget_name} holds no release without noise"
     if req.epsilon_budget is not None:
         max_eps, delta = req.epsilon_budget
-        events = [event_from_json(e) for e in ledger.events] + [req.event]
+        events = [event_from_json(e) for e in stored()] + [req.event]
         eps = compose_epsilon(events, delta)
         if not _within(eps, float(max_eps)):
             return (

@@ -40,6 +40,7 @@ from fedpriv.scenarios.config.overrides import (  # noqa: F401  (re-exported: th
 )
 from fedpriv.scenarios.config.schema import ConfigError
 
+from fedpriv.privacy.ledger_store import SYNC_ENV
 from fedpriv.privacy.releases import STATE_ROOT_ENV
 from fedpriv.reporting.live import RoundBar
 
@@ -147,7 +148,7 @@ def runner_command(
 # need too (they do not inherit the driver's environment;
 # fedpriv.scenarios.cli.ray_cluster.init_ray)
 WORKER_ENV = ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL", "TF_NUM_INTEROP_THREADS",
-              "TF_NUM_INTRAOP_THREADS", "PYTHONUNBUFFERED", STATE_ROOT_ENV)  # fmt: skip
+              "TF_NUM_INTRAOP_THREADS", "PYTHONUNBUFFERED", STATE_ROOT_ENV, SYNC_ENV)  # fmt: skip
 
 
 def simulation_command(
@@ -313,6 +314,7 @@ def simulate(
     env[startup.RUN_START_ENV] = repr(time.time() if start is None else start)  # its clock
     env = {**single_threaded_tf(cfg), **env}
     env[STATE_ROOT_ENV] = simulation_state_root(cfg, env)
+    env.setdefault(SYNC_ENV, "normal")  # a simulated federation: survives kills, not power loss
     cmd = simulation_command(dict(cfg), overrides, federation, share)
     out = sys.stderr if to_stderr else sys.stdout
     if log_path is None:
