@@ -34,7 +34,7 @@ def nodes_of(output_dir: str | Path) -> str:
 
 def ledgers_in(root: str | Path, party: str) -> dict[str, Any]:
     """``{"node-<key>/<party>-<identity>": Ledger}``: every ledger of ``party`` in the state
-    folders under ``root`` (one SQLite database per folder, fedpriv.privacy.ledger_store)."""
+    folders under ``root`` (one SQLite database per folder, fedpriv.privacy.ledger.store)."""
     import sqlite3
 
     from fedpriv.privacy.releases import read_ledger

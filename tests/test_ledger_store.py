@@ -1,4 +1,4 @@
-"""The release ledger in SQLite (fedpriv.privacy.ledger_store, fedpriv.privacy.releases):
+"""The release ledger in SQLite (fedpriv.privacy.ledger.store, fedpriv.privacy.releases):
 attacks replayed against the real code — racing processes, edited and deleted ledgers, a
 second local user's folder, symlinks — and the lifetime ε of events with different settings
 against an independent dp_accounting composition."""
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fedpriv.privacy.dpsgd import dpsgd_event
-from fedpriv.privacy.ledger_store import DB_NAME, pack_reply, unpack_reply
+from fedpriv.privacy.ledger.store import DB_NAME, pack_reply, unpack_reply
 from fedpriv.privacy.releases import (
     NO_FOLDER,
     STATE_ROOT_ENV,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedpriv.privacy.ledger_store import count_releases
+from fedpriv.privacy.ledger.store import count_releases
 from tests.simulate import run_fedpriv
 
 pytestmark = pytest.mark.simulation

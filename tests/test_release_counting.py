@@ -440,7 +440,7 @@ def test_a_reply_cache_lost_or_damaged_is_no_cache_and_never_fresh_noise(tmp_pat
 
     from fedpriv.clients.releases import ReleaseRefused, guarded_release
 
-    from fedpriv.privacy.ledger_store import DB_NAME
+    from fedpriv.privacy.ledger.store import DB_NAME
 
     counter = ReleaseCounter(tmp_path, "zone-node", 1)
     guarded_release(counter, "s", 1, "d", lambda t: RecordDict())

@@ -13,8 +13,8 @@ decides itself whether a request may produce a new release:
   ``federation-dir`` (a persistent one); a deployed node sets ``client-state-dir``. A node
   with neither has no folder (:data:`NO_FOLDER`) and refuses to release anything, saying what
   to set: nothing lives in a shared temporary folder by default. The folder is checked
-  (:func:`fedpriv.privacy.state_folder.checked_folder`: this user's, 0700, no foreign link).
-* **What.** One SQLite database per folder (:mod:`fedpriv.privacy.ledger_store`): a row per
+  (:func:`fedpriv.privacy.ledger.folder.checked_folder`: this user's, 0700, no foreign link).
+* **What.** One SQLite database per folder (:mod:`fedpriv.privacy.ledger.store`): a row per
   release with its sequence, round, request digest, run, cost (in the party's own unit: GP
   leakage, μ², one per DP-SGD participation, ...) and its own ``DpEvent``; the ledger view
   (:class:`Ledger`) is the fold of the party's rows: total ``releases``, ``spent``,
@@ -58,13 +58,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from fedpriv.privacy.dp_events import (
+from fedpriv.privacy.ledger.events import (
     NOT_A_DP_EVENT,
     compose_epsilon,
     event_from_json,
     event_to_json,
 )
-from fedpriv.privacy.ledger_store import (
+from fedpriv.privacy.ledger.folder import StateFolderError, checked_file, checked_folder
+from fedpriv.privacy.ledger.store import (
     DB_NAME,
     LedgerStore,
     Row,
@@ -72,7 +73,6 @@ from fedpriv.privacy.ledger_store import (
     pack_reply,
     unpack_reply,
 )
-from fedpriv.privacy.state_folder import StateFolderError, checked_file, checked_folder
 
 __all__ = [
     "NO_FOLDER",
@@ -311,7 +311,7 @@ class ReleaseCounter:
 
     def remember(self, sequence: str, server_round: int, digest: str, reply: Any) -> None:
         """Cache the reply of the sequence's last release (plain records, stored as an
-        ``.npz`` blob: :func:`fedpriv.privacy.ledger_store.pack_reply`)."""
+        ``.npz`` blob: :func:`fedpriv.privacy.ledger.store.pack_reply`)."""
         blob = pack_reply(reply)
         self._open().remember(self.party, self.identity, sequence, server_round, digest, blob)
 

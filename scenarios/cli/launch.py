@@ -40,7 +40,7 @@ from fedpriv.scenarios.config.overrides import (  # noqa: F401  (re-exported: th
 )
 from fedpriv.scenarios.config.schema import ConfigError
 
-from fedpriv.privacy.ledger_store import SYNC_ENV
+from fedpriv.privacy.ledger.store import SYNC_ENV
 from fedpriv.privacy.releases import STATE_ROOT_ENV
 from fedpriv.reporting.live import RoundBar
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedpriv.privacy.ledger_store import count_releases
+from fedpriv.privacy.ledger.store import count_releases
 from fedpriv.privacy.releases import STATE_ROOT_ENV
 
 __all__ = [

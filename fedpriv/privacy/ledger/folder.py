@@ -1,6 +1,6 @@
 """A party's state folder: its own, private, and not reachable through anyone else's link.
 
-A node's release ledger (:mod:`fedpriv.privacy.ledger_store`) decides what the node may still
+A node's release ledger (:mod:`fedpriv.privacy.ledger.store`) decides what the node may still
 release, so whoever can write, replace or redirect its folder can reset its budget, and
 whoever can read it learns every request digest it answered. :func:`checked_folder` creates
 the folder owner-only (0700) or accepts an existing one only when

@@ -17,12 +17,12 @@ LDP client, the server) records each release it makes as one row of ``releases``
   charge, an IFCA user with ν = 0); triggers refuse
   any ``UPDATE`` or ``DELETE`` of a release (append-only). An edit of the file by its owner
   outside SQLite is not prevented (nothing in a file the owner can write can be), but an
-  edit through SQLite fails, and :func:`fedpriv.privacy.state_folder.checked_folder` keeps
+  edit through SQLite fails, and :func:`fedpriv.privacy.ledger.folder.checked_folder` keeps
   every other local user out of the folder.
 * **Event-level.** Each release row holds its own privacy event (a ``dp_accounting``
-  ``DpEvent``, serialised by :mod:`fedpriv.privacy.dp_events`), its request digest, run id and
+  ``DpEvent``, serialised by :mod:`fedpriv.privacy.ledger.events`), its request digest, run id and
   time, so a party's lifetime ε is the composition of the events it really released, whatever
-  settings each release had (:func:`fedpriv.privacy.dp_events.compose`).
+  settings each release had (:func:`fedpriv.privacy.ledger.events.compose`).
 * **Cached replies are arrays, never pickles.** The reply of a sequence's last release is kept
   as an ``.npz`` blob read with ``allow_pickle=False`` (:func:`pack_reply`).
 * **Whose data.** A party's first release records the resolved data settings it was made on

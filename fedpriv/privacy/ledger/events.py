@@ -1,6 +1,6 @@
 """``dp_accounting`` privacy events as JSON, and a party's lifetime ε as their composition.
 
-Each row of a release ledger (:mod:`fedpriv.privacy.ledger_store`) holds the ``DpEvent`` of
+Each row of a release ledger (:mod:`fedpriv.privacy.ledger.store`) holds the ``DpEvent`` of
 that release, serialised here as ``{"type": <class name>, <field>: <value>, ...}`` with nested
 events as nested objects (``dp_accounting``'s events are ``attrs`` classes; only its own event
 classes are read back). A party's lifetime ε is then
