@@ -283,3 +283,38 @@ def test_an_epsilon_budget_declines_on_the_composition_of_stored_events(tmp_path
         kinds.append(ticket.kind)
     assert "declined" in kinds
     assert counter.load().lifetime_epsilon(1e-5) <= 8.0 + 1e-9
+
+
+def test_another_tmpdir_or_a_reboot_does_not_move_a_ledger(monkeypatch, tmp_path):
+    """No folder depends on the temporary directory: a node's ledger is where its own
+    client-state-dir (or its process's state root) says, whatever TMPDIR is."""
+    import tempfile
+
+    monkeypatch.setenv(STATE_ROOT_ENV, str(tmp_path / "root"))
+    before = node_dir("", "k"), node_dir(str(tmp_path / "own"), "k")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    assert (node_dir("", "k"), node_dir(str(tmp_path / "own"), "k")) == before
+    monkeypatch.delenv(STATE_ROOT_ENV)
+    assert str(node_dir("", "k")) == NO_FOLDER  # never a fallback into TMPDIR
+
+
+def test_a_budget_at_another_delta_composes_every_stored_event(tmp_path):
+    """z and δ changed between runs (2 then 3; 1e-5 then 1e-3): the budget is decided on the
+    composition of all stored events at the δ asked now, an (ε, δ) pair that holds for every
+    release the node made."""
+    counter = ReleaseCounter(tmp_path, "dp-sgd", 0)
+    first = dpsgd_event(num_examples=256, batch_size=8, epochs=1, noise_multiplier=2.0)
+    later = dpsgd_event(num_examples=256, batch_size=8, epochs=1, noise_multiplier=3.0)
+    for r in (1, 2, 3):
+        assert counter.begin("s", r, f"d{r}", event=first, rewind="charge").fresh
+    composed = dp_accounting.ComposedDpEvent([first] * 3 + [later])
+    eps_all = min(
+        dp_accounting.rdp.RdpAccountant().compose(composed).get_epsilon(1e-3),
+        dp_accounting.pld.PLDAccountant().compose(composed).get_epsilon(1e-3),
+    )
+    ticket = counter.begin("s", 4, "d4", event=later, epsilon_budget=(eps_all * 0.99, 1e-3),
+                           budget_name="max-epsilon", rewind="charge")  # fmt: skip
+    assert ticket.kind == "declined" and "over its 4 releases" in ticket.reason
+    assert counter.begin("s", 4, "d4b", event=later, epsilon_budget=(eps_all * 1.01, 1e-3),
+                         rewind="charge").fresh  # fmt: skip
