@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -42,8 +44,11 @@ __all__ = [
     "public_from_private",
     "pair_seed",
     "new_seed",
+    "random_below",
     "prg_vector",
 ]
+
+Entropy = Callable[[int], bytes]  # n -> n random bytes
 
 HAS_CRYPTOGRAPHY = x25519 is not None
 AGREEMENTS = ("x25519", "modp-simulation")
@@ -70,15 +75,26 @@ def _need_cryptography(what: str) -> None:
         raise ValueError(f"{what} is not allowed; expected the `cryptography` package installed")
 
 
-def generate_keypair(agreement: str = DEFAULT_AGREEMENT) -> KeyPair:
-    """A fresh key pair from OS entropy."""
+def random_below(bound: int, entropy: Optional[Entropy] = None) -> int:
+    """A uniform integer in [0, bound): :func:`secrets.randbelow`, or from ``entropy`` bytes
+    (16 bytes beyond the bound's width, so the modular bias is below 2^-128)."""
+    if entropy is None:
+        return secrets.randbelow(bound)
+    width = (bound.bit_length() + 7) // 8 + 16
+    return int.from_bytes(entropy(width), "big") % bound
+
+
+def generate_keypair(
+    agreement: str = DEFAULT_AGREEMENT, entropy: Optional[Entropy] = None
+) -> KeyPair:
+    """A fresh key pair, from OS entropy unless ``entropy`` is given (seeded tests only)."""
     agreement = check_choice("agreement", agreement, AGREEMENTS)
     if agreement == "x25519":
         _need_cryptography("agreement = 'x25519'")
-        raw = x25519.X25519PrivateKey.generate().private_bytes_raw()
+        raw = secrets.token_bytes(32) if entropy is None else entropy(32)
         private = int.from_bytes(raw, "little")
     else:
-        private = secrets.randbelow(_MODP - 3) + 2
+        private = random_below(_MODP - 3, entropy) + 2
     return KeyPair(agreement, private, public_from_private(agreement, private))
 
 
@@ -112,9 +128,9 @@ def pair_seed(
     return digest.digest()
 
 
-def new_seed() -> bytes:
-    """A fresh 32-byte self-mask seed b_i from OS entropy."""
-    return secrets.token_bytes(SEED_BYTES)
+def new_seed(entropy: Optional[Entropy] = None) -> bytes:
+    """A fresh 32-byte self-mask seed b_i, from OS entropy unless ``entropy`` is given."""
+    return secrets.token_bytes(SEED_BYTES) if entropy is None else entropy(SEED_BYTES)
 
 
 def prg_vector(seed: bytes, size: int, bits: int, prg: str = DEFAULT_PRG) -> np.ndarray:

@@ -128,11 +128,16 @@ def _point(client: int) -> int:
 class SecAggClient:
     """One client's side of a round: keys, shares, masking, one answer to unmasking."""
 
-    def __init__(self, client_id: int, params: SecAggParams) -> None:
+    def __init__(
+        self, client_id: int, params: SecAggParams, *, entropy: Optional[masks.Entropy] = None
+    ) -> None:
+        """``entropy`` (n -> n random bytes) replaces OS entropy for the keys, the self-mask
+        seed and the Shamir coefficients: for seeded, reproducible tests only."""
         self.client_id = check_int("client_id", client_id, lo=0, hi=params.num_clients - 1)
         self.params = params
-        self._keys = masks.generate_keypair(params.agreement)
-        self._self_seed = masks.new_seed()
+        self._entropy = entropy
+        self._keys = masks.generate_keypair(params.agreement, entropy)
+        self._self_seed = masks.new_seed(entropy)
         self._peer_keys: dict[int, bytes] = {}
         self._held: dict[int, SharePair] = {}
         self._answered: Optional[tuple[frozenset[int], frozenset[int]]] = None
@@ -151,8 +156,9 @@ class SecAggClient:
         holders = self.params.shareholders_of(self.client_id)
         points = [_point(h) for h in holders]
         t = self.params.threshold
-        seed = shamir.share_secret(int.from_bytes(self._self_seed, "big"), t, points)
-        key = shamir.share_secret(self._keys.private, t, points)
+        seed_int = int.from_bytes(self._self_seed, "big")
+        seed = shamir.share_secret(seed_int, t, points, self._entropy)
+        key = shamir.share_secret(self._keys.private, t, points, self._entropy)
         return {h: SharePair(self.client_id, seed[_point(h)], key[_point(h)]) for h in holders}
 
     def receive_shares(self, pairs: Mapping[int, SharePair]) -> None:

@@ -12,8 +12,9 @@ any 64-byte secret. The coefficients come from :mod:`secrets` (OS entropy).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Optional
 
 from fedpriv.validation import check_int
 
@@ -37,15 +38,27 @@ def _check_secret(secret: int) -> int:
     return secret
 
 
-def share_secret(secret: int, threshold: int, xs: Iterable[int]) -> dict[int, Share]:
+def _coefficient(entropy: Optional[Callable[[int], bytes]]) -> int:
+    if entropy is None:
+        return secrets.randbelow(PRIME)
+    return int.from_bytes(entropy(82), "big") % PRIME  # 656 bits: bias < 2^-134
+
+
+def share_secret(
+    secret: int,
+    threshold: int,
+    xs: Iterable[int],
+    entropy: Optional[Callable[[int], bytes]] = None,
+) -> dict[int, Share]:
     """Shares of ``secret`` at the points ``xs`` (distinct, >= 1), any ``threshold`` of which
-    reconstruct it: ``{x: Share(x, f(x))}``."""
+    reconstruct it: ``{x: Share(x, f(x))}``. The coefficients come from :mod:`secrets`, or
+    from ``entropy`` (n -> n random bytes; seeded tests only)."""
     secret = _check_secret(secret)
     points = [check_int("x", x, lo=1, hi=PRIME - 1) for x in xs]
     if len(set(points)) != len(points):
         raise ValueError(f"xs = {points} is not allowed; expected distinct points")
     threshold = check_int("threshold", threshold, lo=1, hi=max(len(points), 1))
-    coefficients = [secret] + [secrets.randbelow(PRIME) for _ in range(threshold - 1)]
+    coefficients = [secret] + [_coefficient(entropy) for _ in range(threshold - 1)]
     return {x: Share(x, _evaluate(coefficients, x)) for x in points}
 
 
