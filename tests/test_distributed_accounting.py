@@ -9,6 +9,7 @@ import dp_accounting
 import numpy as np
 import pytest
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
+from scipy import special
 
 from fedpriv.privacy.distributed import accounting as A
 from fedpriv.privacy.distributed import cost
@@ -37,6 +38,26 @@ def test_skellam_rdp_is_the_closed_form(l1: float, l2: float, mu: float) -> None
     mine = A.skellam_rdp(A.ORDERS, l1=l1, l2=l2, variance=mu)
     by_hand = [closed_form(int(a), l1, l2, mu) for a in A.ORDERS]
     np.testing.assert_allclose(mine, by_hand, rtol=1e-13)
+
+
+def skellam_renyi(alpha: float, shift: int, mu: float) -> float:
+    """D_α(Sk(μ) + shift ‖ Sk(μ)) summed numerically from the pmf e^{-μ}I_k(μ), |k| <= 200."""
+    k = np.arange(-200, 201)
+    log_p = np.log(special.ive(np.abs(k), mu))
+    log_q = np.log(special.ive(np.abs(k - shift), mu))
+    return float(special.logsumexp(alpha * log_q + (1 - alpha) * log_p) / (alpha - 1))
+
+
+@pytest.mark.parametrize("mu,shift", [(20.0, 1), (20.0, 3), (200.0, 1), (200.0, 3)])
+def test_skellam_rdp_bounds_the_true_renyi_divergence(mu: float, shift: int) -> None:
+    """In one dimension (Δ1 = Δ2 = shift) the bound is above the exact divergence, and
+    tight when μ is large."""
+    orders = np.array([2.0, 4.0, 8.0, 16.0])
+    bound = A.skellam_rdp(orders, l1=shift, l2=shift, variance=mu)
+    exact = np.array([skellam_renyi(a, shift, mu) for a in orders])
+    assert np.all(bound >= exact)
+    if mu >= 200:
+        assert np.all(exact >= 0.98 * bound)
 
 
 def test_sensitivities_after_rounding() -> None:

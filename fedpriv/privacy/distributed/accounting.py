@@ -1,9 +1,10 @@
 """ε of the distributed Skellam mechanism over rounds and client sampling; μ for a target ε.
 
 RDP of one release (Agarwal, Kairouz & Liu 2021, "The Skellam Mechanism for Differentially
-Private Federated Learning", NeurIPS 2021, arXiv:2110.04995, Thm 3.5, the multi-dimensional
-Skellam mechanism): adding ``Sk(μ)`` to each coordinate of an integer vector whose change has
-L1 norm <= Δ1 and L2 norm <= Δ2 is (α, ε(α))-RDP for every integer α > 1 with
+Private Federated Learning", NeurIPS 2021, arXiv:2110.04995, §3: the RDP of the
+multi-dimensional Skellam mechanism, Thm 3.5 there; the authors' accounting code calls the
+same bound "Corollary 4.1"): adding ``Sk(μ)`` to each coordinate of an integer vector whose
+change has L1 norm <= Δ1 and L2 norm <= Δ2 is (α, ε(α))-RDP for every integer α > 1 with
 
     ε(α) = α·Δ2²/(2μ) + min{ ((2α − 1)·Δ2² + 6·Δ1)/(4μ²),  3·Δ1/(2μ) }.
 
