@@ -190,3 +190,34 @@ def test_client_upload_bytes_by_step() -> None:
     assert sent.shares == 8 * (2 * 70 + 28) and sent.unmasking == 8 * 70
     assert sent.total == 64 + sent.shares + sent.masked_vector + sent.unmasking
     assert sent.ratio_to_float32(1 << 20) == pytest.approx(20 / 32, rel=1e-3)
+
+
+# --- the numbers of docs/distributed-dp.md ----------------------------------------------------
+
+
+def _doc_row(scale: float) -> tuple[float, float, int]:
+    """(μ, noise std on the sum / 2C, bits) of the page's table: d = 100,000, C = 1, n = 100,
+    t = 67, 100 rounds, ε = 3 at δ = 1e-5 against the server (no sampling, replace-one)."""
+    from fedpriv.privacy.distributed import encoding as E
+
+    params = E.EncodingParams(dimension=100_000, clip_norm=1.0, scale=scale, bits=20)
+    noisy = A.guaranteed_noisy_clients(67)
+    args = dict(noisy_clients=noisy, norm_bound=params.norm_bound, dimension=params.padded_dim)
+    mu, _ = A.noise_variance_for_epsilon(
+        3.0, sampled=100, population=100, rounds=100, delta=DELTA, **args
+    )
+    noisy_params = E.EncodingParams(100_000, 1.0, scale, 20, noise_variance=mu)
+    return mu, math.sqrt(noisy * mu) / scale / 2.0, E.bits_for(noisy_params, 100)
+
+
+def test_the_page_numbers_fine_quantisation_reaches_the_gaussian() -> None:
+    from fedpriv.privacy.accounting.budget import smallest_noise_multiplier
+
+    gaussian_z, _ = smallest_noise_multiplier(lambda z: gaussian_epsilon(z, 100), 3.0)
+    assert gaussian_z == pytest.approx(14.97, abs=0.01)
+    mu, z, bits = _doc_row(1024.0)
+    assert mu == pytest.approx(1.448e7, rel=2e-3) and z == pytest.approx(15.21, abs=0.01)
+    assert bits == 19
+    _, fine_z, fine_bits = _doc_row(4096.0)
+    assert gaussian_z <= fine_z <= 1.005 * gaussian_z and fine_bits == 21
+    assert _doc_row(64.0)[1] > 3 * gaussian_z  # coarse rounding: B >> γC inflates the noise

@@ -12,7 +12,8 @@ Bonawitz et al. 2017; Bell et al. 2020). The modules, by step:
 * :mod:`.masks` — key agreement (X25519) and the masks' PRG (AES-CTR);
 * :mod:`.secagg` — the SecAgg(+) client and server of one round;
 * :mod:`.accounting` — ε of the Skellam mechanism over rounds and sampling; μ for a target ε;
-* :mod:`.cost` — bytes a client sends per round; packing b-bit values.
+* :mod:`.cost` — bytes a client sends per round; packing b-bit values;
+* :mod:`.plan` — from (d, C, γ, n, t, rounds, target ε) to every party's parameters.
 
 See ``docs/distributed-dp.md``. Nothing is imported here: import the module you need.
 """

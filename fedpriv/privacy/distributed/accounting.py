@@ -10,7 +10,7 @@ change has L1 norm <= Δ1 and L2 norm <= Δ2 is (α, ε(α))-RDP for every integ
 
 The first term is the Gaussian's RDP at variance μ; the min is the price of discreteness.
 In the integer domain of :mod:`.encoding`, Δ2 = the conditional rounding bound B and
-Δ1 = min(√d·B, B²) (integer coordinates: |v_k| <= v_k²); replace-one doubles both.
+Δ1 = min(√d·B, B²) (integer coordinates: ``|v_k| <= v_k²``); replace-one doubles both.
 
 Sum-level view: the server sees the modular sum, whose noise is ``Sk(n_noisy·μ)`` with μ each
 client's share. Assumption: secure aggregation releases nothing unless at least t clients

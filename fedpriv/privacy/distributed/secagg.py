@@ -10,7 +10,7 @@ Bonawitz et al. 2017, "Practical Secure Aggregation for Privacy-Preserving Machi
    itself) (:mod:`.shamir`);
 3. sends ``y_i = x_i + PRG(b_i) + Σ_{j∈N(i), j>i} PRG(s_ij) − Σ_{j∈N(i), j<i} PRG(s_ij) mod m``;
 4. told the survivors S (whose y arrived) and the dropped D, reveals its share of b_j for
-   j ∈ S and of sk_j for j ∈ D — never both for one j, and nothing when |S| < t.
+   j ∈ S and of sk_j for j ∈ D — never both for one j, and nothing when ``|S| < t``.
 
 The server sums y over S (pairwise masks between survivors cancel), removes PRG(b_i) for
 i ∈ S, and for j ∈ D rebuilds sk_j, checks it against pk_j and removes the masks j shared with
@@ -225,12 +225,15 @@ class SecAggServer:
         self.public_keys = dict(public_keys)
 
     def _secret(self, kind: str, owner: int, reveals: Mapping[int, Reveal]) -> int:
-        shares = [
-            (r.seed_shares if kind == "seed" else r.key_shares)[owner]
-            for holder, r in reveals.items()
-            if owner in (r.seed_shares if kind == "seed" else r.key_shares)
-            and holder in self.params.shareholders_of(owner)
-        ]
+        """Rebuild ``owner``'s self-mask seed (``kind = "seed"``) or key from the shares its
+        shareholders revealed (a share counts only at its holder's own point)."""
+        holders = self.params.shareholders_of(owner)
+        shares = []
+        for holder, reveal in reveals.items():
+            book = reveal.seed_shares if kind == "seed" else reveal.key_shares
+            share = book.get(owner)
+            if holder in holders and share is not None and share.x == _point(holder):
+                shares.append(share)
         t = self.params.threshold
         if len(shares) < t:
             raise InsufficientShares(
