@@ -190,21 +190,25 @@ def skellam_epsilon(noise_variance: float, *, rounds: int, delta: float, **round
     return epsilon_from_rdp(round_args.get("orders", ORDERS), rdp, delta)
 
 
-def noise_variance_for_epsilon(target: float, **epsilon_args) -> tuple[float, float]:
+def noise_variance_for_epsilon(
+    target: float, *, noisy_clients: int, norm_bound: float, **epsilon_args
+) -> tuple[float, float]:
     """The smallest per-client μ (to 0.1 % in √μ) with ε <= ``target``, and that ε.
 
     Bisection (:func:`fedpriv.privacy.accounting.budget.smallest_noise_multiplier`) over the
     aggregate's noise multiplier z = √(n_noisy·μ)/B, so the search range is that of a
-    Gaussian's z whatever the scale γ; ``epsilon_args`` are :func:`skellam_epsilon`'s.
+    Gaussian's z whatever the scale γ; the other arguments are :func:`skellam_epsilon`'s.
     """
-    noisy = _checks.integer("noisy_clients", epsilon_args["noisy_clients"])
-    bound = _checks.number("norm_bound", epsilon_args["norm_bound"], lo_open=True)
+    noisy = _checks.integer("noisy_clients", noisy_clients)
+    bound = _checks.number("norm_bound", norm_bound, lo_open=True)
 
     def variance(z: float) -> float:
         return (z * bound) ** 2 / noisy
 
     def epsilon_of(z: float) -> float:
-        return math.inf if z == 0 else skellam_epsilon(variance(z), **epsilon_args)
+        if z == 0:
+            return math.inf
+        return skellam_epsilon(variance(z), noisy_clients=noisy, norm_bound=bound, **epsilon_args)
 
     z, epsilon = smallest_noise_multiplier(epsilon_of, target)
     return variance(z), epsilon
