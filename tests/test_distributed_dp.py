@@ -80,3 +80,21 @@ def test_a_plan_with_too_fine_a_scale_is_refused() -> None:
         ValueError, match="scale = 1e\\+18 is not allowed; expected a scale whose sum fits 62 bits"
     ):
         _plan(scale=1e18)
+
+
+def test_self_sampling_keeps_the_noise_and_decodes_an_unbiased_mean() -> None:
+    """Poisson self-sampling: each client includes its update with probability q by its own
+    coin, noise always; dividing by q·n gives an unbiased mean."""
+    rng = np.random.default_rng(12)
+    update = np.ones(16)
+    kept = [E.self_sample(update, 0.3, rng) for _ in range(2000)]
+    included = np.mean([k.any() for k in kept])
+    assert abs(included - 0.3) < 0.03 and all(k.any() == k.all() for k in kept)
+    params = E.EncodingParams(dimension=16, clip_norm=10.0, scale=64.0, bits=40, noise_variance=9.0)
+    total = np.zeros(16, dtype=np.uint64)
+    for k in kept:
+        total = (total + E.encode(k, params, rng).values) & np.uint64((1 << 40) - 1)
+    mean = E.decode_mean(total, params, 2000, rate=0.3)
+    assert np.allclose(mean, 1.0, atol=0.12)  # sampling error ~ √(0.7/(0.3·2000)) ≈ 0.034
+    noise = E.decode_sum(E.encode(np.zeros(16), params, rng).values, params)
+    assert noise.any()  # an excluded client still sends its noise share

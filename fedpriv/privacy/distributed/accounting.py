@@ -17,12 +17,26 @@ client's share. Assumption: secure aggregation releases nothing unless at least 
 survive (:mod:`.secagg`), and at most ``colluders`` of them share their noise with the server,
 so ``n_noisy >= t − colluders`` (:func:`guaranteed_noisy_clients`).
 
-Sampling: fixed-size cohorts (replace-one) are amplified with Wang, Balle & Kasiviswanathan
-2019, "Subsampled Rényi DP and Analytical Moments Accountant", Thm 9 (general mechanism,
-ε(∞) = ∞); Poisson sampling (add/remove-one) with Zhu & Wang 2019, "Poisson Subsampled Rényi
-DP", Thm 6 (general upper bound). Each is capped order by order by the unsampled RDP.
-Amplification assumes the cohort is secret: against the server, which picks it, use
-``sampled = population`` and the rounds the client takes part in. Rounds add (RDP
+Sampling, with every noise share in both neighbouring sums:
+
+* ``fixed``: the server picks ``sampled`` of ``population`` clients; replace-one (one client's
+  data replaced; the client and its noise in both sums). Amplified with Wang, Balle &
+  Kasiviswanathan 2019, "Subsampled Rényi DP and Analytical Moments Accountant", Thm 9
+  (general mechanism, ε(∞) = ∞), which holds only for readers who do not know the cohort:
+  against the server, which picks it, use ``sampled = population`` and the rounds the client
+  takes part in.
+* ``poisson``: every client of the cohort takes part in secure aggregation and adds its noise,
+  but includes its update only with probability q = sampled/population, by a secret coin of
+  its own (:func:`.encoding.self_sample`; else it encodes a zero update). Neighbouring sums
+  differ by one client's update, present or absent (add/remove of the update: Δ as is), its
+  noise in both. Amplified with Zhu & Wang 2019, "Poisson Subsampled Rényi DP", Thm 6
+  (general upper bound); secure aggregation hides which vectors are zero, so this holds
+  against the server too.
+
+Each amplified curve is capped order by order by the unsampled one. A noise share that left
+the sum with its client's update would change the noise variance, which no RDP bound of
+order >= 2 covers: hence a client's noise is in both sums in each relation above.
+Rounds add (RDP
 composition); (ε, δ) from the composed RDP by dp_accounting's ``compute_epsilon``
 (Balle et al. 2020 conversion), over the integer orders :data:`ORDERS`.
 """

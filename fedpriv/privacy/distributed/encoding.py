@@ -24,7 +24,15 @@ import numpy as np
 from fedpriv.privacy.distributed import quantize, rotation
 from fedpriv.validation import check_int, check_random_state, check_real
 
-__all__ = ["EncodingParams", "EncodedUpdate", "encode", "decode_sum", "decode_mean", "bits_for"]
+__all__ = [
+    "EncodingParams",
+    "EncodedUpdate",
+    "self_sample",
+    "encode",
+    "decode_sum",
+    "decode_mean",
+    "bits_for",
+]
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,19 @@ class EncodedUpdate:
     tries: int
 
 
+def self_sample(update: np.ndarray, rate: float, rng: np.random.Generator) -> np.ndarray:
+    """The update with probability ``rate`` q, else zeros: a client's secret Poisson coin.
+
+    The client still encodes, noises and masks the result, so its noise share is in the sum
+    either way and secure aggregation hides which vectors are zero (the ``poisson`` sampling
+    of :mod:`.accounting`). Draw the coin from the client's secret Generator.
+    """
+    rng = check_random_state(rng)
+    rate = check_real("rate", rate, lo=0.0, hi=1.0)
+    update = np.asarray(update, dtype=np.float64)
+    return update.copy() if rng.random() < rate else np.zeros_like(update)
+
+
 def encode(update: np.ndarray, params: EncodingParams, rng: np.random.Generator) -> EncodedUpdate:
     """``round_β(γ·U·clip_C(x)) + Sk(μ) mod 2^b`` (client side; deterministic given ``rng``).
 
@@ -111,10 +132,15 @@ def decode_sum(ring_sum: np.ndarray, params: EncodingParams) -> np.ndarray:
     return rotation.unrotate(integers / params.scale, params.signs(), params.dimension)
 
 
-def decode_mean(ring_sum: np.ndarray, params: EncodingParams, survivors: int) -> np.ndarray:
-    """:func:`decode_sum` divided by the number of survivors whose vectors are in the sum."""
+def decode_mean(
+    ring_sum: np.ndarray, params: EncodingParams, survivors: int, *, rate: float = 1.0
+) -> np.ndarray:
+    """:func:`decode_sum` divided by ``rate·survivors``: the survivors whose vectors are in
+    the sum, times the inclusion rate q of :func:`self_sample` (1: every update included; q:
+    an unbiased mean over the expected number of included updates)."""
     survivors = check_int("survivors", survivors, lo=1)
-    return decode_sum(ring_sum, params) / survivors
+    rate = check_real("rate", rate, lo=0.0, hi=1.0, lo_open=True)
+    return decode_sum(ring_sum, params) / (rate * survivors)
 
 
 def bits_for(params: EncodingParams, clients: int, *, tail_sigmas: float = 6.0) -> int:

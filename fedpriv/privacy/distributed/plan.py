@@ -59,12 +59,13 @@ def plan_round(
     delta: float,
     colluders: int = 0,
     population: Optional[int] = None,
-    sampling: str = "fixed",
     rotation_seed: int = 0,
     beta: float = quantize.DEFAULT_BETA,
 ) -> DistributedPlan:
-    """:class:`DistributedPlan` for cohorts of ``clients`` (out of ``population``; None: the
-    same, no amplification) with Shamir ``threshold`` t over ``rounds`` rounds."""
+    """:class:`DistributedPlan` for fixed cohorts of ``clients`` (out of ``population``; None:
+    the same, no amplification: the figure against the server) with Shamir ``threshold`` t
+    over ``rounds`` rounds, replace-one. For Poisson self-sampling call
+    :func:`.accounting.noise_variance_for_epsilon` with ``sampling = "poisson"``."""
     clients = check_int("clients", clients, lo=1)
     threshold = check_int("threshold", threshold, lo=1, hi=clients)
     check_real("target_epsilon", target_epsilon, lo=0.0, lo_open=True)
@@ -79,7 +80,7 @@ def plan_round(
         dimension=params.padded_dim,
         sampled=clients,
         population=clients if population is None else population,
-        sampling=sampling,
+        sampling="fixed",
         rounds=rounds,
         delta=delta,
     )
