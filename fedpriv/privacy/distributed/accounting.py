@@ -35,11 +35,11 @@ Sampling, with every noise share in both neighbouring sums:
 
 Each amplified curve is capped order by order by the unsampled one. A noise share that left
 the sum with its client's update would change the noise variance, which the bound above
-does not cover (it shifts one noise law; for the Gaussian analogue the Rényi divergence of
-any order from 2 up between sums of unequal noise variance is infinite): hence a client's
-noise is in both sums in each relation above. Rounds add (RDP composition); (ε, δ) from the
-composed RDP by dp_accounting's ``compute_epsilon`` (Balle et al. 2020 conversion), over the
-integer orders :data:`ORDERS`.
+does not cover (it shifts one noise law; for the Gaussian analogue, the Rényi divergence of
+the sum with n + 1 shares from the sum with n is infinite at every order α >= n + 1): hence
+a client's noise is in both sums in each relation above. Rounds add (RDP composition);
+(ε, δ) from the composed RDP by dp_accounting's ``compute_epsilon`` (Balle et al. 2020
+conversion), over the integer orders :data:`ORDERS`.
 """
 
 from __future__ import annotations
