@@ -79,7 +79,8 @@ class EncodingParams:
 @dataclass(frozen=True)
 class EncodedUpdate:
     """One client's encoded vector in Z_m (``values``, uint64), whether clipping changed the
-    update (``clipped``), the rounding bound it met and the draws it took."""
+    update (``clipped``), the rounding bound it met and the draws it took. Only ``values``
+    (masked) leaves the client: the flag and the draws depend on its data."""
 
     values: np.ndarray
     clipped: bool
