@@ -1,0 +1,277 @@
+"""Secure aggregation with pairwise masks and Shamir-shared seeds (SecAgg / SecAgg+).
+
+Bonawitz et al. 2017, "Practical Secure Aggregation for Privacy-Preserving Machine Learning",
+§4 (Fig. 4, the honest-but-curious protocol), with the sparse neighbour graph of Bell et al.
+2020, "Secure Single-Server Aggregation with (Poly)Logarithmic Overhead" (SecAgg+; Flower's
+``SecAggPlus``). Client i of the cohort, with key pair (sk_i, pk_i) and self-mask seed b_i:
+
+1. sends pk_i; gets its neighbours' public keys; s_ij = KA(sk_i, pk_j) (:mod:`.masks`);
+2. Shamir-shares b_i and sk_i, threshold t, among its shareholders (its neighbours and
+   itself) (:mod:`.shamir`);
+3. sends ``y_i = x_i + PRG(b_i) + Σ_{j∈N(i), j>i} PRG(s_ij) − Σ_{j∈N(i), j<i} PRG(s_ij) mod m``;
+4. told the survivors S (whose y arrived) and the dropped D, reveals its share of b_j for
+   j ∈ S and of sk_j for j ∈ D — never both for one j, and nothing when ``|S| < t``.
+
+The server sums y over S (pairwise masks between survivors cancel), removes PRG(b_i) for
+i ∈ S, and for j ∈ D rebuilds sk_j, checks it against pk_j and removes the masks j shared with
+its surviving neighbours: it gets ``Σ_{i∈S} x_i mod m`` exactly and nothing else, as long as
+fewer than t parties' shares reach anyone who colludes with it.
+
+Simulated parties in one process: the shares travel in-process (the real protocol encrypts
+each share to its holder under a second agreed key; not simulated here), and the cohort is
+the clients that completed step 2 (a client that drops earlier leaves the cohort).
+The neighbour graph is circulant (i ± 1, ..., i ± k/2 mod n), a deterministic stand-in for
+SecAgg+'s random k-regular graph; ``neighbours = None`` is SecAgg's complete graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from fedpriv.privacy.distributed import masks, shamir
+from fedpriv.privacy.distributed.quantize import MAX_BITS
+from fedpriv.validation import check_choice, check_int
+
+__all__ = [
+    "SecAggParams",
+    "SharePair",
+    "Reveal",
+    "InsufficientShares",
+    "SecAggClient",
+    "SecAggServer",
+]
+
+
+class InsufficientShares(ValueError):
+    """Fewer than t shares of a secret the server needs: the sum cannot be unmasked."""
+
+
+@dataclass(frozen=True)
+class SecAggParams:
+    """The cohort's agreement: ``num_clients`` n (ids 0..n−1), ``threshold`` t, ``bits`` b
+    (m = 2^b), ``size`` of the vectors, ``neighbours`` k (None: all n − 1), the key
+    agreement, the PRG and ``context`` (the round's label, mixed into every pair seed)."""
+
+    num_clients: int
+    threshold: int
+    bits: int
+    size: int
+    neighbours: Optional[int] = None
+    agreement: str = masks.DEFAULT_AGREEMENT
+    prg: str = masks.DEFAULT_PRG
+    context: bytes = b""
+
+    def __post_init__(self) -> None:
+        n = check_int("num_clients", self.num_clients, lo=1)
+        check_int("bits", self.bits, lo=1, hi=MAX_BITS)
+        check_int("size", self.size, lo=1)
+        check_choice("agreement", self.agreement, masks.AGREEMENTS)
+        check_choice("prg", self.prg, masks.PRGS)
+        if self.neighbours is not None:
+            k = check_int("neighbours", self.neighbours, lo=0, hi=n - 1)
+            if k % 2 and k != n - 1:
+                raise ValueError(
+                    f"neighbours = {k} is not allowed; expected an even number or n − 1 = {n - 1}"
+                )
+        holders = self.degree + 1
+        check_int("threshold", self.threshold, lo=holders // 2 + 1, hi=holders)
+
+    @property
+    def degree(self) -> int:
+        """k: how many neighbours each client masks with."""
+        return self.num_clients - 1 if self.neighbours is None else self.neighbours
+
+    def neighbours_of(self, client: int) -> tuple[int, ...]:
+        """The clients ``client`` shares pairwise masks with (sorted)."""
+        n, k = self.num_clients, self.degree
+        if k == n - 1:
+            return tuple(j for j in range(n) if j != client)
+        offsets = [o for step in range(1, k // 2 + 1) for o in (step, -step)]
+        return tuple(sorted({(client + o) % n for o in offsets}))
+
+    def shareholders_of(self, client: int) -> tuple[int, ...]:
+        """Who holds a share of ``client``'s secrets: its neighbours and itself."""
+        return tuple(sorted((*self.neighbours_of(client), client)))
+
+    @property
+    def modulus_mask(self) -> np.uint64:
+        """m − 1 (m = 2^b): ``v & mask`` is ``v mod m``."""
+        return np.uint64((1 << self.bits) - 1)
+
+
+@dataclass(frozen=True)
+class SharePair:
+    """What ``owner`` gives one shareholder: a share of its self-mask seed and of its key."""
+
+    owner: int
+    seed_share: shamir.Share
+    key_share: shamir.Share
+
+
+@dataclass(frozen=True)
+class Reveal:
+    """A shareholder's answer to the unmasking request: shares of survivors' seeds and of
+    dropped clients' keys, by owner."""
+
+    seed_shares: dict[int, shamir.Share] = field(default_factory=dict)
+    key_shares: dict[int, shamir.Share] = field(default_factory=dict)
+
+
+def _point(client: int) -> int:
+    return client + 1  # Shamir points are >= 1
+
+
+class SecAggClient:
+    """One client's side of a round: keys, shares, masking, one answer to unmasking."""
+
+    def __init__(
+        self, client_id: int, params: SecAggParams, *, entropy: Optional[masks.Entropy] = None
+    ) -> None:
+        """``entropy`` (n -> n random bytes) replaces OS entropy for the keys, the self-mask
+        seed and the Shamir coefficients: for seeded, reproducible tests only."""
+        self.client_id = check_int("client_id", client_id, lo=0, hi=params.num_clients - 1)
+        self.params = params
+        self._entropy = entropy
+        self._keys = masks.generate_keypair(params.agreement, entropy)
+        self._self_seed = masks.new_seed(entropy)
+        self._peer_keys: dict[int, bytes] = {}
+        self._held: dict[int, SharePair] = {}
+        self._answered: Optional[tuple[frozenset[int], frozenset[int]]] = None
+
+    @property
+    def public_key(self) -> bytes:
+        """pk_i, sent to the server for the neighbours."""
+        return self._keys.public
+
+    def make_shares(self, public_keys: Mapping[int, bytes]) -> dict[int, SharePair]:
+        """Record the neighbours' public keys; Shamir-share b_i and sk_i: ``{holder: pair}``."""
+        missing = [j for j in self.params.neighbours_of(self.client_id) if j not in public_keys]
+        if missing:
+            raise ValueError(f"public_keys is not allowed: it lacks neighbours {missing}")
+        self._peer_keys = {j: public_keys[j] for j in self.params.neighbours_of(self.client_id)}
+        holders = self.params.shareholders_of(self.client_id)
+        points = [_point(h) for h in holders]
+        t = self.params.threshold
+        seed_int = int.from_bytes(self._self_seed, "big")
+        seed = shamir.share_secret(seed_int, t, points, self._entropy)
+        key = shamir.share_secret(self._keys.private, t, points, self._entropy)
+        return {h: SharePair(self.client_id, seed[_point(h)], key[_point(h)]) for h in holders}
+
+    def receive_shares(self, pairs: Mapping[int, SharePair]) -> None:
+        """Keep the shares this client holds for others (``{owner: pair}``)."""
+        for owner, pair in pairs.items():
+            if pair.owner != owner or self.client_id not in self.params.shareholders_of(owner):
+                raise ValueError(f"share from owner = {owner} is not allowed for this client")
+        self._held = dict(pairs)
+
+    def mask(self, encoded: np.ndarray) -> np.ndarray:
+        """``y_i = x_i + PRG(b_i) + Σ_{j>i} PRG(s_ij) − Σ_{j<i} PRG(s_ij) mod m`` (uint64)."""
+        p = self.params
+        encoded = np.asarray(encoded)
+        if encoded.shape != (p.size,) or encoded.dtype != np.uint64:
+            raise ValueError(
+                f"encoded is not allowed: shape {encoded.shape}, dtype {encoded.dtype}; "
+                f"expected ({p.size},) uint64 ring elements"
+            )
+        if not self._peer_keys and p.degree:
+            raise ValueError("mask is not allowed before make_shares: no pair seeds yet")
+        masked = encoded + masks.prg_vector(self._self_seed, p.size, p.bits, p.prg)
+        for j, public in self._peer_keys.items():
+            seed = masks.pair_seed(
+                p.agreement, self._keys.private, public, (self.client_id, j), p.context
+            )
+            pad = masks.prg_vector(seed, p.size, p.bits, p.prg)
+            masked = masked + pad if j > self.client_id else masked - pad
+        return masked & p.modulus_mask
+
+    def reveal(self, survivors: Collection[int], dropped: Collection[int]) -> Reveal:
+        """Shares of b_j for j in ``survivors`` and of sk_j for j in ``dropped`` (held ones).
+
+        Refused when the two sets overlap, when fewer than t survived, or when the server
+        already asked this round with other sets (it could then learn both secrets of a j).
+        """
+        alive, gone = frozenset(survivors), frozenset(dropped)
+        if alive & gone:
+            overlap = sorted(alive & gone)
+            raise ValueError(f"survivors and dropped = {overlap} are not allowed to overlap")
+        if len(alive) < self.params.threshold:
+            raise InsufficientShares(
+                f"survivors = {len(alive)} is not allowed; expected at least "
+                f"threshold = {self.params.threshold}"
+            )
+        if self._answered is not None and self._answered != (alive, gone):
+            raise ValueError("a second unmasking request with other survivors is not allowed")
+        self._answered = (alive, gone)
+        return Reveal(
+            seed_shares={o: pair.seed_share for o, pair in self._held.items() if o in alive},
+            key_shares={o: pair.key_share for o, pair in self._held.items() if o in gone},
+        )
+
+
+class SecAggServer:
+    """The server's side: sums the masked vectors and removes what the shares let it."""
+
+    def __init__(self, params: SecAggParams, public_keys: Mapping[int, bytes]) -> None:
+        if sorted(public_keys) != list(range(params.num_clients)):
+            raise ValueError(
+                f"public_keys of clients {sorted(public_keys)} are not allowed; "
+                f"expected clients 0..{params.num_clients - 1}"
+            )
+        self.params = params
+        self.public_keys = dict(public_keys)
+
+    def _secret(self, kind: str, owner: int, reveals: Mapping[int, Reveal]) -> int:
+        """Rebuild ``owner``'s self-mask seed (``kind = "seed"``) or key from the shares its
+        shareholders revealed (a share counts only at its holder's own point)."""
+        holders = self.params.shareholders_of(owner)
+        shares = []
+        for holder, reveal in reveals.items():
+            book = reveal.seed_shares if kind == "seed" else reveal.key_shares
+            share = book.get(owner)
+            if holder in holders and share is not None and share.x == _point(holder):
+                shares.append(share)
+        t = self.params.threshold
+        if len(shares) < t:
+            raise InsufficientShares(
+                f"shares of client {owner}'s {kind} = {len(shares)} are not allowed; "
+                f"expected at least threshold = {t} to unmask"
+            )
+        return shamir.reconstruct_secret(shares, t)
+
+    def unmask(self, masked: Mapping[int, np.ndarray], reveals: Mapping[int, Reveal]) -> np.ndarray:
+        """``Σ_{i∈S} x_i mod m`` from the survivors' masked vectors (S = keys of ``masked``)
+        and the shareholders' reveals (``{holder: Reveal}``)."""
+        p = self.params
+        survivors = sorted(masked)
+        if any(i not in self.public_keys for i in survivors):
+            raise ValueError(f"masked vectors from clients {survivors} are not all in the cohort")
+        total = np.zeros(p.size, dtype=np.uint64)
+        for i in survivors:
+            total = total + np.asarray(masked[i], dtype=np.uint64)
+            seed = self._secret("seed", i, reveals).to_bytes(masks.SEED_BYTES, "big")
+            total = total - masks.prg_vector(seed, p.size, p.bits, p.prg)
+        alive = set(survivors)
+        for j in sorted(set(self.public_keys) - alive):
+            partners = [i for i in p.neighbours_of(j) if i in alive]
+            if partners:
+                total = self._remove_pair_masks(total, j, partners, reveals)
+        return total & p.modulus_mask
+
+    def _remove_pair_masks(
+        self, total: np.ndarray, dropped: int, partners: list[int], reveals: Mapping[int, Reveal]
+    ) -> np.ndarray:
+        """Subtract the masks survivor i added for the dropped j: +PRG(s_ij) when j > i."""
+        p = self.params
+        private = self._secret("key", dropped, reveals)
+        if masks.public_from_private(p.agreement, private) != self.public_keys[dropped]:
+            raise ValueError(f"reconstructed key of client {dropped} does not match its public key")
+        for i in partners:
+            public = self.public_keys[i]
+            seed = masks.pair_seed(p.agreement, private, public, (i, dropped), p.context)
+            pad = masks.prg_vector(seed, p.size, p.bits, p.prg)
+            total = total - pad if dropped > i else total + pad
+        return total
