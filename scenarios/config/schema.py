@@ -144,7 +144,7 @@ def refuse_renamed(values: Mapping[str, Any]) -> None:
 
 def mode_values(layered: Mapping[str, Any]) -> dict[str, Any]:
     """The values the selected mode declares for its shared keys (``fedpriv.spec.key``'s
-    ``mode_default``: DP-SGD's z = 1.1, C = 1; zonal z = C = 0.5; global DP z = 0.01, C = 5);
+    ``mode_default``: DP-SGD's z = 1.1, C = 1; zonal z = C = 0.5; global DP z = 1, C = 5);
     empty for an unknown mode (its own check reports it)."""
     try:
         return mode_defaults(mode_of(layered).params)
