@@ -83,3 +83,19 @@ def test_fedpriv_epsilon_prints_the_warning(capsys):
     assert "warning    ε = 1.62e+05 > 100: no meaningful protection" in out
     assert main(["epsilon", "-c", "privacy='global-dp' noise-multiplier=4"]) == 0
     assert "warning" not in capsys.readouterr().out  # ε 6.57 at z = 4: no label
+
+
+def test_dp_sgd_epsilon_logs_no_absl_non_convergence_warnings(capsys, caplog):
+    """dp_accounting's "failed to converge ... Excluding this order" (one absl warning per
+    order in DP-SGD's target search) is dropped; any other absl record still shows."""
+    import logging
+
+    from fedpriv.scenarios.cli.main import main
+
+    caplog.set_level(logging.WARNING)
+    argv = ["epsilon", "-c", "privacy='dp-sgd'", "--examples-per-client", "100"]
+    assert main([*argv, "--target-epsilon", "5"]) == 0
+    assert '"noise_multiplier"' in capsys.readouterr().out
+    assert not [r for r in caplog.records if r.name == "absl"], caplog.text
+    logging.getLogger("absl").warning("Negative Renyi divergence of %s", -1.0)
+    assert [r.getMessage() for r in caplog.records] == ["Negative Renyi divergence of -1.0"]
