@@ -220,3 +220,35 @@ def test_ci_builds_the_docs():
     assert re.search(
         r"^make docs\b", (ROOT / ".ci" / "run").read_text(encoding="utf-8"), flags=re.M
     )
+
+
+def test_the_notebook_leaves_no_runs_in_the_checkout(monkeypatch, tmp_path):
+    """``make docs`` runs examples/notebooks/privacy-vs-utility.ipynb: its runs go to a
+    temporary folder (outside the checkout) that its last cell removes; a folder named by
+    ``FEDPRIV_NOTEBOOK_OUT`` is kept. The cells run here with the simulation replaced."""
+    import json
+    import subprocess
+
+    cells = json.loads((ROOT / "examples/notebooks/privacy-vs-utility.ipynb").read_text())
+    code = ["".join(c["source"]) for c in cells["cells"] if c["cell_type"] == "code"]
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 0, "done", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("FEDPRIV_NOTEBOOK_OUT", raising=False)
+    scope: dict = {}
+    exec(code[0], scope)  # the cell that runs `fedpriv grid`
+    out = Path(commands[0][commands[0].index("--output-dir") + 1])
+    assert out == scope["OUT"] and out.is_dir() and ROOT not in out.parents
+    exec(code[-1], scope)  # the last cell
+    assert not out.exists()
+    monkeypatch.setenv("FEDPRIV_NOTEBOOK_OUT", str(tmp_path / "keep"))
+    scope = {}
+    exec(code[0], scope)
+    (tmp_path / "keep").mkdir()
+    exec(code[-1], scope)
+    assert scope["OUT"] == tmp_path / "keep" and (tmp_path / "keep").is_dir()
