@@ -99,3 +99,10 @@ def test_dp_sgd_epsilon_logs_no_absl_non_convergence_warnings(capsys, caplog):
     assert not [r for r in caplog.records if r.name == "absl"], caplog.text
     logging.getLogger("absl").warning("Negative Renyi divergence of %s", -1.0)
     assert [r.getMessage() for r in caplog.records] == ["Negative Renyi divergence of -1.0"]
+
+
+def test_a_grid_cell_line_carries_the_warning():
+    """``fedpriv grid --privacy none,global-dp``: each cell's line warns about its own ε."""
+    line = console.cell_line(_summary(1.62e5))
+    assert "global-dp: (ε = 1.62e+05" in line and "warning: ε = 1.62e+05 > 100" in line
+    assert "\n" not in line and "warning" not in console.cell_line(_summary(2.0))

@@ -240,8 +240,11 @@ def files_written(output_dir: str | Path, names: Sequence[str] = OUTPUT_FILES) -
 
 
 def cell_line(summary: Mapping[str, Any]) -> str:
-    """One run of a grid in a line: its final metrics and its privacy statement."""
-    return f"{final_metrics(summary)}{SEP}{privacy_statement(summary)}"
+    """One run of a grid in a line: its final metrics, its privacy statement and the warning
+    about an ε that protects little (:func:`epsilon_warning`)."""
+    caution = epsilon_warning(summary)
+    tail = f"{SEP}warning: {caution}" if caution else ""
+    return f"{final_metrics(summary)}{SEP}{privacy_statement(summary)}{tail}"
 
 
 def epsilon_warning(summary: Mapping[str, Any]) -> str | None:
