@@ -2,8 +2,8 @@
 
 Privacy modes: ``global-dp`` (server-side fixed clipping, ``σ = z·C/m``, SPEC §3.1) and
 ``metric-dp`` (``σ = z·C/(m·d)``, SPEC §3.2). C = 5 (MP's). z: global DP 1 (DP-FedAvg's
-scale: MP's 0.01 gives ε = 1.6e5 on the digits run, no protection), metric DP MP's 0.01; the
-MP scenarios set MP's z = 0.01 themselves.
+scale; MP's 0.01 protects nothing: docs/privacy.md, "What an ε protects"), metric DP MP's
+0.01; the MP scenarios set MP's z = 0.01 themselves.
 
 ``distance-on`` defaults to ``clipped`` (d <= 2C/sqrt(L), so no client can push sigma
 below z*sqrt(L)/(2m)); the MP scenarios choose the authors' ``raw`` explicitly.

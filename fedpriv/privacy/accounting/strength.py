@@ -8,8 +8,7 @@ only for tests run at FPR < e^-ε.
   ε <= 10 a reasonable guarantee, the range of published DP deployments.
 - 10 < ε <= 100: ``weak``. This is their tier 3: the bound binds only below FPR e^-10 ≈ 4.5e-5.
 - ε > 100: ``none``, no meaningful protection. The bound binds only below FPR e^-100 ≈ 4e-44,
-  an error rate no experiment can run. The model is as exposed as one trained without noise
-  (z = 0.01 on the digits run: ε = 1.6e5, the same accuracy as no DP).
+  an error rate no experiment can run.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ UNACCOUNTED = (
 @dataclass(frozen=True)
 class GlobalDPParams:
     """z, C, δ and the aggregation weights. z's default 1.0 is DP-FedAvg's scale (McMahan et
-    al. 2018); MP's 0.01 (ε = 1.6e5 on the digits run) is the MP scenarios' own value."""
+    al. 2018); MP's 0.01 is the MP scenarios' own value (docs/privacy.md, "What an ε
+    protects")."""
 
     noise_multiplier: float = config_key("noise-multiplier", mode_default=1.0)
     clipping_norm: float = config_key("clipping-norm", mode_default=5.0)
