@@ -119,6 +119,9 @@ def test_a_run_config_key_given_as_an_option_names_the_c_item(flags, item, fedpr
     assert not (tmp_path / "X").exists() and not (tmp_path / "runs").exists()
     assert fedpriv_main(["epsilon", *flags]) == 2  # every command with -c
     assert item in _one_line(capsys.readouterr().err)
+    if flags[0] == "--num-server-rounds":  # a value argparse took for show's SCENARIO
+        assert fedpriv_main(["show", *flags]) == 2
+        assert item in _one_line(capsys.readouterr().err)
 
 
 def test_an_unknown_option_is_still_argparses_error(fedpriv_main, capsys):

@@ -110,15 +110,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _quiet_closed_pipe()
 
 
-def key_as_flag(extras: Sequence[str]) -> str | None:
+def key_as_flag(extras: Sequence[str], argv: Sequence[str] = ()) -> str | None:
     """The one-line error for a run-config key given as an option (``--output-dir X``):
-    it names the key and the ``-c`` item to write instead; None when no extra is a key."""
-    for i, arg in enumerate(extras):
+    it names the key and the ``-c`` item to write instead; None when no extra is a key.
+    The value is the word after the option in ``argv`` (argparse may have taken it for a
+    positional argument: ``fedpriv show --seed 3``), else in ``extras``."""
+    for arg in extras:
         name, eq, value = arg.removeprefix("--").partition("=")
         if not arg.startswith("--") or name not in CATALOG.keys:
             continue
         if not eq:
-            following = extras[i + 1] if i + 1 < len(extras) else ""
+            words = list(argv) if arg in argv else list(extras)
+            at = words.index(arg) + 1
+            following = words[at] if at < len(words) else ""
             value = "" if following.startswith("--") else following
         item = f"{name}={toml_value(value)}" if value else f"{name}=..."
         return (
@@ -146,7 +150,7 @@ def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:
-        text = key_as_flag(extras)
+        text = key_as_flag(extras, sys.argv[1:] if argv is None else argv)
         if text is not None:
             print(text, file=sys.stderr)
             return 2
