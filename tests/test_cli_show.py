@@ -78,6 +78,18 @@ def test_show_names_who_set_each_changed_key():
     assert "epsilon" in "\n".join(_section(out, "privacy plan"))
 
 
+def test_show_states_the_sampling_that_happens():
+    """hdp-digits samples 20 of its 100 clients a round; its headline ε is not amplified by
+    that (it holds against the sampler), and the plan says both."""
+    status, out, _ = _cli("show", "hdp-digits")
+    assert status == 0
+    rows = {line.split()[0]: line for line in _section(out, "privacy plan")}
+    assert "20 of 100 per round" in rows["sampling"] and "every client" not in rows["sampling"]
+    assert "not amplified" in rows["sampling"]
+    status, out, _ = _cli("epsilon", "-c", "privacy='zonal'")  # 4 of 4: no sampling
+    assert status == 0 and "none (every client every round)" in out
+
+
 def test_show_refuses_a_bad_value_in_one_line():
     status, out, err = _cli("show", "digits", "-c", "num-server-rounds=0")
     assert status == 2 and out == ""

@@ -104,3 +104,27 @@ def test_dropout_model_result_does_not_depend_on_process_history():
     train_local(model, w0, x, y, TrainSettings(**{**settings.__dict__, "seed": 12}))
     again, _ = train_local(model, w0, x, y, settings)
     assert all(np.array_equal(a, b) for a, b in zip(first, again))
+
+
+@pytest.mark.parametrize("trained", [False, True])
+def test_the_final_model_is_saved_without_optimizer_state(tmp_path, trained):
+    """final_model.keras holds the weights and the compile config, never Adam's moments of
+    the server's own (pre)training: 1x the model, not 3x."""
+    import keras
+    from fedpriv.clients.keras_client import save_final_model
+
+    from fedpriv.models import build_model
+
+    model = build_model("digits-mlp", input_shape=(8, 8, 1), num_classes=10)
+    if trained:
+        model.optimizer.build(model.trainable_variables)
+    weights = [np.full(w.shape, 0.5, np.float32) for w in model.get_weights()]
+    save_final_model(model, weights, tmp_path / "final_model.keras")
+    loaded = keras.models.load_model(tmp_path / "final_model.keras")
+    assert all(np.array_equal(a, b) for a, b in zip(loaded.get_weights(), weights))
+    assert loaded.loss == "sparse_categorical_crossentropy"
+    size = (tmp_path / "final_model.keras").stat().st_size
+    assert size < 1.5 * sum(w.nbytes for w in weights) + 40_000, size
+    model.save(tmp_path / "plain.keras")  # what model.save keeps: the moments when built
+    plain = (tmp_path / "plain.keras").stat().st_size
+    assert (plain > 2 * size) == trained, (plain, size)

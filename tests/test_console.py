@@ -324,6 +324,27 @@ def test_run_config_parsing_equals_flowers():
     assert parse_overrides(items) == parse_config_args(items)
 
 
+def test_attack_membership_prints_no_tensorflow_start_up_lines(tmp_path):
+    """``fedpriv attack membership`` imports TensorFlow quietly (``quiet.configure_process``):
+    its report, no absl banner or oneDNN notice (a finished digits-mlp run, random weights)."""
+    from fedpriv.scenarios.config.registry import resolve_run_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = resolve_run_config({"model": "digits-mlp", "privacy": "none", "num-clients": 2})
+    (run / "summary.json").write_text(json.dumps({"config": cfg}))
+    rng = np.random.default_rng(0)
+    shapes = [(64, 64), (64,), (64, 10), (10,)]  # digits-mlp on 8x8 digits
+    np.savez(run / "final_weights.npz", *[rng.normal(0, 0.1, s) for s in shapes])
+    env = {k: v for k, v in os.environ.items() if k not in quiet.QUIET_ENV and k != quiet.LOG_ENV}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    proc = _cli("attack", "membership", "--run-dir", str(run), "--out", str(tmp_path / "m"),
+                env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "| digits |" in proc.stdout
+    assert not _noise(proc.stdout + proc.stderr).get("absl/oneDNN"), proc.stderr
+
+
 # --- the default run, on the console, and with --verbose -----------------------------------
 
 TINY = "num-server-rounds=2 local-epochs=1 reproducible-noise=true"

@@ -220,3 +220,55 @@ def test_ci_builds_the_docs():
     assert re.search(
         r"^make docs\b", (ROOT / ".ci" / "run").read_text(encoding="utf-8"), flags=re.M
     )
+
+
+def test_the_notebook_leaves_no_runs_in_the_checkout(monkeypatch, tmp_path):
+    """``make docs`` runs examples/notebooks/privacy-vs-utility.ipynb: its runs go to a
+    temporary folder (outside the checkout) that its last cell removes; a folder named by
+    ``FEDPRIV_NOTEBOOK_OUT`` is kept. The cells run here with the simulation replaced."""
+    import json
+    import subprocess
+
+    cells = json.loads((ROOT / "examples/notebooks/privacy-vs-utility.ipynb").read_text())
+    code = ["".join(c["source"]) for c in cells["cells"] if c["cell_type"] == "code"]
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 0, "done", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("FEDPRIV_NOTEBOOK_OUT", raising=False)
+    scope: dict = {}
+    exec(code[0], scope)  # the cell that runs `fedpriv grid`
+    out = Path(commands[0][commands[0].index("--output-dir") + 1])
+    assert out == scope["OUT"] and out.is_dir() and ROOT not in out.parents
+    exec(code[-1], scope)  # the last cell
+    assert not out.exists()
+    monkeypatch.setenv("FEDPRIV_NOTEBOOK_OUT", str(tmp_path / "keep"))
+    scope = {}
+    exec(code[0], scope)
+    (tmp_path / "keep").mkdir()
+    exec(code[-1], scope)
+    assert scope["OUT"] == tmp_path / "keep" and (tmp_path / "keep").is_dir()
+
+
+def test_docs_stand_alone_and_the_start_up_lines_are_what_a_2_core_run_prints(monkeypatch):
+    """No page cites a SPEC the repository does not hold; getting-started's example output
+    (a 2-core machine) names the SuperNodes ``fedpriv run`` starts there."""
+    import os
+
+    from fedpriv.scenarios.app.startup import engine_line
+    from fedpriv.scenarios.cli.launch import app_config, simulation_supernodes
+
+    pages = [p for p in DOCS.rglob("*.md") if "_build" not in p.parts]
+    assert not [p.name for p in pages if re.search(r"\bSPEC\b", p.read_text())]
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    cfg = CATALOG.resolve_run_config(app_config({}))
+    nodes = simulation_supernodes(cfg, [], "local-simulation")
+    text = (DOCS / "getting-started.md").read_text()
+    assert engine_line(nodes, 0.1).removeprefix("fedpriv: ") in text
+    assert f"workers ready: {nodes} SuperNodes answered, serving {cfg['num-clients']} clients" in (
+        text
+    )

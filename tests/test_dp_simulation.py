@@ -124,6 +124,8 @@ def grid(tmp_path_factory) -> dict:
                 "privacy": privacy,
                 "seed": 3,
                 "num-server-rounds": GRID_ROUNDS,
+                # MP's z, at which the baselines were recorded (global DP's default is now 1)
+                "noise-multiplier": 0.01,
             },
             base / f"{strategy}-{privacy}",
         )  # fmt: skip

@@ -16,7 +16,7 @@ from fedpriv.scenarios.config.schema import RENAMED, ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 # the papers' / tutorials' values, written out here (not read from the modes)
 EXPECTED = {
-    "global-dp": (0.01, 5.0),  # MP paper
+    "global-dp": (1.0, 5.0),  # DP-FedAvg scale (the MP scenarios set MP's 0.01 themselves)
     "metric-dp": (0.01, 5.0),  # MP paper
     "dp-sgd": (1.1, 1.0),  # Abadi et al. MNIST tutorial
     "zonal": (0.5, 0.5),  # HDP paper

@@ -261,3 +261,29 @@ def test_checkpoint_writer_writes_each_model_once_and_never_names_a_missing_file
     kept = ck.load_checkpoint(tmp_path)
     assert kept["round"] == 2 and kept["arrays"][1].tolist() == two[1].tolist()
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_finished_run_keeps_its_model_once_for_the_checkpoint(tmp_path):
+    """After ``final_weights.npz`` is written, the checkpoint names it and its own model file
+    (the same arrays) goes; the checkpoint still loads. Different arrays, or a small model
+    kept inside the checkpoint, stay as they are."""
+    from fedpriv import checkpoint as ck
+
+    writer = ck.CheckpointWriter(tmp_path)
+    final = [np.arange(ck.OWN_FILE_BYTES / 4, dtype=np.float32).reshape(2, -1), np.ones(2)]
+    writer.write({"round": 2, "arrays": final, "stage": "recorded", "states": []}, object())
+    np.savez(tmp_path / ck.FINAL_WEIGHTS, *[a + 1 for a in final])
+    assert not ck.share_final_weights(tmp_path, [a + 1 for a in final])  # not the same model
+    assert len(list(tmp_path.glob(ck.MODEL_FILES))) == 1
+    np.savez(tmp_path / ck.FINAL_WEIGHTS, *final)
+    assert ck.share_final_weights(tmp_path, final)
+    assert not list(tmp_path.glob(ck.MODEL_FILES))
+    loaded = ck.load_checkpoint(tmp_path)
+    assert loaded["round"] == 2 and loaded["stage"] == "recorded"
+    assert [a.tolist() for a in loaded["arrays"]] == [a.tolist() for a in final]
+    assert not ck.share_final_weights(tmp_path, final)  # done once
+    small = tmp_path / "small"
+    small.mkdir()
+    ck.CheckpointWriter(small).write({"round": 1, "arrays": [np.ones(3)], "states": []}, None)
+    np.savez(small / ck.FINAL_WEIGHTS, np.ones(3))
+    assert not ck.share_final_weights(small, [np.ones(3)])  # in the checkpoint itself

@@ -99,6 +99,65 @@ def test_item_that_is_not_toml_is_one_line(fedpriv_main, capsys):
     assert "--run-config" in line and "TOML" in line, line
 
 
+@pytest.mark.parametrize(
+    ("flags", "item"),
+    [
+        (["--output-dir", "X"], "-c \"output-dir='X'\""),
+        (["--seed=3"], '-c "seed=3"'),
+        (["--num-server-rounds", "5", "--verbose"], '-c "num-server-rounds=5"'),
+        (["--reproducible-noise", "true"], '-c "reproducible-noise=true"'),
+        (["--dp-delta"], '-c "dp-delta=..."'),
+    ],
+    ids=["output-dir", "equals", "before-an-option", "bool", "no-value"],
+)
+def test_a_run_config_key_given_as_an_option_names_the_c_item(flags, item, fedpriv_main, capsys,
+                                                                tmp_path, monkeypatch):  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    assert fedpriv_main(["run", *flags]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "is a run-config key, not an option" in line and item in line, line
+    assert not (tmp_path / "X").exists() and not (tmp_path / "runs").exists()
+    assert fedpriv_main(["epsilon", *flags]) == 2  # every command with -c
+    assert item in _one_line(capsys.readouterr().err)
+    if flags[0] == "--num-server-rounds":  # a value argparse took for show's SCENARIO
+        assert fedpriv_main(["show", *flags]) == 2
+        assert item in _one_line(capsys.readouterr().err)
+
+
+def test_an_unknown_option_is_still_argparses_error(fedpriv_main, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        fedpriv_main(["run", "--no-such-option"])
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("item", "problem"),
+    [("missing.toml", "does not exist"), ("conf/missing", "does not exist"),
+     (".", "is not a file"), ("run.txt", "is not named *.toml")],
+)  # fmt: skip
+def test_a_c_file_that_is_not_there_is_a_missing_file(item, problem, fedpriv_main, capsys,
+                                                       tmp_path, monkeypatch):  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.txt").write_text("seed = 1\n")
+    assert fedpriv_main(["run", "-c", item]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"--run-config file {item!r} {problem}" in line, line
+    assert "key=value pairs with TOML" not in line
+    (tmp_path / "run.toml").write_text("seed = 1\n")
+    assert fedpriv_main(["show", "digits", "-c", "run.toml"]) == 0  # an existing file still reads
+
+
+def test_a_mistyped_choice_suggests_the_nearest(fedpriv_main, capsys):
+    assert fedpriv_main(["run", "-c", "scenario='digit'"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "scenario = 'digit'" in line and line.endswith("did you mean 'digits'?"), line
+    assert fedpriv_main(["epsilon", "-c", "privacy='global_dp'"]) == 2
+    assert "did you mean 'global-dp'?" in _one_line(capsys.readouterr().err)
+    assert fedpriv_main(["epsilon", "-c", "scenario='xyzzy'"]) == 2
+    assert "did you mean" not in _one_line(capsys.readouterr().err)
+
+
 def test_distinct_keys_parse_as_flower_parses_them():
     from fedpriv.scenarios.cli.launch import parse_overrides
     from flwr.common.config import parse_config_args

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedpriv.privacy.accounting.strength import warning
 from fedpriv.privacy.modes import ModeError, dp_sgd, get, global_dp, name_of
 from fedpriv.reporting.runlog import from_json_number
 
@@ -239,16 +240,36 @@ def files_written(output_dir: str | Path, names: Sequence[str] = OUTPUT_FILES) -
 
 
 def cell_line(summary: Mapping[str, Any]) -> str:
-    """One run of a grid in a line: its final metrics and its privacy statement."""
-    return f"{final_metrics(summary)}{SEP}{privacy_statement(summary)}"
+    """One run of a grid in a line: its final metrics, its privacy statement and the warning
+    about an ε that protects little (:func:`epsilon_warning`)."""
+    caution = epsilon_warning(summary)
+    tail = f"{SEP}warning: {caution}" if caution else ""
+    return f"{final_metrics(summary)}{SEP}{privacy_statement(summary)}{tail}"
+
+
+def epsilon_warning(summary: Mapping[str, Any]) -> str | None:
+    """The warning about a run's ε above a threshold
+    (:mod:`fedpriv.privacy.accounting.strength`), from summary.json; None for an ε that needs
+    none, a run without ε (metric DP, no mode) or a comparison of several runs."""
+    if isinstance(summary.get("runs"), list):
+        return None
+    figures = summary.get("privacy_figures") or {}
+    epsilon = from_json_number(figures.get("epsilon"))
+    if epsilon is None and isinstance(summary.get("zonal"), Mapping):
+        level = (summary["zonal"].get("epsilon") or {}).get("level") or {}
+        epsilon = from_json_number(level.get("pld"))
+    return None if epsilon is None else warning(epsilon)
 
 
 def summary_lines(summary: Mapping[str, Any], output_dir: str | Path, wall: float) -> list[str]:
-    """The short summary a run ends with: metrics, privacy, wall time, files."""
+    """The short summary a run ends with: metrics, privacy (and a warning about an ε that
+    protects little), wall time, files."""
     files = ", ".join(files_written(output_dir)) or "—"
+    caution = epsilon_warning(summary)
     return [
         f"{PREFIX} done in {wall:.1f} s",
         f"{PREFIX}   final    {final_metrics(summary)}",
         f"{PREFIX}   privacy  {privacy_statement(summary)}",
+        *([f"{PREFIX}   warning  {caution}"] if caution else []),
         f"{PREFIX}   files    {output_dir}/ {files}",
     ]

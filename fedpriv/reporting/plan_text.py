@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from fedpriv.privacy.accounting.strength import warning
 from fedpriv.privacy.modes import ModeError, get
 from fedpriv.reporting.console import num
 from fedpriv.reporting.runlog import from_json_number
@@ -49,6 +50,9 @@ def _against(mode: Any) -> str:
 def plan_headline(plan: Mapping[str, Any]) -> list[str]:
     """The headline block of a privacy plan: one ``label  value`` line per figure."""
     rows = [("mode", plan.get("mode")), ("epsilon", epsilon_text(plan))]
+    eps = from_json_number(plan.get("epsilon"))
+    if eps is not None and not math.isinf(eps):  # ∞: the mode adds no noise (said above)
+        rows.append(("warning", warning(eps)))
     worst = from_json_number(plan.get("epsilon_worst_case"))
     if worst is not None:
         rows.append(("worst case", f"ε {num(worst)} (every outcome the config allows)"))

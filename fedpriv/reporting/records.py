@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
+from fedpriv.privacy.accounting.strength import protection
 from fedpriv.reporting.runlog import from_json_number, read_rounds
 
 CORE_FIELDS = ("round", "sampled", "replied", "failed", "aggregated", "train", "distributed")
@@ -114,8 +115,10 @@ class PrivacyFigures:
     KEY = "privacy_figures"
 
     def to_json(self) -> dict[str, Any]:
-        """The summary.json block (non-finite numbers become strings on writing)."""
-        return asdict(self)
+        """The summary.json block (non-finite numbers become strings on writing), with
+        ``protection``: ``"weak"`` or ``"none"`` for an ε above 10 or 100, else None
+        (:mod:`fedpriv.privacy.accounting.strength`)."""
+        return {**asdict(self), "protection": protection(self.epsilon)}
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any]) -> Optional[PrivacyFigures]:

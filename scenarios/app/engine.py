@@ -52,6 +52,7 @@ from fedpriv.clients.keras_client import (
     initial_weights,
     model_for,
     predict_proba,
+    save_final_model,
     train_local,
     trainer_for,
 )
@@ -77,7 +78,7 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp.strategy.strategy import Strategy
 
 from fedpriv import seeds
-from fedpriv.checkpoint import CHECKPOINT, CheckpointWriter
+from fedpriv.checkpoint import CHECKPOINT, FINAL_WEIGHTS, CheckpointWriter, share_final_weights
 from fedpriv.data import FederatedData
 from fedpriv.metrics import classification_report, last_k_stats, micro_roc_curve
 from fedpriv.privacy.modes.registry import selected
@@ -255,9 +256,9 @@ def write_final_outputs(
     summary["environment"] = environment()
     summary.update(catalog.summary_blocks(run, rounds))
     runlog.write_summary(summary)
-    model.set_weights(weights)
-    model.save(runlog.dir / "final_model.keras")
-    np.savez(runlog.dir / "final_weights.npz", *weights)
+    save_final_model(model, weights, runlog.dir / "final_model.keras")
+    np.savez(runlog.dir / FINAL_WEIGHTS, *weights)
+    share_final_weights(runlog.dir, weights)  # the checkpoint names it: one model copy less
     title = f"{spec.scenario} {spec.strategy.strategy} {selected(run.record)} seed {spec.seed}"
     plot_run_accuracy(rounds, runlog.dir / "accuracy.png", title=title)
     plot_roc({"micro": micro_roc_curve(data.y_test, proba)}, runlog.dir / "roc.png", title=title)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedpriv.scenarios.app import multirun
+from fedpriv.scenarios.app import multirun, quiet
 from fedpriv.scenarios.cli.launch import (
     add_federation_option,
     add_run_config_option,
@@ -268,6 +268,7 @@ def _attack_dlg(args: argparse.Namespace) -> int:
         )
     nus = _floats("nu", args.nu)
     zs = _floats("zonal-z", args.zonal_z) if args.zonal_z else []
+    quiet.configure_process()  # TensorFlow's start-up notices off (FEDPRIV_LOG=debug: on)
     import numpy as np
 
     from fedpriv.attacks import dlg
@@ -367,6 +368,7 @@ def _attack_membership(args: argparse.Namespace) -> int:
                 f"run directory {str(d)!r} has no summary.json; expected the "
                 "output-dir of a finished `fedpriv run`"
             )
+    quiet.configure_process()  # TensorFlow's start-up notices off (FEDPRIV_LOG=debug: on)
     from fedpriv.attacks.membership import membership_from_run
     from fedpriv.attacks.report import membership_report
 

@@ -110,9 +110,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _quiet_closed_pipe()
 
 
+def key_as_flag(extras: Sequence[str], argv: Sequence[str] = ()) -> str | None:
+    """The one-line error for a run-config key given as an option (``--output-dir X``):
+    it names the key and the ``-c`` item to write instead; None when no extra is a key.
+    The value is the word after the option in ``argv`` (argparse may have taken it for a
+    positional argument: ``fedpriv show --seed 3``), else in ``extras``."""
+    for arg in extras:
+        name, eq, value = arg.removeprefix("--").partition("=")
+        if not arg.startswith("--") or name not in CATALOG.keys:
+            continue
+        if not eq:
+            words = list(argv) if arg in argv else list(extras)
+            at = words.index(arg) + 1
+            following = words[at] if at < len(words) else ""
+            value = "" if following.startswith("--") else following
+        item = f"{name}={toml_value(value)}" if value else f"{name}=..."
+        return (
+            f"fedpriv: config error: {arg.split('=')[0]} is a run-config key, not an option; "
+            f'expected -c "{item}" (fedpriv keys lists them)'
+        )
+    return None
+
+
+def toml_value(text: str) -> str:
+    """``text`` as a TOML value for a ``-c`` item: as typed when TOML reads it as a number or
+    a bool, else quoted (``X`` -> ``'X'``)."""
+    import tomllib
+
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except ValueError:
+        return repr(text)
+    return text if isinstance(value, (bool, int, float)) else repr(text)
+
+
 def _run(argv: Sequence[str] | None) -> int:
-    """Parse ``argv`` and run its command; a missing simulation extra is one line, exit 2."""
-    args = build_parser().parse_args(argv)
+    """Parse ``argv`` and run its command; a missing simulation extra is one line, exit 2;
+    a run-config key given as an option (``--seed 1``) is one line naming the ``-c`` item."""
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        text = key_as_flag(extras, sys.argv[1:] if argv is None else argv)
+        if text is not None:
+            print(text, file=sys.stderr)
+            return 2
+        parser.parse_args(argv)  # argparse's own error for an unknown option, exit 2
     try:
         return CATALOG.commands[args.command].run(args, CATALOG)
     except ModuleNotFoundError as err:

@@ -93,9 +93,40 @@ def _check_item(item: str) -> None:
                             "between them and TOML values")  # fmt: skip
 
 
+class MissingFileError(ConfigError):
+    """A ``-c`` / ``--run-config`` item that names a file which is not there (or is no TOML
+    file): one line naming the path, not a complaint about key=value pairs."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        ValueError.__init__(self, f"config error: --run-config file {path!r} {problem}")
+        self.key, self.value, self.allowed = "--run-config", path, problem
+
+
+def _looks_like_a_file(item: str) -> bool:
+    """An item with no ``=`` that names a path: a ``.toml`` name, a folder part or a file."""
+    text = item.strip()
+    if not text or "=" in text or " " in text:
+        return False
+    return text.endswith(".toml") or "/" in text or Path(text).expanduser().exists()
+
+
+def _check_file(item: str) -> None:
+    """:class:`MissingFileError` for an item that names a path but no TOML file there."""
+    path = Path(item.strip()).expanduser()
+    if not path.exists():
+        raise MissingFileError(item, "does not exist; expected a TOML file or key=value pairs")
+    if not path.is_file():
+        raise MissingFileError(item, "is not a file; expected a TOML file or key=value pairs")
+    if not item.strip().endswith(".toml"):  # Flower reads a file only by its .toml name
+        raise MissingFileError(item, "is not named *.toml; expected a TOML file named *.toml")
+
+
 def _parse_items(items: Sequence[str]) -> dict[str, Any]:
     """Flower's ``parse_config_args`` (flwr 1.42, ``flwr.common.config``) without importing
     Flower: one ``.toml`` file, or ``key=value`` items whose values are TOML."""
+    for item in items:
+        if _looks_like_a_file(item):
+            _check_file(item)
     if len(items) == 1 and items[0].endswith(".toml"):
         with Path(items[0]).expanduser().open("rb") as fh:
             return _flatten(tomllib.load(fh))

@@ -38,7 +38,22 @@ class ConfigError(ValueError):
 
     def __init__(self, key: str, value: Any, allowed: str) -> None:
         self.key, self.value, self.allowed = key, value, allowed
-        super().__init__(f"config error: {key} = {value!r} is not allowed; expected {allowed}")
+        near = nearest_choice(value, allowed)
+        hint = f"; did you mean {near!r}?" if near else ""
+        super().__init__(
+            f"config error: {key} = {value!r} is not allowed; expected {allowed}{hint}"
+        )
+
+
+def nearest_choice(value: Any, allowed: str) -> str | None:
+    """The option of a choice's ``allowed`` text (``"one of a | b"``, ``"raw | clipped"``)
+    nearest to a string ``value`` by ``difflib``'s ratio (at least 0.6: ``digit`` ->
+    ``digits``), else None."""
+    if not isinstance(value, str) or " | " not in allowed:
+        return None
+    options = [o.strip() for o in allowed.removeprefix("one of ").split(" | ")]
+    near = difflib.get_close_matches(value, [o for o in options if o != value], n=1, cutoff=0.6)
+    return near[0] if near else None
 
 
 @dataclass(frozen=True)
@@ -144,7 +159,7 @@ def refuse_renamed(values: Mapping[str, Any]) -> None:
 
 def mode_values(layered: Mapping[str, Any]) -> dict[str, Any]:
     """The values the selected mode declares for its shared keys (``fedpriv.spec.key``'s
-    ``mode_default``: DP-SGD's z = 1.1, C = 1; zonal z = C = 0.5; global DP z = 0.01, C = 5);
+    ``mode_default``: DP-SGD's z = 1.1, C = 1; zonal z = C = 0.5; global DP z = 1, C = 5);
     empty for an unknown mode (its own check reports it)."""
     try:
         return mode_defaults(mode_of(layered).params)

@@ -1,7 +1,9 @@
 """Run-config keys of the DP wrappers, declared in the feature.
 
 Privacy modes: ``global-dp`` (server-side fixed clipping, ``σ = z·C/m``, SPEC §3.1) and
-``metric-dp`` (``σ = z·C/(m·d)``, SPEC §3.2). Defaults are MP's values (z = 0.01, C = 5).
+``metric-dp`` (``σ = z·C/(m·d)``, SPEC §3.2). C = 5 (MP's). z: global DP 1 (DP-FedAvg's
+scale; MP's 0.01 protects nothing: docs/privacy.md, "What an ε protects"), metric DP MP's
+0.01; the MP scenarios set MP's z = 0.01 themselves.
 
 ``distance-on`` defaults to ``clipped`` (d <= 2C/sqrt(L), so no client can push sigma
 below z*sqrt(L)/(2m)); the MP scenarios choose the authors' ``raw`` explicitly.
@@ -28,8 +30,8 @@ KEYS = (
         real(0),
         "a float >= 0 (auto = the mode's)",
         "z of the mode's Gaussian: global DP sigma = z*C/m, metric DP z*C/(m*d), DP-SGD z*C "
-        "on a batch's summed gradients, zonal sigma_i = z*C/(q*W_i); auto: global/metric DP "
-        "0.01 (MP), DP-SGD 1.1 (Abadi et al.), zonal 0.5 (HDP)",
+        "on a batch's summed gradients, zonal sigma_i = z*C/(q*W_i); auto: global DP 1 "
+        "(DP-FedAvg), metric DP 0.01 (MP), DP-SGD 1.1 (Abadi et al.), zonal 0.5 (HDP)",
         auto=0.01,
     ),
     key(

@@ -14,6 +14,7 @@ jumped from 81.1 to 100.1 when one of 20 rounds had z = 0.99 instead of 1).
 from __future__ import annotations
 
 import functools
+import logging
 import math
 
 import dp_accounting
@@ -27,6 +28,32 @@ __all__ = ["ORDERS", "event_rdp", "epsilon_from_rdp"]
 
 ORDERS = np.array(rdp_lib.DEFAULT_RDP_ORDERS, dtype=np.float64)
 ORDERS.flags.writeable = False
+
+# dp_accounting's series for the sampled Gaussian at a fractional order may not converge
+# (q 0.16, σ 1.65, α 1.1-1.9: DP-SGD's target search); it then logs one absl warning per
+# order and returns inf there. The figure stays an upper bound (here the Gaussian's cap
+# bounds that order; in RdpAccountant the order drops out), so the warning says nothing a
+# user acts on. Only that message is dropped: every other absl record (a negative Rényi
+# divergence, an error) still shows.
+NON_CONVERGENCE = "_compute_log_a_frac failed to converge"
+
+
+class _NonConvergenceFilter(logging.Filter):
+    """Drops dp_accounting's non-convergence warning (:data:`NON_CONVERGENCE`), and no other
+    record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: D102
+        return not str(record.msg).startswith(NON_CONVERGENCE)
+
+
+def _quiet_non_convergence() -> None:
+    """Install the filter on absl's logger once (dp_accounting logs through ``absl.logging``)."""
+    logger = logging.getLogger("absl")
+    if not any(isinstance(f, _NonConvergenceFilter) for f in logger.filters):
+        logger.addFilter(_NonConvergenceFilter())
+
+
+_quiet_non_convergence()
 
 
 def _is_sampled(event: dp_accounting.DpEvent) -> bool:  # noqa: D103

@@ -23,9 +23,11 @@ UNACCOUNTED = (
 
 @dataclass(frozen=True)
 class GlobalDPParams:
-    """z, C, δ and the aggregation weights."""
+    """z, C, δ and the aggregation weights. z's default 1.0 is DP-FedAvg's scale (McMahan et
+    al. 2018); MP's 0.01 is the MP scenarios' own value (docs/privacy.md, "What an ε
+    protects")."""
 
-    noise_multiplier: float = config_key("noise-multiplier", mode_default=0.01)
+    noise_multiplier: float = config_key("noise-multiplier", mode_default=1.0)
     clipping_norm: float = config_key("clipping-norm", mode_default=5.0)
     delta: float = config_key("dp-delta")
     weighting: str = config_key("dp-weighting")

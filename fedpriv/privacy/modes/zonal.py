@@ -62,6 +62,11 @@ def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict[str, Any
     rounds = spec.rounds
     unsampled = gaussian_plan(z, rounds, part.population, part.population, delta, "fixed")
     amplified = gaussian_plan(z, rounds, part.per_round, part.population, delta, "fixed")
+    if part.per_round < part.population:  # the sampling that happens; the headline ignores it
+        unsampled["sampling"] = (
+            f"{amplified['sampling']}; headline not amplified by it (it holds against the "
+            "party that samples)"
+        )
     return {
         "mode": NAME,
         "placement": params.placement,
