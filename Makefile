@@ -13,7 +13,8 @@ UV_VERSION := 0.13.9
 export TF_CPP_MIN_LOG_LEVEL := 3
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install run test test-guards test-all test-durations test-base-install ci lint docs
+.PHONY: install run test test-guards test-deployment test-all test-durations test-base-install
+.PHONY: ci lint docs
 .PHONY: notebooks
 .PHONY: bench bench-gpu strategies clean
 
@@ -30,8 +31,8 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/fedpriv run $(if $(RUN_CONFIG),--run-config "$(RUN_CONFIG)")
 
-## The test suite (unit tests + small seeded Flower simulations + the example app on the
-## simulation engine and a local SuperLink) on the pinned stack, in PYTEST_WORKERS processes
+## The test suite (unit tests + small seeded Flower simulations) on the pinned stack, in
+## PYTEST_WORKERS processes
 ## (pytest-xdist; whole files per worker, so a module's simulation fixture runs once; in
 ## collection order, which tests/conftest.py makes simulation files first:
 ## --no-loadscope-reorder keeps xdist from putting the files with most tests first).
@@ -39,7 +40,9 @@ run: $(STAMP)
 ## Tiers (pyproject's pytest markers): `make test` skips the `slow` tests (paper-scale
 ## checks; the list and the reason for each is in CONTRIBUTING.md "Test tiers"); `make
 ## test-guards` runs the slow tests that guard a paper result or a privacy guarantee (marked
-## `guard` too), which CI runs after `make test`; `make test-all` runs everything.
+## `guard` too), which CI runs after `make test`; `make test-deployment` runs the slow tests
+## of the deployment path (marked `deployment`), which CI runs next; `make test-all` runs
+## everything.
 ## `make test-durations` is `make test-all` with the 40 slowest tests listed.
 PYTEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
@@ -48,6 +51,19 @@ test: $(STAMP)
 
 test-guards: $(STAMP)
 	$(PYTEST) -m "slow and guard" $(PYTEST_ARGS)
+
+## The deployment path (marker `deployment`), one test at a time (each is a small cluster of
+## real processes on 127.0.0.1; no xdist beside it): the example app through `flwr run` on
+## Flower's own SuperLink (simulation engine; four SuperNodes), the repo's app on a SuperLink
+## and four SuperNodes with one killed (global DP; HDP zone nodes, their ledgers read back),
+## and the cleanup checks (a run stopped mid-round leaves no process; beside 2 x cores
+## spinning processes a run finishes or fails within its timeout, leaving none). Measured on
+## the 2-core box shared with other jobs: 10 min at a load of about 8, 16 min at 20-35; every
+## wait is bounded (the whole of CI must stay under 30 min).
+DEPLOYMENT_TESTS := tests/test_example_app.py tests/test_deployment.py \
+                    tests/test_deployment_cleanup.py
+test-deployment: $(STAMP)
+	$(BIN)/python -m pytest -q -ra -m deployment $(DEPLOYMENT_TESTS) $(PYTEST_ARGS)
 
 test-all: $(STAMP)
 	$(PYTEST) $(PYTEST_ARGS)
@@ -77,8 +93,8 @@ test-base-install: $(BASE_STAMP)
 	$(BASE_VENV)/bin/python -m pytest -q -ra $(WRAPPER_TESTS)
 
 ## What CI runs (.ci/run): the fast tier on the pinned stack, the slow tests that guard a
-## result, the base install, then the docs.
-ci: test test-guards test-base-install docs
+## result, the deployment path, the base install, then the docs.
+ci: test test-guards test-deployment test-base-install docs
 
 ## The documentation site (docs/: Sphinx + MyST, the `docs` extra, in `dev` too) with warnings
 ## as errors; the key reference and the API reference are generated -> docs/_build/html.

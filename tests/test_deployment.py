@@ -8,14 +8,24 @@ SuperNode with its own ``FLWR_HOME`` as on its own machine. The run is submitted
 SuperLink connection ``local-deployment`` in a throwaway ``$FLWR_HOME/config.toml``; the
 repository's pyproject.toml must come out of it unchanged. The one run is also the fault test:
 a SuperNode is SIGKILLed (with its SuperExec and ClientApp processes) during a round and
-restarted; every process is stopped at the end, whatever happens (:mod:`tests.localflower`).
-(A separate fault-free run added ~1-2 min of CI and checked nothing this run's round 1 and
-final summary do not.)
+restarted; every process is stopped at the end, whatever happens (:mod:`tests.localflower`),
+and the module's teardown fails if one is still alive. (A separate fault-free run added ~1-2
+min of CI and checked nothing this run's round 1 and final summary do not.)
+
+Each SuperNode has its own state folder (``client-state-dir`` in its ``--node-config``, a fresh
+0700 folder), as a deployed node that adds noise or keeps a budget must; each run ends with the
+server's ε recomputed from the rounds it charged and, where a node keeps a ledger (a zone
+node), every node's own ledger read back. Every wait is bounded: a step that fails or runs out
+of time fails the test with one line (the processes' logs are printed above it).
+
+CI runs this file in ``make test-deployment`` (marker ``deployment``), one test at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -24,15 +34,19 @@ from pathlib import Path
 
 import pytest
 
+from fedpriv.privacy.accounting.accountant import gaussian_epsilon
+from fedpriv.privacy.releases import read_ledger
 from fedpriv.reporting.runlog import read_rounds
-from tests.localflower import Processes, free_ports, wait_http_ok
+from fedpriv.zonal.accounting import lifetime_epsilon
+from tests.localflower import Failure, Processes, free_ports, wait_http_ok
 from tests.simulate import ROOT
 
 # Flower's deployment runtime (a SuperLink and SuperNode processes, killed and restarted):
-# the slow tier (make test-all); the app's results are guarded on the simulation engine.
-pytestmark = [pytest.mark.simulation, pytest.mark.slow]
+# not in `make test` (slow); CI runs it in `make test-deployment` (marker `deployment`).
+pytestmark = [pytest.mark.simulation, pytest.mark.slow, pytest.mark.deployment]
 BIN = Path(sys.executable).parent
 NODES = 4
+SUBMIT_S, ROUND_S, RUN_S = 120, 420, 600  # flwr run's submit; a first round; a whole run
 
 
 class Federation:
@@ -52,6 +66,7 @@ class Federation:
             RAY_DISABLE_USAGE_STATS="1",
         )
         self.procs = Processes(root, self.env)
+        self.submits = 0
         (self.port,) = free_ports(1)
         (home / "config.toml").write_text(
             '[superlink]\ndefault = "local-deployment"\n\n'
@@ -64,8 +79,15 @@ class Federation:
              "--host", "127.0.0.1", "--port", str(self.port),
              "--database", str(root / "superlink.db")],
         )  # fmt: skip
-        wait_http_ok(f"http://127.0.0.1:{self.port}/health", timeout_s=120, procs=self.procs)
+        try:
+            wait_http_ok(f"http://127.0.0.1:{self.port}/health", timeout_s=120, procs=self.procs)
+        except BaseException:
+            self.procs.stop()
+            raise
         self.nodes: dict[int, subprocess.Popen] = {}
+        self.states = {i: root / f"state-node{i}" for i in range(NODES)}
+        for folder in self.states.values():
+            folder.mkdir(mode=0o700)  # the node's own, as on its own machine
 
     def start_node(self, i: int) -> None:
         """Start (or restart) the SuperNode of partition ``i``."""
@@ -76,24 +98,34 @@ class Federation:
             f"supernode{i}",
             [str(BIN / "flower-supernode"), "--insecure",
              "--superlink", f"127.0.0.1:{self.port}", "--port", str(port),
-             "--node-config", f"partition-id={i} num-partitions={NODES}"],
+             "--node-config",
+             f'partition-id={i} num-partitions={NODES} client-state-dir="{self.states[i]}"'],
             env={"FLWR_HOME": str(home)},
         )  # fmt: skip
 
     def kill_node(self, i: int) -> None:
         """SIGKILL the SuperNode of partition ``i`` and its ClientApp processes (a crash)."""
-        self.procs.kill(self.nodes[i])
+        self.procs.kill(self.nodes.pop(i))
 
     def submit(self, run_config: str) -> None:
         """``flwr run . local-deployment`` from the repository root."""
         before = (ROOT / "pyproject.toml").read_bytes()
-        submit = subprocess.run(
+        self.submits += 1
+        output = self.procs.run(
+            f"flwr-run{self.submits}",
             [str(BIN / "flwr"), "run", ".", "local-deployment", "--run-config", run_config],
-            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120, check=False,
-            stdin=subprocess.DEVNULL,
+            cwd=ROOT, timeout_s=SUBMIT_S,
         )  # fmt: skip
-        assert "Successfully started run" in submit.stdout, submit.stdout + submit.stderr
+        if "Successfully started run" not in output:
+            raise Failure(f"flwr run did not start the run: {output.strip()[-300:]!r}")
         assert (ROOT / "pyproject.toml").read_bytes() == before, "flwr run rewrote pyproject.toml"
+
+    def live(self) -> dict[str, subprocess.Popen]:
+        """The processes that must stay up: the SuperLink and the current SuperNodes."""
+        return {
+            "superlink": self.procs.procs[0],
+            **{f"supernode{i}": p for i, p in self.nodes.items()},
+        }
 
     def logs(self) -> str:
         return self.procs.logs()
@@ -104,19 +136,42 @@ class Federation:
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
-    fed = Federation(tmp_path_factory.mktemp("deployment"))
-    try:
-        for i in range(NODES):
-            fed.start_node(i)
+    root = tmp_path_factory.mktemp("deployment")
+    procs: list[Processes] = []
+    try:  # the finalizer always runs: every process started is ended, then none may be left
+        with one_line_failures(None):
+            fed = Federation(root)
+            procs.append(fed.procs)
+            for i in range(NODES):
+                fed.start_node(i)
         yield fed
     finally:
-        fed.stop()
+        for p in procs:
+            p.stop()
+            left = p.leftovers()
+            assert not left, f"{len(left)} processes outlived the federation's stop: {left}"
+
+
+@contextlib.contextmanager
+def one_line_failures(fed: Federation | None):
+    """A :class:`Failure` (a step that failed or ran out of time) fails the test with its one
+    line; the processes' logs go to the test's captured output."""
+    try:
+        yield
+    except Failure as err:
+        if fed is not None:
+            print(fed.logs())
+        pytest.fail(str(err), pytrace=False)
 
 
 def _wait_for(predicate, timeout: float, fed: Federation, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{fed.logs()}"
+        if time.monotonic() > deadline:
+            raise Failure(f"no {what} within {timeout:.0f} s")
+        dead = [name for name, proc in fed.live().items() if proc.poll() is not None]
+        if dead:
+            raise Failure(f"{', '.join(dead)} exited while waiting for {what}")
         time.sleep(0.5)
 
 
@@ -136,14 +191,15 @@ def test_superlink_and_supernodes_run_and_survive_a_killed_supernode(federation,
     out = tmp_path / "out"
     # two messages per round: with evaluate-in-train (auto: on for 4 of 4 clients) round 1's
     # record is written only once round 2's train replies are in, too late to kill in round 2
-    federation.submit(
-        f"num-server-rounds=3 privacy='global-dp' accept-failures=true local-epochs=1 "
-        f"evaluate-in-train=false noise-multiplier=0.01 output-dir='{out}'"  # MP's z: it learns
-    )
-    _wait_for(lambda: len(_rounds(out)) >= 2, 600, federation, "round 1")
-    federation.kill_node(3)
-    federation.start_node(3)
-    _wait_for(lambda: (out / "summary.json").exists(), 600, federation, "summary.json")
+    with one_line_failures(federation):
+        federation.submit(
+            f"num-server-rounds=3 privacy='global-dp' accept-failures=true local-epochs=1 "
+            f"evaluate-in-train=false noise-multiplier=0.01 output-dir='{out}'"  # MP's z: it learns
+        )
+        _wait_for(lambda: len(_rounds(out)) >= 2, ROUND_S, federation, "round 1 record")
+        federation.kill_node(3)
+        federation.start_node(3)
+        _wait_for(lambda: (out / "summary.json").exists(), RUN_S, federation, "summary.json")
     rounds = {r["round"]: r for r in _rounds(out)}
     assert sorted(rounds) == [0, 1, 2, 3]
     assert rounds[1]["replied"] == [0, 1, 2, 3] and rounds[1]["dp-num-reports"] == 4
@@ -161,6 +217,16 @@ def test_superlink_and_supernodes_run_and_survive_a_killed_supernode(federation,
     assert rounds[3]["dp-noised-rounds"] == 3
     assert rounds[1]["sampled"] == [0, 1, 2, 3]
     assert summary["final"]["accuracy"] > 0.5
+    # the server's ε: the exact Gaussian ε of the rounds it charged (replace-one, sensitivity 2C
+    # on the sum: mu_r = 2/z_r, composed), growing, and the summary's headline
+    charged = [rounds[r]["dp-round-noise-multiplier"] for r in (1, 2, 3)]
+    mu = math.sqrt(sum((2 / z) ** 2 for z in charged))
+    delta = rounds[3]["dp-delta"]
+    assert rounds[3]["dp-epsilon"] == pytest.approx(gaussian_epsilon(mu, delta), rel=1e-6)
+    assert 0 < rounds[1]["dp-epsilon"] < rounds[2]["dp-epsilon"] < rounds[3]["dp-epsilon"]
+    assert summary["privacy_figures"]["epsilon"] == pytest.approx(rounds[3]["dp-epsilon"])
+    # global DP: the server adds the noise; no node keeps a release ledger for this run
+    assert not [p.name for f in federation.states.values() for p in f.glob("ledger.sqlite3*")]
 
 
 def test_zone_supernodes_survive_a_killed_zone_node(federation, tmp_path):
@@ -171,17 +237,18 @@ def test_zone_supernodes_survive_a_killed_zone_node(federation, tmp_path):
     failed, the other zones' aggregates are still applied, the zone's super-node is re-elected
     next round (``no-reply``), and the run completes."""
     out = tmp_path / "zones"
-    federation.submit(
-        "privacy='zonal' noise-placement='hdp' num-clients=8 num-zones=4 clients-per-round=8 "
-        "model='digits-mlp' num-server-rounds=4 local-epochs=1 accept-failures=true "
-        f"zonal-distributed-eval='none' output-dir='{out}'"
-    )
-    _wait_for(lambda: len(_rounds(out)) >= 2, 600, federation, "round 1")
-    federation.kill_node(1)
-    try:
-        _wait_for(lambda: (out / "summary.json").exists(), 900, federation, "summary.json")
-    finally:
-        federation.start_node(1)  # back for any later test of the module
+    with one_line_failures(federation):
+        federation.submit(
+            "privacy='zonal' noise-placement='hdp' num-clients=8 num-zones=4 clients-per-round=8 "
+            "model='digits-mlp' num-server-rounds=4 local-epochs=1 accept-failures=true "
+            f"zonal-distributed-eval='none' output-dir='{out}'"
+        )
+        _wait_for(lambda: len(_rounds(out)) >= 2, ROUND_S, federation, "round 1 record")
+        federation.kill_node(1)
+        try:
+            _wait_for(lambda: (out / "summary.json").exists(), RUN_S, federation, "summary.json")
+        finally:
+            federation.start_node(1)  # back for any later test of the module
     rounds = {r["round"]: r for r in _rounds(out)}
     assert sorted(rounds) == [0, 1, 2, 3, 4]
     first = rounds[1]["zonal"]
@@ -198,4 +265,34 @@ def test_zone_supernodes_survive_a_killed_zone_node(federation, tmp_path):
         assert record["zonal"]["unreachable"]  # zone 1's super-node did not answer
     reelected = rounds[missed[0] + 1]["zonal"]["elections"]
     assert [(e["zone"], e["reason"]) for e in reelected] == [(1, "no-reply")]
-    assert json.loads((out / "summary.json").read_text())["zonal"]["reelections"] >= 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["zonal"]["reelections"] >= 1
+    _check_zone_ledgers(federation, rounds, summary)
+
+
+def _check_zone_ledgers(fed: Federation, rounds: dict, summary: dict) -> None:
+    """The server's ε and each zone node's own ledger (party ``zone-node``, its zone id, in
+    the ``ledger.sqlite3`` of its ``client-state-dir``).
+
+    The server's ε of a zone's release (HDP level, against the aggregator: replace-one,
+    sensitivity 2C, no amplification) after 4 rounds is the exact Gaussian ε of
+    mu = 2*sqrt(4)/z. Each node charged one release per round it served (the killed one:
+    the rounds before it died, and at most the one it was killed in), ``1/z²`` spent per
+    release; its own lifetime ε (mu = sqrt(spent)) is no larger than the server's."""
+    cfg = summary["config"]
+    z, delta = float(cfg["noise-multiplier"]), float(cfg["dp-delta"])
+    eps = summary["zonal"]["epsilon"]
+    assert eps["round"] == 4 and eps["delta"] == delta
+    server = eps["vs_curious_aggregator"]["hdp"]["pld"]
+    assert server == pytest.approx(gaussian_epsilon(2 * math.sqrt(4) / z, delta), rel=1e-6)
+    for zone, folder in fed.states.items():
+        ledger = read_ledger(folder, "zone-node", zone)
+        served = sum(zone not in rounds[r]["zonal"]["missing_zones"] for r in (1, 2, 3, 4))
+        if zone == 1:
+            assert served <= ledger.releases <= served + 1, (zone, served, ledger.releases)
+        else:
+            assert ledger.releases == served == 4, (zone, ledger.releases)
+        assert ledger.spent == pytest.approx(ledger.releases / z**2, rel=1e-9), ledger
+        own = lifetime_epsilon(ledger.spent, delta)
+        assert own == pytest.approx(gaussian_epsilon(math.sqrt(ledger.releases) / z, delta))
+        assert 0 < own <= server, (zone, own, server)

@@ -6,8 +6,11 @@ submitted with ``flwr run`` exactly as its README says, to Flower's own ``flower
 the deployment engine) on free loopback ports, started with
 ``--disable-runtime-dependency-installation`` (offline: nothing is installed at run time),
 with a throwaway ``FLWR_HOME`` holding the SuperLink connection in ``config.toml``. Runs in
-the main environment (``make test``); needs Flower >= 1.40 (SuperLink connections in
-``$FLWR_HOME/config.toml``, one HTTP port per SuperLink).
+the main environment, in CI's ``make test-deployment`` (marker ``deployment``; not in ``make
+test``); needs Flower >= 1.40 (SuperLink connections in ``$FLWR_HOME/config.toml``, one HTTP
+port per SuperLink). Every process is started in its own session and ended, with everything
+below it, when the test ends (:mod:`tests.localflower`); ``flwr run`` has a hard timeout, and
+a step that fails or runs out of time fails the test with one line.
 
 Checked per round from the app's ``output-file``: σ = z·C/(m·d) with the d it reports,
 d > 0, ε (comparison) strictly growing, and the model learns (accuracy well above chance);
@@ -19,30 +22,32 @@ ClientApp process there, and CI time matters; the simulation run has client eval
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
-from tests.localflower import free_ports, processes, wait_http_ok
+from tests.localflower import Failure, Processes, free_ports, processes, wait_http_ok
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "examples" / "sklearn-metric-dp"
 BIN = Path(sys.executable).parent
 FLWR = tuple(int(x) for x in version("flwr").split(".")[:2])
 Z, C, M, ROUNDS = 0.1, 10.0, 4, 2
+RUN_S = 420  # flwr run --stream of the whole run
 
 # The example submitted with flwr run to Flower's own SuperLink (simulation and deployment):
-# the slow tier (make test-all); the MetricDP wrapper it uses is guarded in the fast tier
-# (tests/test_dp_wrappers.py: the same sigma = z*C/(m*d)).
+# not in `make test` (slow); CI runs it in `make test-deployment`. The MetricDP wrapper it uses
+# is also checked in the fast tier (tests/test_dp_wrappers.py: the same sigma = z*C/(m*d)).
 pytestmark = [
     pytest.mark.example,
     pytest.mark.slow,
+    pytest.mark.deployment,
     pytest.mark.skipif(FLWR < (1, 40), reason="the run commands of Flower >= 1.40"),
 ]
 
@@ -78,26 +83,60 @@ def _superlink(procs, tmp_path: Path, port: int, *extra: str) -> None:
     wait_http_ok(f"http://127.0.0.1:{port}/health", timeout_s=120, procs=procs)
 
 
-def _flwr_run(env, connection: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    """``flwr run`` of the app in the repository, which it must leave untouched."""
+def _supernodes(procs: Processes, tmp_path: Path, port: int, count: int) -> None:
+    """``count`` SuperNodes (partition i of ``count``), each with its own state folder."""
+    for i, node_port in enumerate(free_ports(count)):
+        state = tmp_path / f"state-node{i}"
+        state.mkdir(mode=0o700)
+        config = f'partition-id={i} num-partitions={count} client-state-dir="{state}"'
+        procs.start(
+            f"supernode{i}",
+            [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{port}",
+             "--port", str(node_port), "--node-config", config],
+        )  # fmt: skip
+
+
+def _flwr_run(
+    procs: Processes,
+    connection: str,
+    out: Path,
+    *extra: str,
+    clients: int = M,
+    rounds: int = ROUNDS,
+    timeout_s: float = RUN_S,
+    stream: bool = True,
+) -> str:
+    """``flwr run`` of the app in the repository, which it must leave untouched; its output.
+    Past ``timeout_s``: :class:`Failure`, one line."""
     before = (APP / "pyproject.toml").read_bytes()
-    overrides = f"output-file='{out}' noise-multiplier={Z} clipping-norm={C} num-clients={M}"
-    run = subprocess.run(
-        [str(BIN / "flwr"), "run", str(APP), connection, "--stream",
-         "--run-config", f"{overrides} num-server-rounds={ROUNDS}", *extra],
-        env=env, capture_output=True, text=True, timeout=420, check=False, stdin=subprocess.DEVNULL,
+    overrides = f"output-file='{out}' noise-multiplier={Z} clipping-norm={C} num-clients={clients}"
+    output = procs.run(
+        "flwr-run",
+        [str(BIN / "flwr"), "run", str(APP), connection, *(["--stream"] if stream else []),
+         "--run-config", f"{overrides} num-server-rounds={rounds}", *extra],
+        timeout_s=timeout_s,
     )  # fmt: skip
     assert (APP / "pyproject.toml").read_bytes() == before, "flwr run rewrote pyproject.toml"
-    return run
+    return output
 
 
-def _check_rounds(out: Path, context: str) -> list[dict]:
+@contextlib.contextmanager
+def one_line_failures(procs: Processes):
+    """A :class:`Failure` fails the test with its one line (the logs in the captured output)."""
+    try:
+        yield
+    except Failure as err:
+        print(procs.logs())
+        pytest.fail(str(err), pytrace=False)
+
+
+def _check_rounds(out: Path, context: str, clients: int = M, rounds: int = ROUNDS) -> list[dict]:
     assert out.exists(), context
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["round"] for r in rows] == list(range(ROUNDS + 1)), context
+    assert [r["round"] for r in rows] == list(range(rounds + 1)), context
     for r in rows[1:]:
         assert r["d"] > 0 and math.isfinite(r["d"]), r
-        assert r["sigma"] == pytest.approx(Z * C / (M * r["d"]), rel=1e-9), r
+        assert r["sigma"] == pytest.approx(Z * C / (clients * r["d"]), rel=1e-9), r
     eps = [r["epsilon_comparison_only"] for r in rows[1:]]
     assert all(b > a > 0 for a, b in zip(eps, eps[1:])), eps
     assert rows[-1]["accuracy"] > 0.6, rows  # chance is 0.1
@@ -108,23 +147,20 @@ def test_example_in_the_simulation_engine(tmp_path):
     env, (port,) = _env(tmp_path), free_ports(1)
     _connection(env, "sim", port)
     out = tmp_path / "rounds.jsonl"
-    with processes(tmp_path, env) as procs:
+    with processes(tmp_path, env) as procs, one_line_failures(procs):
         _superlink(procs, tmp_path, port, "--simulation")
-        run = _flwr_run(env, "sim", out, "--federation-config", f"num-supernodes={M}")
-        _check_rounds(out, run.stdout[-4000:] + run.stderr[-2000:] + procs.logs())
+        output = _flwr_run(procs, "sim", out, "--federation-config", f"num-supernodes={M}")
+        _check_rounds(out, output[-4000:] + procs.logs())
+    assert not procs.leftovers()
 
 
 def test_example_on_a_local_superlink_and_supernodes(tmp_path):
-    env, (port, *node_ports) = _env(tmp_path), free_ports(1 + M)
+    env, (port,) = _env(tmp_path), free_ports(1)
     _connection(env, "deploy", port)
     out = tmp_path / "rounds.jsonl"
-    with processes(tmp_path, env) as procs:
+    with processes(tmp_path, env) as procs, one_line_failures(procs):
         _superlink(procs, tmp_path, port)
-        for i, node_port in enumerate(node_ports):
-            procs.start(
-                f"supernode{i}",
-                [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{port}",
-                 "--port", str(node_port), "--node-config", f"partition-id={i} num-partitions={M}"],
-            )  # fmt: skip
-        run = _flwr_run(env, "deploy", out, "--run-config", "fraction-evaluate=0.0")
-        _check_rounds(out, run.stdout[-4000:] + run.stderr[-2000:] + procs.logs())
+        _supernodes(procs, tmp_path, port, M)
+        output = _flwr_run(procs, "deploy", out, "--run-config", "fraction-evaluate=0.0")
+        _check_rounds(out, output[-4000:] + procs.logs())
+    assert not procs.leftovers()

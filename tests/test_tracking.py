@@ -19,11 +19,14 @@ from fedpriv.reporting.plots import plot_run_accuracy
 from fedpriv.reporting.records import RoundRecord
 from fedpriv.reporting.runlog import RunLog
 from fedpriv.reporting.tracking import (
+    EXPERIMENT_KIND_TAG,
+    ML_EXPERIMENT_KIND,
     MlflowTracker,
     TrackingSpec,
     final_metrics,
     mlflow_uri,
     round_metrics,
+    run_constants,
     run_params,
 )
 
@@ -42,6 +45,7 @@ def _record(r: int) -> dict:
         "sampled": [0, 1, 2],
         "dp-sigma": 0.25,
         "dp-epsilon": 0.7 * r,
+        "dp-delta": 1e-5,
         "dp-num-clipped": 2,
         "dp-mode": "global-dp",
     }
@@ -72,8 +76,10 @@ def test_round_metrics_are_what_a_reader_of_rounds_jsonl_sees():
     assert metrics["distributed/accuracy"] == pytest.approx(0.65)
     assert metrics["dp-sigma"] == metrics["privacy/sigma"] == 0.25
     assert metrics["dp-epsilon"] == metrics["privacy/epsilon"] == pytest.approx(1.4)
-    # the operator's keys (sample lists, clip counts) never reach a tracker
-    assert not {"sampled", "dp-num-clipped"} & set(metrics)
+    # the operator's keys (sample lists, clip counts) never reach a tracker, and a run constant
+    # (the config's dp-delta) is no time series
+    assert not {"sampled", "dp-num-clipped", "dp-delta"} & set(metrics)
+    assert run_constants(RoundRecord.from_json(_record(2))) == {"dp-delta": "1e-05"}
     assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())
 
 
@@ -103,11 +109,16 @@ def test_mlflow_store_holds_params_round_metrics_and_artifacts(tmp_path):
     client = MlflowClient(tracking_uri=mlflow_uri(spec))
     assert mlflow_uri(spec) == f"sqlite:///{(out / 'mlflow.db').resolve()}"
     experiment = client.get_experiment_by_name("digits")
+    # a classic ML experiment in MLflow 3's UI (runs table, metric charts), not a GenAI one
+    assert experiment.tags[EXPERIMENT_KIND_TAG] == ML_EXPERIMENT_KIND == "custom_model_development"
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.run_name == "fedavg global-dp 3" and run.info.status == "FINISHED"
-    assert run.data.params == run_params(PARAMS) == {
+    assert run_params(PARAMS) == {
         "noise-multiplier": "1.1", "privacy": "global-dp", "scenario": "digits", "seed": "3",
     }  # fmt: skip
+    # dp-delta, a run constant the config here lacks: one param, no metric history
+    assert run.data.params == {**run_params(PARAMS), "dp-delta": "1e-05"}
+    assert "dp-delta" not in run.data.metrics
     eps = client.get_metric_history(run.info.run_id, "dp-epsilon")
     assert [(m.step, m.value) for m in sorted(eps, key=lambda m: m.step)] == [
         (r, pytest.approx(0.7 * r)) for r in range(1, ROUNDS + 1)
@@ -138,14 +149,16 @@ def test_tensorboard_event_file_read_back_by_its_own_reader(tmp_path):
         tracker.log_round(RoundRecord.from_json(line))
     tracker.finish(summary, out)
 
-    assert log_dir(spec) == out / "tensorboard"
+    assert log_dir(spec) == out / "tensorboard" / "fedavg_global-dp_3"
     acc = EventAccumulator(str(log_dir(spec)), size_guidance={"scalars": 0, "images": 0})
     acc.Reload()
     eps = acc.Scalars("dp-epsilon")
     assert [e.step for e in eps] == [1, 2, 3]
     assert [e.value for e in eps] == pytest.approx([0.7, 1.4, 2.1], rel=1e-6)  # float32
     assert [e.step for e in acc.Scalars("server/accuracy")] == [0, 1, 2, 3]
-    assert "dp-num-clipped" not in acc.Tags()["scalars"]
+    assert not {"dp-num-clipped", "dp-delta"} & set(acc.Tags()["scalars"])
+    (constants,) = acc.Tensors("constants")  # once, as text
+    assert "| dp-delta | 1e-05 |" in constants.tensor_proto.string_val[0].decode()
     (final,) = acc.Scalars("final/accuracy")
     assert final.step == ROUNDS and final.value == pytest.approx(0.8, rel=1e-6)
     (image,) = acc.Images("plots/accuracy")
@@ -154,6 +167,39 @@ def test_tensorboard_event_file_read_back_by_its_own_reader(tmp_path):
     config = acc.Tensors("config")[0].tensor_proto.string_val[0].decode()
     assert "| seed | 3 |" in config and "| privacy | global-dp |" in config
     assert "_hparams_/session_start_info" in acc.Tags()["tensors"]
+
+
+def test_tensorboard_names_the_run_by_the_run_not_dot(tmp_path):
+    """``tensorboard --logdir <output-dir>/tensorboard`` lists one run, named for the run (an
+    event file directly in the log directory is the run ".")."""
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+
+    from fedpriv.reporting.tb_events import TensorBoardTracker, log_root
+
+    out, rounds, summary = _run_dir(tmp_path)
+    spec = TrackingSpec("tensorboard", str(out), run_name="fedavg global-dp seed 0")
+    tracker = TensorBoardTracker(spec, PARAMS)
+    for line in rounds:
+        tracker.log_round(RoundRecord.from_json(line))
+    tracker.finish(summary, out)
+    board = EventMultiplexer().AddRunsFromDirectory(str(log_root(spec)))
+    board.Reload()
+    assert list(board.Runs()) == ["fedavg_global-dp_seed_0"]
+    assert tracker.where() == f"TensorBoard {out / 'tensorboard'}, run 'fedavg_global-dp_seed_0'"
+
+
+def test_an_mlflow_experiment_made_before_gets_the_ml_kind_and_a_set_kind_is_kept(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    out, _, _ = _run_dir(tmp_path)
+    spec = TrackingSpec("mlflow", str(out), experiment="old")
+    client = MlflowClient(tracking_uri=mlflow_uri(spec))
+    old = client.create_experiment("old")  # no kind: MLflow 3's UI would open it as GenAI
+    MlflowTracker(spec, PARAMS)
+    assert client.get_experiment(old).tags[EXPERIMENT_KIND_TAG] == ML_EXPERIMENT_KIND
+    mine = client.create_experiment("mine", tags={EXPERIMENT_KIND_TAG: "finetuning"})
+    MlflowTracker(TrackingSpec("mlflow", str(out), experiment="mine"), PARAMS)
+    assert client.get_experiment(mine).tags[EXPERIMENT_KIND_TAG] == "finetuning"
 
 
 def test_a_shared_tensorboard_dir_gets_one_subdirectory_per_run(tmp_path):
@@ -200,9 +246,12 @@ def test_a_real_run_logs_to_mlflow(tracked):
     assert rc == 0, log[-3000:]
     out = Path(summary["config"]["output-dir"])
     client = MlflowClient(tracking_uri=f"sqlite:///{(out / 'mlflow.db').resolve()}")
-    (run,) = client.search_runs([client.get_experiment_by_name("digits").experiment_id])
+    experiment = client.get_experiment_by_name("digits")
+    assert experiment.tags[EXPERIMENT_KIND_TAG] == ML_EXPERIMENT_KIND
+    (run,) = client.search_runs([experiment.experiment_id])
     assert run.data.params["privacy"] == "global-dp" and run.data.params["num-server-rounds"] == "2"
-    assert run.data.params == run_params(summary["config"])
+    assert run.data.params == run_params(summary["config"])  # dp-delta among them, once
+    assert "dp-delta" in rounds[1] and "dp-delta" not in run.data.metrics
     eps = sorted(client.get_metric_history(run.info.run_id, "dp-epsilon"), key=lambda m: m.step)
     assert [m.step for m in eps] == [1, 2]
     assert [m.value for m in eps] == pytest.approx([r["dp-epsilon"] for r in rounds[1:]])
@@ -221,7 +270,9 @@ def test_a_real_run_writes_tensorboard_events(tracked):
 
     rc, summary, rounds, log = tracked["tensorboard"]
     assert rc == 0, log[-3000:]
-    acc = EventAccumulator(str(Path(summary["config"]["output-dir"]) / "tensorboard"))
+    (run_dir,) = (Path(summary["config"]["output-dir"]) / "tensorboard").iterdir()
+    assert run_dir.name == "fedavg_global-dp_seed_0"  # TensorBoard's run name, not "."
+    acc = EventAccumulator(str(run_dir))
     acc.Reload()
     eps = acc.Scalars("privacy/epsilon")
     assert [e.step for e in eps] == [1, 2]
@@ -231,6 +282,7 @@ def test_a_real_run_writes_tensorboard_events(tracked):
         [r["server"]["accuracy"] for r in rounds], rel=1e-6
     )
     assert {"plots/accuracy", "plots/roc"} <= set(acc.Tags()["images"])
+    assert "dp-delta" in rounds[1] and "dp-delta" not in acc.Tags()["scalars"]
 
 
 def _cfg(tmp_path: Path, **over):
@@ -257,7 +309,8 @@ def test_a_tracker_that_fails_never_stops_the_run(tmp_path, capsys):
     on_record(_record(1))
     on_finish(summary, out)
     assert (
-        capsys.readouterr().out.strip() == f"fedpriv:   tracked  TensorBoard {out / 'tensorboard'}"
+        capsys.readouterr().out.strip()
+        == f"fedpriv:   tracked  TensorBoard {out / 'tensorboard'}, run 'fedavg_none_seed_0'"
     )
     on_finish(summary, out)  # its event file is closed now: one line, no exception
     on_record(_record(2))  # and nothing more is tried

@@ -2,12 +2,16 @@
 
 No TensorFlow is needed (a GPU host runs Keras on JAX): ``RecordWriter`` frames each
 serialized ``Event`` as a TFRecord (length, masked CRC-32C, payload, masked CRC-32C), the
-format ``EventAccumulator`` and ``tensorboard --logdir`` read. The log directory holds one
-``events.out.tfevents.<time>.<host>`` file per run:
+format ``EventAccumulator`` and ``tensorboard --logdir`` read. TensorBoard names a run by its
+folder below the ``--logdir`` it was given, so each run's event file is in a folder named for
+the run (:func:`log_dir`: ``<output-dir>/tensorboard/<run name>``, never the log directory
+itself, which TensorBoard lists as the run "."). One ``events.out.tfevents.<time>.<host>`` file
+per run holds:
 
 - a scalar per metric and round (``step = round``;
-  :func:`fedpriv.reporting.tracking.round_metrics`);
-- the resolved config as a text table (tag ``config``) and as hparams (the HParams tab);
+  :func:`fedpriv.reporting.tracking.round_metrics`: no run constant such as ``dp-delta``);
+- the resolved config as a text table (tag ``config``) and as hparams (the HParams tab); a
+  run constant the config lacks, once as text (tag ``constants``);
 - the final metrics at the last round's step, the run's PNG plots as images (``plots/<name>``)
   and ``summary.json`` as text (tag ``summary``).
 """
@@ -15,6 +19,7 @@ format ``EventAccumulator`` and ``tensorboard --logdir`` read. The log directory
 from __future__ import annotations
 
 import json
+import re
 import socket
 import struct
 import time
@@ -28,17 +33,31 @@ from fedpriv.reporting.tracking import (
     final_metrics,
     last_round,
     round_metrics,
+    run_constants,
     run_params,
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def run_folder_name(run_name: str) -> str:
+    """A run name as one folder name (``fedavg global-dp seed 0`` ->
+    ``fedavg_global-dp_seed_0``)."""
+    return re.sub(r"[^A-Za-z0-9.=+-]+", "_", run_name).strip("_.") or "run"
+
+
+def log_root(spec: TrackingSpec) -> Path:
+    """What to give ``tensorboard --logdir``: ``<output-dir>/tensorboard``, else
+    ``tracking-uri`` (a log directory shared by many runs)."""
+    return Path(spec.uri) if spec.uri else Path(spec.output_dir) / "tensorboard"
+
+
 def log_dir(spec: TrackingSpec) -> Path:
-    """``<output-dir>/tensorboard``, or ``<tracking-uri>/<output-dir as one name>`` (a log
-    directory shared by many runs, one sub-directory each)."""
+    """The run's own folder under :func:`log_root` (TensorBoard's run name):
+    ``<output-dir>/tensorboard/<run name>``, or ``<tracking-uri>/<output-dir as one name>``
+    (one sub-directory per run, output folders being distinct where run names repeat)."""
     if not spec.uri:
-        return Path(spec.output_dir) / "tensorboard"
+        return log_root(spec) / run_folder_name(spec.run_name)
     name = str(spec.output_dir).strip("/").replace("/", "_") or "run"
     return Path(spec.uri) / name
 
@@ -58,13 +77,13 @@ class TensorBoardTracker:
         from tensorboard.plugins.hparams import summary_v2 as hparams
         from tensorboard.summary.writer.record_writer import RecordWriter
 
-        self.dir = log_dir(spec)
+        self.root, self.dir = log_root(spec), log_dir(spec)
         self.dir.mkdir(parents=True, exist_ok=True)
         name = f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}"
         self._file = (self.dir / name).open("wb")
         self._writer = RecordWriter(self._file)
         self._write_event(file_version="brain.Event:2")
-        text = run_params(params)
+        text = self.params = run_params(params)
         table = "| key | value |\n| --- | --- |\n" + "\n".join(
             f"| {k} | {v} |" for k, v in text.items()
         )
@@ -114,7 +133,14 @@ class TensorBoardTracker:
     # -- the tracker --
 
     def log_round(self, record: RoundRecord) -> None:
-        """One scalar per metric at ``step = round``."""
+        """One scalar per metric at ``step = round``; a run constant the config lacks, once as
+        text."""
+        new = {k: v for k, v in run_constants(record).items() if k not in self.params}
+        if new:
+            self.params = {**self.params, **new}
+            lines = "\n".join(f"| {k} | {v} |" for k, v in new.items())
+            table = "| constant | value |\n| --- | --- |\n" + lines
+            self._write_summary(self._text("constants", table), step=record.round)
         self._write_summary(self._scalars(round_metrics(record)), step=record.round)
 
     def finish(self, summary: Mapping[str, Any], output_dir: Path) -> None:
@@ -128,5 +154,5 @@ class TensorBoardTracker:
         self._file.close()
 
     def where(self) -> str:
-        """The event file's directory (``tensorboard --logdir DIR``)."""
-        return f"TensorBoard {self.dir}"
+        """The log directory and the run's name in it (``tensorboard --logdir DIR``)."""
+        return f"TensorBoard {self.root}, run {self.dir.name!r}"

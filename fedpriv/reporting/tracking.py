@@ -7,6 +7,9 @@ or TensorBoard, both offline.
   ``MLFLOW_ALLOW_FILE_STORE=true``). The experiment is the scenario, the run is named
   ``<strategy> <privacy> seed <seed>``; params are the resolved config, metrics are logged
   with ``step = round``, the plots and ``summary.json`` / ``rounds.jsonl`` are artifacts.
+  The experiment is tagged ``mlflow.experimentKind = custom_model_development`` (MLflow 3's
+  UI opens an experiment without a kind in its GenAI view, runs under "Evaluations"; with
+  the tag: the classic runs table and the metric charts); a kind the user set is kept.
 - TensorBoard (``tracking = 'tensorboard'``): event files written with TensorBoard's own
   record writer and protos (no TensorFlow needed): one scalar per metric and round, the
   config as text and as hparams, the plots as images.
@@ -38,6 +41,12 @@ from fedpriv.reporting.runlog import ROUNDS_FILE, from_json_number, is_operator_
 # what a tracker gets of a run's directory (never operator.jsonl or checkpoint.pkl)
 ARTIFACT_FILES = ("summary.json", ROUNDS_FILE, "report.md")
 SOURCES = ("server", "distributed", "train")
+# numeric reports that are one value for the whole run (the config's dp-delta): logged once
+# with the config (MLflow params, TensorBoard's config table and hparams), never per round
+RUN_CONSTANTS = ("dp-delta",)
+# MLflow 3's experiment type (its UI's ExperimentKind): the classic model-training view
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+ML_EXPERIMENT_KIND = "custom_model_development"
 
 
 @dataclass(frozen=True)
@@ -86,17 +95,28 @@ def _numbers(prefix: str, value: Any) -> Iterator[tuple[str, float]]:
 def round_metrics(record: RoundRecord) -> dict[str, float]:
     """A round's metrics as a reader of ``rounds.jsonl`` sees them: ``server/…``,
     ``distributed/…``, ``train/…``, the wrappers' numeric reports (``dp-sigma``,
-    ``dp-epsilon``…; operator keys left out) and ``privacy/sigma`` / ``privacy/epsilon``
+    ``dp-epsilon``…; operator keys and the run's constants :data:`RUN_CONSTANTS` left out:
+    :func:`run_constants`) and ``privacy/sigma`` / ``privacy/epsilon``
     (:meth:`RoundRecord.sigma`, :meth:`RoundRecord.epsilon`) under one name for every mode."""
     out: dict[str, float] = {}
     for source in SOURCES:
         out.update(_numbers(source, getattr(record, source) or {}))
-    public = {k: v for k, v in record.reports.items() if not is_operator_key(k)}
+    public = {
+        k: v for k, v in record.reports.items() if not is_operator_key(k) and k not in RUN_CONSTANTS
+    }
     out.update(_numbers("", public))
     for name, value in (("privacy/sigma", record.sigma()), ("privacy/epsilon", record.epsilon())):
         if value is not None and math.isfinite(value):
             out[name] = value
     return out
+
+
+def run_constants(record: RoundRecord) -> dict[str, str]:
+    """The round's :data:`RUN_CONSTANTS` as text (``{"dp-delta": "1e-05"}``): a tracker logs
+    each once, where the config is, unless the config already holds it."""
+    return {
+        k: json.dumps(v) for k, v in record.reports.items() if k in RUN_CONSTANTS and v is not None
+    }
 
 
 def final_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
@@ -162,16 +182,22 @@ class MlflowTracker:
         self.spec, self.uri = spec, mlflow_uri(spec)
         self.client = MlflowClient(tracking_uri=self.uri)
         experiment = self.client.get_experiment_by_name(spec.experiment)
-        if experiment is not None:
-            experiment_id = experiment.experiment_id
-        else:
+        kind = {EXPERIMENT_KIND_TAG: ML_EXPERIMENT_KIND}
+        if experiment is None:
             experiment_id = self.client.create_experiment(
-                spec.experiment, artifact_location=self._artifact_root()
+                spec.experiment, artifact_location=self._artifact_root(), tags=kind
             )
+        else:
+            experiment_id = experiment.experiment_id
+            if EXPERIMENT_KIND_TAG not in experiment.tags:  # made before this tag (or by hand)
+                self.client.set_experiment_tag(
+                    experiment_id, EXPERIMENT_KIND_TAG, kind[EXPERIMENT_KIND_TAG]
+                )
         tags = {"output-dir": str(spec.output_dir), **(spec.tags or {})}
         run = self.client.create_run(experiment_id, run_name=spec.run_name, tags=tags)
         self.run_id = run.info.run_id
-        pairs = [Param(k, v) for k, v in run_params(params).items()]
+        self.params = run_params(params)
+        pairs = [Param(k, v) for k, v in self.params.items()]
         for chunk in _chunks(pairs, 100):  # MLflow's limit per batch
             self.client.log_batch(self.run_id, params=list(chunk))
 
@@ -191,7 +217,14 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, metrics=list(chunk))
 
     def log_round(self, record: RoundRecord) -> None:
-        """Round metrics at ``step = round``."""
+        """Round metrics at ``step = round``; a run constant the config lacks, once as a
+        param."""
+        from mlflow.entities import Param
+
+        new = {k: v for k, v in run_constants(record).items() if k not in self.params}
+        if new:
+            self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in new.items()])
+            self.params.update(new)
         self._log(round_metrics(record), record.round)
 
     def finish(self, summary: Mapping[str, Any], output_dir: Path) -> None:
