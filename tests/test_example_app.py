@@ -164,3 +164,42 @@ def test_example_on_a_local_superlink_and_supernodes(tmp_path):
         output = _flwr_run(procs, "deploy", out, "--run-config", "fraction-evaluate=0.0")
         _check_rounds(out, output[-4000:] + procs.logs())
     assert not procs.leftovers()
+
+
+def test_example_with_the_users_own_strategies_clients_and_scenarios(tmp_path):
+    """The example app given the user's own ``strategies.py``, ``clients/`` and ``scenarios/``
+    (:data:`tests.test_user_app_names.USER_MODULES`), which its ServerApp imports beside
+    fedpriv's MetricDP, runs to the end on Flower's simulation engine: fedpriv installs one
+    top-level name, ``fedpriv``, and shadows none of them."""
+    import shutil
+    import subprocess
+
+    from tests.test_user_app_names import user_app
+
+    app = tmp_path / "app"
+    shutil.copytree(APP, app)
+    user_app(app)
+    server = app / "sklearn_metric_dp" / "server_app.py"
+    server.write_text(
+        server.read_text().replace(
+            "app = ServerApp()",
+            "import clients, scenarios, strategies  # noqa: E402  (the user's own)\n\n"
+            "assert strategies.OWNER.startswith('user') and clients.OWNER.startswith('user')\n"
+            "assert scenarios.OWNER.startswith('user')\n\napp = ServerApp()",
+        )
+    )
+    env, (port,) = _env(tmp_path), free_ports(1)
+    env.pop("PYTHONPATH", None)
+    _connection(env, "sim", port)
+    out = tmp_path / "rounds.jsonl"
+    with processes(tmp_path, env) as procs, one_line_failures(procs):
+        _superlink(procs, tmp_path, port, "--simulation")
+        run = subprocess.run(
+            [str(BIN / "flwr"), "run", str(app), "sim", "--stream", "--run-config",
+             f"output-file='{out}' noise-multiplier={Z} clipping-norm={C} num-clients={M} "
+             f"num-server-rounds={ROUNDS}", "--federation-config", f"num-supernodes={M}"],
+            env=env, capture_output=True, text=True, timeout=RUN_S, check=False,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        _check_rounds(out, run.stdout[-3000:] + run.stderr[-2000:] + procs.logs())
+    assert not procs.leftovers()
