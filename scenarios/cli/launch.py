@@ -376,7 +376,11 @@ def _report_failure(returncode: int, log_path: Path, loud: bool) -> None:
 
 
 def _finish(
-    cfg: Mapping[str, Any], summary_path: Path, args: argparse.Namespace, t0: float, earlier: int
+    cfg: Mapping[str, Any],
+    summary_path: Path,
+    args: argparse.Namespace,
+    t0: float,
+    earlier: int = 0,
 ):
     """The summary of a finished run, then its machine-readable last line. summary.json's
     ``wall_seconds`` becomes the command's whole time (the simulation wrote it before its
