@@ -39,14 +39,15 @@ from fedpriv.privacy.distributed import encoding, secagg
 from fedpriv.privacy.distributed.party import SECRET_BYTES, RoundParty
 from fedpriv.privacy.modes.distributed_dp import (
     STEP_KEY,
+    TASK,
     DistributedDPParams,
     resolve,
     threshold_of,
 )
 from fedpriv.privacy.releases import Ticket
 
-PARTY = "distributed-dp"
-REVEAL_PARTY = "distributed-dp-reveal"
+PARTY = TASK  # the ledger of a client's masked releases
+REVEAL_PARTY = f"{TASK}-reveal"  # the ledger of its unmasking answers (one per round)
 SECAGG_RECORD = "secagg"
 MASKED_KEY = "masked"
 

@@ -100,7 +100,7 @@ def check_distributed(cfg: Mapping[str, Any], catalog: Catalog) -> None:
 
 
 FEATURE = Feature(
-    name="distributed-dp",
+    name=MODE.name,
     description="Distributed DP: Skellam noise shares under secure aggregation (SecAgg).",
     keys=(),  # declared with the DP keys (scenarios/dp/keys.py), which every node knows
     privacy_modes=(declare(MODE, build),),
