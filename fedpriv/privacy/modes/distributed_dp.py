@@ -224,8 +224,8 @@ def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict[str, Any
             else f"secret Poisson coin q = {r.rate:g} (Zhu & Wang 2019, Thm 6)"
         ),
         "notes": [
-            f"assumes an honest-but-curious server, at most {r.threshold} survivors needed to "
-            f"unmask and at most {spec.params.colluders} colluding clients",
+            f"assumes an honest-but-curious server, at least t = {r.threshold} survivors to "
+            f"unmask a sum and at most {spec.params.colluders} clients colluding with it",
             "epsilon counts only the noise of t - colluders clients (the guaranteed minimum)",
         ],
     }
