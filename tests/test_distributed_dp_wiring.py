@@ -230,3 +230,36 @@ def test_poisson_needs_every_client_in_the_cohort():
                 "distributed-inclusion-rate": 0.5,
             }  # fmt: skip
         )
+
+
+def test_poisson_self_sampling_and_a_discarded_vector(tmp_path, monkeypatch):
+    """``poisson``: every client in every cohort, its update on a secret coin (q = 0.5),
+    decoded with rate q; ε amplified by q (the core's Poisson bound); a vector the server
+    discards (``distributed-drop-clients``) is recovered as a dropout."""
+    from fedpriv.privacy.accounting.rdp import epsilon_from_rdp
+
+    overrides = {
+        "clients-per-round": 0, "distributed-relation": "poisson",
+        "distributed-inclusion-rate": 0.5, "distributed-drop-clients": "1",
+        "accept-failures": True,
+    }  # fmt: skip
+    cfg, grid, outcome, wrapper = _run(tmp_path, monkeypatch, **overrides)
+    trained = [r for r in outcome.rounds if r.get("round", 0) > 0]
+    assert [r["distributed-survivors"] for r in trained] == [3, 3]
+    assert all(r["distributed-dropped"] == [1] for r in trained)
+    r = wrapper._resolved()
+    e = r.encoding
+    l1, l2 = acc.skellam_sensitivities(e.norm_bound, e.padded_dim, sampling="poisson")
+
+    def curve(alphas):
+        return acc.skellam_rdp(alphas, l1=l1, l2=l2, variance=r.noisy_clients * e.noise_variance)
+
+    rdp = 2 * acc.poisson_subsampled_rdp(curve, 0.5)
+    expected = epsilon_from_rdp(acc.ORDERS, rdp, float(cfg["dp-delta"]))
+    assert outcome.summary["privacy"]["epsilon"] == pytest.approx(expected, rel=1e-12)
+    unamplified = acc.skellam_epsilon(
+        e.noise_variance, rounds=2, delta=float(cfg["dp-delta"]), noisy_clients=r.noisy_clients,
+        norm_bound=e.norm_bound, dimension=e.padded_dim, sampled=1, population=1,
+        sampling="poisson",
+    )  # fmt: skip
+    assert expected < unamplified
