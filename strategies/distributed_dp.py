@@ -144,6 +144,10 @@ class DistributedDP(StrategyWrapper):
             },
             "config": config,
         }
+        if len(cohort) < self.resolve_threshold():
+            log(WARNING, "round %s: a cohort of %d < threshold: no masked round is started",
+                server_round, len(cohort))  # fmt: skip
+            return []
         self.view.update(public_keys=dict(zip(cohort, self._round["mask-keys"])),
                          sealed_shares=dict(self._round["sealed"]))  # fmt: skip
         out = []
@@ -181,6 +185,10 @@ class DistributedDP(StrategyWrapper):
         if value.size and int(value.max()) >= (1 << params.bits):
             return f"masked vector has values outside Z_(2^{params.bits})"
         return None
+
+    def resolve_threshold(self) -> int:
+        """t of the round (the plan's, whatever the cohort that answered)."""
+        return self._resolved().threshold
 
     def _resolved(self) -> Resolved:
         dimension = sum(array_view(a).size for a in self.reference.values())
