@@ -114,6 +114,7 @@ class DistributedDP(StrategyWrapper):
         """Advertise keys and route sealed shares for the inner strategy's sample, then
         return its train messages for the cohort, with the cohort's public keys."""
         self._grid, self.reference = grid, arrays
+        self._resolved()  # a setting the model cannot work with fails here, before any message
         self.view = {"round": server_round}
         train_cfg = ConfigRecord({**dict(config), "client-task": TASK, STEP_KEY: "masked"})
         messages = list(self.strategy.configure_train(server_round, arrays, train_cfg, grid))

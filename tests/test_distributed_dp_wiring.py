@@ -267,3 +267,12 @@ def test_poisson_self_sampling_and_a_discarded_vector(tmp_path, monkeypatch):
         sampling="poisson",
     )  # fmt: skip
     assert expected < unamplified
+
+
+def test_too_few_bits_for_the_model_are_refused_in_one_line():
+    """b is checked against the model and cohort when the run plans (``fedpriv epsilon``)
+    and when the wrapper starts round 1, before any message."""
+    cfg = CATALOG.resolve_run_config({**RUN, "distributed-bits": 4})
+    with pytest.raises(ValueError) as err:
+        distributed_dp.resolve(run_spec(cfg), 10_000)
+    assert "\n" not in str(err.value) and "distributed-bits = 4 is not allowed" in str(err.value)

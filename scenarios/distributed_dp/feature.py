@@ -56,7 +56,7 @@ def summary(run: ServerRun, rounds: list[dict]) -> dict:
         "survivors_per_round": [r.get("distributed-survivors") for r in trained],
         "dropped_per_round": [r.get("distributed-dropped") for r in trained],
         "noise_std_per_round": [r.get("distributed-noise-std") for r in trained],
-        "ledger_unit": "one participation (one noised, masked release) per client and round",
+        "ledger_unit": distributed_dp.UNIT,
     }
     figures = PrivacyFigures(
         mode=MODE.name,
