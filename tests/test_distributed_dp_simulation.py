@@ -10,6 +10,7 @@ from fedpriv.scenarios.config.specs import run_spec
 
 from fedpriv.privacy.accounting.budget import smallest_noise_multiplier
 from fedpriv.privacy.modes import distributed_dp, global_dp
+from fedpriv.reporting.runlog import OPERATOR_KEYS, read_rounds
 from tests.simulate import run_fedpriv_cells
 
 COMMON = {"num-server-rounds": 3, "seed": 1, "clipping-norm": 1.0, "reproducible-noise": True}
@@ -46,6 +47,9 @@ def test_distributed_dp_is_near_global_dp_at_the_same_epsilon(tmp_path):
     assert rc_g == 0 and summary_g is not None, log_g[-3000:]
     assert summary_d["privacy"]["epsilon"] == pytest.approx(epsilon, rel=1e-9)
     assert [r["distributed-survivors"] for r in rounds_d if r.get("round", 0) > 0] == [4, 4, 4]
+    # who dropped and how many replied are the operator's (operator.jsonl), as for every mode
+    public = read_rounds(tmp_path / "distributed", public=True)
+    assert not any(k.startswith("distributed-") and k in OPERATOR_KEYS for r in public for k in r)
     acc_d, acc_g = summary_d["final"]["accuracy"], summary_g["final"]["accuracy"]
     print(f"epsilon {epsilon:.4g}: distributed-dp {acc_d:.4f}, global-dp {acc_g:.4f}")
     print(

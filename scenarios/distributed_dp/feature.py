@@ -53,8 +53,6 @@ def summary(run: ServerRun, rounds: list[dict]) -> dict:
     trained = [r for r in rounds if r.get("round", 0) > 0]
     block = {
         **plan,
-        "survivors_per_round": [r.get("distributed-survivors") for r in trained],
-        "dropped_per_round": [r.get("distributed-dropped") for r in trained],
         "noise_std_per_round": [r.get("distributed-noise-std") for r in trained],
         "ledger_unit": distributed_dp.UNIT,
     }
