@@ -276,3 +276,30 @@ def test_too_few_bits_for_the_model_are_refused_in_one_line():
     with pytest.raises(ValueError) as err:
         distributed_dp.resolve(run_spec(cfg), 10_000)
     assert "\n" not in str(err.value) and "distributed-bits = 4 is not allowed" in str(err.value)
+
+
+def test_a_client_answers_one_unmasking_request_per_round(dropped_run, monkeypatch):
+    """A repeat of the same reveal gets the same answer; another survivor list for the same
+    round is refused (the server could otherwise get both secrets of one client)."""
+    from flwr.app import ConfigRecord
+
+    cfg, grid, outcome, wrapper = dropped_run
+    monkeypatch.setenv("FEDPRIV_STATE_ROOT", str(grid.state_root))  # the nodes' own folders
+    last = [m for m in grid.sent if m.content["config"].get("secagg-step") == "reveal"][-1]
+    node = last.metadata.dst_node_id
+
+    def resend(record: ConfigRecord) -> Message:
+        content = RecordDict({"config": last.content["config"], "secagg": record})
+        grid_msg = Message(content, node, MessageType.TRAIN, group_id="2")
+        return grid.send_and_receive([grid_msg])[0]
+
+    same = resend(last.content["secagg"])
+    assert not same.has_error()
+    first = [r for r in grid.replies if not r.has_error() and "secagg" in r.content]
+    answers = [
+        bytes(r.content["secagg"]["reveal"]) for r in first if "reveal" in r.content["secagg"]
+    ]
+    assert bytes(same.content["secagg"]["reveal"]) in answers
+    other = ConfigRecord({**dict(last.content["secagg"]), "survivors": [0, 1], "dropped": [2, 3]})
+    refused = resend(other)
+    assert refused.has_error() and "already released" in refused.error.reason
