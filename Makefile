@@ -81,7 +81,8 @@ WRAPPER_TESTS := tests/test_dp_wrappers.py tests/test_mechanisms.py tests/test_d
                  tests/test_accounting.py tests/test_privacy_plan.py tests/test_light_install.py \
                  tests/test_distributed_encoding.py tests/test_distributed_secagg.py \
                  tests/test_distributed_accounting.py tests/test_distributed_dp.py \
-                 tests/test_ledger_store.py tests/test_user_app_names.py
+                 tests/test_ledger_store.py tests/test_user_app_names.py \
+                 tests/test_distributed_party.py
 
 $(BASE_STAMP): pyproject.toml constraints.txt
 	test -x $(BASE_VENV)/bin/python || $(PYTHON) -m venv $(BASE_VENV)

@@ -99,6 +99,7 @@ STREAMS: dict[str, tuple[int, ...]] = {
     "ifca-server": (42,),
     "ifca-init-model": (43,),
     "dp-noise": (51, 1, 1),
+    "distributed-dp-noise": (52, 1),
     "attack": (61,),
     "audit-canary-direction": (71, 1),
     "audit-canary-inclusion": (71, 2),

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from logging import WARNING
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 from fedpriv.strategies.array_records import array_view
@@ -123,6 +123,18 @@ def asked_for_no_client(grid: object, reply: Message) -> bool:
         return False
 
 
+def reply_check(strategy: Strategy) -> Any:
+    """The first ``train_reply_problem(reply)`` of a wrapper chain (a wrapper whose replies
+    are not models, e.g. distributed DP's masked vectors), or None: the model check."""
+    current = strategy
+    while current is not None:
+        check = getattr(current, "train_reply_problem", None)
+        if check is not None:
+            return check
+        current = getattr(current, "strategy", None)
+    return None
+
+
 def weight_key(strategy: Strategy) -> str:
     """The ``weighted_by_key`` of the innermost strategy of a wrapper chain (the stock
     strategy that aggregates), Flower's ``num-examples`` when none names one."""
@@ -186,7 +198,9 @@ class ValidUpdatesOnly(StrategyWrapper):
         for msg in replies:
             if msg.has_error():
                 continue
-            problem = update_problem(msg, self.reference) or weight_problem(msg, self.weight_key)
+            check = reply_check(self.strategy)
+            problem = check(msg) if check else update_problem(msg, self.reference)
+            problem = problem or weight_problem(msg, self.weight_key)
             if problem is None:
                 valid.append(msg)
             elif asked_for_no_client(self._grid, msg):

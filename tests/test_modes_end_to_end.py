@@ -39,6 +39,12 @@ RUNS = {  # mode -> the run config of its tiny run
         "client-epsilon-groups": "2,5,10",
     },  # fmt: skip
     "dp-sgd": {**TINY, "privacy": "dp-sgd", "noise-multiplier": 0.5},
+    "distributed-dp": {
+        **TINY,
+        "privacy": "distributed-dp",
+        "noise-multiplier": 0.05,
+        "clipping-norm": 1.0,
+    },  # fmt: skip
     "zonal": {
         **TINY,
         "privacy": "zonal",

@@ -55,6 +55,13 @@ WEAKER = {
         "privacy": "none", "noise-multiplier": 0.0, "dp-delta": 0.5, "client-epsilon": 1e3,
         "client-epsilon-groups": "1000", **OPT_INS, "client-task": "standard",
     },
+    "distributed-dp": {
+        "privacy": "none", "noise-multiplier": 0.0, "clipping-norm": 100.0, "dp-delta": 0.5,
+        "distributed-target-epsilon": 1e6, "distributed-scale": 1.0, "distributed-bits": 62,
+        "distributed-threshold": 1, "distributed-colluders": 2, "distributed-relation": "poisson",
+        "distributed-inclusion-rate": 0.5, "num-server-rounds": 1, "num-clients": 100,
+        "clients-per-round": 2, **OPT_INS, "client-task": "standard",
+    },
     "ifca": {
         "ifca-noise-multiplier": 0.0, "leakage-budget": 0.0, "num-clients": 121,
         "validation-clients": 0, "validation-query-budget": 10**9, **OPT_INS,
@@ -151,6 +158,19 @@ def test_dp_sgd_and_zonal_ldp_clients_refuse_a_changed_key(own, weights, mode, k
     reply = app(message(cfg, kind, sent, {"arrays": ArrayRecord(weights[mode])}), ctx)
     # the node sets its own placement (ldp): hdp-digits' comparison variants of other
     # placements are not its own, so the refusal names the placement itself
+    assert_refused(reply, key, ctx)
+
+
+@pytest.mark.parametrize("key", list(WEAKER["distributed-dp"]))
+def test_distributed_dp_clients_refuse_a_changed_key(key):
+    """Every key that decides a client's noise share, its rounds or its cohort is its own."""
+    cfg = resolve_run_config({**SECRET, "privacy": "distributed-dp", "num-server-rounds": 3,
+                              "num-clients": 4})  # fmt: skip
+    assert cfg.get(key) != WEAKER["distributed-dp"][key]
+    task = {"client-task": "distributed-dp"} if key != "client-task" else {}
+    sent = {**task, "secagg-step": "keys", key: WEAKER["distributed-dp"][key]}
+    ctx = context(cfg)
+    reply = app(message(cfg, MessageType.TRAIN, sent, {"secagg": ConfigRecord({})}), ctx)
     assert_refused(reply, key, ctx)
 
 

@@ -68,6 +68,7 @@ OPERATOR_KEYS = frozenset(
         "declined", "zone", "dp-clipped", "dp-num-clipped", "dp-num-reports",
         "dp-num-failures", "dp-client-epsilon", "dp-sgd-epsilon", "dp-sgd-participations",
         "dp-empty-sample", "audit-real-reports",
+        "distributed-cohort", "distributed-survivors", "distributed-dropped",
     }
 )  # fmt: skip
 # keys that say which round line an operator line belongs to (copied to both files)

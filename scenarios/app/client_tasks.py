@@ -28,6 +28,7 @@ from fedpriv.clients.records import array_record, arrays_of
 from fedpriv.clients.releases import guarded_release, node_counter, request_digest, sequence_of
 from fedpriv.scenarios.app.task_names import (  # noqa: F401  (re-exported: the names tasks are known by)
     CLIENT_BUDGETS_TASK,
+    DISTRIBUTED_DP_TASK,
     DPSGD_STATE_KEY,
     DPSGD_TASK,
     EPSILON_KEY,
@@ -38,6 +39,7 @@ from fedpriv.scenarios.app.task_names import (  # noqa: F401  (re-exported: the 
 from fedpriv.scenarios.config.node_roles import own_max_epsilon
 from fedpriv.scenarios.config.node_spec import node_data, node_state_dir
 from fedpriv.scenarios.config.specs import NodeCall
+from fedpriv.scenarios.distributed_dp.client import train_distributed
 from fedpriv.scenarios.zonal.zone_node import train_zone
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
@@ -426,12 +428,13 @@ TASKS: Mapping[str, Task] = {
     ZONE_NODE_TASK: train_zone,
     IFCA_TASK: train_ifca,
     CLIENT_BUDGETS_TASK: train_client_budgets,
+    DISTRIBUTED_DP_TASK: train_distributed,
 }
 
 # Tasks that also take the node's ``Context`` (``task(msg, call, partition, context)``): they
 # keep their own release ledger (:mod:`fedpriv.clients.releases`).
 STATEFUL_TASKS: frozenset[str] = frozenset(
-    {DPSGD_TASK, ZONE_NODE_TASK, IFCA_TASK, CLIENT_BUDGETS_TASK, ZONAL_TASK}
+    {DPSGD_TASK, ZONE_NODE_TASK, IFCA_TASK, CLIENT_BUDGETS_TASK, ZONAL_TASK, DISTRIBUTED_DP_TASK}
 )
 
 # Message handlers of custom message types: (``train`` | ``evaluate``, action, handler);

@@ -17,6 +17,7 @@ from fedpriv.scenarios.audit import feature as audit
 from fedpriv.scenarios.baseline import feature as baseline_cli
 from fedpriv.scenarios.client_budgets import feature as client_budgets
 from fedpriv.scenarios.config.feature import Catalog, Feature
+from fedpriv.scenarios.distributed_dp import feature as distributed_dp
 from fedpriv.scenarios.dp import feature as dp
 from fedpriv.scenarios.dp_ftrl import feature as dp_ftrl
 from fedpriv.scenarios.dp_sgd import feature as dpsgd
@@ -35,6 +36,7 @@ FEATURES: tuple[Feature, ...] = (
     dp_ftrl.FEATURE,
     client_budgets.FEATURE,
     dpsgd.FEATURE,
+    distributed_dp.FEATURE,
     ifca.FEATURE,
     zonal.FEATURE,
     attacks.FEATURE,

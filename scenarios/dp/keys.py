@@ -22,6 +22,7 @@ test accuracy (seed 0, 8 rounds).
 """
 
 from fedpriv.scenarios.config.schema import AUTO, boolean, choice, integer, key, real
+from fedpriv.scenarios.distributed_dp.keys import KEYS as DISTRIBUTED_KEYS
 
 KEYS = (
     key(
@@ -106,4 +107,7 @@ KEYS = (
         "its runs (it refuses a participation past it); a zone node (zone-nodes runtime): its "
         "own lifetime budget over all its releases",
     ),
+    # distributed DP's keys (fedpriv.scenarios.distributed_dp.keys): a node knows the keys of
+    # this module (fedpriv.scenarios.config.node_spec.KEY_MODULES)
+    *DISTRIBUTED_KEYS,
 )

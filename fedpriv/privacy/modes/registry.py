@@ -26,7 +26,7 @@ NO_MODE = "none"  # the mode of a config that selects none
 IFCA_KIND = "ifca"  # IFCA runs: the mode is chosen by the scenario kind / client task
 BUILTIN = (
     "none", "global_dp", "metric_dp", "dp_sgd", "zonal", "ifca",
-    "adaptive_clip", "dp_ftrl", "client_budgets",
+    "adaptive_clip", "dp_ftrl", "client_budgets", "distributed_dp",
 )  # fmt: skip
 _MODES: dict[str, Mode] = {}
 
