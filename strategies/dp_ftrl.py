@@ -92,10 +92,10 @@ class DPFTRL(StrategyWrapper):
             seed=secrets.randbits(63) if seed is None else int(seed),
         )  # fmt: skip
         self.delta = float(delta)
-        if rng is None:
-            rng = seeds.privacy_rng(0, reproducible=False)
+        # secret unless the run opts in: a checkpoint leaves a SecretGenerator out
+        self.rng = seeds.privacy_rng(0, reproducible=False) if rng is None else rng
         self.schedule = ShuffledEpochs(
-            per_round=num_sampled_clients, rounds_per_epoch=restart_rounds, rng=rng
+            per_round=num_sampled_clients, rounds_per_epoch=restart_rounds
         )
         self.in_tree: set[int] = set()
         self.sent: list[int] = []
@@ -115,7 +115,7 @@ class DPFTRL(StrategyWrapper):
         """The next round's clients: the next block of the epoch's secret permutation of
         ``population`` (partitions for the engine's recorder, node ids when the wrapper
         samples itself); a new epoch opens a new tree."""
-        block, new_epoch = self.schedule.next_block(list(population))
+        block, new_epoch = self.schedule.next_block(list(population), self.rng)
         if new_epoch:
             self.ftrl.request_restart()
         self.block = block

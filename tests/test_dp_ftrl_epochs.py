@@ -31,10 +31,10 @@ BASE = {"privacy": "dp-ftrl", "scenario": "digits", "num-clients": 100, "clients
 
 
 def test_every_client_exactly_once_per_epoch_and_the_same_number_every_round():
-    schedule = ShuffledEpochs(per_round=20, rounds_per_epoch=5, rng=np.random.default_rng(3))
+    schedule, rng = ShuffledEpochs(per_round=20, rounds_per_epoch=5), np.random.default_rng(3)
     epochs = []
     for _ in range(4):
-        blocks = [schedule.next_block(range(100)) for _ in range(5)]
+        blocks = [schedule.next_block(range(100), rng) for _ in range(5)]
         assert [new for _, new in blocks] == [True, False, False, False, False]
         assert all(len(block) == 20 for block, _ in blocks)
         asked = [p for block, _ in blocks for p in block]
@@ -44,11 +44,11 @@ def test_every_client_exactly_once_per_epoch_and_the_same_number_every_round():
 
 
 def test_a_short_epoch_leaves_the_rest_out_and_an_epoch_too_long_is_refused():
-    schedule = ShuffledEpochs(per_round=3, rounds_per_epoch=3, rng=np.random.default_rng(0))
-    asked = [p for _ in range(3) for p in schedule.next_block(range(10))[0]]
+    schedule, rng = ShuffledEpochs(per_round=3, rounds_per_epoch=3), np.random.default_rng(0)
+    asked = [p for _ in range(3) for p in schedule.next_block(range(10), rng)[0]]
     assert len(asked) == len(set(asked)) == 9
     with pytest.raises(ValueError, match="12 is not allowed; expected at most the 10 clients"):
-        ShuffledEpochs(per_round=4, rounds_per_epoch=3, rng=None).next_block(range(10))
+        ShuffledEpochs(per_round=4, rounds_per_epoch=3).next_block(range(10), rng)
     with pytest.raises(ConfigError, match="ftrl-restart-rounds = 6 is not allowed; expected 0 or"):
         resolve_run_config({**BASE, "ftrl-restart-rounds": 6})
     assert resolve_run_config({**BASE, "ftrl-restart-rounds": 5})["ftrl-restart-rounds"] == 5
@@ -71,7 +71,14 @@ def test_the_permutation_comes_from_the_secret_sampling_generator():
     assert twice[0] == twice[1]
     alone = DPFTRL(FedAvg(), noise_multiplier=1, clipping_norm=1, num_sampled_clients=5,
                    restart_rounds=4)  # fmt: skip
-    assert isinstance(alone.schedule.rng, seeds.SecretGenerator)
+    assert isinstance(alone.rng, seeds.SecretGenerator)
+    # a checkpoint of the wrapper holds no secret Generator (nor the node ids of the tree)
+    from fedpriv.checkpoint import capture_state
+
+    alone.sample_round(range(20))
+    (state,) = capture_state([alone])
+    assert "rng" not in state and "in_tree" not in state and "block" not in state
+    assert state["schedule"].epoch == 0 and state["schedule"].block == 1
 
 
 def test_no_client_dropped_and_the_step_divides_by_the_updates_aggregated():

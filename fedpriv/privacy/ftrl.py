@@ -96,18 +96,18 @@ def ftrl_event(noise_multiplier: float, steps_per_tree: Sequence[int]):
 class ShuffledEpochs:
     """Kairouz et al.'s shuffled epochs: who is asked in each round.
 
-    Each epoch draws a permutation of the population from ``rng`` (the server's secret
-    sampling Generator) and cuts it into blocks of ``per_round``; an epoch is
+    Each epoch draws a permutation of the population from the ``rng`` handed to
+    :meth:`next_block` (the server's secret sampling Generator, kept by the caller: a
+    checkpoint leaves a secret Generator out) and cuts it into blocks of ``per_round``; an epoch is
     ``rounds_per_epoch`` blocks (at most ``N // per_round``: the last ``N − rounds·per_round``
     clients of the permutation sit that epoch out). Every round asks ``per_round`` clients,
     none twice in an epoch; the caller restarts its tree when :meth:`next_block` says an
     epoch starts. ``epoch`` counts from 0, ``block`` is the block within it (1-based).
     """
 
-    def __init__(self, *, per_round: int, rounds_per_epoch: int, rng: np.random.Generator):
+    def __init__(self, *, per_round: int, rounds_per_epoch: int) -> None:
         self.per_round = check_int("per_round", per_round, lo=1)
         self.rounds_per_epoch = check_int("rounds_per_epoch", rounds_per_epoch, lo=1)
-        self.rng = rng
         self.order: list[int] = []
         self.epoch, self.block = -1, 0
 
@@ -117,7 +117,9 @@ class ShuffledEpochs:
             f"rounds_per_epoch={self.rounds_per_epoch})"
         )
 
-    def next_block(self, population: Sequence[int]) -> tuple[list[int], bool]:
+    def next_block(
+        self, population: Sequence[int], rng: np.random.Generator
+    ) -> tuple[list[int], bool]:
         """The next round's clients (sorted) and whether they open a new epoch."""
         population = sorted({int(p) for p in population})
         need = self.per_round * self.rounds_per_epoch
@@ -128,7 +130,7 @@ class ShuffledEpochs:
             )
         new_epoch = self.epoch < 0 or self.block >= self.rounds_per_epoch
         if new_epoch:
-            self.order = [population[int(i)] for i in self.rng.permutation(len(population))]
+            self.order = [population[int(i)] for i in rng.permutation(len(population))]
             self.epoch, self.block = self.epoch + 1, 0
         start = self.block * self.per_round
         self.block += 1
