@@ -61,7 +61,8 @@ class DPFTRL(StrategyWrapper):
     clients asked per round), ``learning_rate`` η, ``momentum`` μ, ``restart_rounds`` R (the
     rounds of an epoch and of a tree; R·m <= the clients), ``delta`` (of the reported ε),
     ``seed`` (the tree seed; None: 63 bits of OS entropy, secret), ``rng`` (the sampling
-    Generator of the permutations; None: OS entropy, secret).
+    Generator of the permutations; None: OS entropy, secret), ``estimator`` (``tree`` |
+    ``honaker``: the prefix sum's estimate, :mod:`fedpriv.privacy.ftrl`).
     """
 
     # node ids: process-local; a resume restarts the tree (the epoch's permutation goes on)
@@ -80,6 +81,7 @@ class DPFTRL(StrategyWrapper):
         delta: float = 1e-5,
         seed: Optional[int] = None,
         rng: Optional[np.random.Generator] = None,
+        estimator: str = "tree",
     ) -> None:
         if type(strategy) not in (FedAvg, FedProx):
             raise not_allowed("strategy", strategy, "a FedAvg or FedProx (DP-FTRL replaces "
@@ -89,7 +91,7 @@ class DPFTRL(StrategyWrapper):
             noise_multiplier=noise_multiplier, clipping_norm=clipping_norm,
             num_sampled_clients=num_sampled_clients, learning_rate=learning_rate,
             momentum=momentum, restart_rounds=restart_rounds,
-            seed=secrets.randbits(63) if seed is None else int(seed),
+            seed=secrets.randbits(63) if seed is None else int(seed), estimator=estimator,
         )  # fmt: skip
         self.delta = float(delta)
         # secret unless the run opts in: a checkpoint leaves a SecretGenerator out

@@ -185,3 +185,39 @@ def test_the_recorder_samples_the_wrappers_block_and_records_it():
         assert sorted(recorder.current["replied"]) == sampled
         epoch += sampled
     assert sorted(epoch) == list(range(12))
+
+
+def test_honaker_estimate_is_the_inverse_variance_combination_of_the_nodes():
+    """``ftrl-estimator = honaker``, one tree of 5 leaves, written out: a level-1 node is
+    (2·n + left + right)/3, the level-2 node (4·n + 3·(its children's estimates))/7; each
+    step's increment is (s_t + H_t − H_{t−1})/m; ε is the tree estimator's."""
+    z, c, seed, m = 0.8, 1.0, 21, 2
+    wrapper = DPFTRL(FedAvg(), noise_multiplier=z, clipping_norm=c, num_sampled_clients=m,
+                     restart_rounds=5, seed=seed, estimator="honaker")  # fmt: skip
+    models, sent = run_rounds(wrapper, 5, range(100, 110))
+
+    def n(level: int, index: int) -> list[np.ndarray]:
+        rng = np.random.default_rng([seed, 0, level, index])
+        return [rng.normal(0.0, z * c, size=sh) for sh in SHAPES]
+
+    def level1(k: int) -> list[np.ndarray]:
+        return [(2 * a + b + d) / 3 for a, b, d in zip(n(1, k), n(0, 2 * k), n(0, 2 * k + 1))]
+
+    root = [(4 * a + 3 * (b + d)) / 7 for a, b, d in zip(n(2, 0), level1(0), level1(1))]
+    prefix = {
+        0: [np.zeros(sh) for sh in SHAPES], 1: n(0, 0), 2: level1(0),
+        3: [a + b for a, b in zip(level1(0), n(0, 2))], 4: root,
+        5: [a + b for a, b in zip(root, n(0, 4))],
+    }  # fmt: skip
+    for t in range(1, 6):
+        s = [sum(p) for p in zip(*(clipped(node_delta(node), c) for node in sent[t - 1]))]
+        want = [(si + a - b) / m for si, a, b in zip(s, prefix[t], prefix[t - 1])]
+        for got, prev, w in zip(models[t], models[t - 1], want):
+            np.testing.assert_allclose(got - prev, w, rtol=1e-10, atol=1e-12)
+    plain = DPFTRL(FedAvg(), noise_multiplier=z, clipping_norm=c, num_sampled_clients=m,
+                   restart_rounds=5, seed=seed)  # fmt: skip
+    run_rounds(plain, 5, range(100, 110))
+    assert wrapper.round_metrics()["dp-epsilon"] == plain.round_metrics()["dp-epsilon"]
+    assert run_spec(resolve_run_config({**BASE, "ftrl-estimator": "honaker"})).params.estimator
+    with pytest.raises(ConfigError, match="ftrl-estimator = 'x' is not allowed"):
+        resolve_run_config({**BASE, "ftrl-estimator": "x"})

@@ -19,6 +19,12 @@ clients whose clipped update was aggregated (m when nobody fails):
    (k_t = m when nobody replied: the step is noise only; μ = 0 and no failures:
    ``θ_t = θ_start + η·S̃_t/m``, FTRL with the quadratic regulariser around θ_start).
 
+With ``estimator = "honaker"`` the prefix sum uses Honaker's variance-reduced estimate of each
+node (Kairouz et al. appendix; Honaker 2015): a complete node's own noisy value and the sum of
+its children's estimates, weighted by inverse variance, bottom-up (variance σ², 2σ²/3,
+4σ²/7, ... of a node of level 0, 1, 2, ...). It is post-processing of the same node releases:
+ε does not change.
+
 Every ``restart_rounds`` rounds (an epoch) the tree restarts (new tree, prefix sums from 0;
 θ and the momentum carry on); so does a tree restored from a checkpoint, which never holds
 the seed.
@@ -52,6 +58,7 @@ from fedpriv.privacy.protocol import Metrics, noise_norm
 from fedpriv.validation import check_int, check_real
 
 __all__ = [
+    "ESTIMATORS",
     "PARTICIPATION_CONDITION",
     "ShuffledEpochs",
     "TreeAggregatedFTRL",
@@ -66,6 +73,7 @@ PARTICIPATION_CONDITION = (
     "client contributes at most once per tree restart (the server asks a secret shuffled "
     "block of each epoch's permutation, one tree per epoch)"
 )
+ESTIMATORS = ("tree", "honaker")  # the prefix sum: the dyadic nodes, or Honaker's estimate
 ADJACENCY = "replace-special (one client's contributions replaced by zero)"
 ACCOUNTANT = "dp_accounting RdpAccountant, SingleEpochTreeAggregationDpEvent per tree (composed)"
 
@@ -182,6 +190,7 @@ class TreeAggregatedFTRL:
         momentum: float = 0.0,
         restart_rounds: int = 1,
         seed: int,
+        estimator: str = "tree",
     ) -> None:
         self.noise_multiplier = float(check_real("noise_multiplier", noise_multiplier, lo=0.0))
         self.clipping_norm = float(check_real("clipping_norm", clipping_norm, lo=0, lo_open=True))
@@ -189,6 +198,10 @@ class TreeAggregatedFTRL:
         self.learning_rate = float(check_real("learning_rate", learning_rate, lo=0, lo_open=True))
         self.momentum = float(check_real("momentum", momentum, lo=0.0, hi=1.0, hi_open=True))
         self.restart_rounds = check_int("restart_rounds", restart_rounds, lo=1)
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"estimator = {estimator!r} is not allowed; expected tree | honaker")
+        self.estimator = estimator
+        self._honaker: dict[tuple[int, int, int], tuple[NDArrays, float]] = {}
         self.seed = int(seed)
         self.restart_pending = False
         self.tree, self.step_in_tree = 0, 0
@@ -203,7 +216,7 @@ class TreeAggregatedFTRL:
             f"{type(self).__name__}(noise_multiplier={self.noise_multiplier}, clipping_norm="
             f"{self.clipping_norm}, num_sampled_clients={self.num_sampled_clients}, "
             f"learning_rate={self.learning_rate}, momentum={self.momentum}, "
-            f"restart_rounds={self.restart_rounds})"
+            f"restart_rounds={self.restart_rounds}, estimator={self.estimator!r})"
         )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -211,12 +224,15 @@ class TreeAggregatedFTRL:
         regenerate the noise); the restored tree restarts (:meth:`__setstate__`)."""
         state = dict(self.__dict__)
         del state["seed"]
+        state["_honaker"] = {}  # node noise estimates: as secret as the seed
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Restored from a checkpoint: a fresh secret seed and a new tree at the next step
         (the old tree's nodes cannot be redrawn; the trees so far stay accounted)."""
         self.__dict__.update(state)
+        self.__dict__.setdefault("estimator", "tree")
+        self.__dict__.setdefault("_honaker", {})
         self.seed = secrets.randbits(63)
         self.restart_pending = True
 
@@ -235,12 +251,37 @@ class TreeAggregatedFTRL:
         return [rng.normal(0.0, self.node_std, size=shape) for shape in shapes]
 
     def prefix_noise(self, tree: int, t: int, shapes) -> NDArrays:
-        """``N_t``: the sum of the noises of :func:`tree_nodes` (t) in tree ``tree``."""
+        """``N_t``: the sum of the noises of :func:`tree_nodes` (t) in tree ``tree`` (with
+        ``honaker``: of their variance-reduced estimates, :meth:`honaker_noise`)."""
         total = [np.zeros(shape, np.float64) for shape in shapes]
         for level, index in tree_nodes(t):
-            for acc, layer in zip(total, self.node_noise(tree, level, index, shapes)):
+            if self.estimator == "honaker":
+                noise = self.honaker_noise(tree, level, index, shapes)[0]
+            else:
+                noise = self.node_noise(tree, level, index, shapes)
+            for acc, layer in zip(total, noise):
                 acc += layer
         return total
+
+    def honaker_noise(self, tree: int, level: int, index: int, shapes) -> tuple[NDArrays, float]:
+        """The noise of Honaker's estimate of a complete node and its variance in units of
+        (z·C)²: ``(v_c·n + c)/(v_c + 1)``, variance ``v_c/(v_c + 1)``, where n is the node's
+        own noise and c (variance v_c) the sum of its two children's estimates; a leaf is its
+        own noise (1). The clean sums agree, so the noise alone combines. Cached per tree."""
+        cached = self._honaker.get((tree, level, index))
+        if cached is not None:
+            return cached
+        own = self.node_noise(tree, level, index, shapes)
+        if level == 0:
+            out: tuple[NDArrays, float] = (own, 1.0)
+        else:
+            left, v_left = self.honaker_noise(tree, level - 1, 2 * index, shapes)
+            right, v_right = self.honaker_noise(tree, level - 1, 2 * index + 1, shapes)
+            vc = v_left + v_right
+            est = [(vc * n + a + b) / (vc + 1.0) for n, a, b in zip(own, left, right)]
+            out = (est, vc / (vc + 1.0))
+        self._honaker[(tree, level, index)] = out  # < 2 nodes a leaf; cleared each tree
+        return out
 
     def starts_new_tree(self) -> bool:
         """True when the next step restarts the tree (the current one has R leaves, or the
@@ -292,6 +333,7 @@ class TreeAggregatedFTRL:
             self.steps_per_tree.append(0)
             self._clean_prefix = [np.zeros_like(a) for a in self.theta]
             self._noisy_prefix = [np.zeros_like(a) for a in self.theta]
+            self._honaker = {}
         self.step_in_tree += 1
         self.steps_per_tree[-1] = self.step_in_tree
         shapes = [a.shape for a in self.theta]

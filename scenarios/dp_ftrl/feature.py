@@ -52,6 +52,7 @@ def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
         delta=params.delta,
         seed=seed,
         rng=rng,
+        estimator=params.estimator,
     )
 
 
@@ -93,6 +94,7 @@ def summary_block(run: ServerRun, rounds: list[dict]) -> dict:
         "mode": MODE.name, "noise_multiplier": params.noise_multiplier,
         "clipping_norm": params.clipping_norm, "learning_rate": params.learning_rate,
         "momentum": params.momentum, "restart_rounds": dp_ftrl.restart_rounds(spec),
+        "estimator": params.estimator,
         "clients_per_round": spec.participation.per_round,
         "sampling": "shuffled epochs: a secret permutation of the clients per epoch, "
         "clients_per_round of it a round, one tree per epoch", "delta": params.delta,

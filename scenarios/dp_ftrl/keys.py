@@ -7,7 +7,7 @@ read ``server-momentum`` (FedAvgM's) nor ``num-sampled-clients`` (the step divid
 updates aggregated).
 """
 
-from fedpriv.scenarios.config.schema import integer, key, real
+from fedpriv.scenarios.config.schema import choice, integer, key, real
 
 KEYS = (
     key(
@@ -26,5 +26,13 @@ KEYS = (
         "a float in [0, 1)",
         "dp-ftrl: heavy-ball momentum on the noisy tree increments (0: the paper's FTRL; "
         "Kairouz et al. use 0.9 with a tuned server-learning-rate over long runs)",
+    ),
+    key(
+        "ftrl-estimator",
+        "tree",
+        choice(("tree", "honaker")),
+        "tree | honaker",
+        "dp-ftrl: the prefix sum from the tree's dyadic nodes, or Honaker's variance-reduced "
+        "estimate of them (post-processing: the same epsilon)",
     ),
 )

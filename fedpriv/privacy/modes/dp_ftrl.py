@@ -37,6 +37,7 @@ class DPFTRLParams:
     learning_rate: float = config_key("server-learning-rate")
     momentum: float = config_key("ftrl-momentum")
     restart_rounds: int = config_key("ftrl-restart-rounds")
+    estimator: str = config_key("ftrl-estimator")
 
 
 def restart_rounds(spec: RunSpec) -> int:
