@@ -61,8 +61,8 @@ class DPFTRL(StrategyWrapper):
     clients asked per round), ``learning_rate`` η, ``momentum`` μ, ``restart_rounds`` R (the
     rounds of an epoch and of a tree; R·m <= the clients), ``delta`` (of the reported ε),
     ``seed`` (the tree seed; None: 63 bits of OS entropy, secret), ``rng`` (the sampling
-    Generator of the permutations; None: OS entropy, secret), ``estimator`` (``tree`` |
-    ``honaker``: the prefix sum's estimate, :mod:`fedpriv.privacy.ftrl`).
+    Generator of the permutations; None: OS entropy, secret), ``estimator`` (``honaker``
+    | ``tree``: the prefix sum's estimate, :mod:`fedpriv.privacy.ftrl`).
     """
 
     # node ids: process-local; a resume restarts the tree (the epoch's permutation goes on)
@@ -81,7 +81,7 @@ class DPFTRL(StrategyWrapper):
         delta: float = 1e-5,
         seed: Optional[int] = None,
         rng: Optional[np.random.Generator] = None,
-        estimator: str = "tree",
+        estimator: str = "honaker",
     ) -> None:
         if type(strategy) not in (FedAvg, FedProx):
             raise not_allowed("strategy", strategy, "a FedAvg or FedProx (DP-FTRL replaces "
@@ -135,6 +135,13 @@ class DPFTRL(StrategyWrapper):
         if self.ftrl.starts_new_tree() or not self.ftrl.steps_per_tree:
             self.in_tree.clear()
         offered = sorted(grid.get_node_ids())
+        least = max(int(getattr(self.strategy, n, 0)) for n in ("min_available_nodes",
+                                                                 "min_train_nodes"))  # fmt: skip
+        if least > len(offered):  # the inner strategy would wait for nodes forever
+            raise ValueError(
+                f"the inner strategy waits for {least} nodes; the round's block has "
+                f"{len(offered)} (min-available and min-train nodes <= clients-per-round)"
+            )
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self.sent = [m.metadata.dst_node_id for m in messages]
         if sorted(self.sent) != offered:

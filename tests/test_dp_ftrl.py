@@ -99,7 +99,7 @@ def test_tree_nodes_tile_each_prefix_once():
 def test_each_rounds_noise_equals_the_tree_recomputed_from_its_seed():
     z, c, m, restart, seed = 0.7, 1.0, 3, 4, 1234
     wrapper = DPFTRL(FedAvg(), noise_multiplier=z, clipping_norm=c, num_sampled_clients=m,
-                     restart_rounds=restart, seed=seed)  # fmt: skip
+                     restart_rounds=restart, seed=seed, estimator="tree")  # fmt: skip
     models, sent = run_rounds(wrapper, 10, range(100, 112))
     for r in range(1, 11):
         tree, t = (r - 1) // restart, (r - 1) % restart + 1
@@ -212,16 +212,16 @@ def test_dp_ftrl_runs_end_to_end_on_digits(tmp_path):
 def test_a_checkpoint_holds_no_tree_seed_and_a_restored_tree_restarts():
     import pickle
 
-    wrapper = DPFTRL(FedAvg(), noise_multiplier=0.9, clipping_norm=1.0, num_sampled_clients=1,
+    wrapper = DPFTRL(FedAvg(), noise_multiplier=0.9, clipping_norm=1.0, num_sampled_clients=2,
                      restart_rounds=4, seed=11)  # fmt: skip
-    _, before = run_rounds(wrapper, 3, range(100, 104))
+    _, before = run_rounds(wrapper, 3, range(100, 108))
     blob = pickle.dumps(wrapper.ftrl)
     restored = pickle.loads(blob)
     assert b"seed" not in blob and restored.seed != 11 and restored.starts_new_tree()
     wrapper.ftrl = restored
-    _, after = run_rounds(wrapper, 2, range(100, 104))
-    # the epoch goes on in a new tree: its 4th client, then a new epoch opens a third tree
-    assert sorted(n for per in before + after[:1] for n in per) == [100, 101, 102, 103]
+    _, after = run_rounds(wrapper, 2, range(100, 108))
+    # the epoch goes on in a new tree: its 4th block, then a new epoch opens a third tree
+    assert sorted(n for per in before + after[:1] for n in per) == list(range(100, 108))
     assert wrapper.ftrl.steps_per_tree == [3, 1, 1]  # the 3 released leaves stay accounted
     assert wrapper.round_metrics()["dp-epsilon"] == pytest.approx(
         tree_epsilon(0.9, [3, 1, 1], 1e-5)["epsilon"], rel=1e-12

@@ -112,7 +112,7 @@ def test_a_step_with_noise_divides_the_tree_increment_by_k():
     """z > 0, one reply failed: θ_t − θ_{t−1} = (s_t + N_t − N_{t−1})/k, k = 3 of 4."""
     z, c, seed = 0.5, 1.0, 5
     wrapper = DPFTRL(FedAvg(), noise_multiplier=z, clipping_norm=c, num_sampled_clients=4,
-                     restart_rounds=2, seed=seed)  # fmt: skip
+                     restart_rounds=2, seed=seed, estimator="tree")  # fmt: skip
     model = [np.zeros(s) for s in SHAPES]
     messages = list(wrapper.configure_train(1, ArrayRecord(model), ConfigRecord(),
                                             Nodes(range(100, 108))))  # fmt: skip
@@ -215,9 +215,10 @@ def test_honaker_estimate_is_the_inverse_variance_combination_of_the_nodes():
         for got, prev, w in zip(models[t], models[t - 1], want):
             np.testing.assert_allclose(got - prev, w, rtol=1e-10, atol=1e-12)
     plain = DPFTRL(FedAvg(), noise_multiplier=z, clipping_norm=c, num_sampled_clients=m,
-                   restart_rounds=5, seed=seed)  # fmt: skip
+                   restart_rounds=5, seed=seed, estimator="tree")  # fmt: skip
     run_rounds(plain, 5, range(100, 110))
     assert wrapper.round_metrics()["dp-epsilon"] == plain.round_metrics()["dp-epsilon"]
-    assert run_spec(resolve_run_config({**BASE, "ftrl-estimator": "honaker"})).params.estimator
+    assert run_spec(resolve_run_config(BASE)).params.estimator == "honaker"  # the default
+    assert run_spec(resolve_run_config({**BASE, "ftrl-estimator": "tree"})).params.estimator
     with pytest.raises(ConfigError, match="ftrl-estimator = 'x' is not allowed"):
         resolve_run_config({**BASE, "ftrl-estimator": "x"})

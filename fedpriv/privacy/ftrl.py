@@ -19,7 +19,8 @@ clients whose clipped update was aggregated (m when nobody fails):
    (k_t = m when nobody replied: the step is noise only; μ = 0 and no failures:
    ``θ_t = θ_start + η·S̃_t/m``, FTRL with the quadratic regulariser around θ_start).
 
-With ``estimator = "honaker"`` the prefix sum uses Honaker's variance-reduced estimate of each
+With ``estimator = "honaker"`` (the default; ``tree`` is Algorithm 1's sum of the dyadic
+nodes) the prefix sum uses Honaker's variance-reduced estimate of each
 node (Kairouz et al. appendix; Honaker 2015): a complete node's own noisy value and the sum of
 its children's estimates, weighted by inverse variance, bottom-up (variance σ², 2σ²/3,
 4σ²/7, ... of a node of level 0, 1, 2, ...). It is post-processing of the same node releases:
@@ -190,7 +191,7 @@ class TreeAggregatedFTRL:
         momentum: float = 0.0,
         restart_rounds: int = 1,
         seed: int,
-        estimator: str = "tree",
+        estimator: str = "honaker",
     ) -> None:
         self.noise_multiplier = float(check_real("noise_multiplier", noise_multiplier, lo=0.0))
         self.clipping_norm = float(check_real("clipping_norm", clipping_norm, lo=0, lo_open=True))
@@ -231,7 +232,7 @@ class TreeAggregatedFTRL:
         """Restored from a checkpoint: a fresh secret seed and a new tree at the next step
         (the old tree's nodes cannot be redrawn; the trees so far stay accounted)."""
         self.__dict__.update(state)
-        self.__dict__.setdefault("estimator", "tree")
+        self.__dict__.setdefault("estimator", "tree")  # a checkpoint from before the key
         self.__dict__.setdefault("_honaker", {})
         self.seed = secrets.randbits(63)
         self.restart_pending = True

@@ -29,10 +29,11 @@ KEYS = (
     ),
     key(
         "ftrl-estimator",
-        "tree",
+        "honaker",
         choice(("tree", "honaker")),
         "tree | honaker",
-        "dp-ftrl: the prefix sum from the tree's dyadic nodes, or Honaker's variance-reduced "
-        "estimate of them (post-processing: the same epsilon)",
+        "dp-ftrl: the prefix sum from Honaker's variance-reduced estimate of the tree's "
+        "nodes, or from the dyadic nodes themselves (Algorithm 1); post-processing, the "
+        "same epsilon",
     ),
 )
