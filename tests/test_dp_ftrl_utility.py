@@ -3,7 +3,7 @@
 digits, 100 clients, 20 a round, the privacy-utility page's setting
 (:data:`bench.privacy_utility.BASE`), each method at the planner's z for ε = 8: DP-FTRL's
 mean final accuracy over seeds 0-2 is within 0.05 of DP-FedAvg's (fixed clipping, 20 of 100
-per round) or above it. Measured by hand (docs/privacy.md): ε 8 0.83 vs 0.81 (3 seeds).
+per round) or above it. Measured by hand (docs/privacy.md): 0.804 against 0.826.
 The fast tier checks the sampling, the divisor and ε (``tests/test_dp_ftrl_epochs.py``).
 """
 
