@@ -77,7 +77,8 @@ METHODS: tuple[Method, ...] = (
     Method(
         "DP-FTRL (tree)",
         dp_ftrl.MODE.name,
-        "no amplification: any participation with each client at most once per restart (5 rounds)",
+        "no amplification: any participation with each client at most once per restart (5 "
+        "rounds); shuffled epochs, one tree each",
     ),
     Method(
         "client budgets",

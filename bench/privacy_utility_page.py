@@ -171,14 +171,17 @@ def ftrl_gap(table: Mapping[tuple[str, float | None], Mapping[str, Any]]) -> lis
 
 
 def cell_details(summary: Mapping[str, Any]) -> dict[str, float]:
-    """What a cell's summary says beyond accuracy: DP-FTRL's participants per round (m less
-    the clients already in the tree), adaptive clipping's final C, client budgets' rate q_i."""
+    """What a cell's summary says beyond accuracy: DP-FTRL's participants per round (its
+    block; before shuffled epochs, m less the clients already in the tree), adaptive
+    clipping's final C, client budgets' rate q_i."""
     privacy = summary.get("privacy") or {}
     details: dict[str, float] = {}
     excluded = privacy.get("repeat_excluded_per_round")
     if excluded:
         m = float(privacy.get("num_sampled_clients", 0))
         details["participants/round"] = m - statistics.fmean(excluded)
+    elif str(privacy.get("sampling", "")).startswith("shuffled epochs"):  # DP-FTRL
+        details["participants/round"] = float(privacy["clients_per_round"])
     norms = privacy.get("clipping_norm_per_round")
     if norms:
         details["final C"] = float(norms[-1])
@@ -230,11 +233,10 @@ READING = (
     "- Amplification: only the DP-FTRL row and the two DP-FedAvg no-amplification rows hold "
     "whoever controls or sees the sampling; fixed clipping, adaptive clipping and client "
     "budgets assume the server's sample is secret and as stated.",
-    "- DP-FTRL here: a tree of 5 leaves per restart (restart = 100 // 20 rounds); the tree's "
-    "gain over independent noise grows with the tree's length, so short trees mostly pay the "
-    "tree depth. The engine samples 20 of 100 at random and the wrapper drops clients already "
-    "in the tree, so fewer than 20 take part in a round (per-cell details) while the step "
-    "still divides by 20; a shuffled-epoch sampler would keep 20.",
+    "- DP-FTRL here: shuffled epochs (a secret permutation of the 100 clients per epoch, 20 "
+    "of it a round, every one asked) and one tree of 5 leaves per epoch (restart = 100 // 20 "
+    "rounds), ftrl-momentum 0; the tree's gain over independent noise grows with the tree's "
+    "length, so short trees mostly pay the tree depth.",
     "- Adaptive clipping needs z < 2σ_b; σ_b = 10 admits every z here, and with m = 20 the "
     "clipped-count noise (std σ_b/m = 0.5 on a fraction) lets C wander (final C below).",
     "- Client budgets: every client in one budget group (the target ε); the server's rate "

@@ -2,18 +2,21 @@
 
 The wrapper replaces the inner strategy's aggregation: every reply's update ``w_i − w_g`` is
 clipped to C, the clipped sum goes into the online tree (noise std z·C per node) and the new
-global model is the FTRL step with momentum from the noisy prefix sums. The inner strategy
-still samples (``configure_train``), evaluates and aggregates metrics.
+global model is the FTRL step with momentum from the noisy prefix sums, divided by the
+number of updates aggregated. The inner strategy builds the messages, evaluates and
+aggregates metrics.
 
-Participation is enforced, not assumed: a node asked once in the current tree is not asked
-again before the restart (it is left out of the grid the inner strategy samples from), so
-the ε of :func:`fedpriv.privacy.ftrl.tree_epsilon` holds whatever the sampling. A round with
-no fresh node, or no reply, still takes its tree step (``s_t = 0``). Failed replies do not
-weaken the guarantee (the noise is on the sum; each client's sensitivity stays C).
-``round_metrics()``: ``dp-sigma`` (a node's std on the mean, z·C/m), ``dp-tree``,
-``dp-tree-step``, ``dp-noise-norm`` (this round's noise on the mean), ``dp-num-clipped``,
-``dp-repeat-excluded`` (nodes left out as already in the tree) and ``dp-epsilon`` with its
-accountant, adjacency and participation condition.
+Who is asked: shuffled epochs (:class:`fedpriv.privacy.ftrl.ShuffledEpochs`). Each epoch is
+a permutation of the clients drawn from the server's secret sampling Generator, cut into
+blocks of m; each round asks the next block (every client of it, nobody dropped) and each
+epoch is one tree. The engine's recorder asks :meth:`DPFTRL.sample_round` for the round's
+partitions (and records them as ``sampled``); used alone, the wrapper draws the block from
+the grid's node ids itself. A client asked twice in one tree is a bug, not a case: it
+raises. A failed reply leaves the block smaller; the step divides by the updates that
+arrived (m when none did). ``round_metrics()``: ``dp-sigma`` (a node's std on the mean,
+z·C/k), ``dp-tree``, ``dp-tree-step``, ``dp-epoch``, ``dp-noise-norm`` (this round's noise
+on the mean), ``dp-num-clipped`` and ``dp-epsilon`` with its accountant, adjacency and
+participation condition.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from flwr.server import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
-from fedpriv.privacy.ftrl import TreeAggregatedFTRL, tree_epsilon
+from fedpriv import seeds
+from fedpriv.privacy.ftrl import ShuffledEpochs, TreeAggregatedFTRL, tree_epsilon
 from fedpriv.privacy.modes import dp_ftrl
 from fedpriv.validation import not_allowed
 
@@ -54,11 +58,15 @@ class DPFTRL(StrategyWrapper):
     """DP-FTRL around ``strategy`` (a FedAvg or FedProx: its aggregation is replaced).
 
     Keyword-only: ``noise_multiplier`` z, ``clipping_norm`` C, ``num_sampled_clients`` m (the
-    step's denominator), ``learning_rate`` η, ``momentum`` μ, ``restart_rounds`` R, ``delta``
-    (of the reported ε), ``seed`` (the tree seed; None: 63 bits of OS entropy, secret).
+    clients asked per round), ``learning_rate`` η, ``momentum`` μ, ``restart_rounds`` R (the
+    rounds of an epoch and of a tree; R·m <= the clients), ``delta`` (of the reported ε),
+    ``seed`` (the tree seed; None: 63 bits of OS entropy, secret), ``rng`` (the sampling
+    Generator of the permutations; None: OS entropy, secret), ``estimator`` (``honaker``
+    | ``tree``: the prefix sum's estimate, :mod:`fedpriv.privacy.ftrl`).
     """
 
-    CHECKPOINT_SKIP = ("in_tree", "sent")  # node ids: process-local; a resume restarts the tree
+    # node ids: process-local; a resume restarts the tree (the epoch's permutation goes on)
+    CHECKPOINT_SKIP = ("in_tree", "sent", "block")
 
     def __init__(
         self,
@@ -72,6 +80,8 @@ class DPFTRL(StrategyWrapper):
         restart_rounds: int = 1,
         delta: float = 1e-5,
         seed: Optional[int] = None,
+        rng: Optional[np.random.Generator] = None,
+        estimator: str = "honaker",
     ) -> None:
         if type(strategy) not in (FedAvg, FedProx):
             raise not_allowed("strategy", strategy, "a FedAvg or FedProx (DP-FTRL replaces "
@@ -81,12 +91,17 @@ class DPFTRL(StrategyWrapper):
             noise_multiplier=noise_multiplier, clipping_norm=clipping_norm,
             num_sampled_clients=num_sampled_clients, learning_rate=learning_rate,
             momentum=momentum, restart_rounds=restart_rounds,
-            seed=secrets.randbits(63) if seed is None else int(seed),
+            seed=secrets.randbits(63) if seed is None else int(seed), estimator=estimator,
         )  # fmt: skip
         self.delta = float(delta)
+        # secret unless the run opts in: a checkpoint leaves a SecretGenerator out
+        self.rng = seeds.privacy_rng(0, reproducible=False) if rng is None else rng
+        self.schedule = ShuffledEpochs(
+            per_round=num_sampled_clients, rounds_per_epoch=restart_rounds
+        )
         self.in_tree: set[int] = set()
         self.sent: list[int] = []
-        self.excluded = 0
+        self.block: Optional[list[int]] = None  # chosen by sample_round for the next round
         self.current_arrays = ArrayRecord()
         self.last_round: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
@@ -98,23 +113,46 @@ class DPFTRL(StrategyWrapper):
         """What the wrapper did in the last round."""
         return dict(self.last_round)
 
+    def sample_round(self, population: Iterable[int]) -> list[int]:
+        """The next round's clients: the next block of the epoch's secret permutation of
+        ``population`` (partitions for the engine's recorder, node ids when the wrapper
+        samples itself); a new epoch opens a new tree."""
+        block, new_epoch = self.schedule.next_block(list(population), self.rng)
+        if new_epoch:
+            self.ftrl.request_restart()
+        self.block = block
+        return list(block)
+
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Sample among the nodes not yet in the current tree (all of them after a restart)."""
+        """Ask every client of the round's block (drawn here unless the recorder did)."""
         self.current_arrays, self.last_round = arrays, {}
         self.ftrl.start(arrays.to_numpy_ndarrays())
+        if self.block is None:  # no recorder chose the block: it is of the grid's node ids
+            grid = _Nodes(grid, self.sample_round(grid.get_node_ids()))
+        self.block = None
         if self.ftrl.starts_new_tree() or not self.ftrl.steps_per_tree:
             self.in_tree.clear()
-        offered = list(grid.get_node_ids())
-        fresh = [n for n in offered if n not in self.in_tree]
-        self.excluded = len(offered) - len(fresh)
-        messages = (
-            list(self.strategy.configure_train(server_round, arrays, config, _Nodes(grid, fresh)))
-            if fresh
-            else []
-        )
+        offered = sorted(grid.get_node_ids())
+        least = max(int(getattr(self.strategy, n, 0)) for n in ("min_available_nodes",
+                                                                 "min_train_nodes"))  # fmt: skip
+        if least > len(offered):  # the inner strategy would wait for nodes forever
+            raise ValueError(
+                f"the inner strategy waits for {least} nodes; the round's block has "
+                f"{len(offered)} (min-available and min-train nodes <= clients-per-round)"
+            )
+        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         self.sent = [m.metadata.dst_node_id for m in messages]
+        if sorted(self.sent) != offered:
+            raise ValueError(
+                f"the inner strategy asked {len(self.sent)} of the {len(offered)} clients of "
+                "the round's block; DP-FTRL asks every one (fraction-train 1, no minimum above "
+                "clients-per-round)"
+            )
+        again = sorted(self.in_tree.intersection(self.sent))
+        if again:
+            raise RuntimeError(f"DP-FTRL: nodes {again} asked twice in tree {self.ftrl.tree}")
         self.in_tree.update(self.sent)
         return messages
 
@@ -122,8 +160,6 @@ class DPFTRL(StrategyWrapper):
         """The round's global arrays when nobody was sampled (no ``configure_train``)."""
         self.current_arrays, self.last_round, self.sent = arrays, {}, []
         self.ftrl.start(arrays.to_numpy_ndarrays())
-        if self.ftrl.starts_new_tree():
-            self.in_tree.clear()
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -142,7 +178,7 @@ class DPFTRL(StrategyWrapper):
                 acc += layer
             if info["clipped"]:
                 clipped_nodes.append(reply.metadata.src_node_id)
-        theta, step = self.ftrl.step(total)
+        theta, step = self.ftrl.step(total, count=len(ok))
         dtypes = [np.asarray(a).dtype for a in reference]
         out = named_record(self.current_arrays.keys(), [t.astype(d) for t, d in zip(theta, dtypes)])
         self._record(step, len(ok), len(replies) - len(ok), clipped_nodes)
@@ -160,12 +196,12 @@ class DPFTRL(StrategyWrapper):
     def _record(self, step: dict, num_ok: int, num_failed: int, clipped: list[int]) -> None:
         """The round's report, with ε of the trees so far."""
         report = tree_epsilon(self.ftrl.noise_multiplier, self.ftrl.steps_per_tree, self.delta)
-        m = self.ftrl.num_sampled_clients
         record = {
-            "dp-mode": dp_ftrl.MODE.name, "dp-noised": True, "dp-sigma": self.ftrl.node_std / m,
+            "dp-mode": dp_ftrl.MODE.name, "dp-noised": True,
+            "dp-sigma": self.ftrl.node_std / step["divisor"],
             "dp-num-reports": num_ok, "dp-num-failures": num_failed,
             "dp-num-clipped": len(clipped), "dp-clipped-nodes": clipped,
-            "dp-repeat-excluded": self.excluded, "dp-tree": step["tree"],
+            "dp-epoch": self.schedule.epoch, "dp-tree": step["tree"],
             "dp-tree-step": step["tree_step"], "dp-noise-norm": step["noise_norm"],
             "dp-round-noise-multiplier": self.ftrl.noise_multiplier,
             "dp-epsilon": report["epsilon"], "dp-delta": self.delta,

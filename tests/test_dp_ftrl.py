@@ -3,8 +3,9 @@
 * the online tree's nodes tile every prefix; each round's noise equals the tree's recomputed
   from its seed by an independent decomposition (a seeded test);
 * ε equals dp_accounting's RDP accountant of the tree-aggregation events (no amplification);
-* each client is asked at most once per tree; noise off and μ = 0 is uniform FedAvg of the
-  clipped updates over m; an end-to-end digits run in process.
+* each client is asked exactly once per epoch (one tree); noise off and μ = 0 is uniform
+  FedAvg of the clipped updates over m; an end-to-end digits run in process, whose records
+  name exactly the clients asked (shuffled epochs: ``tests/test_dp_ftrl_epochs.py``).
 """
 
 from __future__ import annotations
@@ -97,9 +98,8 @@ def test_tree_nodes_tile_each_prefix_once():
 
 def test_each_rounds_noise_equals_the_tree_recomputed_from_its_seed():
     z, c, m, restart, seed = 0.7, 1.0, 3, 4, 1234
-    wrapper = DPFTRL(FedAvg(fraction_train=0.25, min_train_nodes=1, min_available_nodes=1),
-                     noise_multiplier=z, clipping_norm=c, num_sampled_clients=m,
-                     restart_rounds=restart, seed=seed)  # fmt: skip
+    wrapper = DPFTRL(FedAvg(), noise_multiplier=z, clipping_norm=c, num_sampled_clients=m,
+                     restart_rounds=restart, seed=seed, estimator="tree")  # fmt: skip
     models, sent = run_rounds(wrapper, 10, range(100, 112))
     for r in range(1, 11):
         tree, t = (r - 1) // restart, (r - 1) % restart + 1
@@ -114,18 +114,19 @@ def test_each_rounds_noise_equals_the_tree_recomputed_from_its_seed():
         step = [a - b for a, b in zip(models[r], models[r - 1])]
         for got, want in zip(step, expected):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
-    # at most once per tree, whatever the inner strategy samples
-    for tree in range(3):
+    # m a round, every one of the 12 clients exactly once per epoch (= tree)
+    assert all(len(per) == m for per in sent)
+    for tree in range(2):
         asked = [n for per in sent[tree * restart : (tree + 1) * restart] for n in per]
-        assert len(asked) == len(set(asked)) and asked
+        assert sorted(asked) == list(range(100, 112))
     assert wrapper.ftrl.steps_per_tree == [4, 4, 2]
 
 
 def test_epsilon_equals_dp_accountings_tree_aggregation_accountant():
     z, delta = 0.9, 1e-5
-    wrapper = DPFTRL(FedAvg(), noise_multiplier=z, clipping_norm=1.0, num_sampled_clients=4,
+    wrapper = DPFTRL(FedAvg(), noise_multiplier=z, clipping_norm=1.0, num_sampled_clients=2,
                      restart_rounds=4, delta=delta, seed=7)  # fmt: skip
-    run_rounds(wrapper, 10, range(100, 104))
+    run_rounds(wrapper, 10, range(100, 108))
     accountant = dp_accounting.rdp.RdpAccountant(
         neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
     )
@@ -173,8 +174,9 @@ def test_config_refusals_in_one_line():
 
 
 def test_dp_ftrl_runs_end_to_end_on_digits(tmp_path):
-    """digits, 4 clients, 2 a round, restart every epoch (2 rounds): each client once per
-    tree, ε of the rounds = the plan = dp_accounting's, and the model learns."""
+    """digits, 4 clients, 2 a round, restart every epoch (2 rounds): each client exactly once
+    per epoch and tree, the records name the clients asked (all of them replied), ε of the
+    rounds = the plan = dp_accounting's, and the model learns."""
     from fedpriv.scenarios.config.specs import run_spec
 
     from fedpriv.privacy.accounting.planning import privacy_plan
@@ -183,7 +185,7 @@ def test_dp_ftrl_runs_end_to_end_on_digits(tmp_path):
     run_config = {
         "scenario": "digits", "privacy": "dp-ftrl", "strategy": "fedavg", "num-clients": 4,
         "clients-per-round": 2, "num-server-rounds": 6, "local-epochs": 1,
-        "noise-multiplier": 0.01, "clipping-norm": 5.0, "server-momentum": 0.5, "seed": 2,
+        "noise-multiplier": 0.01, "clipping-norm": 5.0, "ftrl-momentum": 0.5, "seed": 2,
         "reproducible-noise": True,
     }  # fmt: skip
     cfg, outcome = run_in_process(run_config, tmp_path, 4)
@@ -192,8 +194,12 @@ def test_dp_ftrl_runs_end_to_end_on_digits(tmp_path):
         (0, 1), (0, 2), (1, 1), (1, 2), (2, 1), (2, 2)
     ]  # fmt: skip
     for tree in range(3):
-        asked = [p for r in trained[2 * tree : 2 * tree + 2] for p in r["replied"]]
-        assert len(asked) == len(set(asked))
+        asked = [p for r in trained[2 * tree : 2 * tree + 2] for p in r["sampled"]]
+        assert sorted(asked) == [0, 1, 2, 3]
+    for r in trained:
+        assert r["sampled"] == sorted(r["replied"]) and len(r["sampled"]) == 2
+        assert r["dp-epoch"] == r["dp-tree"] and r["dp-num-reports"] == 2
+        assert r["dp-sigma"] == pytest.approx(0.01 * 5.0 / 2)
     expected = tree_epsilon(0.01, [2, 2, 2], float(cfg["dp-delta"]))["epsilon"]
     assert trained[-1]["dp-epsilon"] == pytest.approx(expected, rel=1e-9)
     block = outcome.summary["privacy"]
@@ -206,15 +212,17 @@ def test_dp_ftrl_runs_end_to_end_on_digits(tmp_path):
 def test_a_checkpoint_holds_no_tree_seed_and_a_restored_tree_restarts():
     import pickle
 
-    wrapper = DPFTRL(FedAvg(), noise_multiplier=0.9, clipping_norm=1.0, num_sampled_clients=4,
+    wrapper = DPFTRL(FedAvg(), noise_multiplier=0.9, clipping_norm=1.0, num_sampled_clients=2,
                      restart_rounds=4, seed=11)  # fmt: skip
-    run_rounds(wrapper, 3, range(100, 104))
+    _, before = run_rounds(wrapper, 3, range(100, 108))
     blob = pickle.dumps(wrapper.ftrl)
     restored = pickle.loads(blob)
     assert b"seed" not in blob and restored.seed != 11 and restored.starts_new_tree()
     wrapper.ftrl = restored
-    run_rounds(wrapper, 1, range(100, 104))
-    assert wrapper.ftrl.steps_per_tree == [3, 1]  # the 3 released leaves stay accounted
+    _, after = run_rounds(wrapper, 2, range(100, 108))
+    # the epoch goes on in a new tree: its 4th block, then a new epoch opens a third tree
+    assert sorted(n for per in before + after[:1] for n in per) == list(range(100, 108))
+    assert wrapper.ftrl.steps_per_tree == [3, 1, 1]  # the 3 released leaves stay accounted
     assert wrapper.round_metrics()["dp-epsilon"] == pytest.approx(
-        tree_epsilon(0.9, [3, 1], 1e-5)["epsilon"], rel=1e-12
+        tree_epsilon(0.9, [3, 1, 1], 1e-5)["epsilon"], rel=1e-12
     )

@@ -4,18 +4,31 @@ Kairouz, McMahan, Song, Thakkar, Thakurta, Xu (2021), "Practical and Private (De
 Learning without Sampling or Shuffling" (ICML), Algorithm 1 and §4 (momentum, restarts).
 Flower-free, numpy only.
 
-Round t of a tree (t = 1, 2, ... since its last restart), m the expected participants:
+Who takes part (:class:`ShuffledEpochs`, the paper's FL setting): each epoch is a fresh
+secret permutation of the clients, cut into blocks of m; round t of the epoch asks block t,
+so every round asks m clients, nobody twice in an epoch, and each epoch is one tree
+("DP-FTRL-TreeRestart"). Round t of a tree (t = 1, 2, ... since its last restart), k_t the
+clients whose clipped update was aggregated (m when nobody fails):
 
 1. each participant's update is clipped to C (FlatClip): ``s_t = Σ_i clip(Δ_i, C)``;
 2. the online binary tree releases the noisy prefix sum ``S̃_t = Σ_{τ<=t} s_τ + N_t``, where
    ``N_t`` is the sum of the node noises ``n(ℓ, k) ~ N(0, (z·C)² I)`` of the dyadic blocks
    ``[k·2^ℓ + 1, (k+1)·2^ℓ]`` that tile ``[1, t]`` (:func:`tree_nodes`, one per set bit of t);
 3. the FTRL step with heavy-ball momentum as post-processing of those releases:
-   ``g̃_t = (S̃_t − S̃_{t−1})/m``, ``v_t = μ·v_{t−1} + g̃_t``, ``θ_t = θ_{t−1} + η·v_t``
-   (μ = 0: ``θ_t = θ_start + η·S̃_t/m``, FTRL with the quadratic regulariser around θ_start).
+   ``g̃_t = (S̃_t − S̃_{t−1})/k_t``, ``v_t = μ·v_{t−1} + g̃_t``, ``θ_t = θ_{t−1} + η·v_t``
+   (k_t = m when nobody replied: the step is noise only; μ = 0 and no failures:
+   ``θ_t = θ_start + η·S̃_t/m``, FTRL with the quadratic regulariser around θ_start).
 
-Every ``restart_rounds`` rounds the tree restarts (new tree, prefix sums from 0; θ and the
-momentum carry on); so does a tree restored from a checkpoint, which never holds the seed.
+With ``estimator = "honaker"`` (the default; ``tree`` is Algorithm 1's sum of the dyadic
+nodes) the prefix sum uses Honaker's variance-reduced estimate of each
+node (Kairouz et al. appendix; Honaker 2015): a complete node's own noisy value and the sum of
+its children's estimates, weighted by inverse variance, bottom-up (variance σ², 2σ²/3,
+4σ²/7, ... of a node of level 0, 1, 2, ...). It is post-processing of the same node releases:
+ε does not change.
+
+Every ``restart_rounds`` rounds (an epoch) the tree restarts (new tree, prefix sums from 0;
+θ and the momentum carry on); so does a tree restored from a checkpoint, which never holds
+the seed.
 Node noise is a pure function of (tree seed, tree, level, index):
 ``numpy.random.default_rng([seed, tree, level, index])``, so each round's noise can be
 recomputed from the seed (the seed is secret: OS entropy unless ``reproducible-noise``).
@@ -26,8 +39,10 @@ enters ``⌈log2(T+1)⌉`` nodes of a tree of T leaves, each noised with std z·
 replace-with-zero ("replace-special") relation. With at most one contribution per client per
 tree, the trees compose: ``ComposedDpEvent`` of one event per tree (:func:`ftrl_event`),
 accounted by dp_accounting's RDP accountant (:func:`tree_epsilon`). No amplification by
-sampling is assumed, so the bound holds for ANY participation pattern in which a client
-contributes at most once per restart (the server wrapper enforces it).
+sampling or shuffling is assumed, so the bound holds for ANY participation pattern in which
+a client contributes at most once per restart (the shuffled epochs give exactly that). The
+divisor k_t is not private under this relation: a neighbour replaces a client's update by
+zero, it does not remove the reply.
 """
 
 from __future__ import annotations
@@ -44,7 +59,9 @@ from fedpriv.privacy.protocol import Metrics, noise_norm
 from fedpriv.validation import check_int, check_real
 
 __all__ = [
+    "ESTIMATORS",
     "PARTICIPATION_CONDITION",
+    "ShuffledEpochs",
     "TreeAggregatedFTRL",
     "ftrl_event",
     "tree_epsilon",
@@ -54,8 +71,10 @@ __all__ = [
 NDArrays = list[np.ndarray]
 PARTICIPATION_CONDITION = (
     "no amplification by sampling assumed: holds for any participation pattern in which a "
-    "client contributes at most once per tree restart (the server enforces it)"
+    "client contributes at most once per tree restart (the server asks a secret shuffled "
+    "block of each epoch's permutation, one tree per epoch)"
 )
+ESTIMATORS = ("tree", "honaker")  # the prefix sum: the dyadic nodes, or Honaker's estimate
 ADJACENCY = "replace-special (one client's contributions replaced by zero)"
 ACCOUNTANT = "dp_accounting RdpAccountant, SingleEpochTreeAggregationDpEvent per tree (composed)"
 
@@ -81,6 +100,50 @@ def ftrl_event(noise_multiplier: float, steps_per_tree: Sequence[int]):
     return dp_accounting.ComposedDpEvent(
         [dp_accounting.SingleEpochTreeAggregationDpEvent(noise_multiplier, s) for s in trees]
     )
+
+
+class ShuffledEpochs:
+    """Kairouz et al.'s shuffled epochs: who is asked in each round.
+
+    Each epoch draws a permutation of the population from the ``rng`` handed to
+    :meth:`next_block` (the server's secret sampling Generator, kept by the caller: a
+    checkpoint leaves a secret Generator out) and cuts it into blocks of ``per_round``; an epoch is
+    ``rounds_per_epoch`` blocks (at most ``N // per_round``: the last ``N − rounds·per_round``
+    clients of the permutation sit that epoch out). Every round asks ``per_round`` clients,
+    none twice in an epoch; the caller restarts its tree when :meth:`next_block` says an
+    epoch starts. ``epoch`` counts from 0, ``block`` is the block within it (1-based).
+    """
+
+    def __init__(self, *, per_round: int, rounds_per_epoch: int) -> None:
+        self.per_round = check_int("per_round", per_round, lo=1)
+        self.rounds_per_epoch = check_int("rounds_per_epoch", rounds_per_epoch, lo=1)
+        self.order: list[int] = []
+        self.epoch, self.block = -1, 0
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(per_round={self.per_round}, "
+            f"rounds_per_epoch={self.rounds_per_epoch})"
+        )
+
+    def next_block(
+        self, population: Sequence[int], rng: np.random.Generator
+    ) -> tuple[list[int], bool]:
+        """The next round's clients (sorted) and whether they open a new epoch."""
+        population = sorted({int(p) for p in population})
+        need = self.per_round * self.rounds_per_epoch
+        if need > len(population):
+            raise ValueError(
+                f"clients-per-round × rounds per epoch = {need} is not allowed; expected at "
+                f"most the {len(population)} clients (each client once per epoch)"
+            )
+        new_epoch = self.epoch < 0 or self.block >= self.rounds_per_epoch
+        if new_epoch:
+            self.order = [population[int(i)] for i in rng.permutation(len(population))]
+            self.epoch, self.block = self.epoch + 1, 0
+        start = self.block * self.per_round
+        self.block += 1
+        return sorted(self.order[start : start + self.per_round]), new_epoch
 
 
 def tree_epsilon(noise_multiplier: float, steps_per_tree: Sequence[int], delta: float) -> dict:
@@ -109,7 +172,8 @@ class TreeAggregatedFTRL:
     """The DP-FTRL server state and step (module docstring).
 
     ``noise_multiplier`` z >= 0 (node std z·C), ``clipping_norm`` C > 0,
-    ``num_sampled_clients`` m >= 1 (the FTRL step's denominator), ``learning_rate`` η > 0,
+    ``num_sampled_clients`` m >= 1 (the block size: the step's divisor when no count is given or
+    nobody replied), ``learning_rate`` η > 0,
     ``momentum`` μ in [0, 1), ``restart_rounds`` R >= 1, ``seed`` the tree seed (an int;
     secret unless the run opts in to reproducible noise). The protocol's ``constrain`` is
     FlatClip; ``add_noise`` adds the current step's prefix noise; ``event`` the trees so far.
@@ -127,6 +191,7 @@ class TreeAggregatedFTRL:
         momentum: float = 0.0,
         restart_rounds: int = 1,
         seed: int,
+        estimator: str = "honaker",
     ) -> None:
         self.noise_multiplier = float(check_real("noise_multiplier", noise_multiplier, lo=0.0))
         self.clipping_norm = float(check_real("clipping_norm", clipping_norm, lo=0, lo_open=True))
@@ -134,6 +199,10 @@ class TreeAggregatedFTRL:
         self.learning_rate = float(check_real("learning_rate", learning_rate, lo=0, lo_open=True))
         self.momentum = float(check_real("momentum", momentum, lo=0.0, hi=1.0, hi_open=True))
         self.restart_rounds = check_int("restart_rounds", restart_rounds, lo=1)
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"estimator = {estimator!r} is not allowed; expected tree | honaker")
+        self.estimator = estimator
+        self._honaker: dict[tuple[int, int, int], tuple[NDArrays, float]] = {}
         self.seed = int(seed)
         self.restart_pending = False
         self.tree, self.step_in_tree = 0, 0
@@ -148,7 +217,7 @@ class TreeAggregatedFTRL:
             f"{type(self).__name__}(noise_multiplier={self.noise_multiplier}, clipping_norm="
             f"{self.clipping_norm}, num_sampled_clients={self.num_sampled_clients}, "
             f"learning_rate={self.learning_rate}, momentum={self.momentum}, "
-            f"restart_rounds={self.restart_rounds})"
+            f"restart_rounds={self.restart_rounds}, estimator={self.estimator!r})"
         )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -156,13 +225,20 @@ class TreeAggregatedFTRL:
         regenerate the noise); the restored tree restarts (:meth:`__setstate__`)."""
         state = dict(self.__dict__)
         del state["seed"]
+        state["_honaker"] = {}  # node noise estimates: as secret as the seed
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Restored from a checkpoint: a fresh secret seed and a new tree at the next step
         (the old tree's nodes cannot be redrawn; the trees so far stay accounted)."""
         self.__dict__.update(state)
+        self.__dict__.setdefault("estimator", "tree")  # a checkpoint from before the key
+        self.__dict__.setdefault("_honaker", {})
         self.seed = secrets.randbits(63)
+        self.restart_pending = True
+
+    def request_restart(self) -> None:
+        """Open a new tree at the next step (an epoch boundary of the caller's schedule)."""
         self.restart_pending = True
 
     @property
@@ -176,12 +252,37 @@ class TreeAggregatedFTRL:
         return [rng.normal(0.0, self.node_std, size=shape) for shape in shapes]
 
     def prefix_noise(self, tree: int, t: int, shapes) -> NDArrays:
-        """``N_t``: the sum of the noises of :func:`tree_nodes` (t) in tree ``tree``."""
+        """``N_t``: the sum of the noises of :func:`tree_nodes` (t) in tree ``tree`` (with
+        ``honaker``: of their variance-reduced estimates, :meth:`honaker_noise`)."""
         total = [np.zeros(shape, np.float64) for shape in shapes]
         for level, index in tree_nodes(t):
-            for acc, layer in zip(total, self.node_noise(tree, level, index, shapes)):
+            if self.estimator == "honaker":
+                noise = self.honaker_noise(tree, level, index, shapes)[0]
+            else:
+                noise = self.node_noise(tree, level, index, shapes)
+            for acc, layer in zip(total, noise):
                 acc += layer
         return total
+
+    def honaker_noise(self, tree: int, level: int, index: int, shapes) -> tuple[NDArrays, float]:
+        """The noise of Honaker's estimate of a complete node and its variance in units of
+        (z·C)²: ``(v_c·n + c)/(v_c + 1)``, variance ``v_c/(v_c + 1)``, where n is the node's
+        own noise and c (variance v_c) the sum of its two children's estimates; a leaf is its
+        own noise (1). The clean sums agree, so the noise alone combines. Cached per tree."""
+        cached = self._honaker.get((tree, level, index))
+        if cached is not None:
+            return cached
+        own = self.node_noise(tree, level, index, shapes)
+        if level == 0:
+            out: tuple[NDArrays, float] = (own, 1.0)
+        else:
+            left, v_left = self.honaker_noise(tree, level - 1, 2 * index, shapes)
+            right, v_right = self.honaker_noise(tree, level - 1, 2 * index + 1, shapes)
+            vc = v_left + v_right
+            est = [(vc * n + a + b) / (vc + 1.0) for n, a, b in zip(own, left, right)]
+            out = (est, vc / (vc + 1.0))
+        self._honaker[(tree, level, index)] = out  # < 2 nodes a leaf; cleared each tree
+        return out
 
     def starts_new_tree(self) -> bool:
         """True when the next step restarts the tree (the current one has R leaves, or the
@@ -219,8 +320,11 @@ class TreeAggregatedFTRL:
         del kwargs
         return ftrl_event(self.noise_multiplier, self.steps_per_tree)
 
-    def step(self, clipped_sum: Sequence[np.ndarray]) -> tuple[NDArrays, Metrics]:
-        """One release: θ_t from the clipped sum s_t (module docstring, steps 2–3)."""
+    def step(
+        self, clipped_sum: Sequence[np.ndarray], count: Optional[int] = None
+    ) -> tuple[NDArrays, Metrics]:
+        """One release: θ_t from the clipped sum s_t of ``count`` updates (module docstring,
+        steps 2–3; the divisor k_t is ``count``, or m when it is None or 0)."""
         if self.theta is None:
             raise ValueError("TreeAggregatedFTRL.step before start(model)")
         if self.starts_new_tree() or not self.steps_per_tree:
@@ -230,12 +334,14 @@ class TreeAggregatedFTRL:
             self.steps_per_tree.append(0)
             self._clean_prefix = [np.zeros_like(a) for a in self.theta]
             self._noisy_prefix = [np.zeros_like(a) for a in self.theta]
+            self._honaker = {}
         self.step_in_tree += 1
         self.steps_per_tree[-1] = self.step_in_tree
         shapes = [a.shape for a in self.theta]
         noise = self.prefix_noise(self.tree, self.step_in_tree, shapes)
-        m, lr, mu = self.num_sampled_clients, self.learning_rate, self.momentum
-        metrics: Metrics = {"tree": self.tree, "tree_step": self.step_in_tree}
+        m = int(count) if count else self.num_sampled_clients
+        lr, mu = self.learning_rate, self.momentum
+        metrics: Metrics = {"tree": self.tree, "tree_step": self.step_in_tree, "divisor": m}
         increment_noise = 0.0
         for i, s in enumerate(clipped_sum):
             self._clean_prefix[i] += np.asarray(s, np.float64)

@@ -4,7 +4,9 @@
 
 1. samples the training partitions with the run's seeded Generator and offers exactly
    those nodes to the inner strategy (through
-   :class:`fedpriv.scenarios.nodes.federation.PartitionGrid`);
+   :class:`fedpriv.scenarios.nodes.federation.PartitionGrid`); a wrapper of the chain with a
+   ``sample_round(population)`` method (DP-FTRL's shuffled epochs) chooses them instead, so
+   ``sampled`` always names the clients asked;
 2. captures the aggregated train and evaluate metrics;
 3. collects ``round_metrics()`` from every wrapper in the chain (DP sigma, distance d,
    clipped clients, rejected updates, ...) — a wrapper exposes what it did, the recorder
@@ -64,9 +66,16 @@ class RoundRecorder(StrategyWrapper):
     ) -> Iterable[Message]:
         """Sample this round's partitions and let the inner strategy address them."""
         rejoined = self.grid.refresh()
-        sampled = sample_partitions(
-            self.num_clients, self.clients_per_round, self.rng, self.sampling
+        sampler = next(
+            (w for w in wrapper_chain(self.strategy) if callable(getattr(w, "sample_round", None))),
+            None,
         )
+        if sampler is not None:  # the wrapper owns the schedule (it draws from its own rng)
+            sampled = sorted(int(p) for p in sampler.sample_round(range(self.num_clients)))
+        else:
+            sampled = sample_partitions(
+                self.num_clients, self.clients_per_round, self.rng, self.sampling
+            )
         self.current = {"round": server_round, "sampled": sampled}
         if rejoined:
             self.current["rejoined"] = rejoined

@@ -1,9 +1,10 @@
 """Feature ``dp_ftrl``: privacy mode ``dp-ftrl`` (Kairouz et al. 2021).
 
 Declares the mode's server wrapper (:class:`fedpriv.strategies.dp_ftrl.DPFTRL` around FedAvg or
-FedProx; tree seed secret unless ``reproducible-noise``), its config check (a mean strategy,
-no Poisson sampling, no ``max-epsilon``) and its summary.json ``privacy`` block (ε of the
-trees with its participation condition).
+FedProx; tree seed and epoch permutations secret unless ``reproducible-noise``), its config
+check (a mean strategy; an epoch of ``ftrl-restart-rounds`` blocks fits the clients; Poisson
+sampling and ``max-epsilon`` are refused by the shared checks) and its summary.json
+``privacy`` block (ε of the trees with its participation condition).
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ STRATEGIES = ("fedavg", "fedprox")  # DP-FTRL replaces the server's aggregation 
 
 
 def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
-    """:class:`fedpriv.strategies.dp_ftrl.DPFTRL` around ``strategy`` (``rng`` is not used: the tree
-    seed is OS entropy, or the ``dp-noise`` stream with ``reproducible-noise``)."""
+    """:class:`fedpriv.strategies.dp_ftrl.DPFTRL` around ``strategy``: ``rng`` (the run's
+    sampling Generator: OS entropy unless ``reproducible-noise``) draws the epochs'
+    permutations; the tree seed is OS entropy, or the ``dp-noise`` stream with
+    ``reproducible-noise``."""
     from fedpriv.strategies.dp_ftrl import DPFTRL
 
-    del rng
     spec = run.spec
     params = spec.params
     seed = None
@@ -43,17 +45,19 @@ def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
         strategy,
         noise_multiplier=params.noise_multiplier,
         clipping_norm=params.clipping_norm,
-        num_sampled_clients=spec.participation.noise_clients,
+        num_sampled_clients=spec.participation.per_round,
         learning_rate=params.learning_rate,
         momentum=params.momentum,
         restart_rounds=dp_ftrl.restart_rounds(spec),
         delta=params.delta,
         seed=seed,
+        rng=rng,
+        estimator=params.estimator,
     )
 
 
 def check_dp_ftrl(cfg: Mapping[str, Any], catalog: Catalog) -> None:
-    """A FedAvg/FedProx run with fixed sampling (one line otherwise)."""
+    """A FedAvg/FedProx run whose epoch fits the clients (one line otherwise)."""
     del catalog
     if mode_of(cfg) is not MODE:
         return
@@ -61,6 +65,15 @@ def check_dp_ftrl(cfg: Mapping[str, Any], catalog: Catalog) -> None:
         raise ConfigError(
             "strategy", cfg["strategy"], f"{' | '.join(STRATEGIES)} with privacy = {MODE.name} "
             "(DP-FTRL replaces the server's aggregation and optimizer)",
+        )  # fmt: skip
+    restart = int(cfg.get("ftrl-restart-rounds", 0) or 0)
+    clients = int(cfg["num-clients"])
+    asked = int(cfg.get("clients-per-round", 0) or 0)
+    per_round = asked if 0 < asked < clients else clients
+    if restart * per_round > clients:
+        raise ConfigError(
+            "ftrl-restart-rounds", restart, f"0 or 1..{clients // per_round} with "
+            f"{per_round} clients a round of {clients} (each client once per epoch and tree)",
         )  # fmt: skip
 
 
@@ -81,10 +94,13 @@ def summary_block(run: ServerRun, rounds: list[dict]) -> dict:
         "mode": MODE.name, "noise_multiplier": params.noise_multiplier,
         "clipping_norm": params.clipping_norm, "learning_rate": params.learning_rate,
         "momentum": params.momentum, "restart_rounds": dp_ftrl.restart_rounds(spec),
-        "num_sampled_clients": spec.participation.noise_clients, "delta": params.delta,
+        "estimator": params.estimator,
+        "clients_per_round": spec.participation.per_round,
+        "sampling": "shuffled epochs: a secret permutation of the clients per epoch, "
+        "clients_per_round of it a round, one tree per epoch", "delta": params.delta,
         "sigma_per_round": [r.get("dp-sigma") for r in trained], "noised_rounds": len(trained),
-        "repeat_excluded_per_round": [r.get("dp-repeat-excluded") for r in trained],
-        "formula": "theta_t = theta_{t-1} + lr*v_t, v_t = mu*v_{t-1} + (S~_t - S~_{t-1})/m",
+        "formula": "theta_t = theta_{t-1} + lr*v_t, v_t = mu*v_{t-1} + (S~_t - S~_{t-1})/k_t, "
+        "k_t the updates aggregated",
         "guarantee": "(epsilon, delta)-DP, client level, no amplification by sampling",
         "epsilon": report, "epsilon_condition": report["sampling"],
         "unaccounted": unaccounted_channels(MODE.name, opted_in=spec.unaccounted_metrics),

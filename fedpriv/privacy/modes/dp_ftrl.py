@@ -2,12 +2,13 @@
 
 Kairouz et al. (2021), DP-FTRL with momentum and restarts (:mod:`fedpriv.privacy.ftrl`): the
 server clips each update to C, adds the online binary tree's noise (std z·C per node) to the
-prefix sums of the clipped sums and steps from the noisy prefix sums with heavy-ball
-momentum; the tree restarts every ``ftrl-restart-rounds`` rounds (auto: an epoch of rounds,
-``num-clients // clients-per-round``). ε from dp_accounting's tree-aggregation events with
-NO amplification: it holds for any participation in which a client contributes at most once
-per restart, which the server enforces (a client already in the tree is not asked again
-before the restart). A trusted server, as in global DP.
+prefix sums of the clipped sums and steps from the noisy prefix sums (``ftrl-momentum``,
+default 0: the paper's FTRL). Who is asked: shuffled epochs, as the paper's FL runs sample:
+each epoch a secret permutation of the clients, ``clients-per-round`` of it per round, and
+one tree per epoch (``ftrl-restart-rounds`` rounds; 0 = ``num-clients // clients-per-round``,
+the whole permutation). ε from dp_accounting's tree-aggregation events with NO
+amplification: it holds for any participation in which a client contributes at most once
+per restart, which the epochs give. A trusted server, as in global DP.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ class DPFTRLParams:
     clipping_norm: float = config_key("clipping-norm", mode_default=5.0)
     delta: float = config_key("dp-delta")
     learning_rate: float = config_key("server-learning-rate")
-    momentum: float = config_key("server-momentum")
+    momentum: float = config_key("ftrl-momentum")
     restart_rounds: int = config_key("ftrl-restart-rounds")
+    estimator: str = config_key("ftrl-estimator")
 
 
 def restart_rounds(spec: RunSpec) -> int:
@@ -86,8 +88,9 @@ MODE = Mode(
     name="dp-ftrl",
     params=DPFTRLParams,
     threat_model={
-        "server": "trusted to clip, add the tree's noise, keep its tree seed secret and ask "
-        "each client at most once per tree; it sees every client's un-noised update.",
+        "server": "trusted to clip, add the tree's noise, keep its tree seed and its epochs' "
+        "permutations secret and ask each client at most once per tree; it sees every "
+        "client's un-noised update.",
         "clients and observers": "see only the released models: client-level "
         "(epsilon, delta)-DP with no sampling assumption.",
     },
