@@ -210,7 +210,16 @@ def test_placement_is_recorded_in_the_summary(tmp_path):
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
+    """The environment of the cluster's ``ray start`` and its runs: without
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER = 0``, which a local simulation started earlier in
+    this test process sets (``fedpriv.scenarios.cli.ray_cluster.loopback_args``) and which
+    makes a joining ``ray start`` panic ("Multi-node Ray clusters are not supported"): the
+    two errors ``make test`` showed when such a test ran before this module's fixture."""
+    from fedpriv.scenarios.cli.ray_cluster import CLUSTER_SWITCH
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
+    env.pop(CLUSTER_SWITCH, None)
+    return env
 
 
 def _fedpriv(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
