@@ -61,7 +61,7 @@ test-guards: $(STAMP)
 ## the 2-core box shared with other jobs: 10 min at a load of about 8, 16 min at 20-35; every
 ## wait is bounded (the whole of CI must stay under 30 min).
 DEPLOYMENT_TESTS := tests/test_example_app.py tests/test_deployment.py \
-                    tests/test_deployment_cleanup.py
+                    tests/test_deployment_cleanup.py tests/test_deployment_guide.py
 test-deployment: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m deployment $(DEPLOYMENT_TESTS) $(PYTEST_ARGS)
 
