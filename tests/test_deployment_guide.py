@@ -127,6 +127,7 @@ class Deployment:
     def submit(self, overrides: str) -> None:
         before = (ROOT / "pyproject.toml").read_bytes()
         cmd = hospital.run_command(self.name, f"{self.run_config} {overrides}", stream=False)
+        assert cmd[:3] == ["flwr", "run", "."]
         out = self.procs.run("flwr-run", _bin(cmd), cwd=ROOT, timeout_s=SUBMIT_S)
         if "Successfully started run" not in out:
             raise Failure(f"flwr run did not start the run: {out.strip()[-300:]!r}")
@@ -203,9 +204,14 @@ def test_dpsgd_hospitals_over_tls_with_node_auth(deployment, tmp_path):
             dep.nodes[0], tmp_path / "stranger-state", key=str(dep.certs / "stranger"),
             log="stranger", extra=["--max-retries", "1"],
         )  # fmt: skip
+        # the operator's run config asks for z = 0.3: every node keeps its own 1.1
+        dep.run_config = dep.run_config.replace("noise-multiplier=1.1", "noise-multiplier=0.3")
         dep.submit(f"output-dir='{out}'")
         dep.wait_for(out / "summary.json", RUN_S)
         assert stranger.wait(timeout=60) != 0, "an unregistered SuperNode connected"
+    link = (dep.root / "superlink.log").read_text(errors="replace")
+    assert "running on https://" in link  # TLS
+    assert "No SuperNode found with the given public key" in link  # the stranger, refused
     summary = json.loads((out / "summary.json").read_text())
     reported = summary["privacy"]["dp_sgd"]["epsilon_per_client"]
     rounds = read_rounds(out)
@@ -214,7 +220,9 @@ def test_dpsgd_hospitals_over_tls_with_node_auth(deployment, tmp_path):
         delta = 1e-05  # the node's own dp-delta
         ledger = read_ledger(dep.states[node.name], "dp-sgd", i)
         assert ledger.releases == 2, (node.name, ledger.to_json())
-        print(ledger.events)
+        for event in map(json.loads, ledger.events):  # DP-SGD's steps, replace-one: z / 2
+            gaussian = event["event"]["event"]
+            assert gaussian["noise_multiplier"] == pytest.approx(1.1 / 2), event
         own = ledger.lifetime_epsilon(delta)
         assert float(reported[str(i)]) == pytest.approx(own, rel=1e-9), (node.name, reported)
         assert 0 < own < math.inf
