@@ -44,7 +44,7 @@ IFCA_RUN = (
 )
 BUDGETS_RUN = (
     "scenario='digits' privacy='client-budgets' num-clients=3 clients-per-round=0 "
-    "num-server-rounds=2 noise-multiplier=1.0 dp-delta=1e-05"
+    "num-server-rounds=2 client-epsilon-groups='1,3,10' noise-multiplier=1.0 dp-delta=1e-05"
 )
 
 
@@ -115,11 +115,16 @@ def ifca(i: int, n: int = 6) -> Node:
 
 
 def budgets(i: int, n: int = 3) -> Node:
-    """A client-budgets client: it owns its epsilon budget and counts its releases."""
+    """A client-budgets client: it owns its epsilon budget and counts its releases. The
+    server calibrates each client's sampling rate from ``client-epsilon-groups`` (client p
+    in group p mod k): a node whose own ``client-epsilon`` is stricter than its group's
+    refuses the higher rate, so each node states its group's budget (or a larger one)."""
+    groups = (1.0, 3.0, 10.0)
     return Node(
         f"budget-{i}", "client-budgets",
-        f"partition-id={i} num-partitions={n} privacy='client-budgets' client-epsilon=3.0 "
-        "noise-multiplier=1.0 dp-delta=1e-05",
+        f"partition-id={i} num-partitions={n} privacy='client-budgets' "
+        f"client-epsilon-groups='1,3,10' client-epsilon={groups[i % 3]} noise-multiplier=1.0 "
+        "dp-delta=1e-05",
     )  # fmt: skip
 
 
