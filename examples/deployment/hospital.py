@@ -115,16 +115,15 @@ def ifca(i: int, n: int = 6) -> Node:
 
 
 def budgets(i: int, n: int = 3) -> Node:
-    """A client-budgets client: it owns its epsilon budget and counts its releases. The
-    server calibrates each client's sampling rate from ``client-epsilon-groups`` (client p
-    in group p mod k): a node whose own ``client-epsilon`` is stricter than its group's
-    refuses the higher rate, so each node states its group's budget (or a larger one)."""
-    groups = (1.0, 3.0, 10.0)
+    """A client-budgets client: its budget is its group's (client p in group p mod k of
+    ``client-epsilon-groups``, which the node states itself) and it counts its releases.
+    It does not set ``client-epsilon``: the run config leaves that key at "auto", the server
+    resolves it to 0 and sends it, and a node whose own value differs refuses every message
+    (docs/deployment.md, step 5)."""
     return Node(
         f"budget-{i}", "client-budgets",
         f"partition-id={i} num-partitions={n} privacy='client-budgets' "
-        f"client-epsilon-groups='1,3,10' client-epsilon={groups[i % 3]} noise-multiplier=1.0 "
-        "dp-delta=1e-05",
+        "client-epsilon-groups='1,3,10' noise-multiplier=1.0 dp-delta=1e-05",
     )  # fmt: skip
 
 
