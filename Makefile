@@ -57,11 +57,13 @@ test-guards: $(STAMP)
 ## Flower's own SuperLink (simulation engine; four SuperNodes), the repo's app on a SuperLink
 ## and four SuperNodes with one killed (global DP; HDP zone nodes, their ledgers read back),
 ## and the cleanup checks (a run stopped mid-round leaves no process; beside 2 x cores
-## spinning processes a run finishes or fails within its timeout, leaving none). Measured on
-## the 2-core box shared with other jobs: 10 min at a load of about 8, 16 min at 20-35; every
-## wait is bounded (the whole of CI must stay under 30 min).
+## spinning processes a run finishes or fails within its timeout, leaving none), and
+## docs/deployment.md followed (TLS and node authentication: 3 DP-SGD SuperNodes, then 2 zone
+## nodes; about 3 min more at a load of 6-10). Measured on the 2-core box shared with other
+## jobs: 10 min at a load of about 8, 16 min at 20-35 before the guide's test; every wait is
+## bounded (the whole of CI must stay under 30 min).
 DEPLOYMENT_TESTS := tests/test_example_app.py tests/test_deployment.py \
-                    tests/test_deployment_cleanup.py
+                    tests/test_deployment_cleanup.py tests/test_deployment_guide.py
 test-deployment: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -m deployment $(DEPLOYMENT_TESTS) $(PYTEST_ARGS)
 
