@@ -93,7 +93,8 @@ def self_sample(update: np.ndarray, rate: float, rng: np.random.Generator) -> np
 
     The client still encodes, noises and masks the result, so its noise share is in the sum
     either way and secure aggregation hides which vectors are zero (the ``poisson`` sampling
-    of :mod:`.accounting`). Draw the coin from the client's secret Generator.
+    of :mod:`fedpriv.privacy.distributed.accounting`). Draw the coin from the client's secret
+    Generator.
     """
     rng = check_random_state(rng)
     rate = check_real("rate", rate, lo=0.0, hi=1.0)
