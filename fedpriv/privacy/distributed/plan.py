@@ -3,7 +3,8 @@
 :func:`plan_round` fixes the rounded-norm bound B from (d, C, γ, β), finds the smallest
 per-client Skellam variance μ whose ε over the rounds meets the target when only the
 guaranteed t − colluders clients' noise is in the sum
-(:mod:`fedpriv.privacy.distributed.accounting`), then the bits b for which the sum of all n clients' vectors fits Z_{2^b} (:func:`.encoding.bits_for`). The
+(:mod:`fedpriv.privacy.distributed.accounting`), then the bits b for which the sum of all n
+clients' vectors fits Z_{2^b} (:func:`.encoding.bits_for`). The
 result carries the :class:`.encoding.EncodingParams` every client and the server use and
 builds each round's :class:`.secagg.SecAggParams`.
 """
