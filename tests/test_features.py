@@ -140,6 +140,10 @@ def test_the_client_app_imports_no_server_cli_report_or_plotting_code():
         "fedpriv.scenarios.config.schema",
         "fedpriv.scenarios.config.specs",
         "fedpriv.scenarios.zonal.zone_node",
+        # the distributed-dp client (its SecAgg steps and its keys: client-side code)
+        "fedpriv.scenarios.distributed_dp",
+        "fedpriv.scenarios.distributed_dp.client",
+        "fedpriv.scenarios.distributed_dp.keys",
     }
     expected |= {f"fedpriv.scenarios.{name}" for name in features}  # the feature packages (empty)
     expected |= {f"fedpriv.scenarios.{name}.keys" for name in features}  # their key declarations
