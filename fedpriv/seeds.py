@@ -26,6 +26,8 @@ zonal-election          5, 0        no      super-node elections (``fedpriv.stra
 zonal-failure           5, 1        no      simulated super-node failures
 zonal-zone-noise        5, 2, r, z  yes     HDP super-node noise, round r, zone z
 zonal-server-noise      5, 3, r     yes     CDP server noise, round r
+zonal-share-noise       5, 5, r, z  yes     HDP noise shares of zone z's clients under SecAgg
+                                            (``zonal-secagg``, ``in-server``), round r
 cia-shadow              6           no      the CIA attacker's shadow set (``derive_seed``)
 client-split            7, i        no      client i's train/test split (``derive_seed``)
 alzheimer-split         8           no      Alzheimer train/test split (``derive_seed``)
@@ -50,7 +52,9 @@ The client-sampling schedule (``fedpriv.scenarios.app.engine``, ``default_rng(se
 too.
 
 Per-call client streams are keyed by ``[seed, round, partition]`` (Keras training seed,
-``client_seed``; not secret) and ``[client_seed, 5, 4]`` (zonal LDP noise; secret); IFCA
+``client_seed``; not secret), ``[client_seed, 5, 4]`` (zonal LDP noise; secret) and
+``[client_seed, 5, 5]`` (a zone node's client's HDP noise share under ``zonal-secagg``;
+secret); IFCA
 clients use ``[seed, round, partition, stream, 4]`` (the Laplace noise stream is secret).
 DP-SGD's batches and noise are secret the same way (``fedpriv.privacy.dpsgd.call_randomness``).
 
@@ -87,6 +91,7 @@ STREAMS: dict[str, tuple[int, ...]] = {
     "zonal-failure": (5, 1),
     "zonal-zone-noise": (5, 2),
     "zonal-server-noise": (5, 3),
+    "zonal-share-noise": (5, 5),
     "cia-shadow": (6,),
     "client-split": (7,),
     "alzheimer-split": (8,),
@@ -109,6 +114,7 @@ STREAMS: dict[str, tuple[int, ...]] = {
 }
 ZONAL_TAG = 5  # first tag of the zonal streams (and of the zonal LDP client stream)
 ZONAL_LDP_TAGS = (ZONAL_TAG, 4)  # [client_seed, 5, 4]
+ZONAL_SHARE_TAGS = (ZONAL_TAG, 5)  # [client_seed, 5, 5]: HDP noise share under zonal-secagg
 
 
 def tags(name: str, *extra: int) -> list[int]:

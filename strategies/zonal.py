@@ -58,6 +58,7 @@ from fedpriv.privacy.modes import zonal as zonal_mode
 from fedpriv.zonal import (
     SuperNodeElection,
     ZonalPlan,
+    ZoneSecAgg,
     aggregate_round,
     apply_update,
     draw_failures,
@@ -93,6 +94,10 @@ class ZonalAggregation(Strategy):
     epsilon_fn : callable, optional
         ``fn(round) -> dict``: the ε block of the round (see
         :func:`fedpriv.zonal.epsilon_at_aggregator`).
+    secure : ZoneSecAgg, optional
+        ``zonal-secagg``: each zone's replies are summed through SecAgg among its clients
+        (:mod:`fedpriv.zonal.secure_sum`; simulated here on the clients' behalf), HDP noise
+        as the clients' shares (stream ``zonal-share-noise``).
 
     Notes
     -----
@@ -121,6 +126,7 @@ class ZonalAggregation(Strategy):
         placement: str = "",
         distributed_eval: str = "all",
         epsilon_fn: Optional[Callable[[int], dict[str, Any]]] = None,
+        secure: Optional[ZoneSecAgg] = None,
     ) -> None:
         if distributed_eval not in DISTRIBUTED_EVAL:
             raise ValueError(
@@ -137,6 +143,7 @@ class ZonalAggregation(Strategy):
         self.placement = placement or ("mixed" if len(set(plan.levels)) > 1 else plan.levels[0])
         self.distributed_eval = distributed_eval
         self.epsilon_fn = epsilon_fn
+        self.secure = secure
         self.election = SuperNodeElection(
             plan.members, rng=seeds.stream(self.seed, "zonal-election")
         )
@@ -253,6 +260,10 @@ class ZonalAggregation(Strategy):
                 seed, "zonal-server-noise", server_round, reproducible=rep
             ),
             supernodes=self.election.current(),
+            secure=self.secure,
+            share_rng=lambda z: seeds.privacy_stream(
+                seed, "zonal-share-noise", server_round, z, reproducible=rep
+            ),
         )
         return self._release(server_round, result, valid, sorted(replied))
 

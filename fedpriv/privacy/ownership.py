@@ -97,6 +97,8 @@ PRIVACY_KEYS: tuple[str, ...] = (
     "clients-per-round",  # q of a zone node's sigma_i = z*C/(q*W_i)
     "zone-weighting",
     "zonal-example-cap",
+    "zonal-secagg",  # who adds an HDP zone's noise (the clients' shares) and what it sees
+    "zonal-secagg-dropouts",  # the threshold t, which sizes each noise share
     "noise-multiplier",
     "clipping-norm",
     "dp-delta",

@@ -72,6 +72,7 @@ from fedpriv.zonal.aggregation import (
 from fedpriv.zonal.elections import ElectionEvent, SuperNodeElection, draw_failures
 from fedpriv.zonal.plan import ZonalPlan, client_sigma, server_sigma, zone_sigma
 from fedpriv.zonal.release import ZoneRelease, client_contribution, server_step, zone_release
+from fedpriv.zonal.secure_sum import ZoneSecAgg, ZoneSecureSum, secure_zone_delta
 from fedpriv.zonal.zones import (
     NOISE_PLACEMENTS,
     WEIGHTINGS,
@@ -120,6 +121,9 @@ __all__ = [
     "client_contribution",
     "zone_release",
     "server_step",
+    "ZoneSecAgg",
+    "ZoneSecureSum",
+    "secure_zone_delta",
     "ElectionEvent",
     "SuperNodeElection",
     "draw_failures",

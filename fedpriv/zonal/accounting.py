@@ -59,15 +59,25 @@ EPSILON_AGAINST = {
     "and sees the zones' clipped un-noised sums",
 }
 NO_NOISE_AGAINST = "nobody: no noise is added"
+# With ``zonal-secagg`` (HDP §IV) the zone aggregator sees masked vectors and the zone sum
+# only, and an HDP zone's noise is in that sum (the clients' shares), in either runtime.
+EPSILON_AGAINST_SECAGG = {
+    "hdp": "the zone node (it sees only masked vectors and the zone sum, which carries its "
+    "clients' noise shares: against_zone_node), the ServerApp and observers of the global "
+    "model",
+}
 RUNTIME_AGAINST = {"zone-nodes": EPSILON_AGAINST, "in-server": EPSILON_AGAINST_IN_SERVER}
 
 
-def epsilon_against(levels: Sequence[str], runtime: str = "zone-nodes") -> dict[str, str]:
+def epsilon_against(
+    levels: Sequence[str], runtime: str = "zone-nodes", secure_aggregation: bool = False
+) -> dict[str, str]:
     """Level -> whom its ε protects against for the noised levels of a plan run with
     ``runtime`` (``zone-nodes``: :data:`EPSILON_AGAINST`; ``in-server``:
-    :data:`EPSILON_AGAINST_IN_SERVER`); ``{"none": NO_NOISE_AGAINST}`` when no level adds
+    :data:`EPSILON_AGAINST_IN_SERVER`; ``secure_aggregation``: HDP as
+    :data:`EPSILON_AGAINST_SECAGG`); ``{"none": NO_NOISE_AGAINST}`` when no level adds
     noise."""
-    table = RUNTIME_AGAINST[runtime]
+    table = {**RUNTIME_AGAINST[runtime], **(EPSILON_AGAINST_SECAGG if secure_aggregation else {})}
     present = sorted({lv for lv in levels if lv != "none"})
     return {lv: table[lv] for lv in present} or {"none": NO_NOISE_AGAINST}
 
@@ -104,6 +114,9 @@ def epsilon_at_aggregator(
     delta: float,
     with_text: bool = False,
     runtime: str = "zone-nodes",
+    secure_aggregation: bool = False,
+    min_cohort: int = 1,
+    secagg_dropouts: int = 0,
 ) -> dict[str, Any]:
     """ε after ``round_`` rounds, per placement, as seen at the aggregator (see module doc).
 
@@ -113,7 +126,10 @@ def epsilon_at_aggregator(
     ``{"pld": ε, "rdp": ε}``. A plan without noise (placement none or z = 0) gives ``inf``
     everywhere. ``epsilon-against``: whom each noised level's ε protects against
     (:func:`epsilon_against` of ``runtime``). ``with_text`` adds the ``assumptions`` and the
-    accountant's ``accountant_note``.
+    accountant's ``accountant_note``. ``against_zone_node``: :func:`epsilon_against_zone_node`
+    (``secure_aggregation``, ``min_cohort``, ``secagg_dropouts``: ``zonal-secagg``, the
+    smallest zone sample, ``zonal-secagg-dropouts``); with ``secure_aggregation`` also
+    ``aggregator_heuristic_secagg``, HDP Table I without the square roots (HDP §V's note).
     """
     from fedpriv.privacy.accounting import amplified_epsilon, hdp_config_epsilon
 
@@ -134,7 +150,16 @@ def epsilon_at_aggregator(
         "delta": delta,
         "noise_multiplier": z,
         "aggregator_noise_multiplier": z_agg,
-        "epsilon-against": epsilon_against(plan.levels if z else (), runtime),
+        "epsilon-against": epsilon_against(plan.levels if z else (), runtime, secure_aggregation),
+        "against_zone_node": epsilon_against_zone_node(
+            plan,
+            round_=t,
+            total_rounds=total,
+            delta=delta,
+            secure_aggregation=secure_aggregation,
+            min_cohort=min_cohort,
+            secagg_dropouts=secagg_dropouts,
+        ),
     }
     if not present or z == 0.0:
         out.update(
@@ -158,16 +183,36 @@ def epsilon_at_aggregator(
             eps, placement=level, num_clients_in_zone=m, num_zones=s, num_clients=k
         )
 
-    def table(eps: float) -> float:
+    def table(eps: float, secure: bool = False) -> float:
+        if not math.isfinite(eps):
+            return math.inf
         if row in ("C1", "C2", "C4"):
-            return heuristic(eps, {"C1": "ldp", "C2": "hdp", "C4": "cdp"}[row])
+            level = {"C1": "ldp", "C2": "hdp", "C4": "cdp"}[row]
+            return amplified_epsilon(
+                eps,
+                placement=level,
+                num_clients_in_zone=m,
+                num_zones=s,
+                num_clients=k,
+                secure_aggregation=secure,
+            )
         return hdp_config_epsilon(
-            row, eps, num_clients_in_zone=m, num_zones=s, **paper_fractions(plan.levels)
+            row,
+            eps,
+            num_clients_in_zone=m,
+            num_zones=s,
+            secure_aggregation=secure,
+            **paper_fractions(plan.levels),
         )
 
     out["level"] = {"pld": lvl_pld, "rdp": lvl_rdp}
     out["aggregator_accountant"] = {"pld": agg_pld, "rdp": agg_rdp}
     out["aggregator_heuristic"] = {"pld": table(lvl_pld), "rdp": table(lvl_rdp)}
+    if secure_aggregation:
+        out["aggregator_heuristic_secagg"] = {
+            "pld": table(lvl_pld, True),
+            "rdp": table(lvl_rdp, True),
+        }
     out["heuristic_per_level"] = {
         lv: {"pld": heuristic(lvl_pld, lv), "rdp": heuristic(lvl_rdp, lv)} for lv in present
     }
@@ -177,6 +222,86 @@ def epsilon_at_aggregator(
     if with_text:
         out.update(assumptions=EPSILON_ASSUMPTIONS, accountant_note=note)
     return out
+
+
+# --- ε against the zone node (HDP §IV: secure aggregation within zones) ----------------------
+
+AGAINST_ZONE_NODE_NOTE = (
+    "the Gaussian of what the zone aggregator sees of one client over the rounds, composed "
+    "without amplification by sampling (it knows its zone's sample); bounds, replace-one "
+    "client. Without SecAgg: LDP z (it sees each noised update), HDP and CDP inf (clipped "
+    "un-noised updates). With zonal-secagg it sees only the zone sum: HDP z (the clients' "
+    "shares sum to at least the zone noise z*C whenever the sum can be unmasked, |S| >= t), "
+    "LDP z*sqrt(t_min)*w_min/w_max (the noise of the t_min >= threshold of the smallest "
+    "cohort clients in the sum), CDP inf"
+)
+
+
+def zone_node_noise_multipliers(
+    plan: ZonalPlan, *, secure_aggregation: bool, min_cohort: int = 1, secagg_dropouts: int = 0
+) -> dict[str, float]:
+    """Level -> the noise multiplier of the zone aggregator's view of one client (0: none).
+
+    Without SecAgg: ``ldp`` z, ``hdp`` / ``cdp`` 0. With SecAgg (HDP §IV) the view is the
+    zone sum ``Σ_{k∈S} w_k x_k``, a client's sensitivity ``w_k·C ≤ w_max·C``: ``hdp`` — the
+    noise shares ``N(0, (z·C)²/t)`` of |S| ≥ t survivors, std ≥ z·C: multiplier z (the
+    sum-level figure; HDP §V's note drops the square root for the same reason); ``ldp`` —
+    |S| ≥ t_min noised terms, std ≥ z·C·w_min·√t_min: ``z·√t_min·w_min/w_max`` with t_min the
+    SecAgg threshold of the smallest cohort ``min_cohort``; ``cdp`` 0.
+    """
+    from fedpriv.zonal.secure_sum import ZoneSecAgg
+
+    z = plan.noise_multiplier
+    present = sorted({lv for lv in plan.levels if lv != "none"})
+    out = {lv: 0.0 for lv in present}
+    if "ldp" in out:
+        out["ldp"] = z
+    if not secure_aggregation:
+        return out
+    if "hdp" in out:
+        out["hdp"] = z
+    if "ldp" in out:
+        t_min = ZoneSecAgg(dropouts=secagg_dropouts).threshold(max(1, int(min_cohort)))
+        ldp_w = [plan.weights[p] for p in range(plan.num_clients) if plan.level_of(p) == "ldp"]
+        out["ldp"] = z * math.sqrt(t_min) * min(ldp_w) / max(ldp_w)
+    return out
+
+
+def epsilon_against_zone_node(
+    plan: ZonalPlan,
+    *,
+    round_: int,
+    total_rounds: int,
+    delta: float,
+    secure_aggregation: bool,
+    min_cohort: int = 1,
+    secagg_dropouts: int = 0,
+) -> dict[str, Any]:
+    """ε against the zone aggregator after ``round_`` rounds, per noised level:
+    ``{"secure_aggregation", "noise_multiplier": {level: z_eff}, "epsilon": {level: {"pld",
+    "rdp"}}, "note"}`` (:func:`zone_node_noise_multipliers`, composed over ``round_`` rounds
+    with q = 1: :data:`AGAINST_ZONE_NODE_NOTE`)."""
+    n = plan.num_clients
+    total = max(int(total_rounds), int(round_))
+    multipliers = zone_node_noise_multipliers(
+        plan,
+        secure_aggregation=secure_aggregation,
+        min_cohort=min_cohort,
+        secagg_dropouts=secagg_dropouts,
+    )
+    epsilon = {}
+    for level, z_eff in multipliers.items():
+        if z_eff <= 0:
+            epsilon[level] = {"pld": math.inf, "rdp": math.inf}
+            continue
+        pld, rdp, _ = _epsilon_series(z_eff, total, n, n, delta)[int(round_) - 1]
+        epsilon[level] = {"pld": pld, "rdp": rdp}
+    return {
+        "secure_aggregation": bool(secure_aggregation),
+        "noise_multiplier": multipliers,
+        "epsilon": epsilon,
+        "note": AGAINST_ZONE_NODE_NOTE,
+    }
 
 
 # --- a zone node's lifetime ε over its releases -----------------------------------------------

@@ -4,7 +4,7 @@ update (HDP Algorithm 1; SPEC §3.5), and the noise the aggregator sees."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -12,6 +12,7 @@ import numpy as np
 
 from fedpriv.validation import check_int, check_real
 from fedpriv.zonal.plan import ZonalPlan, level_placement
+from fedpriv.zonal.secure_sum import ZoneSecAgg, secure_zone_delta
 
 # --- aggregation ------------------------------------------------------------------------------
 
@@ -77,10 +78,13 @@ class ZoneResult:
     noise_norm: float
     clipped: list[int] = field(default_factory=list)  # clipped by the zone aggregator
     delta: list[np.ndarray] = field(default_factory=list, repr=False)
+    secagg: dict[str, int] | None = None  # the zone's SecAgg round (zonal-secagg), else None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("delta")
+        if out["secagg"] is None:
+            out.pop("secagg")
         return out
 
 
@@ -107,6 +111,9 @@ def aggregate_round(
     server_rng: np.random.Generator,
     supernodes: Mapping[int, int | None] | None = None,
     clip: bool = True,
+    secure: ZoneSecAgg | None = None,
+    share_rng: Callable[[int], np.random.Generator] | None = None,
+    secagg_drop: Collection[int] = (),
 ) -> RoundResult:
     """HDP Algorithm 1 lines 12–15 for one round; returns the global step ``Δ`` (float64).
 
@@ -119,6 +126,11 @@ def aggregate_round(
     adds no noise; every other HDP zone adds its noise, even with no sampled client.
     Clipping and noise are the placements of the plan's one Gaussian mechanism
     (:meth:`ZonalPlan.placement`: zone for ``hdp``, server for ``cdp``).
+
+    ``secure`` (``zonal-secagg``): each zone's terms are summed through SecAgg
+    (:func:`fedpriv.zonal.secure_sum.secure_zone_delta`), an HDP zone's noise is the sum of
+    its clients' shares drawn from ``share_rng(zone)`` (the zone aggregator adds none unless
+    no client was sampled); partitions in ``secagg_drop`` drop after sharing their keys.
     """
     zones: list[ZoneResult] = []
     total = _zeros_like(template)
@@ -139,19 +151,39 @@ def aggregate_round(
                     clipped.append(p)
             zone_updates.append(upd)
         w = [plan.weights[p] for p in parts]
+        supernode = None if supernodes is None else supernodes.get(zone)
+        sigma, noise_norm, view = 0.0, 0.0, None
+        has_supernode = supernodes is None or supernode is not None
+        if secure is not None and parts and has_supernode:
+            rng = (share_rng or (lambda _z: np.random.default_rng()))(zone)
+            delta_i, view, sigma = secure_zone_delta(
+                zone_updates,
+                w,
+                parts,
+                secure,
+                level=level,
+                noise_multiplier=plan.noise_multiplier,
+                clipping_norm=plan.clipping_norm,
+                denominator=plan.zone_denominator(zone),
+                share_rng=lambda _p, g=rng: g,
+                template=template,
+                drop=secagg_drop,
+                context=f"zone {zone}".encode(),
+            )
+            parts = view.survivors
+            w = [plan.weights[p] for p in parts]
+            hdp_noised += int(level == "hdp")
+        else:
+            delta_i = zone_average(
+                zone_updates,
+                w,
+                sampling_rate=plan.sampling_rate,
+                zone_weight=plan.zone_weight(zone),
+                template=template,
+            )
         if level == "ldp":
             ldp_weight_sq += float(sum(x * x for x in w))
-        delta_i = zone_average(
-            zone_updates,
-            w,
-            sampling_rate=plan.sampling_rate,
-            zone_weight=plan.zone_weight(zone),
-            template=template,
-        )
-        supernode = None if supernodes is None else supernodes.get(zone)
-        sigma, noise_norm = 0.0, 0.0
-        has_supernode = supernodes is None or supernode is not None
-        if level == "hdp" and has_supernode:  # σ_i = z·C/(q·W_i)
+        if level == "hdp" and has_supernode and view is None:  # σ_i = z·C/(q·W_i)
             den = plan.zone_denominator(zone)
             delta_i, noise = placed[level].release(
                 delta_i, party="zone", denominator=den, rng=zone_rng(zone)
@@ -163,7 +195,16 @@ def aggregate_round(
             acc += share * layer
         zones.append(
             ZoneResult(
-                zone, level, supernode, parts, float(sum(w)), sigma, noise_norm, clipped, delta_i
+                zone,
+                level,
+                supernode,
+                list(parts),
+                float(sum(w)),
+                sigma,
+                noise_norm,
+                clipped,
+                delta_i,
+                None if view is None else view.record(),
             )
         )
     server_noise = "cdp" in plan.levels

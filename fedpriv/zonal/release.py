@@ -18,7 +18,7 @@ fixed denominators keep every σ and the sensitivity as they are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from fedpriv.zonal.aggregation import (
     zone_average,
 )
 from fedpriv.zonal.plan import ZonalPlan, level_placement
+from fedpriv.zonal.secure_sum import ZoneSecAgg, ZoneSecureSum, secure_zone_delta
 
 ZONE_CLIENTS_KEY = "zonal-clients"  # a zone message's sampled client ids (server -> zone node)
 
@@ -48,6 +49,7 @@ class ZoneRelease:
     sigma: float  # std of the zone noise (HDP), else 0
     noise_norm: float
     clipped: int  # how many of its clients' updates were clipped
+    secagg: ZoneSecureSum | None = None  # the node's view of its SecAgg round (zonal-secagg)
 
     def metrics(self) -> dict[str, Any]:
         """The reply's numbers (no per-client value; the server knows the counts and weights
@@ -98,6 +100,10 @@ def zone_release(
     template: Sequence[np.ndarray],
     clients: Sequence[int] = (),
     clipped: int = 0,
+    secure: ZoneSecAgg | None = None,
+    share_rng: Callable[[int], np.random.Generator] | None = None,
+    drop: Collection[int] = (),
+    context: bytes = b"",
 ) -> ZoneRelease:
     """HDP Algorithm 1 lines 12 and 14 in the zone node: ``Δ(i)`` (+ ``N(0, σ²)`` if hdp).
 
@@ -105,16 +111,41 @@ def zone_release(
     "hdp"`` the zone placement of the Gaussian mechanism (z, C) adds ``N(0, σ_i²)``,
     ``σ_i = z·C/(q·W_i)``; the zone noise is drawn even when no client was sampled, so that
     what the server sees does not depend on the sample.
+
+    ``secure`` (``zonal-secagg``, a sampled cohort): the node sums the terms through SecAgg
+    (:func:`fedpriv.zonal.secure_sum.secure_zone_delta`; client p's share of the HDP noise
+    from ``share_rng(p)``, the clients in ``drop`` leave after sharing their keys) and sees
+    only the masked vectors and the sum; it adds no zone noise (``noise_norm`` 0: unknown
+    to it).
     """
-    delta = zone_average(
-        contributions,
-        weights,
-        sampling_rate=sampling_rate,
-        zone_weight=zone_weight,
-        template=template,
-    )
+    view = None
     noise_norm, used_sigma = 0.0, 0.0
-    if level == "hdp":
+    if secure is not None and len(clients):
+        delta, view, used_sigma = secure_zone_delta(
+            contributions,
+            weights,
+            list(clients),
+            secure,
+            level=level,
+            noise_multiplier=noise_multiplier,
+            clipping_norm=clipping_norm,
+            denominator=sampling_rate * zone_weight,
+            share_rng=share_rng or (lambda _p: np.random.default_rng()),
+            template=template,
+            drop=drop,
+            context=context,
+        )
+        kept = {p: w for p, w in zip(clients, weights)}
+        clients, weights = view.survivors, [kept[p] for p in view.survivors]
+    else:
+        delta = zone_average(
+            contributions,
+            weights,
+            sampling_rate=sampling_rate,
+            zone_weight=zone_weight,
+            template=template,
+        )
+    if level == "hdp" and view is None:
         noised, noise = level_placement(level, noise_multiplier, clipping_norm).release(
             delta, party="zone", denominator=sampling_rate * zone_weight, rng=zone_rng()
         )
@@ -122,7 +153,14 @@ def zone_release(
         delta = [np.asarray(a, np.float64) for a in noised]
     ldp_sq = float(sum(w * w for w in weights)) if level == "ldp" else 0.0
     return ZoneRelease(
-        delta, list(clients), float(sum(weights)), ldp_sq, used_sigma, noise_norm, int(clipped)
+        delta,
+        list(clients),
+        float(sum(weights)),
+        ldp_sq,
+        used_sigma,
+        noise_norm,
+        int(clipped),
+        view,
     )
 
 

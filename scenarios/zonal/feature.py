@@ -60,6 +60,7 @@ from fedpriv.scenarios.zonal.keys import (
     parse_placements,
     parse_zone_counts,
     plan_from_config,
+    secagg_from_config,
     zone_nodes,
 )
 
@@ -178,6 +179,11 @@ def check_zonal(cfg: Mapping[str, Any], catalog: Catalog) -> None:
             cfg["zonal-sweep-zones"],
             f"'' or comma-separated integers in [1, num-clients = {n}]",
         ) from err
+    dropouts = int(cfg.get("zonal-secagg-dropouts", 0))
+    if dropouts and not cfg.get("zonal-secagg", False):
+        raise ConfigError(
+            "zonal-secagg-dropouts", dropouts, "0 unless zonal-secagg = true (no SecAgg: no drops)"
+        )
     if sweep and cfg["zone-assignment"] == "map":
         raise ConfigError(
             "zonal-sweep-zones",
@@ -196,6 +202,9 @@ def epsilon_for(cfg: Mapping[str, Any], plan: ZonalPlan, round_: int, *, text: b
         delta=float(cfg["dp-delta"]),
         with_text=text,
         runtime=str(cfg.get("zonal-runtime", "zone-nodes")),
+        secure_aggregation=bool(cfg.get("zonal-secagg", False)),
+        min_cohort=int(cfg.get("min-zone-clients", 2)) if zone_nodes(cfg) else 1,
+        secagg_dropouts=int(cfg.get("zonal-secagg-dropouts", 0)),
     )
 
 
@@ -231,6 +240,7 @@ def build_zonal_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
         placement=spec.zones.placement,
         distributed_eval=cfg["zonal-distributed-eval"],
         epsilon_fn=lambda r: epsilon_for(cfg, plan, r),
+        secure=secagg_from_config(cfg),
         **extra,
     )
 

@@ -46,6 +46,16 @@ Privacy mode ``zonal``: hierarchical FL with zones and elected super-nodes
   served. Default 2: the smallest zone sample of the HDP paper's settings (s = 2 zones, k = 4
   online clients, §VI); 1 is refused. The zone node reads its own value
   (:func:`fedpriv.scenarios.zonal.zone_node.min_zone_clients`), never the message's.
+- ``zonal-secagg`` — secure aggregation inside every zone (HDP §IV): the zone's sampled
+  clients mask their fixed-point terms with pairwise masks (SecAgg), the zone aggregator
+  (zone node, or the ServerApp with ``in-server``) sees only the masked vectors and the zone
+  sum; an HDP zone's noise is the sum of its clients' shares N(0, (z·C)²/t)
+  (:mod:`fedpriv.zonal.secure_sum`). The ε against the zone node becomes the sum-level figure
+  (``against_zone_node`` of the ε block). Default false (no masking: results as before).
+- ``zonal-secagg-dropouts`` — d, the sampled clients of a zone that may drop after sharing
+  their keys: threshold t = max(n − d, ⌊n/2⌋ + 1); each HDP noise share is sized for t
+  survivors, so d > 0 adds up to √(n/t) more noise. Default 0 (t = n: the zone noise is σ_i
+  exactly). Only with ``zonal-secagg``.
 """
 
 from __future__ import annotations
@@ -59,6 +69,7 @@ from fedpriv.scenarios.config.schema import boolean, choice, integer, key, real,
 from fedpriv.privacy.modes import mode_of
 from fedpriv.privacy.modes import zonal as zonal_mode
 from fedpriv.zonal import NOISE_PLACEMENTS, WEIGHTINGS, ZONE_ASSIGNMENTS, ZonalPlan
+from fedpriv.zonal.secure_sum import ZoneSecAgg
 
 if TYPE_CHECKING:
     from fedpriv.spec import DataSpec
@@ -119,6 +130,13 @@ def plan_from_config(cfg: Mapping[str, Any], data: DataSpec | None = None) -> Zo
         num_examples=counts,
         example_cap=int(cfg["zonal-example-cap"]),
     )
+
+
+def secagg_from_config(cfg: Mapping[str, Any]) -> ZoneSecAgg | None:
+    """The zones' SecAgg settings of a resolved config (None: ``zonal-secagg`` is false)."""
+    if not cfg.get("zonal-secagg", False):
+        return None
+    return ZoneSecAgg(dropouts=int(cfg.get("zonal-secagg-dropouts", 0)))
 
 
 def _variant_label(placement: str, zones: int, sweep: bool) -> str:
@@ -264,5 +282,19 @@ KEYS = (
         integer(2),
         "an integer >= 2 (1 would release one client's update)",
         "a zone node refuses a sample of 1 .. min-zone-clients - 1 of its clients (HDP: s=2, k=4)",
+    ),
+    key(
+        "zonal-secagg",
+        False,
+        boolean,
+        "true | false",
+        "secure aggregation inside zones: the zone aggregator sees only the zone's sum (HDP IV)",
+    ),
+    key(
+        "zonal-secagg-dropouts",
+        0,
+        integer(0),
+        "an integer >= 0",
+        "sampled clients of a zone that may drop in its SecAgg round (threshold n - d)",
     ),
 )

@@ -13,8 +13,12 @@ client with the worker's compiled trainer (one model and traced step per worker)
 noises as its level says (:func:`fedpriv.zonal.release.client_contribution`: LDP noise in each
 client's step), sums ``Δ(i) = Σ w_k Δ_k / (q·W_i)`` and adds the HDP zone noise
 (:func:`fedpriv.zonal.release.zone_release`), and replies with ``θ + Δ(i)`` only (float64),
-plus counts and the clients' weighted train metrics. ``evaluate``: the zone's listed clients
-(all its members when none is listed) evaluate; the reply carries their example-weighted means.
+plus counts and the clients' weighted train metrics. With ``zonal-secagg`` the clients' terms
+are summed through SecAgg (:func:`fedpriv.zonal.secure_sum.secure_zone_delta`): the
+aggregation sees only masked vectors and the zone sum, and an HDP zone's noise is the sum of
+the clients' shares (each from its own stream ``[client_seed, 5, 5]``). ``evaluate``: the
+zone's listed clients (all its members when none is listed) evaluate; the reply carries their
+example-weighted means.
 
 The zone node counts its own releases over its lifetime (:mod:`fedpriv.clients.releases`): its
 ledger
@@ -65,7 +69,7 @@ from fedpriv.clients.releases import (
 from fedpriv.scenarios.config.node_spec import node_state_dir
 from fedpriv.scenarios.config.specs import NodeCall
 from fedpriv.scenarios.speed.keys import cohort_training
-from fedpriv.scenarios.zonal.keys import plan_from_config
+from fedpriv.scenarios.zonal.keys import plan_from_config, secagg_from_config
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from fedpriv import seeds
@@ -193,6 +197,9 @@ def train_zone(
         "q": plan.sampling_rate,
         "members": plan.members[zone],
     }
+    secure = secagg_from_config(call.record)
+    if secure is not None:  # the noise comes from the clients' shares: another mechanism
+        mechanism["secagg-dropouts"] = secure.dropouts
     server_round = call.round
     budget, budget_name = epsilon_budget(context, float(call.spec.params.delta))
     return guarded_release(
@@ -261,6 +268,11 @@ def _release(msg: Message, call: NodeCall, zone: int, plan: Any, clients: list[i
         template=glob,
         clients=clients,
         clipped=clipped,
+        secure=secagg_from_config(call.record),
+        share_rng=lambda p: seeds.privacy_rng(
+            [_client_seed(call, p), *seeds.ZONAL_SHARE_TAGS], reproducible=rep
+        ),
+        context=f"round {server_round} zone {zone}".encode(),
     )
     sent = [g + d for g, d in zip(glob, release.delta)]
     metrics = _weighted(rows)

@@ -36,6 +36,7 @@ def amplified_epsilon(
     num_clients_in_zone: int,
     num_zones: int,
     num_clients: int | None = None,
+    secure_aggregation: bool = False,
 ) -> float:
     """ε seen at the central aggregator, HDP §IV-C (Lemma and "Consequence on HFL").
 
@@ -54,6 +55,8 @@ def amplified_epsilon(
     amplification by averaging of the Gaussian mechanism; the same δ at every level; no
     secure-aggregation/shuffling amplification (with it the paper drops the square roots);
     no sampling or composition over rounds. Report it next to the accountant figures.
+    ``secure_aggregation``: HDP §V's note, "Should it be considered, the only change would
+    be a removal of the square root over all terms": ``ε/k``, ``ε/s``, ``ε``.
     """
     eps = _number("epsilon", epsilon)
     if placement not in _PLACEMENT_ALIASES:
@@ -67,18 +70,21 @@ def amplified_epsilon(
     if kind == "none":
         return math.inf
     if kind == "ldp":
-        return eps / math.sqrt(k)
+        return _term(eps, k, secure_aggregation)
     if kind == "hdp":
-        return eps / math.sqrt(s)
+        return _term(eps, s, secure_aggregation)
     return eps
 
 
 HDP_CONFIGS = ("C1", "C2", "C3", "C4", "C5", "C6", "C7")
 
 
-def _term(eps: float, count: float) -> float:
-    """ε/√count, or 0 when no party is in the group (count == 0)."""
-    return 0.0 if count <= 0 else eps / math.sqrt(count)
+def _term(eps: float, count: float, secure_aggregation: bool = False) -> float:
+    """ε/√count (ε/count with ``secure_aggregation``, HDP §V's note), or 0 when no party is
+    in the group (count == 0)."""
+    if count <= 0:
+        return 0.0
+    return eps / (count if secure_aggregation else math.sqrt(count))
 
 
 def hdp_config_epsilon(
@@ -89,6 +95,7 @@ def hdp_config_epsilon(
     num_zones: int,
     alpha: float = 0.0,
     beta: float = 0.0,
+    secure_aggregation: bool = False,
 ) -> float:
     """ε at the aggregator for the mixed placements C1–C7 of HDP §V, Table I.
 
@@ -102,7 +109,9 @@ def hdp_config_epsilon(
     * C7 ε/√(β·s·m) + ε/√(α·s) + ε    (β·s zones LDP, α·s zones HDP, rest by the server)
 
     A group with zero members contributes 0. Same assumptions as
-    :func:`amplified_epsilon` (heuristic, no secure-aggregation amplification).
+    :func:`amplified_epsilon` (heuristic, no secure-aggregation amplification);
+    ``secure_aggregation`` removes the square root from every term (HDP §V's note: C1 ε/k,
+    C2 ε/s, C3 ε/(β·s·m) + ε/((1−β)·s), ...).
     """
     eps = _number("epsilon", epsilon)
     m = _integer("num_clients_in_zone", num_clients_in_zone)
@@ -115,14 +124,18 @@ def hdp_config_epsilon(
             + (" with alpha + beta <= 1" if config == "C7" else "")
         )
     k = s * m
+
+    def term(count: float) -> float:
+        return _term(eps, count, secure_aggregation)
+
     formulas = {
-        "C1": lambda: _term(eps, k),
-        "C2": lambda: _term(eps, s),
-        "C3": lambda: _term(eps, b * s * m) + _term(eps, (1 - b) * s),
+        "C1": lambda: term(k),
+        "C2": lambda: term(s),
+        "C3": lambda: term(b * s * m) + term((1 - b) * s),
         "C4": lambda: eps,
-        "C5": lambda: _term(eps, a * k) + eps,
-        "C6": lambda: _term(eps, b * s) + eps,
-        "C7": lambda: _term(eps, b * s * m) + _term(eps, a * s) + eps,
+        "C5": lambda: term(a * k) + eps,
+        "C6": lambda: term(b * s) + eps,
+        "C7": lambda: term(b * s * m) + term(a * s) + eps,
     }
     if config not in formulas:
         raise ValueError(
