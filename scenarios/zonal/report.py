@@ -46,6 +46,10 @@ def run_row(summary: Mapping[str, Any]) -> dict[str, Any]:
         "epsilon_aggregator_rdp": agg.get("rdp", math.inf),
         "epsilon_heuristic_rdp": heur.get("rdp", math.inf),
         "epsilon_vs_curious_aggregator_rdp": {k: v.get("rdp") for k, v in curious.items()},
+        "epsilon_vs_zone_node_rdp": {
+            k: v.get("rdp") for k, v in eps.get("against_zone_node", {}).get("epsilon", {}).items()
+        },
+        "zonal_secagg": bool(cfg.get("zonal-secagg", False)),
         "reelections": summary.get("zonal", {}).get("reelections", 0),
         "rounds_aggregated": f"{summary.get('rounds_aggregated', 0)}/{len(accs)}",
         "wall_seconds": summary.get("wall_seconds", math.nan),
@@ -116,6 +120,7 @@ def report_markdown(
     if eps:
         lines += [eps["assumptions"], "", "Accountant: " + eps["accountant_note"]]
     lines += _against_lines(summaries)
+    lines += _zone_node_lines(rows)
     return "\n".join(lines) + "\n"
 
 
@@ -154,3 +159,17 @@ def write_compare_outputs(cfg, summaries: list[dict], out: Path, wall: float, to
             "wall_seconds": wall,
         }
     )
+
+
+def _zone_node_lines(rows: list[dict]) -> list[str]:
+    """ε against the zone node per run (``against_zone_node``; HDP §IV's secure aggregation
+    inside zones when ``zonal-secagg``)."""
+    noised = [r for r in rows if r["epsilon_vs_zone_node_rdp"]]
+    if not noised:
+        return []
+    lines = ["", "## ε against the zone node (RDP; HDP §IV, `zonal-secagg`)", ""]
+    for r in noised:
+        figures = ", ".join(f"{k}: {_fmt(v)}" for k, v in r["epsilon_vs_zone_node_rdp"].items())
+        secagg = "secure aggregation in zones" if r["zonal_secagg"] else "no secure aggregation"
+        lines.append(f"- {r['run']} ({secagg}): {figures}")
+    return lines

@@ -109,7 +109,9 @@ MODE = Mode(
         "hosting them sees them un-noised.",
     },
     epsilon_against={
-        "zone aggregator": "LDP zones: the client's Gaussian; HDP and CDP zones: none",
+        "zone aggregator": "LDP zones: the client's Gaussian; HDP and CDP zones: none. With "
+        "zonal-secagg (secure aggregation inside zones, HDP IV) it sees only the zone sum: "
+        "HDP zones the Gaussian z of the clients' noise shares, LDP zones z*sqrt(t_min)",
         "server": "LDP and HDP zones (zone-nodes): the zone's Gaussian; CDP: none",
         "observers": "every noising level's Gaussian",
     },
