@@ -347,3 +347,49 @@ def test_hdp_accuracy_is_unchanged_by_secagg_in_zones():
     secure = [_hdp_run(ZoneSecAgg(), s) for s in (0, 1)]
     assert min(plain) > 0.6  # the model learns through the HDP noise
     assert abs(np.mean(plain) - np.mean(secure)) <= 0.05
+
+
+# --- the zone node (the real ClientApp) -------------------------------------------------------
+
+
+def test_a_zone_node_with_secagg_replies_the_plain_zone_sum_and_owns_the_key(tmp_path):
+    """A cdp zone node (clip, no zone noise) replies the same θ + Δ(i) with and without
+    SecAgg inside it (the fixed-point error is far below float32's), and a message whose
+    run config differs from the node's own in ``zonal-secagg`` is refused."""
+    from fedpriv.clients.keras_client import federated_data, initial_weights
+    from fedpriv.scenarios.app.client_app import app
+    from fedpriv.scenarios.app.wire_config import DIGEST_KEY, digest
+    from fedpriv.scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.specs import data_spec, train_spec
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+
+    from fedpriv.privacy.ownership import REFUSED_CODE
+    from fedpriv.privacy.releases import STATE_DIR_KEY
+
+    base = {
+        "scenario": "hdp-digits", "noise-placement": "cdp", "num-clients": 6, "num-zones": 2,
+        "clients-per-round": 6, "local-epochs": 1, "num-server-rounds": 2,
+        "reproducible-noise": False,
+    }  # fmt: skip
+    plain_cfg = resolve_run_config(base)
+    secure_cfg = resolve_run_config({**base, "zonal-secagg": True})
+    weights = initial_weights(train_spec(plain_cfg), federated_data(data_spec(plain_cfg)))
+
+    def ask(run_config, node_config, folder):
+        sent = {"client-task": "zone-node", "privacy": "zonal", "zonal-clients": [0, 1, 2]}
+        config = ConfigRecord({**sent, "server-round": 1, DIGEST_KEY: digest(run_config)})
+        msg = Message(
+            RecordDict({"arrays": ArrayRecord(weights), "config": config}), 1, MessageType.TRAIN
+        )
+        node = {"partition-id": 0, STATE_DIR_KEY: str(tmp_path / folder)}
+        return app(msg, Context(1, 1, node, RecordDict(), node_config))
+
+    plain = ask(plain_cfg, plain_cfg, "plain")
+    secure = ask(secure_cfg, secure_cfg, "secure")
+    assert not plain.has_error() and not secure.has_error(), (plain.error, secure.error)
+    for a, b in zip(
+        plain.content["arrays"].to_numpy_ndarrays(), secure.content["arrays"].to_numpy_ndarrays()
+    ):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    mixed = ask(plain_cfg, secure_cfg, "mixed")  # the server's config says no SecAgg
+    assert mixed.has_error() and mixed.error.code == REFUSED_CODE
