@@ -209,7 +209,7 @@ def page_text(out: Path, command: str = COMMAND, wall_seconds: float | None = No
         + ", ".join(map(str, ks))
         + "} × ν ∈ {"
         + ", ".join(map(_nu, nus))
-        + "} × seeds "
+        + ("} × seed " if len(seeds) == 1 else "} × seeds ")
         + ", ".join(map(str, seeds))
         + f": **{len(rows)} IFCA runs** in one simulation.",
         "",

@@ -12,6 +12,7 @@ hold; each failure is one line ``FAIL <page>: ...`` and the exit status is 1.
 from __future__ import annotations
 
 import argparse
+import resource
 import shlex
 import subprocess
 import sys
@@ -153,15 +154,22 @@ def run_page(page: Page, make: Sequence[str], out: Path, *, check_only: bool = F
         return [f"its outputs could not be read: {type(err).__name__}: {err}"]
 
 
+def _children_cpu() -> float:
+    """User + system CPU seconds of the finished child processes (the commands and theirs;
+    a load-independent measure of a page's cost, where wall time on a shared machine is not)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def check_pages(
     pages: Sequence[Page], make: Sequence[str], out: Path, *, check_only: bool = False
 ) -> int:
     """Run and check every page; one line per page; 1 when any page failed."""
     failed = 0
     for page in pages:
-        t0 = time.time()
+        t0, cpu0 = time.time(), _children_cpu()
         failures = run_page(page, make, out, check_only=check_only)
-        took = f"{time.time() - t0:.0f} s"
+        took = f"{time.time() - t0:.0f} s wall, {_children_cpu() - cpu0:.0f} CPU s"
         for failure in failures:
             print(f"FAIL {page.name} (docs/results/{page.page}): {failure}", flush=True)
         if not failures:
