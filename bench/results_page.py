@@ -77,7 +77,7 @@ def write_page(
     lines = report.read_text().splitlines()
     if lines and lines[0].startswith("# "):  # the page's title replaces the report's
         title, lines = title or lines[0][2:], lines[1:]
-    rest = lines
+    rest = lines if lines and not lines[0].strip() else ["", *lines]
     page.parent.mkdir(parents=True, exist_ok=True)
     shown = []
     for source, name in images:
