@@ -12,7 +12,7 @@ reduced run and why its band is honest.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,43 +91,40 @@ def ifca_table(out: Path) -> list[str]:
     return failures
 
 
-def _ssim_by(rows: Iterable[Mapping[str, Any]], key: str) -> dict[Any, float]:
-    return {
-        r[key]: float(r["ssim"]["mean"] if isinstance(r["ssim"], dict) else r["ssim"]) for r in rows
-    }
+def _mean_ssim(row: Mapping[str, Any]) -> float:
+    """The mean SSIM over the attacked examples of a dlg.json row (``ssim``: one per example)."""
+    values = row["ssim"]
+    return sum(values) / len(values)
 
 
 def dlg(out: Path) -> list[str]:
     """Page claim: DLG reconstructs an undefended or lightly sanitized gradient exactly (SSIM
     1.000 at ν ≤ 0.01) and Laplace ν = 10 destroys it (SSIM 0.11); at the zonal level no DP
-    gives SSIM 1 and every placement's noise lowers it. Reduced run: 2 images, ν ∈ {0.01, 10},
-    one zonal group at z = 0.01, 100 L-BFGS iterations. Bands: ν = 0.01 SSIM ≥ 0.9; ν = 10
-    SSIM ≤ 0.5; zonal no DP ≥ 0.9 and above each DP placement."""
+    gives SSIM 1 and every placement's noise lowers it (LDP / HDP / CDP 0.54-0.68 at
+    z = 0.01). Reduced run: 2 images, ν ∈ {0.01, 10}, one zonal group at z = 0.01, 100 L-BFGS
+    iterations. Bands: ν = 0.01 SSIM ≥ 0.9; ν = 10 SSIM ≤ 0.5; zonal no DP ≥ 0.9 and each DP
+    placement below it."""
     doc = _json(out / "run" / "dlg.json")
     failures: list[str] = []
-    laplace = {str(r["label"]): r for r in doc["laplace"]}
-    ssim = {label: _ssim(r) for label, r in laplace.items()}
-    light, heavy = ssim.get("0.01", ssim.get("0.010")), ssim.get("10")
+    ssim = {row["nu"]: _mean_ssim(row) for row in doc["laplace"]}
+    light, heavy = ssim.get(0.01), ssim.get(10.0)
     if light is None or heavy is None:
-        return [f"expected Laplace rows ν = 0.01 and 10; got {sorted(ssim)}"]
+        return [f"expected Laplace rows ν = 0.01 and 10; got {sorted(map(str, ssim))}"]
     _expect(failures, light >= 0.9, f"Laplace ν = 0.01: SSIM {light:.3f} < 0.9")
     _expect(failures, heavy <= 0.5, f"Laplace ν = 10: SSIM {heavy:.3f} > 0.5")
+    if not doc.get("zonal"):
+        failures.append("no zonal rows (the level-0 adversary did not run)")
     for row in doc.get("zonal", []):
-        plain = _ssim(row["none"])
-        _expect(failures, plain >= 0.9, f"zonal {row['label']}: no DP SSIM {plain:.3f} < 0.9")
+        plain = _mean_ssim(row["none"])
+        _expect(failures, plain >= 0.9, f"zonal z = {row['z']}: no DP SSIM {plain:.3f} < 0.9")
         for level in ("ldp", "hdp", "cdp"):
-            value = _ssim(row[level])
+            value = _mean_ssim(row[level])
             _expect(
                 failures,
                 value < plain,
-                f"zonal {row['label']}: {level} SSIM {value:.3f} not below no DP {plain:.3f}",
+                f"zonal z = {row['z']}: {level} SSIM {value:.3f} not below no DP {plain:.3f}",
             )
     return failures
-
-
-def _ssim(row: Mapping[str, Any]) -> float:
-    value = row["ssim"]
-    return float(value[0] if isinstance(value, (list, tuple)) else value)
 
 
 def _zonal_rows(run: Path) -> dict[str, dict[str, Any]]:
