@@ -18,6 +18,14 @@ export PYTHONUNBUFFERED := 1
 .PHONY: notebooks
 .PHONY: bench bench-gpu strategies clean
 
+## Every page under docs/results/ is written by one target below, named at the page's top with
+## when and on what it ran (bench/results_page.py adds that line and copies the figures beside
+## the page). Each target's *_PAGE variable says where: `make results-check` points them at a
+## scratch folder. PAGE_STEP = the page writer: $(call PAGE_STEP,command,report,page,images...).
+RESULTS_DIR ?= docs/results
+PAGE_STEP = $(BIN)/python -m bench.results_page --command "$(1)" --report $(2) --page $(3) \
+  --started $$started $(foreach i,$(4),--image $(i)) $(5)
+
 # uv installs the ~2.5 GB stack in about a minute where pip takes several; both read PyPI.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -97,13 +105,30 @@ test-base-install: $(BASE_STAMP)
 	$(BASE_VENV)/bin/python -m pytest -q -ra $(WRAPPER_TESTS)
 
 ## What CI runs (.ci/run): the fast tier on the pinned stack, the slow tests that guard a
-## result, the deployment path, the base install, then the docs.
-ci: test test-guards test-deployment test-base-install docs
+## result, every results page re-made at a reduced scale, the deployment path, the base
+## install, then the docs.
+ci: test test-guards results-check test-deployment test-base-install docs
+
+## Every page under docs/results/ re-made by its own target at a reduced scale into
+## RESULTS_CHECK_DIR (never docs/), then the orderings and bands each page claims checked on
+## that run (bench/results_check.py; claims and bands in bench/results_claims.py). Fails,
+## naming the page, when a command exits non-zero, writes no page, or a claim does not hold.
+## RESULTS_CHECK_PAGES="gp-fig2,dlg" runs a subset. Budget per page (2 cores):
+## BUDGET_TABLE
+RESULTS_CHECK_DIR ?= runs/results-check
+RESULTS_CHECK_PAGES ?=
+.PHONY: results-check
+results-check: $(STAMP)
+	rm -rf $(RESULTS_CHECK_DIR)
+	$(BIN)/python -m bench.results_check --out $(RESULTS_CHECK_DIR) --make "$(MAKE)" \
+	  $(if $(RESULTS_CHECK_PAGES),--pages $(RESULTS_CHECK_PAGES))
 
 ## The documentation site (docs/: Sphinx + MyST, the `docs` extra, in `dev` too) with warnings
-## as errors; the key reference and the API reference are generated -> docs/_build/html.
+## as errors; the key reference and the API reference are generated -> docs/_build/html. Then
+## every image under docs/results/ must be shown by a built page (scripts/check_site_images.py).
 docs: $(STAMP) notebooks
 	PYTHONPATH=$(CURDIR) $(BIN)/sphinx-build -q -W --keep-going -b html docs docs/_build/html
+	$(BIN)/python scripts/check_site_images.py docs/results docs/_build/html
 
 ## The example notebooks (examples/notebooks/*.ipynb), each run top to bottom in a fresh
 ## kernel by nbmake (the `dev` extra); each trains a small scenario (about a minute on 2
@@ -138,17 +163,24 @@ clean:
 ## `fedpriv grid` runs every strategy x privacy x seed cell as its own simulation into
 ## runs/<grid>/<strategy>/<privacy>/seed<k>/, skips complete cells (re-running resumes),
 ## and exits 1 if a cell failed; `fedpriv report` writes runs/<grid>/report.md + plots/.
-MP_STRATEGIES := fedavg,fedavgm,fedmedian,fedprox,fedopt,fedyogi
-MP_PRIVACY    := none,global-dp,metric-dp
+MP_STRATEGIES ?= fedavg,fedavgm,fedmedian,fedprox,fedopt,fedyogi
+MP_PRIVACY    ?= none,global-dp,metric-dp
+MP_SEEDS      ?= 0,1
+MP_GRID_DIR   ?= runs/mp-grid-synthetic
+MP_GRID_PAGE  ?= $(RESULTS_DIR)/mp-grid-synthetic.md
 
 ## 6 strategies x {vanilla, global-DP, metric-DP} x 2 seeds on synthetic-mri, short rounds:
 ## 36 simulations, a pipeline check (not MP's numbers). MP_GRID_RUN_CONFIG to change rounds.
+## -> docs/results/mp-grid-synthetic.md.
 MP_GRID_RUN_CONFIG ?= num-server-rounds=3 local-epochs=1
 mp-grid-synthetic: $(STAMP)
+	started=$$(date +%s); \
 	$(BIN)/fedpriv grid --scenario synthetic-mri --strategies $(MP_STRATEGIES) \
-	  --privacy $(MP_PRIVACY) --seeds 0,1 --output-dir runs/mp-grid-synthetic \
+	  --privacy $(MP_PRIVACY) --seeds $(MP_SEEDS) --output-dir $(MP_GRID_DIR) \
 	  --run-config "$(MP_GRID_RUN_CONFIG)"; status=$$?; \
-	$(BIN)/fedpriv report runs/mp-grid-synthetic; exit $$status
+	$(BIN)/fedpriv report $(MP_GRID_DIR) && \
+	$(call PAGE_STEP,make mp-grid-synthetic,$(MP_GRID_DIR)/report.md,$(MP_GRID_PAGE)) \
+	  || status=1; exit $$status
 
 ## The full MP grid on the real Alzheimer MRI data (MP §7: 20 rounds, 5 local epochs, Adam
 ## 1e-3, batch 32, z = 0.01, C = 5 -- the scenario and key defaults), 5 seeds, homogeneous
@@ -173,18 +205,30 @@ mp-grid-alzheimer: $(STAMP)
 ## 6 strategies x {vanilla, global-DP, metric-DP} = 18 simulations of the `cia` scenario (1 round
 ## of 20 local epochs, plus the same round with the target absent), then reports/cia/cia.md and
 ## cia_auc.png. CIA_RUN_CONFIG adds overrides, e.g. "num-server-rounds=3" for AUC over rounds.
+## -> docs/results/cia-synthetic-mri.md and .png.
 CIA_RUN_CONFIG ?=
 CIA_STRATEGIES ?= fedavg,fedavgm,fedmedian,fedprox,fedopt,fedyogi
 CIA_PRIVACY ?= none,global-dp,metric-dp
+CIA_RUNS ?= runs/cia
+CIA_OUT ?= reports/cia
+CIA_PAGE ?= $(RESULTS_DIR)/cia-synthetic-mri.md
 cia-table: $(STAMP)
+	started=$$(date +%s); \
 	$(BIN)/fedpriv attack cia --scenario cia --strategies $(CIA_STRATEGIES) \
-	  --privacy $(CIA_PRIVACY) --runs-root runs/cia --out reports/cia \
-	  $(if $(CIA_RUN_CONFIG),--run-config "$(CIA_RUN_CONFIG)")
+	  --privacy $(CIA_PRIVACY) --runs-root $(CIA_RUNS) --out $(CIA_OUT) \
+	  $(if $(CIA_RUN_CONFIG),--run-config "$(CIA_RUN_CONFIG)") && \
+	$(call PAGE_STEP,make cia-table,$(CIA_OUT)/cia.md,$(CIA_PAGE),$(CIA_OUT)/cia_auc.png=cia-synthetic-mri.png)
 
 ## DLG reconstructions on digits: no defence, Laplace sanitization at nu in {0.001 .. 10}
 ## (GP Fig. 5) and a level-0 adversary against LDP / HDP / CDP / no DP (HDP Table IV shape).
+## -> docs/results/dlg.md, dlg_laplace.png, dlg_zonal.png. DLG_ARGS: e.g. "--images 2".
+DLG_OUT ?= reports/dlg
+DLG_ARGS ?=
+DLG_PAGE ?= $(RESULTS_DIR)/dlg.md
 dlg-report: $(STAMP)
-	$(BIN)/fedpriv attack dlg --out reports/dlg
+	started=$$(date +%s); \
+	$(BIN)/fedpriv attack dlg --out $(DLG_OUT) $(DLG_ARGS) && \
+	$(call PAGE_STEP,make dlg-report,$(DLG_OUT)/dlg.md,$(DLG_PAGE),$(DLG_OUT)/dlg_laplace.png $(DLG_OUT)/dlg_zonal.png)
 
 .PHONY: cia-table dlg-report
 
@@ -193,25 +237,59 @@ dlg-report: $(STAMP)
 IFCA_NUS ?= 0 0.001 0.01 0.1 1 3 5 10 15
 IFCA_SEEDS ?= 0
 IFCA_TABLE_DIR ?= runs/ifca-table
+IFCA_RUN_CONFIG ?=
+IFCA_PAGE ?= $(RESULTS_DIR)/ifca-digits-rotated-table.md
 .PHONY: ifca-table
 ifca-table: $(STAMP)
-	sweep=""; for s in $(IFCA_SEEDS); do for nu in $(IFCA_NUS); do \
+	started=$$(date +%s); sweep=""; for s in $(IFCA_SEEDS); do for nu in $(IFCA_NUS); do \
 	  sweep="$$sweep$${sweep:+;}ifca-noise-multiplier=$$nu,seed=$$s"; done; done; \
 	$(BIN)/fedpriv run --run-config "scenario='digits-rotated' output-dir='$(IFCA_TABLE_DIR)' ifca-sweep='$$sweep'" \
-	  && cat $(IFCA_TABLE_DIR)/ifca_table.md
+	  $(if $(IFCA_RUN_CONFIG),--run-config "$(IFCA_RUN_CONFIG)") \
+	  && cat $(IFCA_TABLE_DIR)/ifca_table.md && \
+	$(call PAGE_STEP,make ifca-table,$(IFCA_TABLE_DIR)/ifca_table.md,$(IFCA_PAGE),,--title \
+	  "IFCA on digits-rotated: accuracy against the noise multiplier ν (GP Table 2 shape)")
 
 ## HDP Fig. 2 + Table III on digits (scenario hdp-digits: 100 clients, 10 zones, 20 per round):
 ## none / LDP / HDP / CDP at the same z in ONE simulation -> reports/hdp-compare/report.md
 ## (accuracy per round, epsilon at the aggregator) and comparison.png.
+## -> docs/results/hdp-compare.md and .png.
 HDP_COMPARE_DIR ?= reports/hdp-compare
+HDP_COMPARE_PAGE ?= $(RESULTS_DIR)/hdp-compare.md
 HDP_SWEEP_DIR ?= reports/hdp-sweep
+HDP_SWEEP_PAGE ?= $(RESULTS_DIR)/hdp-sweep.md
 HDP_SWEEP_ZONES ?= 1,2,5,10,20
 HDP_SWEEP_ROUNDS ?= 20
-.PHONY: hdp-compare hdp-sweep
+.PHONY: hdp-compare hdp-sweep hdp-paper
 hdp-compare: $(STAMP)
+	started=$$(date +%s); \
 	$(BIN)/fedpriv run --run-config "scenario='hdp-digits' output-dir='$(HDP_COMPARE_DIR)'" \
 	  $(if $(HDP_RUN_CONFIG),--run-config "$(HDP_RUN_CONFIG)") \
-	  && cat $(HDP_COMPARE_DIR)/report.md
+	  && cat $(HDP_COMPARE_DIR)/report.md && \
+	$(call PAGE_STEP,make hdp-compare,$(HDP_COMPARE_DIR)/report.md,$(HDP_COMPARE_PAGE),$(HDP_COMPARE_DIR)/comparison.png=hdp-compare.png,--title "Zonal (hierarchical) FL with DP: hdp-digits")
+
+## HDP Fig. 2 + Table III at the paper's k = 100, s = 10, 200 rounds (scenario hdp-paper, zone
+## SuperNodes; about 5 min on 2 idle cores) -> docs/results/hdp-paper.md and .png; the page's
+## reading of the run (bench/pages/hdp-paper.md) is appended after the run's report.
+HDP_PAPER_DIR ?= reports/hdp-paper
+HDP_PAPER_PAGE ?= $(RESULTS_DIR)/hdp-paper.md
+hdp-paper: $(STAMP)
+	started=$$(date +%s); \
+	$(BIN)/fedpriv run --run-config "scenario='hdp-paper' output-dir='$(HDP_PAPER_DIR)'" \
+	  $(if $(HDP_PAPER_RUN_CONFIG),--run-config "$(HDP_PAPER_RUN_CONFIG)") && \
+	cat $(HDP_PAPER_DIR)/report.md bench/pages/hdp-paper.md > $(HDP_PAPER_DIR)/page.md && \
+	$(call PAGE_STEP,make hdp-paper,$(HDP_PAPER_DIR)/page.md,$(HDP_PAPER_PAGE),$(HDP_PAPER_DIR)/comparison.png=hdp-paper.png,--title "hdp-paper: HDP Fig. 2 / Table III at the paper's k, s and rounds")
+
+## GP Fig. 2 shape (scenario gp-fig2: k in {1,2,3,5,7} x nu in {0,1,2,3,5} x 10 seeds, 250
+## IFCA runs in one simulation) -> docs/results/gp-fig2.md and .png (bench/gp_fig2_page.py).
+## GP_FIG2_RUN_CONFIG adds overrides, e.g. "ifca-sweep='num-hypotheses=2,seed=0'".
+GP_FIG2_DIR ?= reports/gp-fig2
+GP_FIG2_PAGE ?= $(RESULTS_DIR)/gp-fig2.md
+.PHONY: gp-fig2
+gp-fig2: $(STAMP)
+	started=$$(date +%s); \
+	$(BIN)/fedpriv run --run-config "scenario='gp-fig2' output-dir='$(GP_FIG2_DIR)'" \
+	  $(if $(GP_FIG2_RUN_CONFIG),--run-config "$(GP_FIG2_RUN_CONFIG)") && \
+	$(BIN)/python -m bench.gp_fig2_page $(GP_FIG2_DIR) --page $(GP_FIG2_PAGE) --started $$started
 
 ## Privacy-utility figure: final accuracy against the target epsilon in {1,2,4,8} for fixed
 ## clipping, adaptive clipping, DP-FTRL, client budgets and DP-FedAvg without amplification on
@@ -221,17 +299,36 @@ PU_DIR ?= reports/privacy-utility
 PU_EPSILONS ?= 1,2,4,8
 PU_SEEDS ?= 0,1,2
 PU_ROUNDS ?= 20
+PU_PAGE ?= $(RESULTS_DIR)/privacy-utility.md
 .PHONY: privacy-utility
 privacy-utility: $(STAMP)
 	$(BIN)/python -m bench.privacy_utility --out $(PU_DIR) --epsilons $(PU_EPSILONS) \
 	  --seeds $(PU_SEEDS) --rounds $(PU_ROUNDS)
 	$(BIN)/python -m bench.privacy_utility_page $(PU_DIR) \
-	  --page docs/results/privacy-utility.md --plot docs/results/privacy-utility.png
+	  --page $(PU_PAGE) --plot $(PU_PAGE:.md=.png)
 
 ## HDP Fig. 3 shape: HDP accuracy against epsilon at the aggregator as the number of zones s
-## varies (one simulation) -> reports/hdp-sweep/report.md and sweep.png.
+## varies (one simulation) -> reports/hdp-sweep/report.md and sweep.png -> docs/results/hdp-sweep.md
+## and hdp-sweep.png.
 hdp-sweep: $(STAMP)
+	started=$$(date +%s); \
 	$(BIN)/fedpriv run --run-config "scenario='hdp-digits' zonal-compare-placements='hdp' \
 	  zonal-sweep-zones='$(HDP_SWEEP_ZONES)' num-server-rounds=$(HDP_SWEEP_ROUNDS) \
 	  output-dir='$(HDP_SWEEP_DIR)'" $(if $(HDP_RUN_CONFIG),--run-config "$(HDP_RUN_CONFIG)") \
-	  && cat $(HDP_SWEEP_DIR)/report.md
+	  && cat $(HDP_SWEEP_DIR)/report.md && \
+	$(call PAGE_STEP,make hdp-sweep,$(HDP_SWEEP_DIR)/report.md,$(HDP_SWEEP_PAGE),$(HDP_SWEEP_DIR)/sweep.png=hdp-sweep.png,--title "Zonal (hierarchical) FL with DP: hdp-digits, zones swept")
+
+## The canary audit page (docs/results/audit/audit.md and audit_epsilon_vs_z.png): none / global
+## DP / metric DP (raw, clipped) on digits at each z, one DP-SGD cell and the mechanism-level
+## audits (`fedpriv audit --grid`, ~30 min on 2 cores); the page's reading of the run
+## (bench/pages/audit.md) is appended after the generated report.
+AUDIT_DIR ?= reports/audit
+AUDIT_Z ?= 0.01 0.3 3
+AUDIT_RUN_CONFIG ?= num-server-rounds=4
+AUDIT_PAGE ?= $(RESULTS_DIR)/audit/audit.md
+.PHONY: audit-report
+audit-report: $(STAMP)
+	started=$$(date +%s); \
+	$(BIN)/fedpriv audit --grid --z $(AUDIT_Z) --out $(AUDIT_DIR) --run-config "$(AUDIT_RUN_CONFIG)" && \
+	cat $(AUDIT_DIR)/audit.md bench/pages/audit.md > $(AUDIT_DIR)/page.md && \
+	$(call PAGE_STEP,make audit-report,$(AUDIT_DIR)/page.md,$(AUDIT_PAGE),$(AUDIT_DIR)/audit_epsilon_vs_z.png)

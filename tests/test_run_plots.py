@@ -129,3 +129,16 @@ def test_ifca_plots_draw_validation_when_round_0_had_none(figures, tmp_path):
     assert (tmp_path / "validation_loss.png").exists()
     ax = figures[-1].axes[0]
     assert "RMSE" in " ".join(_legend(ax) + [ax.get_ylabel(), ax.get_title()])
+
+
+def test_coinciding_accuracy_lines_stay_distinguishable(figures, tmp_path):
+    """HDP's comparison.png: none and CDP can end on the same accuracies; each line has its own
+    marker and dash pattern, so the one drawn first is not hidden under the other."""
+    same = [0.1, 0.5, 0.9]
+    plots.plot_accuracy_per_round({"none": same, "ldp": [0.1, 0.2, 0.3], "cdp": same},
+                                  tmp_path / "c.png")  # fmt: skip
+    (fig,) = figures
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    styles = {(line.get_marker(), line.get_linestyle()) for line in lines.values()}
+    assert len(styles) == 3
+    assert list(lines["none"].get_ydata()) == list(lines["cdp"].get_ydata()) == same

@@ -54,12 +54,20 @@ def plot_rounds(
     return save_figure(fig, path)
 
 
+# One marker and dash pattern per line, so lines that coincide (e.g. no DP and CDP, whose noise
+# on the mean is tiny) stay distinguishable: the later line dashes over the earlier one's markers.
+_MARKERS = ("o", "s", "^", "D", "v", "x", "P", "*")
+_DASHES = ("-", "--", "-.", ":")
+
+
 def _round_lines(ax: Any, series: Mapping[str, Sequence[tuple[int, Any]]], **style: Any) -> None:
-    for label, points in series.items():
+    for i, (label, points) in enumerate(series.items()):
         finite = finite_points(points)
         if finite:
             xs, ys = zip(*finite)
-            ax.plot(xs, ys, marker="o", ms=3, label=label, **style)
+            look = {"marker": _MARKERS[i % len(_MARKERS)], "ls": _DASHES[i % len(_DASHES)],
+                    "ms": 4, "markevery": max(1, len(xs) // 25), "mfc": "none"}  # fmt: skip
+            ax.plot(xs, ys, label=label, **{**look, **style})
 
 
 def plot_accuracy_per_round(
