@@ -82,6 +82,23 @@ def command_of(pid: int) -> str:
         return ""
 
 
+def holding(variable: str, value: str) -> list[str]:
+    """``pid command`` of every live process (zombies left out) whose environment has
+    ``variable=value`` (read from ``/proc/<pid>/environ``): a check of what is left that does
+    not rely on the process tree (a test's processes and all they start inherit its
+    ``FLWR_HOME``)."""
+    marker = f"{variable}={value}".encode()
+    out = []
+    for pid, (state, _, _) in _table().items():
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if state != "Z" and marker in env:
+            out.append(f"{pid} {command_of(pid)}")
+    return out
+
+
 def _signal(pids: Sequence[int], sig: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):

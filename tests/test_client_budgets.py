@@ -204,3 +204,41 @@ def test_a_nan_negative_or_garbled_announced_rate_is_refused(budget_run, rate):
     node = next(n for n, p in grid.nodes.items() if p % 3 == 2)  # budget 10
     reply = _resend(grid, node, **{RATE_KEY: rate})
     assert reply.has_error() and f"{RATE_KEY} = " in reply.error.reason
+
+
+def test_a_deployed_nodes_own_client_epsilon_comes_from_its_node_config_never_a_message():
+    """The app's pyproject.toml leaves ``client-epsilon`` at "auto": the server (which resolves
+    it to 0, the group's budget) does not send it, so a SuperNode whose node config sets its
+    own budget accepts the server's messages and trains at its own budget and rate; a message
+    that carries another budget changes nothing (refused, naming the key). In a simulation the
+    scenario's value reaches every simulated node through its node config."""
+    from fedpriv.scenarios.app import wire_config
+    from fedpriv.scenarios.cli.simulated_nodes import node_settings
+    from fedpriv.scenarios.config.features import CATALOG
+    from fedpriv.scenarios.config.node_spec import node_spec
+
+    run_config = {key: "auto" for key in CATALOG.keys} | {
+        "privacy": "client-budgets", "num-clients": 3, "clients-per-round": 0,
+        "client-epsilon-groups": "1,3,10", "num-server-rounds": ROUNDS,
+    }  # fmt: skip
+    server = CATALOG.resolve_run_config(run_config)
+    assert server["client-epsilon"] == 0.0  # the server's guess: every node its group's
+    wire_config.set_base(run_config)
+    try:
+        wired = wire_config.wire_config(server)
+    finally:
+        wire_config.set_base({})
+    assert "client-epsilon" not in wired
+    # what the node reads: its own run_config (client-epsilon "auto") + the keys sent
+    sent = {**wire_config.client_config(wired, run_config), "client-task": "client-budgets"}
+    own = node_spec(11, run_config, {"partition-id": 0, "client-epsilon": 5.0})
+    cfg, why = own.accept(sent, "train")
+    assert why == "" and cfg["client-epsilon"] == 5.0  # its node config's, not the group's 1
+    group = node_spec(11, run_config, {"partition-id": 0})
+    assert group.accept(sent, "train")[0]["client-epsilon"] == 0.0  # auto: its group's
+    for value in (0.0, 50.0):  # the old server's resolved 0, a curious server's looser budget
+        cfg, why = own.accept({**sent, "client-epsilon": value}, "train")
+        assert cfg is None and "key=client-epsilon " in why and "5.0" in why, why
+    assert own.accept({**sent, "client-epsilon": 5.0}, "train")[0]["client-epsilon"] == 5.0
+    simulated = node_settings(CATALOG.resolve_run_config({**run_config, "client-epsilon": 2.0}))
+    assert simulated["client-epsilon"] == 2.0

@@ -86,7 +86,12 @@ def test_dp_sgd_clients_send_no_unnoised_loss(digits):
     cfg = resolve_run_config({**FAST, "privacy": "dp-sgd", "batch-size": 16})
     train = send(cfg, MessageType.TRAIN, digits, {"client-task": "dp-sgd"})
     keys = metric_keys(train)
-    assert keys == {"num-examples", "dp-sgd-epsilon"}
+    own = {"dp-sgd-noise-multiplier", "dp-sgd-clipping-norm", "dp-sgd-delta"}
+    assert keys == {"num-examples", "dp-sgd-epsilon", *own}
+    # its own mechanism, as its own config says (the server's summary reports these)
+    assert [train["metrics"][k] for k in sorted(own)] == pytest.approx(
+        [cfg["clipping-norm"], cfg["dp-delta"], cfg["noise-multiplier"]]
+    )
     # ε is a function of the client's own config and its (public) example count only
     metrics = train["metrics"]
     want = dpsgd.client_epsilon(

@@ -9,8 +9,11 @@ SuperLink connection ``local-deployment`` in a throwaway ``$FLWR_HOME/config.tom
 repository's pyproject.toml must come out of it unchanged. The one run is also the fault test:
 a SuperNode is SIGKILLed (with its SuperExec and ClientApp processes) during a round and
 restarted; every process is stopped at the end, whatever happens (:mod:`tests.localflower`),
-and the module's teardown fails if one is still alive. (A separate fault-free run added ~1-2
-min of CI and checked nothing this run's round 1 and final summary do not.)
+and the module's teardown fails if one is still alive. The SuperNodes the tests kill report a
+10 s heartbeat interval (:mod:`tests.heartbeat_supernode`: Flower's minimum, not its fixed
+30 s), so the SuperLink finds a killed one gone after 16-20 s instead of 40-60 s. (A
+separate fault-free run added ~1-2 min of CI and checked nothing this run's round 1 and final
+summary do not.)
 
 Each SuperNode has its own state folder (``client-state-dir`` in its ``--node-config``, a fresh
 0700 folder), as a deployed node that adds noise or keeps a budget must; each run ends with the
@@ -47,6 +50,8 @@ pytestmark = [pytest.mark.simulation, pytest.mark.slow, pytest.mark.deployment]
 BIN = Path(sys.executable).parent
 NODES = 4
 SUBMIT_S, ROUND_S, RUN_S = 120, 420, 600  # flwr run's submit; a first round; a whole run
+KILLED = (1, 3)  # the partitions whose SuperNodes the tests kill
+HEARTBEAT_SUPERNODE = [sys.executable, str(ROOT / "tests" / "heartbeat_supernode.py")]
 
 
 class Federation:
@@ -94,9 +99,12 @@ class Federation:
         (port,) = free_ports(1)
         home = self.root / f"flwr-node{i}"
         home.mkdir(exist_ok=True)
+        # a node a test kills reports Flower's shortest heartbeat interval (10 s, not 30 s):
+        # the SuperLink finds it gone 16-20 s after the kill, not 40-60 s
+        supernode = HEARTBEAT_SUPERNODE if i in KILLED else [str(BIN / "flower-supernode")]
         self.nodes[i] = self.procs.start(
             f"supernode{i}",
-            [str(BIN / "flower-supernode"), "--insecure",
+            [*supernode, "--insecure",
              "--superlink", f"127.0.0.1:{self.port}", "--port", str(port),
              "--node-config",
              f'partition-id={i} num-partitions={NODES} client-state-dir="{self.states[i]}"'],

@@ -214,6 +214,9 @@ def test_dpsgd_hospitals_over_tls_with_node_auth(deployment, tmp_path):
     assert "No SuperNode found with the given public key" in link  # the stranger, refused
     summary = json.loads((out / "summary.json").read_text())
     reported = summary["privacy"]["dp_sgd"]["epsilon_per_client"]
+    # the server reports the nodes' own z (their replies), not its run config's 0.3
+    assert summary["privacy"]["dp_sgd"]["noise_multiplier"] == pytest.approx(1.1)
+    assert summary["privacy_figures"]["noise_multiplier"] == pytest.approx(1.1)
     rounds = read_rounds(out)
     assert max(r["round"] for r in rounds) == 2
     for i, node in enumerate(dep.nodes):

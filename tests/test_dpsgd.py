@@ -302,6 +302,59 @@ def test_summary_block_and_keys():
             resolve_run_config({"privacy": "dp-sgd", key: value})
 
 
+def test_the_summary_reports_the_clients_own_z_c_and_delta():
+    """Deployed DP-SGD nodes set z, C and δ in their own node config (the run config's are the
+    server's guess): the wrapper keeps what each reply reports and the summary (summary.json's
+    block, its privacy figures: the console line) shows those, per client and the weakest
+    (smallest z, largest C and δ); the run config's only where no client reported its own."""
+    from fedpriv.scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.dp_sgd.feature import dpsgd_summary
+    from fedpriv.scenarios.dp_sgd.server import DpSgdClients
+    from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+
+    class Inner:
+        def aggregate_train(self, server_round, replies):
+            return None, None
+
+    wrapper = DpSgdClients(Inner())
+    replies = []
+    for node, z, clip in ((11, 1.1, 1.0), (22, 0.9, 2.0)):
+        msg = Message(content=RecordDict({"config": ConfigRecord({})}), dst_node_id=node,
+                      message_type="train")  # fmt: skip
+        msg.metadata.__dict__["_src_node_id"] = 1
+        metrics = {
+            "dp-sgd-epsilon": 2.0,
+            "dp-sgd-noise-multiplier": z,
+            "dp-sgd-clipping-norm": clip,
+            "dp-sgd-delta": 1e-6,
+            "num-examples": 10,
+        }
+        reply = Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+        reply.metadata.__dict__["_src_node_id"] = node
+        replies.append(reply)
+    wrapper.aggregate_train(1, replies)
+    report = wrapper.round_metrics()
+    assert report["dp-sgd-noise-multiplier-nodes"] == {11: 1.1, 22: 0.9}
+    assert report["dp-sgd-clipping-norm-nodes"] == {11: 1.0, 22: 2.0}
+    cfg = resolve_run_config({"scenario": "digits", "privacy": "dp-sgd", "noise-multiplier": 0.3})
+    rounds = [{"round": 1, "dp-sgd-epsilon": {"0": 2.0, "1": 2.0},
+               "dp-sgd-noise-multiplier": {"0": 1.1, "1": 0.9},
+               "dp-sgd-clipping-norm": {"0": 1.0, "1": 2.0},
+               "dp-sgd-delta": {"0": 1e-6, "1": 1e-6}}]  # fmt: skip
+    summary = dpsgd_summary(server_run(cfg), rounds)
+    block = summary["privacy"]["dp_sgd"]
+    assert (block["noise_multiplier"], block["l2_norm_clip"], block["delta"]) == (0.9, 2.0, 1e-6)
+    assert block["per_client"]["noise_multiplier"] == {"0": 1.1, "1": 0.9}
+    assert "clients' own" in block["mechanism_source"]
+    figures = summary["privacy_figures"]
+    assert figures["noise_multiplier"] == 0.9 and figures["delta"] == 1e-6
+    assert figures["sigma_mean"] == pytest.approx((1.1 * 1.0 + 0.9 * 2.0) / 2)
+    unreported = dpsgd_summary(server_run(cfg), [{"round": 1, "dp-sgd-epsilon": {"0": 2.0}}])
+    block = unreported["privacy"]["dp_sgd"]
+    assert (block["noise_multiplier"], block["delta"]) == (0.3, cfg["dp-delta"])
+    assert "run config" in block["mechanism_source"] and "per_client" not in block
+
+
 def test_plan_is_the_clients_epsilon():
     from fedpriv.scenarios.config.specs import run_spec
 

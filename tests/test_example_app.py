@@ -27,12 +27,21 @@ import json
 import math
 import os
 import sys
+import time
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
-from tests.localflower import Failure, Processes, free_ports, processes, wait_http_ok
+from tests.localflower import (
+    Failure,
+    Processes,
+    command_of,
+    free_ports,
+    holding,
+    processes,
+    wait_http_ok,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "examples" / "sklearn-metric-dp"
@@ -40,6 +49,7 @@ BIN = Path(sys.executable).parent
 FLWR = tuple(int(x) for x in version("flwr").split(".")[:2])
 Z, C, M, ROUNDS = 0.1, 10.0, 4, 2
 RUN_S = 420  # flwr run --stream of the whole run
+APP_STARTED_S = 240  # until a ClientApp process of a submitted run is seen
 
 # The example submitted with flwr run to Flower's own SuperLink (simulation and deployment):
 # not in `make test` (slow); CI runs it in `make test-deployment`. The MetricDP wrapper it uses
@@ -143,18 +153,14 @@ def _check_rounds(out: Path, context: str, clients: int = M, rounds: int = ROUND
     return rows
 
 
-def test_example_in_the_simulation_engine(tmp_path):
-    env, (port,) = _env(tmp_path), free_ports(1)
-    _connection(env, "sim", port)
-    out = tmp_path / "rounds.jsonl"
-    with processes(tmp_path, env) as procs, one_line_failures(procs):
-        _superlink(procs, tmp_path, port, "--simulation")
-        output = _flwr_run(procs, "sim", out, "--federation-config", f"num-supernodes={M}")
-        _check_rounds(out, output[-4000:] + procs.logs())
-    assert not procs.leftovers()
-
-
-def test_example_on_a_local_superlink_and_supernodes(tmp_path):
+def test_example_on_a_local_superlink_and_supernodes_then_a_run_stopped_mid_round(tmp_path):
+    """The example on a SuperLink and four SuperNodes to its end (the checked rounds); then a
+    second run on the same federation (20 rounds, submitted, not streamed: ``flwr run``
+    returns and the run goes on in Flower's processes) is stopped while its ClientApps work:
+    every process the test ever saw (SuperLink, SuperNodes, SuperExecs, ServerApps,
+    ClientApps) is gone after the stop, by the recorded tree and by a scan of every process
+    for the test's ``FLWR_HOME`` (:func:`tests.localflower.holding`). (The stop had a
+    federation of its own in tests/test_deployment_cleanup.py: ~1 min of CI more.)"""
     env, (port,) = _env(tmp_path), free_ports(1)
     _connection(env, "deploy", port)
     out = tmp_path / "rounds.jsonl"
@@ -163,14 +169,35 @@ def test_example_on_a_local_superlink_and_supernodes(tmp_path):
         _supernodes(procs, tmp_path, port, M)
         output = _flwr_run(procs, "deploy", out, "--run-config", "fraction-evaluate=0.0")
         _check_rounds(out, output[-4000:] + procs.logs())
-    assert not procs.leftovers()
+        _flwr_run(procs, "deploy", tmp_path / "stopped.jsonl", rounds=20, stream=False,
+                  timeout_s=120)  # fmt: skip
+        _wait_live(procs, "flwr-clientapp", APP_STARTED_S)
+    kinds = " ".join(procs.seen.values())
+    for kind in ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-clientapp"):
+        assert kind in kinds, f"the test never saw a {kind} process: {sorted(procs.seen.values())}"
+    assert procs.leftovers() == []
+    assert [f"{pid} {cmd}" for pid, cmd in procs.seen.items() if command_of(pid) == cmd] == []
+    assert holding("FLWR_HOME", env["FLWR_HOME"]) == []
 
 
-def test_example_with_the_users_own_strategies_clients_and_scenarios(tmp_path):
-    """The example app given the user's own ``strategies.py``, ``clients/`` and ``scenarios/``
-    (:data:`tests.test_user_app_names.USER_MODULES`), which its ServerApp imports beside
-    fedpriv's MetricDP, runs to the end on Flower's simulation engine: fedpriv installs one
-    top-level name, ``fedpriv``, and shadows none of them."""
+def _wait_live(procs: Processes, needle: str, timeout_s: float) -> None:
+    """Until a live process of the test has ``needle`` in its command line (:class:`Failure`
+    past ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while not any(needle in command_of(pid) for pid in procs.tree()):
+        if time.monotonic() > deadline:
+            raise Failure(f"no {needle} process within {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def test_example_in_the_simulation_engine_beside_the_users_own_modules(tmp_path):
+    """The example app on Flower's simulation engine (a ``--simulation`` SuperLink, four
+    virtual SuperNodes), given the user's own ``strategies.py``, ``clients/`` and
+    ``scenarios/`` (:data:`tests.test_user_app_names.USER_MODULES`), which its ServerApp
+    imports beside fedpriv's MetricDP: it runs to the end with the checked rounds (fedpriv
+    installs one top-level name, ``fedpriv``, and shadows none of them), and ``flwr run``
+    leaves its pyproject.toml as it was. (One run for both: the plain example on the same
+    engine was a separate run, ~1 min of CI, that checked nothing more.)"""
     import shutil
     import subprocess
 
@@ -192,6 +219,7 @@ def test_example_with_the_users_own_strategies_clients_and_scenarios(tmp_path):
     env.pop("PYTHONPATH", None)
     _connection(env, "sim", port)
     out = tmp_path / "rounds.jsonl"
+    before = (app / "pyproject.toml").read_bytes()
     with processes(tmp_path, env) as procs, one_line_failures(procs):
         _superlink(procs, tmp_path, port, "--simulation")
         run = subprocess.run(
@@ -202,4 +230,5 @@ def test_example_with_the_users_own_strategies_clients_and_scenarios(tmp_path):
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
         _check_rounds(out, run.stdout[-3000:] + run.stderr[-2000:] + procs.logs())
+    assert (app / "pyproject.toml").read_bytes() == before, "flwr run rewrote pyproject.toml"
     assert not procs.leftovers()

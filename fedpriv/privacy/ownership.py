@@ -26,6 +26,10 @@ Which keys (:data:`OWNED_KEYS`, gathered from each mode's ``owned_keys``):
   keys that make a user a held-out validation user (``num-clients``, ``validation-clients``);
 * every mode: the opt-ins ``unaccounted-metrics`` and ``reproducible-noise``.
 
+What the run config leaves at ``"auto"`` of those opt-ins and of the per-node keys
+(:data:`PER_NODE_KEYS`: client-budgets' own ``client-epsilon``) is held back from every
+message (:data:`NODE_HELD_BACK`): the node resolves it itself, from its own node config.
+
 Every node, in every mode, resolves its own spec (``fedpriv.scenarios.config.node_spec``):
 ``"auto"`` is resolved ON THE NODE — the scenario's z, C, δ, zones and placement, and the
 node's secure defaults for the opt-ins (:data:`NODE_SECURE_DEFAULTS`: false) and its state
@@ -50,6 +54,7 @@ from typing import Any
 __all__ = [
     "CLIENT_COUNTED",
     "MESSAGE_KEYS",
+    "NODE_HELD_BACK",
     "NODE_SECURE_DEFAULTS",
     "OWNED_KEYS",
     "PRIVACY_KEYS",
@@ -64,6 +69,7 @@ __all__ = [
 ]
 
 from fedpriv.privacy.modes import ModeError, base, get, names
+from fedpriv.privacy.modes import client_budgets as budgets_mode
 from fedpriv.privacy.modes import zonal as zonal_mode
 
 AUTO = "auto"
@@ -73,6 +79,13 @@ ZONE_NODE = "zone-node"  # the zonal party (and client task) of a zone SuperNode
 # a node resolves these opt-ins itself: "auto" (or unset) is the secure value, never the
 # scenario's; the server does not send them unless the run config sets them (wire_config)
 NODE_SECURE_DEFAULTS: dict[str, Any] = {"reproducible-noise": False, "unaccounted-metrics": False}
+# a node's own value, one per node (never a federation-wide one): client-budgets' own
+# ``client-epsilon`` ("auto": its group's budget). The server's resolution of "auto" is the
+# server's guess, not the node's: it is not sent either (a deployed node sets its own in its
+# node_config; a simulated node gets the scenario's there, scenarios/cli/simulated_nodes.py)
+PER_NODE_KEYS: tuple[str, ...] = (budgets_mode.OWN_BUDGET_KEY,)
+# what the server holds back from its messages while the run config leaves it at "auto"
+NODE_HELD_BACK: tuple[str, ...] = (*NODE_SECURE_DEFAULTS, *PER_NODE_KEYS)
 REFUSED_CODE = 20  # the error code of a refused message; Flower's own are 0-8
 
 

@@ -67,6 +67,7 @@ OPERATOR_KEYS = frozenset(
         "rejected-evaluation", "participants",
         "declined", "zone", "dp-clipped", "dp-num-clipped", "dp-num-reports",
         "dp-num-failures", "dp-client-epsilon", "dp-sgd-epsilon", "dp-sgd-participations",
+        "dp-sgd-noise-multiplier", "dp-sgd-clipping-norm", "dp-sgd-delta",
         "dp-empty-sample", "audit-real-reports",
         "distributed-cohort", "distributed-survivors", "distributed-dropped",
     }

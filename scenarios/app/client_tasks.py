@@ -33,6 +33,7 @@ from fedpriv.scenarios.app.task_names import (  # noqa: F401  (re-exported: the 
     DPSGD_TASK,
     EPSILON_KEY,
     IFCA_TASK,
+    OWN_MECHANISM_KEYS,
     ZONAL_TASK,
     ZONE_NODE_TASK,
 )
@@ -128,6 +129,8 @@ def train_dpsgd(
         if dp.noise_multiplier > 0:  # ε of the events really released (z = 0: inf as before)
             eps = counter.load().lifetime_epsilon(dp.delta)
             content["metrics"]["dp-sgd-epsilon"] = float(eps)
+        own = (dp.noise_multiplier, dp.l2_norm_clip, dp.delta)  # its own, for the summary
+        content["metrics"].update({k: float(v) for k, v in zip(OWN_MECHANISM_KEYS, own)})
         state = context.state
         state[DPSGD_STATE_KEY] = MetricRecord({"participations": ticket.releases})
         return content

@@ -10,6 +10,7 @@ from fedpriv.privacy.modes import client_budgets, distributed_dp, dp_sgd, ifca, 
 DPSGD_TASK = dp_sgd.MODE.client_task
 DPSGD_STATE_KEY = "dp-sgd-ledger"  # the client's own participation count (context.state)
 EPSILON_KEY = "dp-sgd-epsilon"
+OWN_MECHANISM_KEYS = dp_sgd.OWN_MECHANISM_METRICS  # z, C, δ of the node's own node config
 ZONAL_TASK = zonal.MODE.client_task
 ZONE_NODE_TASK = "zone-node"  # a zone SuperNode (zonal-runtime = zone-nodes)
 IFCA_TASK = ifca.MODE.client_task

@@ -11,7 +11,9 @@ worker resolves nothing and imports no server code.
 - server: :func:`set_base` once per run with ``context.run_config`` (``ServerApp`` main),
   then :func:`wire_config` per config record. An opt-in the run config leaves at ``"auto"``
   (``reproducible-noise``, ``unaccounted-metrics``: a scenario's paper setting) is not sent:
-  each node resolves it itself, to false (:mod:`fedpriv.scenarios.config.node_spec`). Without a
+  each node resolves it itself, to false (:mod:`fedpriv.scenarios.config.node_spec`); nor is a
+  per-node key left at ``"auto"`` (client-budgets' ``client-epsilon``: the node's own budget,
+  :data:`fedpriv.privacy.ownership.NODE_HELD_BACK`). Without a
   base (library use, tests) the whole config is sent, as before.
 - client: :func:`client_config` (a digest that does not match raises: the two sides would
   train different things). The ClientApp refuses a message whose privacy keys differ from
@@ -26,7 +28,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from fedpriv.privacy.ownership import AUTO, NODE_SECURE_DEFAULTS
+from fedpriv.privacy.ownership import AUTO, NODE_HELD_BACK
 
 DIGEST_KEY = "config-digest"
 _BASE: dict[str, Any] = {}
@@ -59,7 +61,7 @@ def wire_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         k: v
         for k, v in cfg.items()
         if (k not in _BASE or not _same(_BASE[k], v))
-        and not (k in NODE_SECURE_DEFAULTS and _BASE.get(k) == AUTO)
+        and not (k in NODE_HELD_BACK and _BASE.get(k) == AUTO)
     }
     delta[DIGEST_KEY] = _BASE_DIGEST[0]
     return delta

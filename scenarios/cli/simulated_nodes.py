@@ -5,8 +5,9 @@ scenario's opt-in never reaches it (:data:`fedpriv.privacy.ownership.NODE_SECURE
 false unless the node sets true). In a simulation the researcher plays every party: the
 scenario IS the description of every simulated node. fedpriv's simulation runner therefore
 gives each simulated SuperNode the node-owned opt-ins of the resolved scenario
-(:func:`node_settings`: ``unaccounted-metrics``, ``reproducible-noise``, as the scenario or the
-researcher's ``--run-config`` set them) in its own ``node_config``, beside Flower's
+(:func:`node_settings`: ``unaccounted-metrics``, ``reproducible-noise`` and the per-node keys,
+client-budgets' ``client-epsilon``, as the scenario or the researcher's ``--run-config`` set
+them: :data:`fedpriv.privacy.ownership.NODE_HELD_BACK`) in its own ``node_config``, beside Flower's
 ``partition-id`` / ``num-partitions`` (:func:`use_node_settings`, over flwr 1.42's
 ``vce_api._register_node_info_stores``). Never through a server message: the message
 allow-list is unchanged. A run plan (several cells in one simulation) passes none: each cell's
@@ -19,17 +20,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from fedpriv.privacy.ownership import NODE_SECURE_DEFAULTS
+from fedpriv.privacy.ownership import NODE_HELD_BACK
 
 __all__ = ["node_settings", "use_node_settings"]
 
 
 def node_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The node-owned opt-ins of the resolved server config ``cfg`` for every simulated node
-    (none for a run plan)."""
+    """The node-owned opt-ins and per-node keys of the resolved server config ``cfg`` for
+    every simulated node (none for a run plan)."""
     if cfg.get("run-plan"):
         return {}
-    return {key: cfg[key] for key in NODE_SECURE_DEFAULTS if key in cfg and cfg[key] != "auto"}
+    return {key: cfg[key] for key in NODE_HELD_BACK if key in cfg and cfg[key] != "auto"}
 
 
 def use_node_settings(settings_json: str) -> dict[str, Any]:

@@ -16,7 +16,9 @@ Declared here (``FEATURE``):
   MetricRecords weighted by num-examples, so the per-client values are read from the
   replies here before delegating). ``round_metrics()`` reports them per partition.
 - summary block: summary.json ``privacy = {"mode": "dp-sgd", "epsilon" (headline: the
-  largest client's ε), "dp_sgd": {...}}`` with ε per client, δ, the accountant, z and C.
+  largest client's ε), "dp_sgd": {...}}`` with ε per client, δ, the accountant, z and C: the
+  clients' own as their replies report them (a deployed node's node config sets them; the
+  run config's only where no client reported its own), per client and the weakest.
 - a consistency check: ``microbatches`` must be 0 (one example per clip).
 
 The ε is a bound for the batching the clients run: Poisson sampling q = min(1, B/n),
@@ -32,6 +34,7 @@ from typing import Any
 import numpy as np
 from fedpriv.scenarios.app.privacy_modes import declare
 from fedpriv.scenarios.app.task_names import DPSGD_TASK as TASK
+from fedpriv.scenarios.app.task_names import OWN_MECHANISM_KEYS
 from fedpriv.scenarios.config.feature import Catalog, Feature
 from fedpriv.scenarios.config.schema import ConfigError
 from fedpriv.scenarios.config.specs import ServerRun
@@ -71,11 +74,34 @@ def _last_per_client(rounds: list[dict], key: str) -> dict[str, Any]:
     return dict(sorted(out.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else kv[0]))
 
 
+def _own_mechanism(cfg: Mapping[str, Any], rounds: list[dict]) -> dict[str, Any]:
+    """z, C and δ the summary reports: the clients' own, from their replies (a deployed node's
+    node config decides them; the run config's are the server's guess), else the run
+    config's. Several values: the least noise (smallest z), the largest C and δ."""
+    z_key, c_key, d_key = OWN_MECHANISM_KEYS
+    per_client = {key: _last_per_client(rounds, key) for key in OWN_MECHANISM_KEYS}
+    if not per_client[z_key]:
+        z, clip = float(cfg["noise-multiplier"]), float(cfg["clipping-norm"])
+        return {"z": z, "clip": clip, "delta": float(cfg["dp-delta"]), "sigma_mean": z * clip,
+                "source": "run config (no client reported its own)"}  # fmt: skip
+    zs, clips = per_client[z_key], per_client[c_key]
+    sigmas = [float(zs[p]) * float(clips.get(p, cfg["clipping-norm"])) for p in zs]
+    return {
+        "z": min(map(float, zs.values())),
+        "clip": max(map(float, clips.values()), default=float(cfg["clipping-norm"])),
+        "delta": max(map(float, per_client[d_key].values()), default=float(cfg["dp-delta"])),
+        "sigma_mean": float(np.mean(sigmas)),
+        "source": "the clients' own (their replies)",
+        "per_client": {"noise_multiplier": zs, "l2_norm_clip": clips, "delta": per_client[d_key]},
+    }
+
+
 def dpsgd_summary(run: ServerRun, rounds: list[dict]) -> dict:
     """summary.json ``privacy`` block of a dp-sgd run (ε per client, keyed by partition).
 
     ε per client is the latest figure the client reported (its own accounting); a client
-    that was never sampled has ε = 0 (its data was never used).
+    that was never sampled has ε = 0 (its data was never used). z, C and δ are the clients'
+    own as their replies report them (:func:`_own_mechanism`), per client and the weakest.
     """
     cfg, spec = run.record, run.spec
     if spec.mode is not DPSGD_MODE:
@@ -84,21 +110,21 @@ def dpsgd_summary(run: ServerRun, rounds: list[dict]) -> dict:
     bound = {**never, **_last_per_client(rounds, "dp-sgd-epsilon")}
     finite = [float(v) for v in bound.values() if np.isfinite(float(v))]
     headline = max((float(v) for v in bound.values()), default=None)
-    z, clip = float(cfg["noise-multiplier"]), float(cfg["clipping-norm"])
+    own = _own_mechanism(cfg, rounds)
     figures = PrivacyFigures(
         mode=TASK,
         bound=f"{ADJACENCY_TEXT}; {SAMPLING_TEXT}",
-        noise_multiplier=z,
-        sigma_mean=z * clip,  # the noise std on the summed clipped gradients
+        noise_multiplier=own["z"],
+        sigma_mean=own["sigma_mean"],  # the noise std on the summed clipped gradients
         epsilon=headline,
-        delta=float(cfg["dp-delta"]),
+        delta=own["delta"],
     )
     return {
         PrivacyFigures.KEY: figures.to_json(),
         "privacy": {
             "mode": TASK,
             "epsilon": headline,
-            "delta": float(cfg["dp-delta"]),
+            "delta": own["delta"],
             "accountant": ACCOUNTANT_TEXT,
             "adjacency": ADJACENCY_TEXT,
             "sampling": SAMPLING_TEXT,
@@ -108,9 +134,11 @@ def dpsgd_summary(run: ServerRun, rounds: list[dict]) -> dict:
                 "participations_per_client": _last_per_client(rounds, "dp-sgd-participations"),
                 "epsilon_max": headline,
                 "epsilon_mean": float(np.mean(finite)) if finite else None,
-                "delta": float(cfg["dp-delta"]),
-                "noise_multiplier": z,
-                "l2_norm_clip": clip,
+                "delta": own["delta"],
+                "noise_multiplier": own["z"],
+                "l2_norm_clip": own["clip"],
+                "mechanism_source": own["source"],
+                **({"per_client": own["per_client"]} if "per_client" in own else {}),
                 "batch_size": int(spec.train.batch_size),
                 "local_epochs": int(spec.train.local_epochs),
                 "sampling": SAMPLING_TEXT,

@@ -5,8 +5,9 @@ which loads
 this module only when a run builds its strategy, so the feature list imports without
 Flower). It sets ``client-task = "dp-sgd"`` in the train config, mirrors how many rounds it
 asked each client to train (for the summary, not sent), and keeps each client's latest ε
-from its replies; ``round_metrics()`` reports them per node (the recorder maps them to
-partitions).
+and its own z, C and δ (``OWN_MECHANISM_KEYS``: a deployed node's node config decides them,
+not the run config) from its replies; ``round_metrics()`` reports them per node (the
+recorder maps them to partitions).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 from fedpriv.scenarios.app.task_names import DPSGD_TASK as TASK
-from fedpriv.scenarios.app.task_names import EPSILON_KEY
+from fedpriv.scenarios.app.task_names import EPSILON_KEY, OWN_MECHANISM_KEYS
 from fedpriv.strategies.base import StrategyWrapper
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
@@ -39,6 +40,7 @@ class DpSgdClients(StrategyWrapper):
         self.strategy = strategy
         self.participations: dict[int, int] = {}
         self.epsilon: dict[int, float] = {}
+        self.own: dict[str, dict[int, float]] = {key: {} for key in OWN_MECHANISM_KEYS}
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -63,11 +65,16 @@ class DpSgdClients(StrategyWrapper):
             metrics = _reply_metrics(reply)
             if EPSILON_KEY in metrics:
                 self.epsilon[reply.metadata.src_node_id] = float(metrics[EPSILON_KEY])
+            for key, per_node in self.own.items():
+                if key in metrics:
+                    per_node[reply.metadata.src_node_id] = float(metrics[key])
         return self.strategy.aggregate_train(server_round, replies)
 
     def round_metrics(self) -> dict[str, Any]:
-        """Cumulative ε and participations per client (node ids; the recorder maps them)."""
+        """Cumulative ε and participations per client, and each client's own z, C and δ
+        (node ids; the recorder maps them)."""
         return {
+            **{f"{key}-nodes": dict(per_node) for key, per_node in self.own.items() if per_node},
             "dp-sgd-epsilon-nodes": dict(self.epsilon),
             "dp-sgd-participations-nodes": dict(self.participations),
             "dp-sgd-epsilon-max": max(self.epsilon.values(), default=0.0),

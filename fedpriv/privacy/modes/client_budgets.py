@@ -20,7 +20,8 @@ from fedpriv.spec import RunSpec
 from fedpriv.spec import key as config_key
 
 NAME = "client-budgets"
-BUDGET_KEYS = ("client-epsilon", "client-epsilon-groups")
+OWN_BUDGET_KEY = "client-epsilon"  # per node: "auto" is the node's own (its group's budget)
+BUDGET_KEYS = (OWN_BUDGET_KEY, "client-epsilon-groups")
 RATE_KEY = "client-sampling-rate"  # the rate the server says it samples a client at
 UNACCOUNTED = (
     "train-loss: un-noised training loss of each client (aggregated into rounds.jsonl)",

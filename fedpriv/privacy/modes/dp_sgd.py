@@ -16,6 +16,9 @@ from fedpriv.spec import RunSpec
 from fedpriv.spec import key as config_key
 
 NAME = "dp-sgd"
+# the node's own mechanism (z, C, δ of its node config), in each train reply beside its ε: the
+# server reports these, not its run config's guess (public parameters of the mechanism)
+OWN_MECHANISM_METRICS = ("dp-sgd-noise-multiplier", "dp-sgd-clipping-norm", "dp-sgd-delta")
 UNACCOUNTED = (
     "train-loss: un-noised training loss (not part of DP-SGD's noised gradients)",
     "distributed evaluation metrics on each client's test split",
@@ -91,7 +94,7 @@ MODE = Mode(
         "observers": "example-level (epsilon, delta) per client",
     },
     plan=plan,
-    disclosure={"train": PUBLIC | {"dp-sgd-epsilon"}, "evaluate": PUBLIC},
+    disclosure={"train": PUBLIC | {"dp-sgd-epsilon", *OWN_MECHANISM_METRICS}, "evaluate": PUBLIC},
     unaccounted=UNACCOUNTED,
     owned_keys={
         "client": (
