@@ -228,6 +228,7 @@ def train_zonal(
         lambda _ticket: zonal_release(msg, call, partition),
         run=str(context.run_id),
         rewind="charge",
+        data=node_data(context),
     )
 
 
@@ -295,8 +296,10 @@ def train_ifca(
 ) -> RecordDict:
     """Client task ``ifca`` (a plain ``train`` message with ``client-task = ifca``): the IFCA
     participation of :func:`fedpriv.clients.ifca_client.ifca_train`, with the node's own ledger."""
-    folder = node_state_dir(context) if context is not None else None
-    return ifca_client.ifca_train(msg, call.spec, partition, call.round, context, folder)
+    if context is None:
+        return ifca_client.ifca_train(msg, call.spec, partition, call.round)
+    folder, data = node_state_dir(context), node_data(context)
+    return ifca_client.ifca_train(msg, call.spec, partition, call.round, context, folder, data)
 
 
 def ifca_train_handler(msg: Message, call: NodeCall, context: Context) -> Message:
@@ -308,6 +311,7 @@ def ifca_train_handler(msg: Message, call: NodeCall, context: Context) -> Messag
         context,
         server_round=call.round,
         state_folder=node_state_dir(context),
+        data=node_data(context),
     )
 
 
@@ -324,6 +328,7 @@ def ifca_evaluate_handler(msg: Message, call: NodeCall, context: Context) -> Mes
         eval_split=split,
         server_round=call.round,
         state_folder=node_state_dir(context),
+        data=node_data(context),
     )
 
 
@@ -387,6 +392,7 @@ def train_client_budgets(
         counter, sequence, call.round, request_digest(msg, call.round), release,
         run=str(context.run_id if context is not None else 0), budget=float(bound),
         budget_name=name, rewind="charge",
+        data=node_data(context) if context is not None else None,
     )  # fmt: skip
 
 
