@@ -124,10 +124,8 @@ def train_dpsgd(
     counter = node_counter(context, DPSGD_PARTY, node_state_dir(context))
 
     def release(ticket: Ticket) -> RecordDict:
-        content = _dpsgd_release(msg, spec, params, partition, settings, dp, ticket.releases)
-        if dp.noise_multiplier > 0:  # ε of the events really released (z = 0: inf as before)
-            eps = counter.load().lifetime_epsilon(dp.delta)
-            content["metrics"]["dp-sgd-epsilon"] = float(eps)
+        eps = released_epsilon(counter, ticket, dp)
+        content = _dpsgd_release(msg, spec, params, partition, settings, dp, ticket.releases, eps)
         state = context.state
         state[DPSGD_STATE_KEY] = MetricRecord({"participations": ticket.releases})
         return content
@@ -146,6 +144,18 @@ def train_dpsgd(
         epsilon_budget=epsilon_budget,
         data=node_data(context),
     )
+
+
+def released_epsilon(counter: Any, ticket: Ticket, dp: Any) -> float:
+    """ε at the node's δ of every DP-SGD release in its ledger, this one included: the
+    composition of the stored events (:meth:`fedpriv.privacy.releases.Ledger.lifetime_epsilon`),
+    computed once per release — the counter's figure when its ``max-epsilon`` check already
+    composed them (``ticket.epsilon``), else the ledger's. z = 0: inf (no noise)."""
+    if dp.noise_multiplier <= 0:
+        return math.inf
+    if ticket.epsilon is not None:
+        return float(ticket.epsilon)
+    return float(counter.load().lifetime_epsilon(dp.delta))
 
 
 def dpsgd_budget(
@@ -186,8 +196,10 @@ def _dpsgd_release(
     settings: TrainSettings,
     dp: Any,
     participations: int,
+    epsilon: float,
 ) -> RecordDict:
-    """DP-SGD training of one charged participation; ε over ``participations`` rounds."""
+    """DP-SGD training of one charged participation; ``epsilon``: the node's ε after it
+    (:func:`released_epsilon`, reported as ``dp-sgd-epsilon``)."""
     from fedpriv.clients.dpsgd_client import dp_trainer_for, train_dpsgd
 
     from fedpriv.audit.example_canaries import with_example_canaries
@@ -198,7 +210,14 @@ def _dpsgd_release(
     weights = arrays_of(msg.content["arrays"])
     x_train, y_train = with_example_canaries(spec, data, partition, client.x_train, client.y_train)
     new_weights, metrics = train_dpsgd(
-        trainer, weights, x_train, y_train, settings, dp, participations=participations
+        trainer,
+        weights,
+        x_train,
+        y_train,
+        settings,
+        dp,
+        participations=participations,
+        epsilon=epsilon,
     )
     metrics["num-examples"] = len(client.x_train)
     return RecordDict({"arrays": array_record(new_weights), "metrics": MetricRecord(metrics)})
