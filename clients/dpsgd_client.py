@@ -130,11 +130,15 @@ def train_dpsgd(
     dp: DpSgdSettings,
     *,
     participations: int = 1,
+    epsilon: float | None = None,
 ) -> tuple[list[np.ndarray], dict[str, float]]:
     """DP-SGD training from ``weights``; returns new weights and metrics with ε.
 
     ``participations`` counts the rounds this client has trained in, this one included
     (the client's own count); ε covers ``settings.epochs * participations`` Poisson epochs.
+    ``epsilon``: that ε when the caller already has it (the node's ledger composes its
+    stored releases' events: :meth:`fedpriv.privacy.releases.Ledger.lifetime_epsilon`), so a
+    release is accounted once; None: :func:`fedpriv.privacy.dpsgd.client_epsilon` here.
     """
     if participations < 1:
         raise ValueError(f"participations = {participations!r}: expected an integer >= 1")
@@ -152,18 +156,19 @@ def train_dpsgd(
         schedule=schedule,
         noise_seed=noise_seed,
     )
-    eps = client_epsilon(
-        num_examples=n,
-        batch_size=settings.batch_size,
-        local_epochs=settings.epochs,
-        participations=participations,
-        noise_multiplier=dp.noise_multiplier,
-        delta=dp.delta,
-    )
+    if epsilon is None:
+        epsilon = client_epsilon(
+            num_examples=n,
+            batch_size=settings.batch_size,
+            local_epochs=settings.epochs,
+            participations=participations,
+            noise_multiplier=dp.noise_multiplier,
+            delta=dp.delta,
+        ).epsilon
     metrics = {
         "train-loss": train_metrics["train-loss"],
-        "dp-sgd-epsilon": eps.epsilon,
-        "dp-sgd-epochs": float(eps.epochs),
+        "dp-sgd-epsilon": float(epsilon),
+        "dp-sgd-epochs": float(settings.epochs * participations),
         "dp-sgd-steps": float(len(schedule.idx)),
         "dp-sgd-sampling-rate": float(schedule.sampling_rate),
         "dp-sgd-batch-size": float(schedule.denominator),

@@ -52,7 +52,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import math  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
+from collections.abc import Mapping, Sequence  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -194,13 +194,16 @@ def ifca_train(
     server_round: int,
     context: Optional[Context] = None,
     state_folder: Optional[Path] = None,
+    data: Optional[Mapping[str, Any]] = None,
 ) -> RecordDict:
     """One IFCA participation of ``partition`` in round ``server_round``; returns the reply
     content (see module doc). ν and the budget are the node's own (``spec.params``).
 
     ``context``: the node's Flower context (its run id and ``context.state``); None (a direct
     call) is run 0. ``state_folder``: the node's own state directory (its ledger), resolved by
-    the ClientApp from the node's configs; None: the default per-run directory. The
+    the ClientApp from the node's configs; None: the default per-run directory. ``data``: the
+    node's resolved data settings its ledger is bound to (a request on other data is refused,
+    :meth:`fedpriv.privacy.releases.ReleaseCounter.begin`). The
     Laplace noise is the client's own OS entropy unless its spec sets ``reproducible-noise``
     (then seeded per (seed, round, partition), ``call_seed``).
     """
@@ -226,6 +229,7 @@ def ifca_train(
             budget_name=f"leakage-budget = {budget:g}",
             rewind="charge",
             on_declined=lambda _ticket: RecordDict(),  # decline: no parameters, nothing else
+            data=data,
         )
     finally:
         mirror_ledger(context.state, counter)
@@ -303,16 +307,19 @@ def train_handler(
     *,
     server_round: int,
     state_folder: Optional[Path] = None,
+    data: Optional[Mapping[str, Any]] = None,
 ) -> Message:
     """``@app.train("ifca")``: an IFCA participation with the node's persistent ledger.
 
     ``spec``: the node's own resolved spec for this message (``fedpriv.scenarios.app.client_app``
     resolves
     it and refuses a message whose privacy keys differ); ``server_round``: the message's round;
-    ``state_folder``: the node's own state directory (:func:`ifca_train`).
+    ``state_folder`` and ``data``: the node's own state directory and data (:func:`ifca_train`).
     """
     try:
-        content = ifca_train(msg, spec, _partition(context), server_round, context, state_folder)
+        content = ifca_train(
+            msg, spec, _partition(context), server_round, context, state_folder, data
+        )
     except ReleaseRefused as err:  # the node's own ledger says no: an error reply, nothing else
         return Message(Error(code=REFUSED_CODE, reason=str(err)), reply_to=msg)
     return Message(content=content, reply_to=msg)
@@ -324,11 +331,13 @@ def validation_query(
     context: Context,
     server_round: int,
     state_folder: Optional[Path] = None,
+    data: Optional[Mapping[str, Any]] = None,
 ) -> RecordDict:
     """A held-out validation user's answer (split ``all``) through its own lifetime query
     ledger: one count per fresh query, at most its own ``validation-query-budget`` over
     every run; an identical repeat of its last answer is the cached reply; past the budget
-    :class:`fedpriv.clients.releases.ReleaseRefused` (one line)."""
+    :class:`fedpriv.clients.releases.ReleaseRefused` (one line), as for a query on other
+    ``data`` than its ledger's."""
     budget = int(spec.params.validation_query_budget)
     server_round = int(server_round)
     return guarded_release(
@@ -341,6 +350,7 @@ def validation_query(
         budget=float(budget),
         budget_name=f"validation-query-budget = {budget} (queries)",
         rewind="charge",
+        data=data,
     )
 
 
@@ -352,6 +362,7 @@ def evaluate_handler(
     eval_split: str,
     server_round: int = 0,
     state_folder: Optional[Path] = None,
+    data: Optional[Mapping[str, Any]] = None,
 ) -> Message:
     """``@app.evaluate("ifca")``: best-hypothesis metrics of this user (``eval_split``: the
     node's own ``ifca-eval-split``, :func:`ifca_evaluate`); a validation user (``all``)
@@ -360,7 +371,7 @@ def evaluate_handler(
         content = ifca_evaluate(msg, spec, _partition(context), eval_split)
         return Message(content=content, reply_to=msg)
     try:
-        content = validation_query(msg, spec, context, server_round, state_folder)
+        content = validation_query(msg, spec, context, server_round, state_folder, data)
     except ReleaseRefused as err:  # its own query budget says no: an error reply, nothing else
         return Message(Error(code=REFUSED_CODE, reason=str(err)), reply_to=msg)
     return Message(content=content, reply_to=msg)

@@ -180,12 +180,16 @@ def _fold(rows: list[Row], declined: int) -> Ledger:
 @dataclass(frozen=True)
 class Ticket:
     """The answer to one request: ``kind`` is ``fresh`` | ``repeat`` | ``refused`` |
-    ``declined``; ``releases``: the party's total after it (a fresh release included)."""
+    ``declined``; ``releases``: the party's total after it (a fresh release included);
+    ``epsilon``: ε at the budget's δ of the party's stored events and this one composed, when
+    an ``epsilon_budget`` made the counter compute it (the party reuses it: one composition
+    per release), else None."""
 
     kind: str
     releases: int
     spent: float
     reason: str = ""
+    epsilon: Optional[float] = None
 
     @property
     def fresh(self) -> bool:
@@ -284,14 +288,14 @@ class ReleaseCounter:
         why = _rewound_or_capped(now, req)
         if why:
             return Ticket("refused", releases, spent, why)
-        why = _over_budget(now, req, lambda: store.events(db, self.party, self.identity))
+        why, eps = _over_budget(now, req, lambda: store.events(db, self.party, self.identity))
         if why:
             store.decline(db, self.party, self.identity, why)
             return Ticket("declined", releases, spent, why)
         event = NOT_A_DP_EVENT if req.event is None else event_to_json(req.event)
         row = Row(req.sequence, req.round, req.digest, req.run, req.cost, event)
         store.charge(db, self.party, self.identity, row)  # committed before any release
-        return Ticket("fresh", releases + 1, spent + req.cost)
+        return Ticket("fresh", releases + 1, spent + req.cost, epsilon=eps)
 
     def _wrong_data(self, store: LedgerStore, db: Any, data: Optional[Mapping[str, Any]]) -> str:
         if data is None:
@@ -353,24 +357,29 @@ def _rewound_or_capped(now: Snapshot, req: _Request) -> str:
     return ""
 
 
-def _over_budget(now: Snapshot, req: _Request, stored: Callable[[], list[str]]) -> str:
+def _over_budget(
+    now: Snapshot, req: _Request, stored: Callable[[], list[str]]
+) -> tuple[str, Optional[float]]:
+    """(why the request passes a budget, "" if none; ε of the stored events and this one
+    when an ``epsilon_budget`` asked for it, else None)."""
     if req.budget is not None and not _within(now.spent + req.cost, float(req.budget)):
         return (
             f"this node's lifetime {req.budget_name} would be exceeded (spent "
             f"{now.spent:g} of {float(req.budget):g} over {now.releases} releases)"
-        )
+        ), None
     if req.epsilon_budget is not None and req.event is None:
-        return f"this node's lifetime {req.budget_name} holds no release without noise"
-    if req.epsilon_budget is not None:
-        max_eps, delta = req.epsilon_budget
-        events = [event_from_json(e) for e in stored()] + [req.event]
-        eps = compose_epsilon(events, delta)
-        if not _within(eps, float(max_eps)):
-            return (
-                f"this node's lifetime {req.budget_name} would be exceeded (ε {eps:.4g} at "
-                f"δ = {delta:g} over its {len(events)} releases, this one included)"
-            )
-    return ""
+        return f"this node's lifetime {req.budget_name} holds no release without noise", None
+    if req.epsilon_budget is None:
+        return "", None
+    max_eps, delta = req.epsilon_budget
+    events = [event_from_json(e) for e in stored()] + [req.event]
+    eps = compose_epsilon(events, delta)
+    if not _within(eps, float(max_eps)):
+        return (
+            f"this node's lifetime {req.budget_name} would be exceeded (ε {eps:.4g} at "
+            f"δ = {delta:g} over its {len(events)} releases, this one included)"
+        ), eps
+    return "", eps
 
 
 def _owner_only(path: Path) -> None:

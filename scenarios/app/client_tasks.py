@@ -125,10 +125,8 @@ def train_dpsgd(
     counter = node_counter(context, DPSGD_PARTY, node_state_dir(context))
 
     def release(ticket: Ticket) -> RecordDict:
-        content = _dpsgd_release(msg, spec, params, partition, settings, dp, ticket.releases)
-        if dp.noise_multiplier > 0:  # ε of the events really released (z = 0: inf as before)
-            eps = counter.load().lifetime_epsilon(dp.delta)
-            content["metrics"]["dp-sgd-epsilon"] = float(eps)
+        eps = released_epsilon(counter, ticket, dp)
+        content = _dpsgd_release(msg, spec, params, partition, settings, dp, ticket.releases, eps)
         own = (dp.noise_multiplier, dp.l2_norm_clip, dp.delta)  # its own, for the summary
         content["metrics"].update({k: float(v) for k, v in zip(OWN_MECHANISM_KEYS, own)})
         state = context.state
@@ -149,6 +147,18 @@ def train_dpsgd(
         epsilon_budget=epsilon_budget,
         data=node_data(context),
     )
+
+
+def released_epsilon(counter: Any, ticket: Ticket, dp: Any) -> float:
+    """ε at the node's δ of every DP-SGD release in its ledger, this one included: the
+    composition of the stored events (:meth:`fedpriv.privacy.releases.Ledger.lifetime_epsilon`),
+    computed once per release — the counter's figure when its ``max-epsilon`` check already
+    composed them (``ticket.epsilon``), else the ledger's. z = 0: inf (no noise)."""
+    if dp.noise_multiplier <= 0:
+        return math.inf
+    if ticket.epsilon is not None:
+        return float(ticket.epsilon)
+    return float(counter.load().lifetime_epsilon(dp.delta))
 
 
 def dpsgd_budget(
@@ -189,8 +199,10 @@ def _dpsgd_release(
     settings: TrainSettings,
     dp: Any,
     participations: int,
+    epsilon: float,
 ) -> RecordDict:
-    """DP-SGD training of one charged participation; ε over ``participations`` rounds."""
+    """DP-SGD training of one charged participation; ``epsilon``: the node's ε after it
+    (:func:`released_epsilon`, reported as ``dp-sgd-epsilon``)."""
     from fedpriv.clients.dpsgd_client import dp_trainer_for, train_dpsgd
 
     from fedpriv.audit.example_canaries import with_example_canaries
@@ -201,7 +213,14 @@ def _dpsgd_release(
     weights = arrays_of(msg.content["arrays"])
     x_train, y_train = with_example_canaries(spec, data, partition, client.x_train, client.y_train)
     new_weights, metrics = train_dpsgd(
-        trainer, weights, x_train, y_train, settings, dp, participations=participations
+        trainer,
+        weights,
+        x_train,
+        y_train,
+        settings,
+        dp,
+        participations=participations,
+        epsilon=epsilon,
     )
     metrics["num-examples"] = len(client.x_train)
     return RecordDict({"arrays": array_record(new_weights), "metrics": MetricRecord(metrics)})
@@ -231,6 +250,7 @@ def train_zonal(
         lambda _ticket: zonal_release(msg, call, partition),
         run=str(context.run_id),
         rewind="charge",
+        data=node_data(context),
     )
 
 
@@ -298,8 +318,10 @@ def train_ifca(
 ) -> RecordDict:
     """Client task ``ifca`` (a plain ``train`` message with ``client-task = ifca``): the IFCA
     participation of :func:`fedpriv.clients.ifca_client.ifca_train`, with the node's own ledger."""
-    folder = node_state_dir(context) if context is not None else None
-    return ifca_client.ifca_train(msg, call.spec, partition, call.round, context, folder)
+    if context is None:
+        return ifca_client.ifca_train(msg, call.spec, partition, call.round)
+    folder, data = node_state_dir(context), node_data(context)
+    return ifca_client.ifca_train(msg, call.spec, partition, call.round, context, folder, data)
 
 
 def ifca_train_handler(msg: Message, call: NodeCall, context: Context) -> Message:
@@ -311,6 +333,7 @@ def ifca_train_handler(msg: Message, call: NodeCall, context: Context) -> Messag
         context,
         server_round=call.round,
         state_folder=node_state_dir(context),
+        data=node_data(context),
     )
 
 
@@ -327,6 +350,7 @@ def ifca_evaluate_handler(msg: Message, call: NodeCall, context: Context) -> Mes
         eval_split=split,
         server_round=call.round,
         state_folder=node_state_dir(context),
+        data=node_data(context),
     )
 
 
@@ -390,6 +414,7 @@ def train_client_budgets(
         counter, sequence, call.round, request_digest(msg, call.round), release,
         run=str(context.run_id if context is not None else 0), budget=float(bound),
         budget_name=name, rewind="charge",
+        data=node_data(context) if context is not None else None,
     )  # fmt: skip
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from fedpriv.clients.records import arrays_of
 from fedpriv.clients.releases import guarded_release, node_counter, request_digest, sequence_of
-from fedpriv.scenarios.config.node_spec import node_state_dir
+from fedpriv.scenarios.config.node_spec import node_data, node_state_dir
 from fedpriv.scenarios.config.specs import NodeCall
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
@@ -125,6 +125,7 @@ def train_distributed(
         return guarded_release(
             node_counter(context, REVEAL_PARTY, folder), sequence_of({"step": "reveal"}),
             call.round, request_digest(msg, call.round), reveal, run=str(context.run_id),
+            data=node_data(context),
         )  # fmt: skip
     if step != "masked":
         raise ValueError(f"{STEP_KEY} = {step!r} is not allowed; expected keys | shares | "
@@ -140,6 +141,7 @@ def train_distributed(
     return guarded_release(
         node_counter(context, PARTY, folder), sequence_of(own), call.round,
         request_digest(msg, call.round), release, run=str(context.run_id),
+        data=node_data(context),
     )  # fmt: skip
 
 

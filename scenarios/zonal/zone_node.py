@@ -66,7 +66,7 @@ from fedpriv.clients.releases import (
     request_digest,
     sequence_of,
 )
-from fedpriv.scenarios.config.node_spec import node_state_dir
+from fedpriv.scenarios.config.node_spec import node_data, node_state_dir
 from fedpriv.scenarios.config.specs import NodeCall
 from fedpriv.scenarios.speed.keys import cohort_training
 from fedpriv.scenarios.zonal.keys import plan_from_config, secagg_from_config
@@ -214,6 +214,7 @@ def train_zone(
         cost=release_mu_squared(level, plan.noise_multiplier),
         budget=budget,
         budget_name=budget_name,
+        data=node_data(context),
     )
 
 
