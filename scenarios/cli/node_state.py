@@ -112,7 +112,7 @@ def federation_line(cfg: Mapping[str, Any], earlier: Earlier) -> str | None:
     """The first-lines notice of a run on a persistent federation (or a server ledger)
     that already released."""
     if not cfg.get("federation-dir"):
-        if earlier.server == 0:
+        if earlier.server == 0 or not cfg.get(SERVER_STATE_KEY):  # a resume's own rows
             return None
         return (
             f"{PREFIX} server-state-dir {server_folder(cfg)} holds {earlier.server} earlier "
@@ -121,10 +121,15 @@ def federation_line(cfg: Mapping[str, Any], earlier: Earlier) -> str | None:
     where = f"{PREFIX} federation-dir {cfg['federation-dir']}"
     if earlier.nodes == 0 and earlier.server == 0:
         return f"{where}: a new federation (no release yet)"
+    nodes = (
+        "the nodes' epsilon figures of this run are lifetime figures (they include those "
+        "releases); "
+        if earlier.nodes
+        else ""
+    )
     return (
         f"{where} holds {earlier.nodes} earlier releases (and {earlier.server} of the "
-        "server): the nodes' epsilon figures of this run are lifetime figures (they include "
-        "those releases); the summary gives this run's epsilon beside the lifetime one"
+        f"server): {nodes}the summary gives this run's epsilon beside the lifetime one"
     )
 
 
