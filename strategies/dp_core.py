@@ -119,6 +119,9 @@ class DPWrapperCore:
     supports_poisson = False
     # the API's aggregators that are not a (weighted) mean: noised after them, no ε
     not_mean_types: tuple[type, ...] = ()
+    # the server's own release ledger across runs (fedpriv.privacy.ledger.server.ServerLedger;
+    # None: this run's accountant only); set by the run's builder after construction
+    server_ledger: Any = None
 
     def __init__(
         self,
@@ -201,27 +204,48 @@ class DPWrapperCore:
         weights: multiplier ``z·n/m`` on the sum (n sampled, m of σ; z under Poisson). Fewer
         replies or larger weights charge more; :meth:`withhold` catches those at release.
         """
-        if self.budget is None or self.budget_stopped or self.accountant is None:
+        ledger = self.server_ledger if self._ledger_charges() else None
+        if self.budget_stopped or self.accountant is None:
             return self.budget_stopped
+        if self.budget is None and ledger is None:
+            return None
         stdv, _ = self.mechanism.noise_stdv([], [])  # σ = z·C/m
         m = self.mechanism.num_sampled_clients
         n = m if self.fixed_denominator else self.accountant.sampled
         event = self.mechanism.round_event(stdv, num_reports=n, **self.accountant.sampling_spec())
-        self.budget_stopped = self.budget.check(self.accountant, event, server_round)
+        reason = self.budget.check(self.accountant, event, server_round) if self.budget else None
+        if reason is None and ledger is not None:  # the lifetime server-max-epsilon
+            reason = ledger.plan(event, server_round)
+        self.budget_stopped = reason
         return self.budget_stopped
+
+    def _ledger_charges(self) -> bool:
+        """The server's ledger records this wrapper's releases: it has one, an accountant,
+        an accountable mechanism and a mean (the releases with an ε)."""
+        return (
+            self.server_ledger is not None
+            and self.accountant is not None
+            and self.mechanism.accountable
+            and self.noise_first
+        )
 
     def withhold(
         self, server_round: int, stdv: float, num_reports: int, weights: Optional[list[float]]
     ) -> bool:
         """At release: True when this round's real charge would push ε past
-        ``max_epsilon``; the round is then recorded as skipped and nothing is released."""
-        if self.budget is None or self.accountant is None:
+        ``max_epsilon`` or the server's lifetime ``server-max-epsilon``; the round is then
+        recorded as skipped and nothing is released. Otherwise the server's ledger (when
+        it has one) has charged the round's event, committed, before the release leaves."""
+        ledger = self.server_ledger if self._ledger_charges() else None
+        if (self.budget is None and ledger is None) or self.accountant is None:
             return False
         n = self.mechanism.num_sampled_clients if self.fixed_denominator else num_reports
         event = self.mechanism.round_event(
             stdv, num_reports=n, weights=weights, **self.accountant.sampling_spec()
         )
-        reason = self.budget.check(self.accountant, event, server_round)
+        reason = self.budget.check(self.accountant, event, server_round) if self.budget else None
+        if reason is None and ledger is not None:
+            reason = ledger.charge(event, server_round)  # charged and committed, or declined
         if reason is None:
             return False
         self.budget_stopped = reason

@@ -32,6 +32,7 @@ def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     """The adaptive-clipping wrapper around the Message-API ``strategy`` (``rng``, the run's
     sampling Generator, is not used for noise: OS entropy unless ``reproducible-noise``)."""
     from fedpriv.scenarios.dp.feature import budget_of
+    from fedpriv.scenarios.dp.server_ledger import attach_server_ledger
     from fedpriv.strategies.adaptive_dp import ServerSideAdaptiveClippingDP
 
     from fedpriv.privacy.accounting.rounds import global_dp_accountant
@@ -39,7 +40,7 @@ def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     del rng
     cfg, spec = run.record, run.spec
     params, part = spec.params, spec.participation
-    return ServerSideAdaptiveClippingDP(
+    wrapper = ServerSideAdaptiveClippingDP(
         strategy,
         noise_multiplier=params.noise_multiplier,
         clipping_norm=params.clipping_norm,
@@ -54,6 +55,7 @@ def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
         poisson=part.sampling == "poisson",
         max_epsilon=budget_of(cfg),
     )
+    return attach_server_ledger(wrapper, run)
 
 
 def check_adaptive(cfg: Mapping[str, Any], catalog: Catalog) -> None:

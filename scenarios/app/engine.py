@@ -66,6 +66,7 @@ from fedpriv.scenarios.app.round_loop import (  # noqa: F401  (RoundState, run_r
     budget_stop,
     budget_stopped,
     run_rounds,
+    server_ledger_figures,
 )
 from fedpriv.scenarios.app.tracking import with_tracker
 from fedpriv.scenarios.app.wire_config import wire_config
@@ -399,6 +400,7 @@ def train_run(
     extra: dict[str, Any] = startup.run_times(t0)  # the whole run's and its start-up's
     extra["supernodes"] = supernodes(grid)
     extra.update(budget_stopped(recorder))
+    extra.update(server_ledger_figures(recorder))
     if hooks.summary_extra is not None:
         extra.update(hooks.summary_extra(rounds))
     if hooks.after_run is not None:

@@ -47,6 +47,17 @@ def budget_stopped(strategy: Strategy) -> dict[str, str]:
     return {}
 
 
+def server_ledger_figures(strategy: Strategy) -> dict[str, Any]:
+    """``{"server_ledger": figures}`` of the first wrapper of the chain that keeps the
+    server's release ledger (:class:`fedpriv.privacy.ledger.server.ServerLedger`: this run's
+    and the lifetime ε, earlier releases); ``{}`` when none does."""
+    for wrapper in wrapper_chain(strategy):
+        ledger = getattr(wrapper, "server_ledger", None)
+        if ledger is not None:
+            return {"server_ledger": ledger.figures()}
+    return {}
+
+
 @dataclass
 class RoundState:
     """What the loop hands the ``after_round`` hooks (everything a checkpoint needs).

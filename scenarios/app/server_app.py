@@ -33,6 +33,7 @@ from flwr.common import log  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
 from fedpriv.data import DataError  # noqa: E402
+from fedpriv.privacy.ledger.server import ServerLedgerError  # noqa: E402
 
 app = ServerApp()
 
@@ -64,4 +65,7 @@ def main(grid: Grid, context: Context) -> None:
         CATALOG.runners[spec.kind](grid, run, CATALOG)
     except FederationError as err:  # e.g. 4 SuperNodes for a 100-client scenario
         log(ERROR, "federation error: %s", err)
+        raise SystemExit(2) from err
+    except ServerLedgerError as err:  # its state folder refused, before any training
+        log(ERROR, "%s", err)
         raise SystemExit(2) from err

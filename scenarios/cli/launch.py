@@ -25,9 +25,14 @@ from typing import Any, TextIO
 
 from fedpriv.scenarios.app import quiet, startup
 from fedpriv.scenarios.cli.node_state import (
+    SUMMARY_KEY,
+    Earlier,
+    check_server_folder,
     earlier_releases,
     federation_block,
     federation_line,
+    lifetime_lines,
+    simulation_server_state,
     simulation_state_root,
 )
 from fedpriv.scenarios.cli.ray_cluster import Federation, check_address, federation_of, with_address
@@ -40,6 +45,7 @@ from fedpriv.scenarios.config.overrides import (  # noqa: F401  (re-exported: th
 )
 from fedpriv.scenarios.config.schema import ConfigError
 
+from fedpriv.privacy.ledger.server import SERVER_STATE_ENV
 from fedpriv.privacy.ledger.store import SYNC_ENV
 from fedpriv.privacy.releases import STATE_ROOT_ENV
 from fedpriv.reporting.live import RoundBar
@@ -148,7 +154,8 @@ def runner_command(
 # need too (they do not inherit the driver's environment;
 # fedpriv.scenarios.cli.ray_cluster.init_ray)
 WORKER_ENV = ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL", "TF_NUM_INTEROP_THREADS",
-              "TF_NUM_INTRAOP_THREADS", "PYTHONUNBUFFERED", STATE_ROOT_ENV, SYNC_ENV)  # fmt: skip
+              "TF_NUM_INTRAOP_THREADS", "PYTHONUNBUFFERED", STATE_ROOT_ENV, SYNC_ENV,
+              SERVER_STATE_ENV)  # fmt: skip
 
 
 def simulation_command(
@@ -314,6 +321,7 @@ def simulate(
     env[startup.RUN_START_ENV] = repr(time.time() if start is None else start)  # its clock
     env = {**single_threaded_tf(cfg), **env}
     env[STATE_ROOT_ENV] = simulation_state_root(cfg, env)
+    env[SERVER_STATE_ENV] = simulation_server_state(cfg, env)
     env.setdefault(SYNC_ENV, "normal")  # a simulated federation: survives kills, not power loss
     cmd = simulation_command(dict(cfg), overrides, federation, share)
     out = sys.stderr if to_stderr else sys.stdout
@@ -380,7 +388,7 @@ def _finish(
     summary_path: Path,
     args: argparse.Namespace,
     t0: float,
-    earlier: int = 0,
+    earlier: Earlier | None = None,
 ):
     """The summary of a finished run, then its machine-readable last line. summary.json's
     ``wall_seconds`` becomes the command's whole time (the simulation wrote it before its
@@ -389,7 +397,8 @@ def _finish(
 
     summary = json.loads(summary_path.read_text())
     summary["wall_seconds"] = wall = time.time() - t0
-    summary["federation"] = federation_block(cfg, earlier)
+    earlier = earlier or Earlier(0, 0, None)
+    summary["federation"] = federation_block(cfg, earlier, summary.get(SUMMARY_KEY))
     tmp = summary_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
     tmp.replace(summary_path)
@@ -399,7 +408,8 @@ def _finish(
         doc["privacy_figures"] = summary.get("privacy_figures")
         print(json.dumps(doc, sort_keys=True), flush=True)
         return
-    for line in summary_lines(summary, cfg["output-dir"], wall):
+    for line in [*summary_lines(summary, cfg["output-dir"], wall),
+                 *lifetime_lines(summary["federation"])]:  # fmt: skip
         print(line, flush=True)
     print(f"{PREFIX} final " + json.dumps(final, sort_keys=True), flush=True)
 
@@ -432,6 +442,10 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
     if state.action == "resume":
         print(f"fedpriv: resuming {cfg['output-dir']} after round {state.round}", file=say)
     print(f"fedpriv: running scenario {cfg['scenario']!r} -> {cfg['output-dir']}", file=say)
+    refused = check_server_folder(cfg)
+    if refused:
+        print(refused, file=sys.stderr)
+        return 2
     earlier = earlier_releases(cfg)
     notice = federation_line(cfg, earlier)
     if notice:

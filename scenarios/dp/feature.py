@@ -33,6 +33,7 @@ from fedpriv.scenarios.config.feature import Catalog, Command, Feature
 from fedpriv.scenarios.config.schema import ConfigError
 from fedpriv.scenarios.config.specs import ServerRun, server_run
 from fedpriv.scenarios.dp.keys import KEYS
+from fedpriv.scenarios.dp.server_ledger import attach_server_ledger
 from fedpriv.scenarios.zonal.keys import zone_nodes
 
 from fedpriv import seeds
@@ -92,9 +93,10 @@ def build_dp_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
         weighting=str(spec.dp_weighting),
     )
     poisson = cfg["client-sampling"] == "poisson"
-    return ServerSideFixedClippingDP(
+    wrapper = ServerSideFixedClippingDP(
         strategy, accountant=accountant, poisson=poisson, max_epsilon=budget_of(cfg), **common
     )
+    return attach_server_ledger(wrapper, run)
 
 
 def budget_of(cfg: Mapping[str, Any]) -> float | None:
@@ -122,6 +124,22 @@ def check_max_epsilon(cfg: Mapping[str, Any], catalog: Catalog) -> None:
         )
     if cfg["strategy"] in NOT_A_MEAN_STRATEGIES:
         raise ConfigError("max-epsilon", value, f"{allowed}: {cfg['strategy']} has no epsilon")
+
+
+def check_server_budget(cfg: Mapping[str, Any], catalog: Catalog) -> None:
+    """``server-max-epsilon`` > 0 only where the server's releases have an ε: global DP or
+    adaptive clipping around a mean (standard run)."""
+    value = float(cfg.get("server-max-epsilon", 0.0))
+    if value == 0:
+        return
+    allowed = "0 (no budget) unless privacy = global-dp | adaptive-clip around a mean"
+    mode = mode_of(cfg)
+    if not mode.budgeted or catalog.kind(cfg) != "standard":
+        raise ConfigError(
+            "server-max-epsilon", value, f"{allowed} (privacy = {mode.name}: no server epsilon)"
+        )
+    if cfg["strategy"] in NOT_A_MEAN_STRATEGIES:
+        raise ConfigError("server-max-epsilon", value, f"{allowed}: {cfg['strategy']} is not")
 
 
 def check_dp_config(cfg: Mapping[str, Any], catalog: Catalog) -> None:
@@ -339,7 +357,7 @@ FEATURE = Feature(
     keys=KEYS,
     privacy_modes=tuple(declare(mode, build_dp_wrapper) for mode in SERVER_NOISE_MODES),
     summary=privacy_summary,
-    checks=(check_dp_config, check_max_epsilon),
+    checks=(check_dp_config, check_max_epsilon, check_server_budget),
     commands=(
         Command(
             "epsilon",

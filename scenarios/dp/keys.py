@@ -21,7 +21,7 @@ The default ``digits`` scenario runs ``metric-dp`` around FedAvg with these MP v
 test accuracy (seed 0, 8 rounds).
 """
 
-from fedpriv.scenarios.config.schema import AUTO, boolean, choice, integer, key, real
+from fedpriv.scenarios.config.schema import AUTO, boolean, choice, integer, key, real, text
 from fedpriv.scenarios.distributed_dp.keys import KEYS as DISTRIBUTED_KEYS
 
 KEYS = (
@@ -106,6 +106,23 @@ KEYS = (
         "(summary.json stopped says why); DP-SGD: each client's own lifetime budget over all "
         "its runs (it refuses a participation past it); a zone node (zone-nodes runtime): its "
         "own lifetime budget over all its releases",
+    ),
+    key(
+        "server-max-epsilon",
+        0.0,
+        real(0),
+        "a float >= 0 (0 = no budget)",
+        "global-dp, adaptive-clip: the server's lifetime budget over every run of its ledger "
+        "(server-state-dir): a round whose release would push the composition of the stored "
+        "events past it is not released and the run ends (summary.json stopped says why)",
+    ),
+    key(
+        "server-state-dir",
+        "",
+        text,
+        "a directory path ('' = a simulation's own: <federation-dir>/server, else "
+        "<output-dir>/server-state; a deployment: none)",
+        "the server's state folder (its own user's, 0700): its release ledger across runs",
     ),
     # distributed DP's keys (fedpriv.scenarios.distributed_dp.keys): a node knows the keys of
     # this module (fedpriv.scenarios.config.node_spec.KEY_MODULES)

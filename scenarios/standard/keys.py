@@ -73,7 +73,7 @@ KEYS = (
         "",
         text,
         "a directory path ('' = a fresh federation per run: the simulated nodes' ledgers in "
-        "<output-dir>/node-state)",
+        "<output-dir>/node-state, the server's in <output-dir>/server-state)",
     ),
     key("proximal-mu", 0.1, real(0), "a float >= 0"),
     key("server-learning-rate", 1.0, real(0, lo_open=True), "a float > 0"),
