@@ -50,7 +50,7 @@ BASE: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one object per line: hashed and compared by identity
 class Method:
     """One line of the figure: a privacy mode with its own overrides, the panel it is compared
     in and what its ε covers."""
