@@ -296,7 +296,7 @@ gp-fig2: $(STAMP)
 ## digits with 100 clients (z per cell from the planner; bench/privacy_utility.py), then
 ## the page docs/results/privacy-utility.md and its plot. Complete cells are skipped.
 PU_DIR ?= reports/privacy-utility
-PU_EPSILONS ?= 1,2,4,8
+PU_EPSILONS ?= 2,4,8
 PU_SEEDS ?= 0,1,2
 PU_ROUNDS ?= 20
 PU_PAGE ?= $(RESULTS_DIR)/privacy-utility.md

@@ -50,67 +50,108 @@ BASE: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one object per line: hashed and compared by identity
 class Method:
-    """One row of the figure: a privacy mode with its own overrides and what its ε covers."""
+    """One line of the figure: a privacy mode with its own overrides, the panel it is compared
+    in and what its ε covers."""
 
     name: str
     mode: str
     covers: str
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    panel: str = ""
     # the planner's config for z when it is not the run's own (mode, overrides)
     z_from: tuple[str, Mapping[str, Any]] | None = None
+    # z = z_scale × the planner's z (DP-FTRL in replace-one: sensitivity 2C, so twice the z)
+    z_scale: float = 1.0
+    # adaptive clipping: σ_b of the clipped count = count_per_z × z (z < 2σ_b)
+    count_per_z: float = 0.0
 
 
-METHODS: tuple[Method, ...] = (
-    Method(
-        "fixed clipping (DP-FedAvg)",
+REPLACE_ONE = "replace-one, 20 of 100 fixed-size"
+ZERO_OUT = "add/remove ≡ replace-special, 20 of 100 a round"
+POISSON = "Poisson add/remove, same z"
+PANELS = {
+    "a": f"(a) {REPLACE_ONE}",
+    "b": f"(b) {ZERO_OUT}",
+    "c": "(c) individualised vs uniform budgets, Poisson, same z",
+}
+SWEEP_C = (0.2, 0.5, 1.0, 0.1)  # fixed clipping norms of panel (a); 0.1 runs last
+POISSON_20 = {"client-sampling": "poisson"}  # q = clients-per-round / num-clients = 0.2
+BUDGET_RATIOS = (1, 2, 4)  # client budgets: groups ε, 2ε, 4ε (the smallest = the target ε)
+
+
+def fixed_c(norm: float) -> Method:
+    """DP-FedAvg with fixed clipping norm ``norm`` in panel (a)."""
+    return Method(
+        f"DP-FedAvg C = {norm:g} [replace-one]",
         global_dp.MODE.name,
-        "20 of 100 per round without replacement, amplified by sampling (replace-one)",
-    ),
-    Method(
-        "adaptive clipping",
-        adaptive_clip.MODE.name,
-        "as fixed clipping; the noisy clipped counts (σ_b = 10) composed in",
-        {"clipped-count-stddev": 10.0},
-    ),
-    Method(
-        "DP-FTRL (tree)",
-        dp_ftrl.MODE.name,
-        "no amplification: any participation with each client at most once per restart (5 "
-        "rounds); shuffled epochs, one tree each",
-    ),
-    Method(
-        "client budgets",
-        client_budgets.MODE.name,
-        "each client's own Poisson rate q_i, amplified (add/remove); budget group = target ε; "
-        "z = fixed clipping's at that ε",
-        {"clients-per-round": 0},
-        (global_dp.MODE.name, {"clients-per-round": 20}),
-    ),
-    Method(
-        "DP-FedAvg, all clients",
-        global_dp.MODE.name,
-        "all 100 clients every round: no sampling, no amplification (replace-one)",
-        {"clients-per-round": 0},
-    ),
-    Method(
-        "DP-FedAvg, 20/round, no amplification",
-        global_dp.MODE.name,
-        "20 of 100 per round, ε counted as if every client were in every round (no "
-        "amplification; replace-one): z of the all-clients row, σ = zC/20; the run's own "
-        "summary reports the smaller amplified ε",
-        {},
-        (global_dp.MODE.name, {"clients-per-round": 0}),
-    ),
+        f"fixed clipping C = {norm:g}; 20 of 100 per round without replacement, amplified by "
+        "sampling (replace-one, sum sensitivity 2C)",
+        {"clipping-norm": norm},
+        "a",
+    )
+
+
+SWEEP = tuple(fixed_c(c) for c in SWEEP_C)
+ADAPTIVE = Method(
+    "adaptive clipping C0 = 0.5 [replace-one]",
+    adaptive_clip.MODE.name,
+    "as fixed clipping (replace-one, amplified); the noisy clipped counts (σ_b = 2z) composed "
+    "in: update noise z_Δ = z/√(1 − 1/16) ≈ 1.03 z; γ = 0.5, η_C = 0.2",
+    {},
+    "a",
+    # the planner's ε does not depend on σ_b, only its admission (z < 2σ_b) does
+    (adaptive_clip.MODE.name, {"clipped-count-stddev": 100.0}),
+    count_per_z=2.0,
 )
-NO_AMPLIFICATION = (METHODS[4].name, METHODS[5].name)  # DP-FTRL's comparators
+FTRL_REPLACE_ONE = Method(
+    "DP-FTRL [replace-one: z × 2]",
+    dp_ftrl.MODE.name,
+    "shuffled epochs (20 of a secret permutation a round, one 5-leaf tree per epoch), no "
+    "amplification; replace-one by sensitivity 2C per leaf: z = 2 × the replace-special z of "
+    "the target, so dp_accounting's replace-special ε at z/2 is the target",
+    {},
+    "a",
+    z_scale=2.0,
+)
+FTRL = Method(
+    "DP-FTRL [replace-special]",
+    dp_ftrl.MODE.name,
+    "shuffled epochs, no amplification, dp_accounting's tree events under replace-special "
+    "(a client's contributions replaced by zero, sensitivity C per leaf)",
+    {},
+    "b",
+)
+POISSON_FEDAVG = Method(
+    "DP-FedAvg Poisson q = 0.2 [add/remove]",
+    global_dp.MODE.name,
+    "each client independently with q = 0.2 (20 expected), the sum divided by 20, "
+    "add/remove (sensitivity C; for a fixed-denominator sum, removing a client and zeroing "
+    "its update give the same output, so this ε also bounds replace-special); amplified. "
+    "Panel (c)'s uniform assignment: every client at the smallest budget",
+    POISSON_20,
+    "b",
+)
+BUDGETS = Method(
+    "client budgets ε, 2ε, 4ε [Poisson add/remove]",
+    client_budgets.MODE.name,
+    "three budget groups ε, 2ε, 4ε (client p in group p mod 3; ε = the column's target, the "
+    "smallest budget), each client Poisson-sampled at its own q_i, at the z of the uniform "
+    "row (DP-FedAvg Poisson q = 0.2 at ε)",
+    {"clients-per-round": 0},
+    "c",
+    (global_dp.MODE.name, POISSON_20),
+)
+METHODS: tuple[Method, ...] = (
+    *SWEEP[:3], ADAPTIVE, FTRL_REPLACE_ONE, FTRL, POISSON_FEDAVG, BUDGETS, SWEEP[3],
+)  # fmt: skip
 NO_DP = Method("no DP", no_dp.MODE.name, "no privacy (reference)")
 
 
 def slug(name: str) -> str:
     """A directory name for a method."""
-    keep = [c if c.isalnum() else "-" for c in name.lower()]
+    keep = [c if c.isascii() and c.isalnum() else "-" for c in name.lower()]
     return "-".join(part for part in "".join(keep).split("-") if part)
 
 
@@ -134,14 +175,40 @@ def _resolve(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return CATALOG.resolve_run_config(launch.app_config(dict(overrides)))
 
 
-def noise_for(method: Method, epsilon: float, rounds: int) -> float:
-    """The planner's z for ``method`` at ``epsilon`` over ``rounds`` (client budgets: fixed
-    clipping's z; its own rates q_i then meet the budget)."""
+_PLANNED: dict[str, float] = {}
+PLANNED_FILE = "planned-z.json"  # the planner's z of every config it was asked (a resume skips)
+
+
+def planner_z(method: Method, epsilon: float, rounds: int, out: Path | None = None) -> float:
+    """The planner's z at ``epsilon`` over ``rounds`` for the method's own config or the one it
+    names in :attr:`Method.z_from`; computed once per config (kept in ``out/planned-z.json``
+    when ``out`` is given)."""
     from fedpriv.privacy.accounting.target import noise_for_target
 
     mode, overrides = method.z_from or (method.mode, method.overrides)
     values = {**BASE, "privacy": mode, **overrides, "num-server-rounds": rounds}
-    return float(noise_for_target(_spec(_resolve(values)), epsilon)["noise_multiplier"])
+    key = json.dumps([values, float(epsilon)], sort_keys=True)
+    path = None if out is None else out / PLANNED_FILE
+    if key not in _PLANNED and path is not None and path.is_file():
+        _PLANNED.update(json.loads(path.read_text()))
+    if key not in _PLANNED:
+        plan = noise_for_target(_spec(_resolve(values)), epsilon)
+        _PLANNED[key] = float(plan["noise_multiplier"])
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(_PLANNED, indent=1))
+    return _PLANNED[key]
+
+
+def noise_for(method: Method, epsilon: float, rounds: int, out: Path | None = None) -> float:
+    """The cell's z: :attr:`Method.z_scale` × the planner's z (client budgets: the uniform
+    row's z; its own rates q_i then meet the budgets)."""
+    return method.z_scale * planner_z(method, epsilon, rounds, out)
+
+
+def budget_groups(epsilon: float) -> str:
+    """Client budgets' ``client-epsilon-groups`` for a column: ε·r for r in BUDGET_RATIOS."""
+    return ",".join(f"{epsilon * r:g}" for r in BUDGET_RATIOS)
 
 
 def cell_overrides(
@@ -153,9 +220,12 @@ def cell_overrides(
     values["output-dir"] = str(cell_dir(out, method, epsilon, seed))
     if epsilon is None:
         return values
-    values["noise-multiplier"] = noise_for(method, epsilon, rounds)
+    z = noise_for(method, epsilon, rounds, out)
+    values["noise-multiplier"] = z
+    if method.count_per_z:
+        values["clipped-count-stddev"] = method.count_per_z * z
     if method.mode == client_budgets.MODE.name:
-        values["client-epsilon-groups"] = f"{epsilon:g}"
+        values["client-epsilon-groups"] = budget_groups(epsilon)
     return values
 
 
@@ -170,21 +240,35 @@ def simulation_top(method: Method, values: Mapping[str, Any]) -> dict[str, Any]:
     return {**top, **{k: v for k, v in values.items() if k != "output-dir"}}
 
 
+def cell_order(
+    methods: Sequence[Method], epsilons: Sequence[float], seeds: Sequence[int]
+) -> list[tuple[Method, float | None, int]]:
+    """The no-DP reference first, then the largest ε first (a cut run has the must-show
+    columns), seeds before methods; the optional fourth C of the sweep last."""
+    cells: list[tuple[Method, float | None, int]] = []
+    if NO_DP in methods:
+        cells += [(NO_DP, None, s) for s in seeds]
+    private = [m for m in methods if m is not NO_DP]
+    for late in (False, True):
+        chosen = [m for m in private if (m is SWEEP[-1]) == late]
+        cells += [(m, e, s) for e in sorted(epsilons, reverse=True) for s in seeds for m in chosen]
+    return cells
+
+
 def run(
     out: Path,
     epsilons: Sequence[float],
     seeds: Sequence[int],
     rounds: int,
     federation: argparse.Namespace,
+    methods: Sequence[Method] = (NO_DP, *METHODS),
 ) -> int:
     """Every cell (complete cells skipped): one simulation, plus one per client-budgets ε."""
     from fedpriv.scenarios.app import multirun
     from fedpriv.scenarios.cli import ray_cluster
     from fedpriv.scenarios.config.features import CATALOG
 
-    cells = [(NO_DP, None, s) for s in seeds]
-    for batch in (epsilons[1::2], epsilons[0::2]):  # every other ε first: a cut run spans ε
-        cells += [(m, e, s) for s in seeds for e in batch for m in METHODS]
+    cells = cell_order(methods, epsilons, seeds)
     sims: dict[str, tuple[dict[str, Any], list[Any]]] = {}
     for method, epsilon, seed in cells:
         values = cell_overrides(method, epsilon, seed, out, rounds)
@@ -231,14 +315,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Run the privacy-utility grid (complete cells skipped)."
     )
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--epsilons", default="1,2,4,8")
-    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--epsilons", default="2,4,8")
+    parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--rounds", type=int, default=BASE["num-server-rounds"])
+    parser.add_argument(
+        "--only", default="", help="comma-separated method directory names (default: all)"
+    )
     launch.add_federation_option(parser)
     args = parser.parse_args(argv)
     epsilons = [float(e) for e in args.epsilons.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
-    return run(args.out, epsilons, seeds, args.rounds, args)
+    only = set(args.only.split(",")) if args.only else None
+    methods = [m for m in (NO_DP, *METHODS) if only is None or slug(m.name) in only]
+    return run(args.out, epsilons, seeds, args.rounds, args, methods)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,10 @@
-"""The privacy–utility page of ``bench/privacy_utility.py`` runs: the table (mean ± std over
-seeds), the plot with ±1 std bands, what each method's ε covers, the ε each run reported, the
-DP-FTRL comparison at the same ε without amplification and the invocations' machine load."""
+"""The privacy–utility page of ``bench/privacy_utility.py`` runs, one panel per like-for-like
+comparison (:data:`bench.privacy_utility.PANELS`): (a) replace-one at 20 of 100 fixed-size,
+the fixed-clipping sweep with its best C per ε against adaptive clipping (C over rounds) and
+DP-FTRL at the replace-one z; (b) add/remove ≡ replace-special at 20 a round, DP-FTRL against
+Poisson DP-FedAvg; (c) individualised budgets against the uniform assignment at the smallest
+budget, at the same z and Poisson sampling, with the budget each group leaves unspent. Tables
+are mean ± std over seeds; the plot has ±1 std bands and its legends below the axes."""
 
 from __future__ import annotations
 
@@ -12,7 +16,24 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.privacy_utility import BASE, METHODS, NO_AMPLIFICATION, NO_DP, slug
+from bench.privacy_utility import (
+    ADAPTIVE,
+    BASE,
+    BUDGET_RATIOS,
+    BUDGETS,
+    FTRL,
+    FTRL_REPLACE_ONE,
+    METHODS,
+    NO_DP,
+    PANELS,
+    POISSON_FEDAVG,
+    SWEEP,
+    Method,
+    slug,
+)
+
+Table = Mapping[tuple[str, float | None], Mapping[str, Any]]
+WITHIN = 0.05  # DP-FTRL keeps up: its mean at least the comparator's less this
 
 
 def session_lines(out: Path) -> list[str]:
@@ -21,47 +42,49 @@ def session_lines(out: Path) -> list[str]:
     if not path.is_file():
         return ["- (no sessions.json: machine and load not recorded)"]
     return [
-        f"- {s['cells']} cells, {s['start']['time']} → {s['end']['time']} on "
+        f"- {s['cells']} cells to run, {s['start']['time']} → {s['end']['time']} on "
         f"{s['start']['cpus']} CPUs, 1-min load {s['start']['load_1min']:.1f} → "
         f"{s['end']['load_1min']:.1f}" + (f" ({s['note']})" if s.get("note") else "")
         for s in json.loads(path.read_text())
     ]
 
 
-def final_accuracy(summary: Mapping[str, Any]) -> float:
-    """The last round's centralized accuracy of a summary.json."""
-    return float(summary["final"]["accuracy"])
+def summaries(out: Path, method: Method) -> list[tuple[float | None, int, dict]]:
+    """(ε target, seed, summary.json) of every finished cell of ``method``; the summary's
+    ``run_config`` is the cell's run-config.json ``config``."""
+    found = []
+    for path in sorted((out / slug(method.name)).glob("eps*/seed*/summary.json")):
+        tag = path.parent.parent.name
+        epsilon = None if tag == "eps-inf" else float(tag[3:])
+        summary = json.loads(path.read_text())
+        config = path.parent / "run-config.json"
+        summary["run_config"] = json.loads(config.read_text())["config"] if config.is_file() else {}
+        found.append((epsilon, int(path.parent.name[4:]), summary))
+    return found
 
 
 def read_cells(out: Path) -> list[dict[str, Any]]:
     """One row per finished cell: method, ε target, seed, accuracy, z, reported ε, wall."""
     rows = []
     for method in (NO_DP, *METHODS):
-        for path in sorted((out / slug(method.name)).glob("eps*/seed*/summary.json")):
-            summary = json.loads(path.read_text())
-            tag = path.parent.parent.name
-            cfg = json.loads((path.parent / "run-config.json").read_text())["config"]
+        for epsilon, seed, summary in summaries(out, method):
             rows.append({
-                "method": method.name,
-                "epsilon": None if tag == "eps-inf" else float(tag[3:]),
-                "seed": int(path.parent.name[4:]),
-                "accuracy": final_accuracy(summary),
-                "z": cfg.get("noise-multiplier"),
-                "reported_epsilon": _reported_epsilon(summary),
+                "method": method.name, "epsilon": epsilon, "seed": seed,
+                "accuracy": float(summary["final"]["accuracy"]),
+                "z": summary["run_config"].get("noise-multiplier"),
+                "reported_epsilon": reported_epsilon(summary),
                 "wall_s": summary.get("wall_seconds"),
             })  # fmt: skip
     return rows
 
 
-def _reported_epsilon(summary: Mapping[str, Any]) -> float | None:
+def reported_epsilon(summary: Mapping[str, Any]) -> float | None:
+    """The ε a run reported: its headline, or the largest per-client ε (client budgets)."""
     privacy = summary.get("privacy") or {}
     value = privacy.get("epsilon")
     if isinstance(value, dict):
         value = value.get("epsilon")
-    if isinstance(value, int | float):
-        return float(value)
-    values = privacy.get("client_epsilon") or {}
-    return float(values["max"]) if isinstance(values, dict) and "max" in values else None
+    return float(value) if isinstance(value, int | float) else None
 
 
 def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float | None], dict]:
@@ -72,7 +95,7 @@ def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float | None
     table = {}
     for key, items in groups.items():
         accs = [float(r["accuracy"]) for r in items]
-        zs = [float(r["z"]) for r in items if r["z"] not in (None, "auto")]
+        zs = [float(r["z"]) for r in items if isinstance(r["z"], int | float)]
         table[key] = {
             "mean": statistics.fmean(accs),
             "std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
@@ -83,200 +106,322 @@ def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float | None
     return table
 
 
-def markdown_table(table: Mapping[tuple[str, float | None], Mapping[str, Any]]) -> str:
-    """Rows = methods, columns = target ε: ``mean ± std (z)``, a cell with fewer seeds
-    than the most says how many."""
-    epsilons = sorted({e for _, e in table if e is not None})
+def epsilons_of(table: Table) -> list[float]:
+    """The target ε columns, ascending."""
+    return sorted({e for _, e in table if e is not None})
+
+
+def stat_text(stat: Mapping[str, Any] | None, most: int) -> str:
+    """``mean ± std (z …)``, with the number of seeds when fewer than the most."""
+    if stat is None:
+        return "—"
+    fewer = "" if stat["n"] == most else f", {stat['n']} seed(s)"
+    z = "" if stat["z"] is None else f"z {stat['z']:.2f}"
+    return f"{stat['mean']:.3f} ± {stat['std']:.3f} ({z}{fewer})"
+
+
+def best_fixed(table: Table, epsilon: float) -> tuple[Method, Mapping[str, Any]] | None:
+    """The fixed-clipping sweep's best mean at ``epsilon`` (selected on the test accuracy it
+    reports, so optimistic for fixed clipping)."""
+    found = [(m, table[(m.name, epsilon)]) for m in SWEEP if (m.name, epsilon) in table]
+    return max(found, key=lambda pair: pair[1]["mean"], default=None)
+
+
+def panel_table(table: Table, methods: Sequence[Method], best: bool = False) -> str:
+    """Rows = methods (and the sweep's best C per ε), columns = target ε."""
+    epsilons = epsilons_of(table)
+    most = max((s["n"] for s in table.values()), default=0)
     lines = ["| method | " + " | ".join(f"ε = {e:g}" for e in epsilons) + " |",
              "|---|" + "---|" * len(epsilons)]  # fmt: skip
-    most = max((s["n"] for s in table.values()), default=0)
-    for method in METHODS:
+    for method in methods:
+        cells = [stat_text(table.get((method.name, e)), most) for e in epsilons]
+        lines.append(f"| {method.name} | " + " | ".join(cells) + " |")
+    if best:
         cells = []
         for e in epsilons:
-            stat = table.get((method.name, e))
-            fewer = "" if stat is None or stat["n"] == most else f", {stat['n']} seed(s)"
-            if stat is None:
-                cells.append("—")
-                continue
-            cells.append(f"{stat['mean']:.3f} ± {stat['std']:.3f} (z {stat['z']:.2f}{fewer})")
-        lines.append(f"| {method.name} | " + " | ".join(cells) + " |")
+            pick = best_fixed(table, e)
+            name = "—" if pick is None else pick[0].overrides["clipping-norm"]
+            cells.append("—" if pick is None else f"C = {name:g}: {stat_text(pick[1], most)}")
+        lines.append("| **best fixed C** (per ε) | " + " | ".join(cells) + " |")
     ref = table.get((NO_DP.name, None))
     if ref is not None:
-        lines.append(f"| {NO_DP.name} (ε = ∞) | {ref['mean']:.3f} ± {ref['std']:.3f} "
-                     "(all columns) |" + " |" * (len(epsilons) - 1))  # fmt: skip
+        lines.append(f"| {NO_DP.name} (ε = ∞) | {ref['mean']:.3f} ± {ref['std']:.3f} |"
+                     + " |" * (len(epsilons) - 1))  # fmt: skip
     return "\n".join(lines)
 
 
-def plot(table: Mapping[tuple[str, float | None], Mapping[str, Any]], path: Path) -> Path:
-    """Accuracy against ε (log2 axis), mean line and a ±1 std band per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for method in METHODS:
-        points = sorted((e, s) for (m, e), s in table.items() if m == method.name and e)
-        if not points:
-            continue
-        xs = [e for e, _ in points]
-        mean = [s["mean"] for _, s in points]
-        std = [s["std"] for _, s in points]
-        (line,) = ax.plot(xs, mean, marker="o", label=method.name)
-        low = [m - d for m, d in zip(mean, std)]
-        high = [m + d for m, d in zip(mean, std)]
-        ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2)
-    ref = table.get((NO_DP.name, None))
-    if ref is not None:
-        ax.axhline(ref["mean"], color="grey", linestyle="--", label="no DP")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("target ε (δ = 1e-5)")
-    ax.set_ylabel("final test accuracy")
-    ax.set_title("digits, 100 clients: accuracy vs ε (mean ± std over seeds)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+def gap_line(table: Table, epsilon: float, ftrl: Method, other: str, stat: Mapping) -> str:
+    """DP-FTRL's mean against a comparator's at one ε: within 0.05 or not."""
+    mine = table.get((ftrl.name, epsilon))
+    if mine is None:
+        return f"- ε = {epsilon:g}: {ftrl.name} not run"
+    gap = mine["mean"] - stat["mean"]
+    verdict = "within 0.05 or above: yes" if gap >= -WITHIN else "within 0.05 or above: NO"
+    return (
+        f"- ε = {epsilon:g}: {ftrl.name} {mine['mean']:.3f} vs {other} {stat['mean']:.3f} "
+        f"({gap:+.3f}; {mine['n']} vs {stat['n']} seeds): {verdict}"
+    )
 
 
-def reported_epsilons(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float], float]:
+def ftrl_lines(table: Table) -> list[str]:
+    """DP-FTRL against DP-FedAvg in panels (a) (its best fixed C and C = 0.5, DP-FTRL's own
+    C) and (b), at every ε."""
+    lines = []
+    for e in epsilons_of(table):
+        pick = best_fixed(table, e)
+        if pick is not None:
+            lines.append(gap_line(table, e, FTRL_REPLACE_ONE, f"best {pick[0].name}", pick[1]))
+        same_c = table.get((SWEEP[1].name, e))
+        if same_c is not None:
+            lines.append(gap_line(table, e, FTRL_REPLACE_ONE, SWEEP[1].name, same_c))
+        poisson = table.get((POISSON_FEDAVG.name, e))
+        if poisson is not None:
+            lines.append(gap_line(table, e, FTRL, POISSON_FEDAVG.name, poisson))
+    return lines
+
+
+def clip_norms(out: Path) -> dict[float, list[list[float]]]:
+    """Adaptive clipping's C per round, one list per seed, by target ε."""
+    found: dict[float, list[list[float]]] = {}
+    for epsilon, _, summary in summaries(out, ADAPTIVE):
+        norms = (summary.get("privacy") or {}).get("clipping_norm_per_round") or []
+        if epsilon is not None and norms:
+            found.setdefault(epsilon, []).append([float(c) for c in norms])
+    return found
+
+
+def clip_lines(norms: Mapping[float, list[list[float]]]) -> list[str]:
+    """A table of adaptive clipping's mean C at rounds 1, 5, 10, 15 and the last."""
+    if not norms:
+        return ["(no adaptive-clipping cells)"]
+    length = min(len(n) for runs in norms.values() for n in runs)
+    picks = sorted({r for r in (1, 5, 10, 15, length) if r <= length})
+    lines = ["| ε | " + " | ".join(f"C at round {r}" for r in picks) + " |",
+             "|---|" + "---|" * len(picks)]  # fmt: skip
+    for epsilon, runs in sorted(norms.items()):
+        means = [statistics.fmean(run[r - 1] for run in runs) for r in picks]
+        lines.append(f"| {epsilon:g} | " + " | ".join(f"{c:.3f}" for c in means) + " |")
+    return lines
+
+
+def budget_groups(summary: Mapping[str, Any]) -> dict[float, dict[str, float]]:
+    """Client budgets per budget group: clients, mean q_i, the largest ε spent and the
+    budget left unspent by the group's most-spent client."""
+    clients = (summary.get("privacy") or {}).get("epsilon_per_client") or {}
+    groups: dict[float, list[Mapping[str, Any]]] = {}
+    for c in clients.values():
+        groups.setdefault(float(c["budget"]), []).append(c)
+    return {
+        budget: {
+            "clients": float(len(items)),
+            "q": statistics.fmean(float(c["sampling_rate"]) for c in items),
+            "spent": max(float(c["epsilon"]) for c in items),
+            "unspent": budget - max(float(c["epsilon"]) for c in items),
+        }
+        for budget, items in sorted(groups.items())
+    }
+
+
+def budget_lines(out: Path, table: Table) -> list[str]:
+    """Panel (c): per ε and budget group, accuracy, q, ε spent and unspent, individualised
+    against the uniform assignment (every client at the smallest budget ε, q = 0.2)."""
+    by_eps: dict[float, list[dict[float, dict[str, float]]]] = {}
+    for epsilon, _, summary in summaries(out, BUDGETS):
+        if epsilon is not None:
+            by_eps.setdefault(epsilon, []).append(budget_groups(summary))
+    lines = ["| ε (smallest budget) | assignment | accuracy | budget group | q | ε spent | "
+             "unspent |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for epsilon in sorted(set(by_eps) | {e for m, e in table if m == POISSON_FEDAVG.name and e}):
+        uniform = table.get((POISSON_FEDAVG.name, epsilon))
+        acc = "—" if uniform is None else f"{uniform['mean']:.3f} ± {uniform['std']:.3f}"
+        for r in BUDGET_RATIOS:
+            budget = epsilon * r
+            lines.append(f"| {epsilon:g} | uniform (ε for all) | {acc} | {budget:g} | 0.2 | "
+                         f"{epsilon:g} | {budget - epsilon:g} |")  # fmt: skip
+        stat = table.get((BUDGETS.name, epsilon))
+        acc = "—" if stat is None else f"{stat['mean']:.3f} ± {stat['std']:.3f}"
+        runs = by_eps.get(epsilon, [])
+        for budget in sorted({b for run in runs for b in run}):
+            vals = [run[budget] for run in runs if budget in run]
+            q = statistics.fmean(v["q"] for v in vals)
+            spent = max(v["spent"] for v in vals)
+            unspent = min(v["unspent"] for v in vals)
+            lines.append(f"| {epsilon:g} | individualised | {acc} | {budget:g} | {q:.3f} | "
+                         f"{spent:.3f} | {unspent:.3f} |")  # fmt: skip
+    return lines
+
+
+def replace_one_lines(out: Path) -> list[str]:
+    """DP-FTRL's replace-one ε: dp_accounting's replace-special ε of its trees at z/2 (a
+    contribution's replacement moves a leaf by 2C, twice replace-special's C)."""
+    from fedpriv.privacy.ftrl import tree_epsilon
+
+    lines = []
+    for epsilon, seed, summary in summaries(out, FTRL_REPLACE_ONE):
+        cfg = summary["run_config"]
+        z = float(cfg["noise-multiplier"])
+        restart = int(cfg["num-clients"]) // int(cfg["clients-per-round"])
+        rounds = int(cfg["num-server-rounds"])
+        steps = [restart] * (rounds // restart) + ([rounds % restart] if rounds % restart else [])
+        half = tree_epsilon(z / 2, steps, float(cfg.get("dp-delta", 1e-5)))["epsilon"]
+        lines.append(f"- ε = {epsilon:g}, seed {seed}: z {z:.3f}; the run's replace-special ε "
+                     f"{reported_epsilon(summary) or float('nan'):.3f}; replace-one ε "
+                     f"(replace-special at z/2 = {z / 2:.3f}) {half:.3f}")  # fmt: skip
+    return lines
+
+
+def reported_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """(method, target ε) -> the largest ε a run of it reported (every seed)."""
     worst: dict[tuple[str, float], float] = {}
     for row in rows:
         if row["epsilon"] is not None and row["reported_epsilon"] is not None:
             key = (row["method"], row["epsilon"])
             worst[key] = max(worst.get(key, 0.0), float(row["reported_epsilon"]))
-    return worst
+    return [f"- {m} at ε = {e:g}: reported {v:.3f}" for (m, e), v in sorted(worst.items())]
 
 
-def ftrl_gap(table: Mapping[tuple[str, float | None], Mapping[str, Any]]) -> list[str]:
-    """One line per (ε, comparator): DP-FTRL's mean accuracy against each DP-FedAvg whose ε
-    assumes no amplification either."""
-    ftrl = METHODS[2].name
-    lines = []
-    for (method, e), stat in sorted(table.items(), key=lambda kv: kv[0][1] or 0):
-        for name in NO_AMPLIFICATION if method == ftrl else ():
-            other = table.get((name, e))
-            if other is None:
-                continue
-            gap = stat["mean"] - other["mean"]
-            verdict = "beats" if gap > 0 else "does not beat"
-            lines.append(
-                f"- ε = {e:g}: DP-FTRL {stat['mean']:.3f} vs {name} {other['mean']:.3f}: "
-                f"{verdict} it by {abs(gap):.3f}"
-            )
-    return lines
+def _band(ax: Any, table: Table, name: str, label: str, **style: Any) -> None:
+    points = sorted((e, s) for (m, e), s in table.items() if m == name and e)
+    if not points:
+        return
+    xs = [e for e, _ in points]
+    mean = [s["mean"] for _, s in points]
+    std = [s["std"] for _, s in points]
+    (line,) = ax.plot(xs, mean, marker="o", label=label, **style)
+    low = [m - d for m, d in zip(mean, std)]
+    high = [m + d for m, d in zip(mean, std)]
+    ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.15)
 
 
-def cell_details(summary: Mapping[str, Any]) -> dict[str, float]:
-    """What a cell's summary says beyond accuracy: DP-FTRL's participants per round (its
-    block; before shuffled epochs, m less the clients already in the tree), adaptive
-    clipping's final C, client budgets' rate q_i."""
-    privacy = summary.get("privacy") or {}
-    details: dict[str, float] = {}
-    excluded = privacy.get("repeat_excluded_per_round")
-    if excluded:
-        m = float(privacy.get("num_sampled_clients", 0))
-        details["participants/round"] = m - statistics.fmean(excluded)
-    elif str(privacy.get("sampling", "")).startswith("shuffled epochs"):  # DP-FTRL
-        details["participants/round"] = float(privacy["clients_per_round"])
-    norms = privacy.get("clipping_norm_per_round")
-    if norms:
-        details["final C"] = float(norms[-1])
-    clients = privacy.get("epsilon_per_client") or {}
-    rates = [float(c["sampling_rate"]) for c in clients.values() if "sampling_rate" in c]
-    if rates:
-        details["q_i"] = statistics.fmean(rates)
-        details["max client ε"] = max(float(c.get("epsilon", 0.0)) for c in clients.values())
-    return details
+def plot(table: Table, norms: Mapping[float, list[list[float]]], path: Path) -> Path:
+    """Write :func:`figure` to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(table, norms)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
 
 
-def details_lines(out: Path) -> list[str]:
-    """One line per (method, ε) with a detail: the mean over its seeds."""
-    lines = []
-    for method in METHODS:
-        for tag in sorted((out / slug(method.name)).glob("eps*"), key=lambda p: float(p.name[3:])):
-            found: dict[str, list[float]] = {}
-            for path in sorted(tag.glob("seed*/summary.json")):
-                for key, value in cell_details(json.loads(path.read_text())).items():
-                    found.setdefault(key, []).append(value)
-            if found:
-                parts = [f"{k} {statistics.fmean(v):.3g}" for k, v in found.items()]
-                lines.append(f"- {method.name}, ε = {tag.name[3:]}: " + ", ".join(parts))
-    return lines
+def figure(table: Table, norms: Mapping[float, list[list[float]]]) -> Any:
+    """Panels (a)–(c) of accuracy against ε (log2 axis, ±1 std) and adaptive clipping's C
+    over rounds; each legend below its axes, outside the data."""
+    import matplotlib
 
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
-def accountants(out: Path) -> list[str]:
-    """Each method's accountant, adjacency and sampling as its runs recorded them."""
-    lines = []
-    for method in METHODS:
-        path = next(iter(sorted((out / slug(method.name)).glob("eps*/seed*/summary.json"))), None)
-        if path is None:
-            continue
-        privacy = json.loads(path.read_text()).get("privacy") or {}
-        block = privacy.get("epsilon")
-        if not isinstance(block, dict):
-            block = privacy
-        said = [str(block[k]) for k in ("adjacency", "sampling") if block.get(k)]
-        if said:
-            lines.append(f"- {method.name}: " + "; ".join(said))
-    return lines
+    fig, axes = plt.subplots(1, 4, figsize=(17, 5.6))
+    panels = {"a": (*SWEEP, ADAPTIVE, FTRL_REPLACE_ONE), "b": (POISSON_FEDAVG, FTRL),
+              "c": (POISSON_FEDAVG, BUDGETS)}  # fmt: skip
+    ref = table.get((NO_DP.name, None))
+    for ax, (panel, methods) in zip(axes, panels.items()):
+        for method in methods:
+            thin = method in SWEEP
+            label = method.name
+            if panel == "c" and method is POISSON_FEDAVG:
+                label = "uniform: every client ε, Poisson q = 0.2 [add/remove]"
+            _band(ax, table, method.name, label, linewidth=1.0 if thin else 2.0,
+                  linestyle=":" if thin else "-")  # fmt: skip
+        if ref is not None:
+            ax.axhline(ref["mean"], color="grey", linestyle="--", label="no DP")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("target ε (δ = 1e-5)" + (", smallest budget" if panel == "c" else ""))
+        ax.set_ylabel("final test accuracy")
+        ax.set_title(PANELS[panel], fontsize=9)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    ax = axes[3]
+    for epsilon, runs in sorted(norms.items()):
+        length = min(len(r) for r in runs)
+        mean = [statistics.fmean(run[i] for run in runs) for i in range(length)]
+        ax.plot(range(1, length + 1), mean, marker=".", label=f"adaptive, ε = {epsilon:g}")
+    for method in SWEEP:
+        ax.axhline(method.overrides["clipping-norm"], color="grey", linewidth=0.6, linestyle=":")
+    ax.set_yscale("log")
+    ax.set_xlabel("round")
+    ax.set_ylabel("clipping norm C (dotted: the fixed sweep)")
+    ax.set_title("(d) adaptive clipping's C over rounds (mean of seeds)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    fig.suptitle("digits, 100 clients, 20 a round: accuracy vs ε, mean ± std over seeds")
+    fig.tight_layout()
+    return fig
 
 
 READING = (
-    "- Same number, different neighbouring relation: the DP-FedAvg and adaptive rows are "
-    "replace-one (sum sensitivity 2C), DP-FTRL is replace-special (a client's contributions "
-    "zeroed, sensitivity C per leaf), client budgets are Poisson add/remove. At equal ε a "
-    "replace-one figure is the stronger promise, so this does not favour the DP-FedAvg rows.",
-    "- Amplification: only the DP-FTRL row and the two DP-FedAvg no-amplification rows hold "
-    "whoever controls or sees the sampling; fixed clipping, adaptive clipping and client "
-    "budgets assume the server's sample is secret and as stated.",
-    "- DP-FTRL here: shuffled epochs (a secret permutation of the 100 clients per epoch, 20 "
-    "of it a round, every one asked) and one tree of 5 leaves per epoch (restart = 100 // 20 "
-    "rounds), ftrl-momentum 0; the tree's gain over independent noise grows with the tree's "
-    "length, so short trees mostly pay the tree depth.",
-    "- Adaptive clipping needs z < 2σ_b; σ_b = 10 admits every z here, and with m = 20 the "
-    "clipped-count noise (std σ_b/m = 0.5 on a fraction) lets C wander (final C below).",
-    "- Client budgets: every client in one budget group (the target ε); the server's rate "
-    "q_i is calibrated at fixed clipping's z, and Poisson add/remove accounting admits a "
-    "larger expected sample (q_i·100, per-cell details) than 20 at that z, so its noise on "
-    "the mean is smaller: its accuracy is not like-for-like with the replace-one rows.",
-    "- Accuracy is the final round's on 180 test examples (one example = 0.0056); 20 rounds "
-    "and hyper-parameters not tuned per method (C = 0.5 for every row, the adaptive row's "
-    "initial C).",
+    "- One relation per panel. (a) replace-one: DP-FedAvg and adaptive clipping are "
+    "accounted so by their runs; DP-FTRL is accounted by dp_accounting under replace-special "
+    "only, so its replace-one z is twice the replace-special z of the target (a replacement "
+    "moves a leaf by 2C, a zeroing by C; Gaussian ε depends on σ/Δ only), checked below. "
+    "(b) add/remove ≡ replace-special: with the sum divided by a fixed 20, removing a "
+    "client's update and zeroing it release the same thing, so Poisson DP-FedAvg's "
+    "add/remove ε bounds its replace-special ε, DP-FTRL's own relation.",
+    "- Clients per round: 20 in every panel (Poisson: 20 expected). DP-FTRL asks 20 a round "
+    "from a secret permutation per epoch (shuffled epochs, 5-leaf trees, ftrl-momentum 0, "
+    "Honaker's estimate) and assumes no amplification: its ε holds whoever sees the "
+    "sampling. The DP-FedAvg rows' ε needs the server's sample to be secret and as stated.",
+    "- Fixed clipping is swept over C; the best C per ε is chosen on the same test accuracy "
+    "it reports (optimistic for fixed clipping: Andrew et al. compare adaptive clipping with "
+    "the best fixed C). Adaptive clipping starts at C0 = 0.5 with γ = 0.5, η_C = 0.2 and "
+    "σ_b = 2z (z < 2σ_b at every ε); panel (d) and its table show where C goes.",
+    "- Individualised budgets (c): groups ε, 2ε, 4ε (a third of the clients each), at the "
+    "uniform row's z; each client's q_i meets its own budget, so the larger-budget groups "
+    "are sampled more often and the expected cohort is above 20. The uniform assignment "
+    "gives every client the smallest budget ε; the table shows what each group leaves "
+    "unspent under each assignment.",
+    "- Accuracy is the final round's on 180 test examples (one example = 0.0056); 20 rounds; "
+    "hyper-parameters other than C not tuned per method.",
 )
 
 
 def report(out: Path, page: Path, plot_path: Path) -> str:
-    """Write the page (table, reported ε, the DP-FTRL comparison) and the plot of the cells
-    under ``out``; return the page's text."""
+    """Write the page and the plot of the cells under ``out``; return the page's text."""
     rows = read_cells(out)
     table = aggregate(rows)
-    worst = reported_epsilons(rows)
-    plot(table, plot_path)
+    norms = clip_norms(out)
+    plot(table, norms, plot_path)
     seeds = sorted({int(r["seed"]) for r in rows})
     covers = [f"- **{m.name}** (`{m.mode}`): {m.covers}." for m in METHODS]
-    checks = [f"- {m} at ε = {e:g}: reported {v:.3f}" for (m, e), v in sorted(worst.items())]
     wall = sum(float(r["wall_s"] or 0.0) for r in rows)
     text = "\n".join(
         [
             "# Privacy–utility: accuracy against ε (digits, 100 clients)",
             "",
-            "Generated by `make privacy-utility` (`python -m bench.privacy_utility`) from "
-            f"{len(rows)} runs (seeds {', '.join(map(str, seeds))}; "
-            f"summed cell wall time {wall / 60:.1f} min).",
+            "Generated by `make privacy-utility` (`python -m bench.privacy_utility`, then "
+            f"`python -m bench.privacy_utility_page`) from {len(rows)} runs (seeds "
+            f"{', '.join(map(str, seeds))}; summed cell wall time {wall / 60:.1f} min).",
             "",
             "Setting: " + ", ".join(f"{k} = {v}" for k, v in BASE.items()) + ", δ = 1e-5. "
-            "Every cell runs at the smallest noise multiplier z whose ε meets the target, found by "
-            "the planner (`fedpriv epsilon --target-epsilon`).",
+            "Every cell runs at the smallest noise multiplier z whose ε meets the target, "
+            "found by the planner (`fedpriv epsilon --target-epsilon`), except where a row "
+            "says otherwise.",
             "",
-            f"![accuracy against ε]({plot_path.name})",
+            f"![accuracy against ε, three like-for-like panels]({plot_path.name})",
             "",
-            "Final test accuracy, mean ± std over seeds (z of the cell):",
+            f"## {PANELS['a']}",
             "",
-            markdown_table(table),
+            panel_table(table, (*SWEEP, ADAPTIVE, FTRL_REPLACE_ONE), best=True),
+            "",
+            "Adaptive clipping's C (mean over seeds):",
+            "",
+            *clip_lines(norms),
+            "",
+            f"## {PANELS['b']}",
+            "",
+            panel_table(table, (POISSON_FEDAVG, FTRL)),
+            "",
+            "## DP-FTRL against DP-FedAvg, same relation and clients per round",
+            "",
+            *ftrl_lines(table),
+            "",
+            f"## {PANELS['c']}",
+            "",
+            panel_table(table, (POISSON_FEDAVG, BUDGETS)),
+            "",
+            "Per budget group (q: mean sampling rate; ε spent: the group's largest; "
+            "unspent: budget − ε spent, the smallest over seeds):",
+            "",
+            *budget_lines(out, table),
             "",
             "## How to read it",
             "",
@@ -286,25 +431,17 @@ def report(out: Path, page: Path, plot_path: Path) -> str:
             "",
             *covers,
             "",
-            "As the runs recorded it (adjacency; sampling):",
-            "",
-            *accountants(out),
-            "",
             "## ε reported by the runs (largest over seeds)",
             "",
-            *checks,
+            *reported_lines(rows),
             "",
-            "## DP-FTRL against DP-FedAvg at the same ε, no amplification assumed",
+            "DP-FTRL at the replace-one z, its ε converted:",
             "",
-            *ftrl_gap(table),
+            *replace_one_lines(out),
             "",
-            "## Invocations (machine shared with other jobs; training at nice 19)",
+            "## Invocations (machine shared with other jobs)",
             "",
             *session_lines(out),
-            "",
-            "## Per-cell details (mean over seeds)",
-            "",
-            *details_lines(out),
             "",
         ]
     )

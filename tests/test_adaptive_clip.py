@@ -44,7 +44,12 @@ def test_update_noise_multiplier_and_its_condition():
     assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="noise-multiplier = 0.5 is not allowed; expected < 2"):
         resolve_run_config({"privacy": "adaptive-clip", "noise-multiplier": 0.5,
-                            "num-clients": 4, "clients-per-round": 4})  # fmt: skip
+                            "clipped-count-stddev": 0.2, "num-clients": 4,
+                            "clients-per-round": 4})  # fmt: skip
+    # auto σ_b: m/20 = 0.2 would refuse z = 0.5, so it is z (the count takes a quarter)
+    auto = resolve_run_config({"privacy": "adaptive-clip", "noise-multiplier": 0.5,
+                               "num-clients": 4, "clients-per-round": 4})  # fmt: skip
+    assert auto["noise-multiplier"] == 0.5
 
 
 def drive(strategy, rounds: int, reference) -> list[float]:

@@ -75,6 +75,37 @@ def test_global_dp_defaults_to_dp_fedavg_scale_and_mp_scenarios_keep_mp_z():
     assert resolve_run_config({"privacy": "dp-sgd"})["noise-multiplier"] == 1.1
 
 
+def test_adaptive_clip_and_dp_ftrl_default_z_lands_below_the_weak_threshold():
+    """adaptive-clip: global DP's z = 1 and the same ε as global DP at that z; its auto σ_b
+    is m/20 when that admits z, else z. dp-ftrl: z = 2, ε = 9.0 at 100 clients, 20 a round,
+    20 rounds (four 5-leaf trees: 12 nodes of std z·C, μ = √12/z, replace-special)."""
+    import dp_accounting
+    from fedpriv.scenarios.config.specs import run_spec
+
+    from fedpriv.privacy.accounting.planning import privacy_plan
+    from fedpriv.privacy.modes import adaptive_clip
+
+    cross = {"scenario": "digits", "num-clients": 100, "clients-per-round": 20,
+             "num-server-rounds": 20}  # fmt: skip
+    adaptive = resolve_run_config({**cross, "privacy": "adaptive-clip"})
+    assert adaptive["noise-multiplier"] == 1.0
+    same = resolve_run_config({**cross, "privacy": "global-dp"})
+    assert privacy_plan(run_spec(adaptive))["epsilon"] == pytest.approx(
+        privacy_plan(run_spec(same))["epsilon"], rel=1e-9
+    )
+    assert adaptive_clip.count_stddev(run_spec(adaptive).params, 20) == 1.0  # m/20 admits z=1
+    small = run_spec(resolve_run_config({"privacy": "adaptive-clip"}))  # 4 clients: 0.2 won't
+    assert adaptive_clip.count_stddev(small.params, 4) == 1.0
+    assert adaptive_clip.count_stddev(small.params, 40) == 2.0
+    ftrl = resolve_run_config({**cross, "privacy": "dp-ftrl"})
+    assert ftrl["noise-multiplier"] == 2.0
+    gaussian = dp_accounting.rdp.RdpAccountant()
+    gaussian.compose(dp_accounting.GaussianDpEvent(2.0 / math.sqrt(12)))
+    epsilon = privacy_plan(run_spec(ftrl))["epsilon"]
+    assert epsilon == pytest.approx(gaussian.get_epsilon(1e-5), rel=1e-9)
+    assert 8.5 < epsilon <= strength.WEAK_EPSILON and strength.warning(epsilon) is None
+
+
 def test_fedpriv_epsilon_prints_the_warning(capsys):
     from fedpriv.scenarios.cli.main import main
 

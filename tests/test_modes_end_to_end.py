@@ -27,8 +27,14 @@ RUNS = {  # mode -> the run config of its tiny run
     # rounds); this test is about the wiring and the figures, MIN_ACCURACY about learning
     "global-dp": {**TINY, "privacy": "global-dp", "noise-multiplier": 0.01},
     "metric-dp": {**TINY, "privacy": "metric-dp"},
-    "adaptive-clip": {**TINY, "privacy": "adaptive-clip", "clipping-norm": 1.0},
-    "dp-ftrl": {**TINY, "privacy": "dp-ftrl", "strategy": "fedavg"},
+    # the same for adaptive clipping's z = 1 and DP-FTRL's z = 2 (defaults): MP's z
+    "adaptive-clip": {
+        **TINY,
+        "privacy": "adaptive-clip",
+        "clipping-norm": 1.0,
+        "noise-multiplier": 0.01,
+    },
+    "dp-ftrl": {**TINY, "privacy": "dp-ftrl", "strategy": "fedavg", "noise-multiplier": 0.01},
     "client-budgets": {
         **TINY,
         "privacy": "client-budgets",

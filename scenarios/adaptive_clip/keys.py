@@ -26,8 +26,8 @@ KEYS = (
         "clipped-count-stddev",
         0.0,
         real(0),
-        "a float >= 0 (0 = m/20)",
+        "a float >= 0 (0 = m/20, or z when z >= m/10)",
         "adaptive-clip: sigma_b, noise std of the unclipped count; noise-multiplier must be "
-        "< 2*sigma_b",
+        "< 2*sigma_b; auto: m/20 (Andrew et al.) when it admits z, else z",
     ),
 )

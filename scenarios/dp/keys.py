@@ -2,8 +2,9 @@
 
 Privacy modes: ``global-dp`` (server-side fixed clipping, ``σ = z·C/m``, SPEC §3.1) and
 ``metric-dp`` (``σ = z·C/(m·d)``, SPEC §3.2). C = 5 (MP's). z: global DP 1 (DP-FedAvg's
-scale; MP's 0.01 protects nothing: docs/privacy.md, "What an ε protects"), metric DP MP's
-0.01; the MP scenarios set MP's z = 0.01 themselves.
+scale; MP's 0.01 protects nothing: docs/privacy.md, "What an ε protects"), adaptive clipping
+1 and DP-FTRL 2 (each near ε = 10 in a cross-device federation: their modules), metric DP
+MP's 0.01; the MP scenarios set MP's z = 0.01 themselves.
 
 ``distance-on`` defaults to ``clipped`` (d <= 2C/sqrt(L), so no client can push sigma
 below z*sqrt(L)/(2m)); the MP scenarios choose the authors' ``raw`` explicitly.
@@ -32,7 +33,9 @@ KEYS = (
         "a float >= 0 (auto = the mode's)",
         "z of the mode's Gaussian: global DP sigma = z*C/m, metric DP z*C/(m*d), DP-SGD z*C "
         "on a batch's summed gradients, zonal sigma_i = z*C/(q*W_i); auto: global DP 1 "
-        "(DP-FedAvg), metric DP 0.01 (MP), DP-SGD 1.1 (Abadi et al.), zonal 0.5 (HDP)",
+        "(DP-FedAvg), adaptive clipping 1 (as global DP), DP-FTRL 2 (epsilon 9.0 with 100 "
+        "clients, 20 a round, 20 rounds), metric DP 0.01 (MP), DP-SGD 1.1 (Abadi et al.), "
+        "zonal 0.5 (HDP)",
         auto=0.01,
     ),
     key(
