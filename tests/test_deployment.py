@@ -50,10 +50,10 @@ SUBMIT_S, ROUND_S, RUN_S = 120, 420, 600  # flwr run's submit; a first round; a 
 
 
 class Federation:
-    """A SuperLink and SuperNodes on loopback; ``nodes[i]`` serves partition i."""
+    """A SuperLink and ``count`` SuperNodes on loopback; ``nodes[i]`` serves partition i."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, root: Path, count: int = NODES) -> None:
+        self.root, self.count = root, count
         home = root / "flwr-home"
         home.mkdir()
         self.env = dict(
@@ -85,7 +85,7 @@ class Federation:
             self.procs.stop()
             raise
         self.nodes: dict[int, subprocess.Popen] = {}
-        self.states = {i: root / f"state-node{i}" for i in range(NODES)}
+        self.states = {i: root / f"state-node{i}" for i in range(count)}
         for folder in self.states.values():
             folder.mkdir(mode=0o700)  # the node's own, as on its own machine
 
@@ -99,7 +99,8 @@ class Federation:
             [str(BIN / "flower-supernode"), "--insecure",
              "--superlink", f"127.0.0.1:{self.port}", "--port", str(port),
              "--node-config",
-             f'partition-id={i} num-partitions={NODES} client-state-dir="{self.states[i]}"'],
+             f'partition-id={i} num-partitions={self.count} '
+             f'client-state-dir="{self.states[i]}"'],
             env={"FLWR_HOME": str(home)},
         )  # fmt: skip
 
