@@ -21,6 +21,9 @@ Rows:
 10. virtual clients: the cross-device run on worker SuperNodes vs one SuperNode per client vs
     the plain-Keras floor, and 10,000 clients vs 100 on worker SuperNodes
     (``bench/bench_virtual.py``).
+11. distributed DP: one round of ``distributed-dp`` vs the same round with ``global-dp`` at
+    20 and 100 clients a round, and the bytes each client sends (``bench/bench_distributed.py``;
+    goal <= 1.5x).
 
 Writes ``bench/results.md`` and prints it. ``--quick`` shrinks every size.
 """
@@ -121,7 +124,7 @@ def main() -> int:
         "--only",
         default="",
         help="comma-separated subset: math,cross-device,step,scale,grid,many,load,audit,"
-        "hdp-paper,round,cli,parallel,virtual,many-virtual (written to "
+        "hdp-paper,round,cli,parallel,virtual,many-virtual,distributed (written to "
         "runs/bench/results-only.md; the full run writes bench/results.md)",
     )
     parser.add_argument(
@@ -133,6 +136,7 @@ def main() -> int:
     from bench import (
         bench_audit,
         bench_cli,
+        bench_distributed,
         bench_load,
         bench_parallel,
         bench_round,
@@ -157,6 +161,7 @@ def main() -> int:
         "cli": lambda: bench_cli.cli_rows(args.quick),
         "virtual": lambda: bench_virtual.virtual_rows(tmp, args.quick),
         "many-virtual": lambda: bench_virtual.many_virtual_row(tmp, args.quick),
+        "distributed": lambda: bench_distributed.distributed_rows(tmp, args.quick),
     }
     chosen = [x for x in args.only.split(",") if x] or list(benches)
     lines = ["| benchmark | fedpriv | reference | ratio |", "|---|---|---|---|"]

@@ -21,12 +21,17 @@ the inner strategy's sample (its train messages name the cohort):
 
 The server holds no client secret: what it received in the last round (public keys, sealed
 shares, masked vectors, reveals, the unmasked sum) is kept in :attr:`DistributedDP.view`
-for tests and audits. Fewer than t survivors: no sum, the round is skipped.
+for tests and audits. With ``FEDPRIV_DISTRIBUTED_AUDIT_DIR`` set in the ServerApp's
+environment, each round's view is also written there (``round-<r>.npz``: the masked vectors
+as received, the unmasked sum, the decoded mean, the cohort's node ids, survivors, dropped and
+who revealed), so a deployment test can check that the server saw nothing but masked vectors.
+Fewer than t survivors: no sum, the round is skipped.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterable, Mapping
 from logging import INFO, WARNING
 from typing import Any, Optional
@@ -54,6 +59,7 @@ __all__ = ["DistributedDP", "SECAGG_RECORD", "MASKED_KEY"]
 SECAGG_RECORD = "secagg"  # the ConfigRecord carrying the protocol's keys, shares and lists
 MASKED_KEY = "masked"  # the ArrayRecord key of a client's masked vector
 STEPS = ("keys", "shares", "masked", "reveal")
+AUDIT_ENV = "FEDPRIV_DISTRIBUTED_AUDIT_DIR"  # where each round's server view is written
 
 
 def _secagg(reply: Message) -> Mapping[str, Any]:
@@ -237,7 +243,29 @@ class DistributedDP(StrategyWrapper):
         self.last["noise-std"] = float(
             np.sqrt(resolved.noisy_clients * params.noise_variance) / params.scale
         )
+        self._audit(server_round, cohort, survivors, dropped, mean)
         return self._through_inner(server_round, arrived[cohort[survivors[0]]], mean)
+
+    def _audit(
+        self, round_: int, cohort: list[int], survivors: list[int], dropped: list[int], mean
+    ) -> None:
+        """Write the round's view to ``$FEDPRIV_DISTRIBUTED_AUDIT_DIR/round-<r>.npz`` (if set)."""
+        folder = os.environ.get(AUDIT_ENV, "")
+        if not folder:
+            return
+        os.makedirs(folder, exist_ok=True)
+        masked = self.view.get("masked", {})
+        np.savez(
+            os.path.join(folder, f"round-{int(round_)}.npz"),
+            cohort=np.asarray(cohort, dtype=np.uint64),  # Flower's node ids: 64-bit unsigned
+            survivors=np.asarray(survivors, dtype=np.int64),
+            dropped=np.asarray(dropped, dtype=np.int64),
+            revealed=np.asarray(sorted(self.view.get("reveals", {})), dtype=np.int64),
+            bits=np.int64(self._params().bits),
+            sum=np.asarray(self.view["sum"]),
+            mean=np.asarray(mean),
+            **{f"masked-{i}": np.asarray(v) for i, v in masked.items()},
+        )
 
     def _secagg_params(self, round_: int, n: int, resolved: Resolved) -> secagg.SecAggParams:
         return secagg.SecAggParams(

@@ -55,10 +55,10 @@ HEARTBEAT_SUPERNODE = [sys.executable, str(ROOT / "tests" / "heartbeat_supernode
 
 
 class Federation:
-    """A SuperLink and SuperNodes on loopback; ``nodes[i]`` serves partition i."""
+    """A SuperLink and ``count`` SuperNodes on loopback; ``nodes[i]`` serves partition i."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, root: Path, count: int = NODES) -> None:
+        self.root, self.count = root, count
         home = root / "flwr-home"
         home.mkdir()
         self.env = dict(
@@ -90,7 +90,7 @@ class Federation:
             self.procs.stop()
             raise
         self.nodes: dict[int, subprocess.Popen] = {}
-        self.states = {i: root / f"state-node{i}" for i in range(NODES)}
+        self.states = {i: root / f"state-node{i}" for i in range(count)}
         for folder in self.states.values():
             folder.mkdir(mode=0o700)  # the node's own, as on its own machine
 
@@ -107,7 +107,8 @@ class Federation:
             [*supernode, "--insecure",
              "--superlink", f"127.0.0.1:{self.port}", "--port", str(port),
              "--node-config",
-             f'partition-id={i} num-partitions={NODES} client-state-dir="{self.states[i]}"'],
+             f'partition-id={i} num-partitions={self.count} '
+             f'client-state-dir="{self.states[i]}"'],
             env={"FLWR_HOME": str(home)},
         )  # fmt: skip
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedpriv.privacy.distributed import channel as C
 from fedpriv.privacy.distributed import party as P
 from fedpriv.privacy.distributed import secagg as S
 
@@ -31,13 +32,56 @@ def test_a_sealed_share_opens_only_for_its_holder_and_detects_tampering():
     agreed, other = b"a" * 32, b"b" * 32
     sealed = P.seal(agreed, 0, 2, LABEL, b"[1, 2, 3]")
     assert b"[1, 2, 3]" not in sealed
+    assert len(sealed) == C.NONCE_BYTES + len(b"[1, 2, 3]") + C.TAG_BYTES
     assert P.open_sealed(agreed, 0, 2, LABEL, sealed) == b"[1, 2, 3]"
-    for key, owner, holder in ((other, 0, 2), (agreed, 1, 2), (agreed, 0, 1)):
+    for key, owner, holder, label in (
+        (other, 0, 2, LABEL), (agreed, 1, 2, LABEL), (agreed, 0, 1, LABEL),
+        (agreed, 0, 2, b"run-1/round-4"),
+    ):  # fmt: skip
         with pytest.raises(ValueError, match="tag is wrong"):
-            P.open_sealed(key, owner, holder, LABEL, sealed)
-    flipped = bytes([sealed[0] ^ 1]) + sealed[1:]
+            P.open_sealed(key, owner, holder, label, sealed)
+    for at in (0, C.NONCE_BYTES, len(sealed) - 1):  # the nonce, the ciphertext, the tag
+        flipped = sealed[:at] + bytes([sealed[at] ^ 1]) + sealed[at + 1 :]
+        with pytest.raises(ValueError, match="tag is wrong"):
+            P.open_sealed(agreed, 0, 2, LABEL, flipped)
+    with pytest.raises(ValueError, match="truncated"):
+        P.open_sealed(agreed, 0, 2, LABEL, sealed[: C.NONCE_BYTES + C.TAG_BYTES - 1])
+
+
+def test_the_channel_is_aes_gcm_under_an_hkdf_key():
+    """Independently: HKDF-SHA-256 of the agreed bytes, AES-256-GCM with the 12-byte nonce
+    in front and (owner, holder, label) as associated data; a fresh nonce per seal."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    agreed = bytes(range(32))
+    key = HKDF(hashes.SHA256(), 32, None, b"fedpriv-ddp-channel").derive(agreed)
+    sealed = P.seal(agreed, 3, 7, LABEL, b"share")
+    aad = (3).to_bytes(4, "big") + (7).to_bytes(4, "big") + LABEL
+    assert AESGCM(key).decrypt(sealed[:12], sealed[12:], aad) == b"share"
+    again = P.seal(agreed, 3, 7, LABEL, b"share")
+    assert again[:12] != sealed[:12] and again[12:] != sealed[12:]  # no nonce reuse
+    nonce = bytes(12)  # and one sealed by anyone with the key opens
+    assert P.open_sealed(agreed, 3, 7, LABEL, nonce + AESGCM(key).encrypt(nonce, b"x", aad)) == b"x"
+
+
+def test_a_share_sealed_between_two_parties_opens_only_with_their_agreed_key():
+    params = S.SecAggParams(num_clients=3, threshold=2, bits=16, size=8, context=LABEL)
+    secrets = _secrets(3)
+    keys = [P.RoundParty.public_keys_of(s, LABEL, params.agreement) for s in secrets]
+    mask_keys, channel_keys = [k.mask for k in keys], [k.channel for k in keys]
+    sealed = P.RoundParty(secrets[0], LABEL, 0, params).sealed_shares(mask_keys, channel_keys)
+    holder = P.RoundParty(secrets[1], LABEL, 1, params)
+    answer = holder.reveal(channel_keys, {0: sealed[1]}, [0, 1], [2])
+    assert 0 in P.reveal_from_bytes(answer).seed_shares
+    # the share sealed for client 2 does not open at client 1 (another agreed key)
     with pytest.raises(ValueError, match="tag is wrong"):
-        P.open_sealed(agreed, 0, 2, LABEL, flipped)
+        P.RoundParty(secrets[1], LABEL, 1, params).reveal(channel_keys, {0: sealed[2]}, [0, 1], [2])
+    # nor with a swapped channel key of its owner (a server substituting keys)
+    forged = [channel_keys[2], channel_keys[1], channel_keys[0]]
+    with pytest.raises(ValueError, match="tag is wrong"):
+        P.RoundParty(secrets[1], LABEL, 1, params).reveal(forged, {0: sealed[1]}, [0, 1], [2])
 
 
 def test_a_round_across_messages_recovers_a_dropped_client():

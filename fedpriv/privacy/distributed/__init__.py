@@ -11,6 +11,8 @@ Bonawitz et al. 2017; Bell et al. 2020). The modules, by step:
 * :mod:`.shamir` — t-of-n secret sharing over GF(2^521 − 1);
 * :mod:`.masks` — key agreement (X25519) and the masks' PRG (AES-CTR);
 * :mod:`.secagg` — the SecAgg(+) client and server of one round;
+* :mod:`.party` — a client's round across four messages; :mod:`.channel` — its shares
+  sealed to their holders (AES-256-GCM);
 * :mod:`.accounting` — ε of the Skellam mechanism over rounds and sampling; μ for a target ε;
 * :mod:`.cost` — bytes a client sends per round; packing b-bit values;
 * :mod:`.plan` — from (d, C, γ, n, t, rounds, target ε) to every party's parameters.

@@ -8,21 +8,21 @@ round's label: its key pairs, self-mask seed and Shamir coefficients are drawn f
 client's own state folder) has to survive between messages, and the server never holds it.
 
 The Shamir shares travel through the server as opaque bytes: each is encrypted to its
-holder (:func:`seal` / :func:`open_sealed`) under a key agreed with a second key pair (the
-"c" keys of Bonawitz et al. 2017, §4; separate from the masking keys, whose private halves a
-dropout's recovery reveals), as encrypt-then-MAC: a SHAKE-256 keystream and an
-HMAC-SHA-256 tag over the owner, the holder and the round's label.
+holder (:func:`seal` / :func:`open_sealed`, from :mod:`.channel`) under a key agreed with a
+second key pair (the "c" keys of Bonawitz et al. 2017, §4; separate from the masking keys,
+whose private halves a dropout's recovery reveals): X25519, HKDF-SHA-256 and AES-256-GCM with
+the owner, the holder and the round's label as associated data.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fedpriv.privacy.distributed import masks, secagg, shamir
+from fedpriv.privacy.distributed.channel import open_sealed, seal
 
 __all__ = [
     "KeyStream",
@@ -36,7 +36,6 @@ __all__ = [
 ]
 
 SECRET_BYTES = 32
-_TAG = 32
 
 
 class KeyStream:
@@ -52,35 +51,6 @@ class KeyStream:
         out = self._xof.digest(self._used + n)[self._used :]
         self._used += n
         return out
-
-
-def _channel_keys(agreed: bytes) -> tuple[bytes, bytes]:
-    keys = hashlib.shake_256(b"fedpriv-ddp-channel\x00" + agreed).digest(64)
-    return keys[:32], keys[32:]
-
-
-def _header(owner: int, holder: int, label: bytes) -> bytes:
-    return owner.to_bytes(4, "big") + holder.to_bytes(4, "big") + label
-
-
-def seal(agreed: bytes, owner: int, holder: int, label: bytes, plaintext: bytes) -> bytes:
-    """``plaintext`` encrypted from ``owner`` to ``holder`` under their agreed 32 bytes."""
-    enc, mac = _channel_keys(agreed)
-    header = _header(owner, holder, label)
-    stream = hashlib.shake_256(enc + header).digest(len(plaintext))
-    body = bytes(a ^ b for a, b in zip(plaintext, stream))
-    return body + hmac.new(mac, header + body, hashlib.sha256).digest()
-
-
-def open_sealed(agreed: bytes, owner: int, holder: int, label: bytes, sealed: bytes) -> bytes:
-    """The plaintext of :func:`seal`; ``ValueError`` when the tag does not verify."""
-    enc, mac = _channel_keys(agreed)
-    header = _header(owner, holder, label)
-    body, tag = sealed[:-_TAG], sealed[-_TAG:]
-    if not hmac.compare_digest(tag, hmac.new(mac, header + body, hashlib.sha256).digest()):
-        raise ValueError(f"sealed share from client {owner} is not allowed: its tag is wrong")
-    stream = hashlib.shake_256(enc + header).digest(len(body))
-    return bytes(a ^ b for a, b in zip(body, stream))
 
 
 def pair_to_bytes(pair: secagg.SharePair) -> bytes:

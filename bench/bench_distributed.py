@@ -1,0 +1,120 @@
+"""The distributed-DP row of ``make bench``: one round of ``privacy = distributed-dp`` against
+the same round with ``global-dp``, at 20 and at 100 clients a round, and what each client sends.
+
+Both sides run the digits scenario with ``digits-mlp`` (4,810 weights), 100 clients in all,
+one round, one local epoch, z = 1, C = 1, ``evaluate-in-train = false`` and only the sampled
+clients evaluated, in the simulation engine (worker SuperNodes), one run after the other in
+this process's order (global first, then distributed, at each cohort size). The figure is the
+ratio of the runs' ``training_seconds`` (the round: for distributed DP its four message
+exchanges, the clients' encoding and masking and the server's unmasking; for global DP one
+train exchange and the server's noise), so start-up (Ray, workers, the model) is out; the goal
+of issue 48 is <= 1.5x.
+
+The bytes a client sends are the payloads of its messages as the client builds them
+(:class:`fedpriv.privacy.distributed.party.RoundParty` at the run's resolved μ, b, t and padded
+dimension d', a cohort of n): the two public keys, its Shamir shares sealed to each holder
+(AES-256-GCM), the masked vector as sent (uint64: 8·d' bytes; packed to b bits it would be
+⌈b·d'/8⌉, :func:`fedpriv.privacy.distributed.cost.client_upload_bytes`) and its reveal at
+unmasking (no client dropped); against global DP's float32 update (4·d bytes). Flower's
+message framing is not counted on either side.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+TOTAL_CLIENTS = 100
+COMMON = (
+    "scenario='digits' model='digits-mlp' num-server-rounds=1 local-epochs=1 "
+    "noise-multiplier=1.0 clipping-norm=1.0 evaluate-in-train=false evaluate-sampled-only=true"
+)
+DIMENSION = 4810  # digits-mlp's weights (checked against the run's summary where it says)
+
+
+def client_bytes(cohort: int, dimension: int = DIMENSION) -> dict[str, int]:
+    """The payload bytes one client of a cohort of ``cohort`` sends in one distributed-DP
+    round, by step (built with the client's own code at the resolved parameters)."""
+    from fedpriv.scenarios.config.features import CATALOG
+    from fedpriv.scenarios.config.specs import run_spec
+
+    from fedpriv.privacy.distributed import cost, party, secagg
+    from fedpriv.privacy.modes import distributed_dp
+
+    spec = run_spec(
+        CATALOG.resolve_run_config(
+            {"privacy": "distributed-dp", "num-clients": TOTAL_CLIENTS,
+             "clients-per-round": cohort, "noise-multiplier": 1.0, "clipping-norm": 1.0,
+             "num-server-rounds": 1}
+        )
+    )  # fmt: skip
+    r = distributed_dp.resolve(spec, dimension)
+    label = b"bench/round-1"
+    params = secagg.SecAggParams(
+        num_clients=cohort, threshold=r.threshold, bits=r.encoding.bits,
+        size=r.encoding.padded_dim, context=label,
+    )  # fmt: skip
+    secrets = [bytes([i % 251 + 1]) * party.SECRET_BYTES for i in range(cohort)]
+    keys = [party.RoundParty.public_keys_of(s, label, params.agreement) for s in secrets]
+    mask_keys, channel_keys = [k.mask for k in keys], [k.channel for k in keys]
+    sealed = {
+        i: party.RoundParty(secrets[i], label, i, params).sealed_shares(mask_keys, channel_keys)
+        for i in range(cohort)
+    }
+    me = party.RoundParty(secrets[0], label, 0, params)
+    masked = me.mask(np.zeros(params.size, dtype=np.uint64), mask_keys)
+    held = {owner: blobs[0] for owner, blobs in sealed.items()}
+    reveal = me.reveal(channel_keys, held, list(range(cohort)), [])
+    packed = cost.client_upload_bytes(params.size, params.bits, cohort - 1).masked_vector
+    return {
+        "keys": len(keys[0].mask) + len(keys[0].channel),
+        "shares": sum(len(b) for b in sealed[0].values()),
+        "masked": int(masked.nbytes),
+        "masked-packed": packed,
+        "reveal": len(reveal),
+        "bits": params.bits,
+        "padded": params.size,
+        "float32": 4 * dimension,
+    }
+
+
+def distributed_rows(tmp: Path, quick: bool) -> list[str]:
+    """Rows: at each cohort size, distributed-dp's round vs global-dp's, and the bytes."""
+    from bench.run_bench import run_simulation
+
+    total = 20 if quick else TOTAL_CLIENTS
+    rows = []
+    for per_round in (10, 20) if quick else (20, 100):
+        cells = {}
+        for mode in ("global-dp", "distributed-dp"):
+            _, summary = run_simulation(
+                f"{COMMON} privacy='{mode}' num-clients={total} clients-per-round={per_round}",
+                tmp / f"distributed-{mode}-{per_round}",
+            )
+            cells[mode] = float(summary["training_seconds"])
+        sent = client_bytes(per_round)
+        total_sent = sent["keys"] + sent["shares"] + sent["masked"] + sent["reveal"]
+        rows.append(
+            f"| distributed DP: 1 round, {total} clients, {per_round} per round, digits-mlp | "
+            f"{cells['distributed-dp']:.1f} s; a client sends {total_sent:,} B (masked "
+            f"{sent['masked']:,} B = 8·{sent['padded']:,} as uint64, {sent['masked-packed']:,} "
+            f"B packed at b = {sent['bits']}; keys {sent['keys']} B; sealed shares "
+            f"{sent['shares']:,} B; reveal {sent['reveal']:,} B) | "
+            f"global DP {cells['global-dp']:.1f} s; a client sends {sent['float32']:,} B "
+            "(float32 update) | "
+            f"{cells['distributed-dp'] / cells['global-dp']:.2f}x time (goal <= 1.5x); "
+            f"{total_sent / sent['float32']:.2f}x bytes |"
+        )
+    return rows
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m bench.bench_distributed [--quick]`
+    import sys
+
+    from bench.run_bench import ROOT
+
+    out = ROOT / "runs" / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    for row in distributed_rows(out, "--quick" in sys.argv):
+        print(row, flush=True)
