@@ -81,7 +81,7 @@ def client_bytes(cohort: int, dimension: int = DIMENSION) -> dict[str, int]:
 
 def distributed_rows(tmp: Path, quick: bool) -> list[str]:
     """Rows: at each cohort size, distributed-dp's round vs global-dp's, and the bytes."""
-    from bench.run_bench import run_simulation
+    from bench.simrun import run_simulation
 
     total = 20 if quick else TOTAL_CLIENTS
     rows = []
@@ -112,7 +112,7 @@ def distributed_rows(tmp: Path, quick: bool) -> list[str]:
 if __name__ == "__main__":  # pragma: no cover - `python -m bench.bench_distributed [--quick]`
     import sys
 
-    from bench.run_bench import ROOT
+    from bench.simrun import ROOT
 
     out = ROOT / "runs" / "bench"
     out.mkdir(parents=True, exist_ok=True)
