@@ -21,6 +21,7 @@ from fedpriv.privacy.ledger.server import (
     PER_RUN,
     SERVER_STATE_ENV,
     SERVER_STATE_KEY,
+    server_folder_refusal,
     server_state_dir,
 )
 from fedpriv.privacy.ledger.store import count_releases
@@ -79,12 +80,12 @@ def check_server_folder(cfg: Mapping[str, Any]) -> str | None:
     """The one line refusing the server's state folder (another user's, a link, ...), or
     None (the folder is created 0700 when absent)."""
     folder = server_folder(cfg)
-    if folder is None:
-        return None
+    if folder is None or not (cfg.get(SERVER_STATE_KEY) or cfg.get("federation-dir")):
+        return None  # the run's own <output-dir>/server-state: the ServerApp makes it
     try:
         checked_folder(folder)
     except StateFolderError as err:
-        return f"{PREFIX} {str(err).replace('client-state-dir', SERVER_STATE_KEY)}"
+        return f"{PREFIX} {server_folder_refusal(err)}"
     return None
 
 
