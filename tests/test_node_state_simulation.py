@@ -68,3 +68,45 @@ def test_gp_synthetic_with_its_defaults_reports_its_final_metrics(tmp_path):
     assert rc == 0, log[-3000:]
     final = summary["final"]
     assert final["declined"] == 0 and final["clients"] == 100 and final["rmse"] > 0
+
+
+GLOBAL_DP = {"privacy": "global-dp", "num-server-rounds": 2, "num-clients": 4,
+             "noise-multiplier": 1.0}  # fmt: skip
+
+
+def test_the_servers_ledger_gives_this_runs_epsilon_beside_the_lifetime_one(tmp_path):
+    """global-dp, z = 1, all 4 of 4 clients (replace-one): 2 rounds are ε 15.46, 4 rounds
+    24.38, 5 rounds 28.37. The second run on the same federation-dir reports this run's ε
+    as the first did, a larger lifetime ε over the 2 earlier releases, and its lifetime
+    server-max-epsilon = 25 stops it before its round 3."""
+    fed = tmp_path / "federation"
+    first = run_fedpriv({**GLOBAL_DP, "federation-dir": str(fed)}, tmp_path / "first",
+                        default_state=True)  # fmt: skip
+    second_config = {**GLOBAL_DP, "federation-dir": str(fed), "num-server-rounds": 3,
+                     "server-max-epsilon": 25.0}  # fmt: skip
+    second = run_fedpriv(second_config, tmp_path / "second", default_state=True)
+    assert first[0] == 0 and second[0] == 0, first[3][-2000:] + second[3][-2000:]
+    a, b = (run[1]["federation"]["parties"]["server"] for run in (first, second))
+    assert a["earlier_releases"] == 0 and a["this_run_releases"] == 2
+    assert a["lifetime_epsilon"] == a["this_run_epsilon"]
+    assert a["this_run_epsilon"] == pytest.approx(first[1]["privacy_figures"]["epsilon"], rel=1e-9)
+    assert (b["earlier_releases"], b["this_run_releases"]) == (2, 2)
+    assert b["this_run_epsilon"] == pytest.approx(a["this_run_epsilon"], rel=1e-12)
+    assert b["lifetime_epsilon"] == pytest.approx(24.38, abs=0.01)
+    assert b["lifetime_epsilon"] > a["lifetime_epsilon"]
+    assert "server-max-epsilon 25 would be exceeded at round 3" in second[1]["stopped"]
+    assert [r["round"] for r in second[2] if r.get("round", 0) >= 1] == [1, 2]
+    assert "holds 0 earlier releases (and 2 of the server)" in second[3]
+    assert "this run's ε 15.46 (2 releases), lifetime ε 24.38 (2 earlier releases)" in second[3]
+    assert (fed / "server" / "ledger.sqlite3").is_file()
+
+
+def test_a_symlinked_server_state_dir_is_refused_before_the_run(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    config = {**GLOBAL_DP, "server-state-dir": str(tmp_path / "link")}
+    rc, summary, _, output = run_fedpriv(config, tmp_path / "out", default_state=True)
+    assert rc == 2 and summary is None
+    assert "is a symbolic link" in output and "server-state-dir" in output
+    assert not (real / "ledger.sqlite3").exists()

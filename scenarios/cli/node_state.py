@@ -4,7 +4,11 @@ A simulation is one researcher's experiment: by default a fresh federation per r
 ledgers under ``<output-dir>/node-state`` (the same experiment run again reports the same ε, a
 resume finds its ledgers). ``federation-dir`` makes a persistent simulated federation for
 lifetime studies: a run that starts on a non-empty ledger says so in its first lines, and
-summary.json's ``federation`` block says what its figures include.
+summary.json's ``federation`` block says what its figures include and, per party, this run's
+ε beside the lifetime ε (``parties``). The server's ledger (a ``global-dp`` or
+``adaptive-clip`` run, :mod:`fedpriv.privacy.ledger.server`) lives in
+``<federation-dir>/server``, else the run's ``server-state-dir``, else the run's own
+``<output-dir>/server-state``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from fedpriv.privacy.ledger.server import (
     PER_RUN,
     SERVER_STATE_ENV,
     SERVER_STATE_KEY,
+    server_folder_refusal,
     server_state_dir,
 )
 from fedpriv.privacy.ledger.store import count_releases
@@ -79,12 +84,12 @@ def check_server_folder(cfg: Mapping[str, Any]) -> str | None:
     """The one line refusing the server's state folder (another user's, a link, ...), or
     None (the folder is created 0700 when absent)."""
     folder = server_folder(cfg)
-    if folder is None:
-        return None
+    if folder is None or not (cfg.get(SERVER_STATE_KEY) or cfg.get("federation-dir")):
+        return None  # the run's own <output-dir>/server-state: the ServerApp makes it
     try:
         checked_folder(folder)
     except StateFolderError as err:
-        return f"{PREFIX} {str(err).replace('client-state-dir', SERVER_STATE_KEY)}"
+        return f"{PREFIX} {server_folder_refusal(err)}"
     return None
 
 

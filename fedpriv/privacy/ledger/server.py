@@ -52,6 +52,7 @@ __all__ = [
     "SERVER_STATE_KEY",
     "ServerLedger",
     "ServerLedgerError",
+    "server_folder_refusal",
     "server_state_dir",
 ]
 
@@ -228,5 +229,11 @@ def open_server_ledger(
     try:
         ledger.open()
     except StateFolderError as err:
-        raise ServerLedgerError(str(err).replace("client-state-dir", SERVER_STATE_KEY)) from err
+        raise ServerLedgerError(server_folder_refusal(err)) from err
     return ledger
+
+
+def server_folder_refusal(err: StateFolderError) -> str:
+    """A state folder's one-line refusal, worded for the server's folder."""
+    text = str(err).replace("client-state-dir", SERVER_STATE_KEY)
+    return text.replace("a node's ledger", "the server's ledger").replace("this node's", "its")
