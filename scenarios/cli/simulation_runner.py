@@ -15,7 +15,9 @@ whatever happens). Ray is initialised here, before Flower's backend would
 (:mod:`fedpriv.scenarios.cli.ray_cluster`: attach to ``init-args.address``, forward
 ``--forward-env`` to
 the workers, exit 2 with one line when the clients ask for GPUs Ray does not see, and with
-``--share N`` size the actor pool for N simulations on one cluster).
+``--share N`` size the actor pool for N simulations on one cluster); a local Ray starts one
+at a time on the machine and is retried when it misses Ray's start-up deadlines
+(:mod:`fedpriv.scenarios.cli.ray_start`), else the run exits 2 with the reason in one line.
 
 Start-up and exit are kept short (:func:`run`): the ClientApp's module (TensorFlow and Keras)
 is imported in a thread while Ray starts, whose processes the runner only waits for; Flower's
@@ -76,8 +78,10 @@ def _backend_config(text: str) -> dict[str, Any]:
 
 
 def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
-    """Initialise Ray (attached to ``init_args.address`` if set) and check its GPUs; the
-    one-line reason the run cannot start, or None (:mod:`fedpriv.scenarios.cli.ray_cluster`)."""
+    """Initialise Ray (attached to ``init_args.address`` if set; a local one under the
+    machine's start lock, retried: :func:`fedpriv.scenarios.cli.ray_start.start_local_ray`)
+    and check its GPUs; the one-line reason the run cannot start, or None
+    (:mod:`fedpriv.scenarios.cli.ray_cluster`)."""
     import ray
     from fedpriv.scenarios.cli import ray_cluster
 
