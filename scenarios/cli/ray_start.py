@@ -69,12 +69,14 @@ def start_lock(say: Callable[[str], None], folder: str | None = None) -> Iterato
     """Hold the machine's Ray start lock (``folder``/:data:`LOCK_NAME`, default the temp
     folder); ``say`` is told once when another simulation holds it. Without ``fcntl`` or a
     writable folder: no lock."""
+    path = Path(folder or tempfile.gettempdir()) / LOCK_NAME
     try:
         import fcntl
 
-        fd = os.open(
-            Path(folder or tempfile.gettempdir()) / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666
-        )
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except PermissionError:  # another user's lock file: flock needs no write access
+            fd = os.open(path, os.O_RDONLY)
     except (ImportError, OSError):
         yield
         return
