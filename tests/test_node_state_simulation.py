@@ -11,6 +11,7 @@ node config (gp-synthetic's final evaluation is answered, not declined).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fedpriv.privacy.ledger.store import count_releases
@@ -19,6 +20,31 @@ from tests.simulate import run_fedpriv
 pytestmark = pytest.mark.simulation
 
 DPSGD = {"privacy": "dp-sgd", "num-server-rounds": 2, "local-epochs": 1, "num-clients": 4}
+TINY = {"scenario": "digits", "num-clients": 4, "num-server-rounds": 2, "local-epochs": 1}
+# every mode of the registry (tests/test_modes_end_to_end.py lists them all), IFCA on GP's
+# rotated digits and the zonal placements on zone nodes (the default zonal runtime), each a
+# tiny run of its own: the same experiment twice must give the same ε and the same records
+EXPERIMENTS = {
+    "dp-sgd": DPSGD,
+    "none": {**TINY, "privacy": "none"},
+    "global-dp": {**TINY, "privacy": "global-dp", "noise-multiplier": 0.5},
+    "metric-dp": {**TINY, "privacy": "metric-dp"},
+    "adaptive-clip": {**TINY, "privacy": "adaptive-clip", "clipping-norm": 1.0},
+    "dp-ftrl": {**TINY, "privacy": "dp-ftrl", "strategy": "fedavg"},
+    "client-budgets": {**TINY, "privacy": "client-budgets", "strategy": "fedavg",
+                       "clients-per-round": 0, "noise-multiplier": 1.0, "clipping-norm": 1.0,
+                       "client-epsilon-groups": "2,5,10"},
+    "distributed-dp": {**TINY, "privacy": "distributed-dp", "noise-multiplier": 0.5,
+                       "clipping-norm": 1.0},
+    "ifca": {**TINY, "scenario": "digits-rotated", "users-per-round": 4,
+             "validation-clients": 0, "num-hypotheses": 2},
+    **{f"zonal-{placement}": {**TINY, "privacy": "zonal", "noise-placement": placement,
+                              "num-zones": 2, "zonal-runtime": "zone-nodes",
+                              "noise-multiplier": 0.5, "clipping-norm": 5.0}
+       for placement in ("ldp", "hdp", "cdp")},
+}  # fmt: skip
+FAST = ("dp-sgd",)  # the fast tier's pair; the others are the guard tier's (2 runs each)
+MODEL = "final_weights.npz"
 
 
 def _without_wall_time(rounds: list[dict]) -> list[dict]:
@@ -26,12 +52,20 @@ def _without_wall_time(rounds: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not any(d in k for d in drop)} for r in rounds]
 
 
-def test_the_same_experiment_twice_reports_the_same_epsilon_and_records(tmp_path):
-    a = run_fedpriv(DPSGD, tmp_path / "a", default_state=True)
-    b = run_fedpriv(DPSGD, tmp_path / "b", default_state=True)
+def _experiment(name: str):
+    marks = () if name in FAST else (pytest.mark.slow, pytest.mark.guard)
+    return pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("name", [_experiment(n) for n in EXPERIMENTS])
+def test_the_same_experiment_twice_reports_the_same_epsilon_and_records(name, tmp_path):
+    a = run_fedpriv(EXPERIMENTS[name], tmp_path / "a", default_state=True)
+    b = run_fedpriv(EXPERIMENTS[name], tmp_path / "b", default_state=True)
     assert a[0] == 0 and b[0] == 0, a[3][-2000:] + b[3][-2000:]
-    eps_a, eps_b = (run[1]["privacy_figures"]["epsilon"] for run in (a, b))
-    assert eps_a == eps_b and eps_a > 0
+    figures_a, figures_b = (run[1].get("privacy_figures") for run in (a, b))
+    assert figures_a == figures_b  # ε (and δ, σ) of the run, or none for both
+    if name not in ("none", "metric-dp", "ifca"):  # the modes with an ε
+        assert figures_a["epsilon"] > 0
     first, second = _without_wall_time(a[2]), _without_wall_time(b[2])
     differ = [
         (r.get("round"), k, r.get(k), q.get(k))
@@ -39,12 +73,18 @@ def test_the_same_experiment_twice_reports_the_same_epsilon_and_records(tmp_path
         for k in sorted(set(r) | set(q))
         if r.get(k) != q.get(k)
     ]
-    assert len(first) == len(second) and not differ, differ[:5]  # reproducible-noise: bits
+    assert len(first) == len(second) > 0 and not differ, differ[:5]  # reproducible-noise: bits
+    model_a, model_b = (np.load(tmp_path / run / MODEL) for run in ("a", "b"))
+    assert sorted(model_a.files) == sorted(model_b.files) and model_a.files
+    for key in model_a.files:  # the final model, bit for bit (the zip's own dates aside)
+        assert model_a[key].tobytes() == model_b[key].tobytes(), key
     for run, out in ((a, tmp_path / "a"), (b, tmp_path / "b")):
         block = run[1]["federation"]
         assert block["state-root"] == str(out / "node-state") and not block["persistent"]
         assert block["earlier_releases"] == 0 and block["figures"] == "this run's"
-        assert block["this_run_releases"] == count_releases(out / "node-state") > 0
+        assert block["this_run_releases"] == count_releases(out / "node-state")
+    assert a[1]["federation"]["this_run_releases"] == b[1]["federation"]["this_run_releases"]
+    assert name == "none" or a[1]["federation"]["this_run_releases"] > 0
 
 
 def test_a_federation_dir_keeps_its_ledgers_and_says_so(tmp_path):

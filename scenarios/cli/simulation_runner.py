@@ -15,7 +15,9 @@ whatever happens). Ray is initialised here, before Flower's backend would
 (:mod:`fedpriv.scenarios.cli.ray_cluster`: attach to ``init-args.address``, forward
 ``--forward-env`` to
 the workers, exit 2 with one line when the clients ask for GPUs Ray does not see, and with
-``--share N`` size the actor pool for N simulations on one cluster).
+``--share N`` size the actor pool for N simulations on one cluster); a local Ray starts one
+at a time on the machine and is retried when it misses Ray's start-up deadlines
+(:mod:`fedpriv.scenarios.cli.ray_start`), else the run exits 2 with the reason in one line.
 
 Start-up and exit are kept short (:func:`run`): the ClientApp's module (TensorFlow and Keras)
 is imported in a thread while Ray starts, whose processes the runner only waits for; Flower's
@@ -38,7 +40,7 @@ import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 try:
     import tomllib
@@ -76,8 +78,10 @@ def _backend_config(text: str) -> dict[str, Any]:
 
 
 def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
-    """Initialise Ray (attached to ``init_args.address`` if set) and check its GPUs; the
-    one-line reason the run cannot start, or None (:mod:`fedpriv.scenarios.cli.ray_cluster`)."""
+    """Initialise Ray (attached to ``init_args.address`` if set; a local one under the
+    machine's start lock, retried: :func:`fedpriv.scenarios.cli.ray_start.start_local_ray`)
+    and check its GPUs; the one-line reason the run cannot start, or None
+    (:mod:`fedpriv.scenarios.cli.ray_cluster`)."""
     import ray
     from fedpriv.scenarios.cli import ray_cluster
 
@@ -92,12 +96,34 @@ def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
     prestart = args.share == 1 and per_client == 1 and need == 0  # actors = workers per CPU
     if need > 0 and not address and args.share == 1:  # a GPU federation's own local Ray
         init_args = ray_cluster.sized_for_actors(init_args, per_client, args.num_supernodes)
-    ray_cluster.init_ray(init_args, [k for k in args.forward_env.split(",") if k], prestart)
+    forward = [k for k in args.forward_env.split(",") if k]
+    if address:  # someone else's cluster: attach once
+        ray_cluster.init_ray(init_args, forward, prestart)
+    else:  # a local Ray beside other simulations: one start at a time, retried, or why not
+        from fedpriv.scenarios.app.startup import status
+        from fedpriv.scenarios.cli.ray_start import start_local_ray
+
+        start_local_ray(
+            lambda: ray_cluster.init_ray(init_args, forward, prestart),
+            lambda text: status("starting Ray", text),
+        )
     reason = ray_cluster.gpu_shortage(need, ray.cluster_resources(), address)
     if reason is not None:
         ray.shutdown()
         return reason
     return None
+
+
+def _console() -> TextIO:
+    """This process's standard error as it is now, on a descriptor of its own: the
+    preload's quiet TensorFlow import points descriptor 2 at a capture file for the import's
+    seconds (:func:`fedpriv.scenarios.app.quiet.import_quietly`), and a line written there
+    then reaches the console only when the import ends, never when the process exits first
+    (a Ray that did not start: the reason was lost, and run.log held its header alone)."""
+    try:
+        return os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1)
+    except (OSError, ValueError, AttributeError):  # no real descriptor (a test's stand-in)
+        return sys.stderr
 
 
 class _Preload(threading.Thread):
@@ -179,15 +205,19 @@ def run(argv: list[str] | None = None) -> int:
     # Ray's own modules (ray and this package's Ray helpers first), Flower's after the import.
     import ray  # noqa: F401
     from fedpriv.scenarios.cli import ray_cluster  # noqa: F401
+    from fedpriv.scenarios.cli.ray_start import one_line
 
+    console = _console()  # before the preload thread captures descriptor 2
     preload = _Preload(*(components[app].split(":")[0] for app in ("clientapp", "serverapp")))
     preload.start()
     try:
         reason = _start_ray(args, backend)
     except Exception as err:  # noqa: BLE001 -- e.g. no Ray cluster at the address: one line
-        reason = f"Ray did not start: {' '.join(str(err).split())[:300]}"
+        text = str(err)
+        reason = text if text.startswith("Ray did not start") else f"Ray did not start: {text}"
+        reason = one_line(reason, 600)
     if reason is not None:
-        print(f"fedpriv: {reason}", file=sys.stderr)
+        print(f"fedpriv: {reason}", file=console, flush=True)
         return 2
     try:
         preload.result()  # Flower's modules too: imported in the main thread only after it

@@ -1,0 +1,64 @@
+"""Simulations side by side on one machine (issue "node state").
+
+Four ``fedpriv run`` started in the same second, beside 2 x cores spinning processes, each
+start their own local Ray and all finish with their summary.json. Before the start lock and
+the retry (:mod:`fedpriv.scenarios.cli.ray_start`) all four failed at a load of 35 on 2 CPUs
+("the simulation failed (exit status 2)", run.log holding its header alone): Ray 2.55's
+raylet aborts when its agent has not written its port files after about 20 s.
+
+Guard tier: four simulations take minutes on 2 CPUs (measured on the shared 2-core box at a
+load of 60-90 from other jobs: 11 min, one run's Ray started at its third attempt; far less
+on an idle CI box, where four tiny runs take about as long as four in a row).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.simulate import ROOT, nodes_of, run_outputs, to_override
+
+pytestmark = [pytest.mark.simulation, pytest.mark.slow, pytest.mark.guard]
+
+TINY = {"scenario": "digits", "num-clients": 2, "num-server-rounds": 1, "local-epochs": 1,
+        "reproducible-noise": True}  # fmt: skip
+RUNS = 4
+
+
+def _start(out, log):
+    items = " ".join(to_override(k, v) for k, v in {**TINY, "output-dir": str(out)}.items())
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    env["FEDPRIV_STATE_ROOT"] = nodes_of(out)
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config", items]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def test_four_simulations_started_in_the_same_second_beside_spinning_processes_finish(
+    tmp_path,
+):
+    spin = [sys.executable, "-c", "while True: pass"]
+    spinners = [subprocess.Popen(spin) for _ in range(2 * (os.cpu_count() or 1))]
+    runs = []
+    try:
+        for i in range(RUNS):
+            log = (tmp_path / f"console-{i}.txt").open("w")
+            runs.append((tmp_path / f"run-{i}", log, _start(tmp_path / f"run-{i}", log)))
+        codes = [proc.wait(timeout=1800) for _, _, proc in runs]
+    finally:
+        for proc in spinners + [p for _, _, p in runs]:
+            proc.kill()
+            proc.wait()
+        for _, log, _ in runs:
+            log.close()
+    consoles = [(tmp_path / f"console-{i}.txt").read_text() for i in range(RUNS)]
+    for code, console, (out, _, _) in zip(codes, consoles, runs):
+        assert code == 0, console[-3000:]
+        summary, rounds = run_outputs(out)
+        assert summary is not None and summary["rounds_run"] == 1, console[-3000:]
+        assert [r["round"] for r in rounds if r["round"] > 0] == [1]
+    # the same config and seed, each its own federation: the same records four times
+    finals = {str(run_outputs(out)[0]["final"]) for out, _, _ in runs}
+    assert len(finals) == 1, finals
