@@ -277,7 +277,7 @@ hdp-paper: $(STAMP)
 	$(BIN)/fedpriv run --run-config "scenario='hdp-paper' output-dir='$(HDP_PAPER_DIR)'" \
 	  $(if $(HDP_PAPER_RUN_CONFIG),--run-config "$(HDP_PAPER_RUN_CONFIG)") && \
 	cat $(HDP_PAPER_DIR)/report.md bench/pages/hdp-paper.md > $(HDP_PAPER_DIR)/page.md && \
-	$(call PAGE_STEP,make hdp-paper,$(HDP_PAPER_DIR)/page.md,$(HDP_PAPER_PAGE),$(HDP_PAPER_DIR)/comparison.png=hdp-paper.png,--title "hdp-paper: HDP Fig. 2 / Table III at the paper's k, s and rounds")
+	$(call PAGE_STEP,make hdp-paper,$(HDP_PAPER_DIR)/page.md,$(HDP_PAPER_PAGE),$(HDP_PAPER_DIR)/comparison.png=hdp-paper.png,--title "hdp-paper: HDP Fig. 2 / Table III at the paper's own scale")
 
 ## GP Fig. 2 shape (scenario gp-fig2: k in {1,2,3,5,7} x nu in {0,1,2,3,5} x 10 seeds, 250
 ## IFCA runs in one simulation) -> docs/results/gp-fig2.md and .png (bench/gp_fig2_page.py).
@@ -316,7 +316,7 @@ hdp-sweep: $(STAMP)
 	  zonal-sweep-zones='$(HDP_SWEEP_ZONES)' num-server-rounds=$(HDP_SWEEP_ROUNDS) \
 	  output-dir='$(HDP_SWEEP_DIR)'" $(if $(HDP_RUN_CONFIG),--run-config "$(HDP_RUN_CONFIG)") \
 	  && cat $(HDP_SWEEP_DIR)/report.md && \
-	$(call PAGE_STEP,make hdp-sweep,$(HDP_SWEEP_DIR)/report.md,$(HDP_SWEEP_PAGE),$(HDP_SWEEP_DIR)/sweep.png=hdp-sweep.png,--title "Zonal (hierarchical) FL with DP: hdp-digits, zones swept")
+	$(call PAGE_STEP,make hdp-sweep,$(HDP_SWEEP_DIR)/report.md,$(HDP_SWEEP_PAGE),$(HDP_SWEEP_DIR)/sweep.png=hdp-sweep.png,--title "Zonal (hierarchical) FL with DP: hdp-digits with the zones swept")
 
 ## The canary audit page (docs/results/audit/audit.md and audit_epsilon_vs_z.png): none / global
 ## DP / metric DP (raw, clipped) on digits at each z, one DP-SGD cell and the mechanism-level
