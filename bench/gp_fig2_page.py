@@ -58,6 +58,15 @@ def _requested_grid(out: Path) -> set[tuple[int, float]]:
     return grid
 
 
+def requested_runs(out: Path) -> int:
+    """How many runs the run's ``ifca-sweep`` asked for (0 when its run-config is missing)."""
+    path = out / "run-config.json"
+    if not path.is_file():
+        return 0
+    sweep = str(json.loads(path.read_text())["config"].get("ifca-sweep", ""))
+    return len([entry for entry in sweep.split(";") if entry])
+
+
 def read_runs(out: Path) -> list[dict[str, Any]]:
     """One row per finished sweep run: k, ν, seed, final RMSE, best round. From the run's
     top-level ``summary.json`` when the sweep finished, else from each finished
@@ -189,6 +198,19 @@ TOLERANCE = (
 )
 
 
+def _stopped_note(out: Path, shown: int) -> list[str]:
+    """A line when the sweep did not finish: the page shows its first complete seeds only."""
+    asked = requested_runs(out)
+    if not asked or shown >= asked or (out / "summary.json").is_file():
+        return []
+    return [
+        f"**A sweep stopped part-way:** the run asked for {asked} runs; this page shows the "
+        f"{shown} of the seeds whose whole k × ν grid finished. `make gp-fig2` on the same "
+        "output directory resumes it (finished runs are kept) and rewrites this page.",
+        "",
+    ]
+
+
 def page_text(out: Path, command: str = COMMAND, wall_seconds: float | None = None) -> str:
     rows = read_runs(out)
     cells = cell_rmse(rows)
@@ -213,6 +235,7 @@ def page_text(out: Path, command: str = COMMAND, wall_seconds: float | None = No
         + ", ".join(map(str, seeds))
         + f": **{len(rows)} IFCA runs** in one simulation.",
         "",
+        *_stopped_note(out, len(rows)),
         TOLERANCE,
         "",
         "![RMSE against nu per k](gp-fig2.png)",
