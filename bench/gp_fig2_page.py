@@ -21,6 +21,7 @@ from bench.results_page import provenance
 
 COMMAND = "make gp-fig2"
 COLLAPSED_RMSE = 1.0  # clean clusters give ≈ 0.55, one model ≈ 4.7 (GP's synthetic data)
+CLEAN_SPREAD = 0.15  # a run keeping both clusters: 0.54 at ν = 0, 0.59-0.66 at ν = 5 (seed 0)
 
 
 def _overrides(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,9 +175,10 @@ def ordering_lines(cells: Mapping[tuple[int, float], list[float]]) -> list[str]:
         + ")."
     )
     at_hi = [m[(k, hi)] for k in multi]
-    falls = all(a >= b for a, b in zip(at_hi, at_hi[1:]))
+    falls = all(b <= a + CLEAN_SPREAD for a, b in zip(at_hi, at_hi[1:]))
     lines.append(
-        f"- **More hypotheses resist the noise (RMSE at ν = {_nu(hi)} falls with k ≥ 2): "
+        f"- **More hypotheses resist the noise (RMSE at ν = {_nu(hi)} does not rise with k ≥ 2 "
+        f"by more than {CLEAN_SPREAD:g}, the spread of runs that kept both clusters): "
         f"{'yes' if falls else 'no'}** ("
         + ", ".join(
             f"k = {k}: {v:.2f} ({_collapsed(cells[(k, hi)])} above {COLLAPSED_RMSE:g})"
@@ -205,7 +207,7 @@ def _stopped_note(out: Path, shown: int) -> list[str]:
         return []
     return [
         f"**A sweep stopped part-way:** the run asked for {asked} runs; this page shows the "
-        f"{shown} of the seeds whose whole k × ν grid finished. `make gp-fig2` on the same "
+        f"{shown} runs of the seeds whose whole k × ν grid finished. `make gp-fig2` on the same "
         "output directory resumes it (finished runs are kept) and rewrites this page.",
         "",
     ]
