@@ -113,8 +113,22 @@ ci: test test-guards results-check test-deployment test-base-install docs
 ## RESULTS_CHECK_DIR (never docs/), then the orderings and bands each page claims checked on
 ## that run (bench/results_check.py; claims and bands in bench/results_claims.py). Fails,
 ## naming the page, when a command exits non-zero, writes no page, or a claim does not hold.
-## RESULTS_CHECK_PAGES="gp-fig2,dlg" runs a subset. Budget per page (2 cores):
-## BUDGET_TABLE
+## RESULTS_CHECK_PAGES="gp-fig2,dlg" runs a subset. Budget per page on 2 idle cores (reduced
+## scale; estimated from each page's full-scale time and start-up ~15-20 s a simulation, as the
+## shared 2-core machine ran at a load of 40-85 when this was written, where one Ray start-up
+## alone took 56-225 s and runs took 5-20x their idle time):
+##   gp-fig2       3 IFCA runs (k,nu) = (1,0) (2,0) (2,5), seed 0        ~40 s (272 s at load 40)
+##   ifca-table    nu in {0, 15}, 6 rounds                                ~40 s (409 s at load 45)
+##   dlg-report    2 images, nu in {0.01, 10}, 1 zonal group, 100 iters   ~30 s (600 s at load 60)
+##   hdp-compare   none/LDP/HDP/CDP, 8 rounds                             ~50 s
+##   hdp-sweep     s in {1, 10}, 8 rounds                                 ~35 s
+##   hdp-paper     k = 100, 10 rounds                                     ~35 s
+##   cia-table     FedAvg x {none, global DP}, 3 local epochs             ~70 s
+##   mp-grid       FedAvg x {none, global DP}, seed 0, 1 round            ~60 s
+##   privacy-util  eps = 8, seed 0, 3 rounds (7 cells)                    ~120 s
+##   audit-report  z = 3, 1 round (5 cells + mechanism audits)            ~90 s
+##   total                                                               ~9.5 min
+## `python -m bench.results_check` prints each page's wall and CPU seconds.
 RESULTS_CHECK_DIR ?= runs/results-check
 RESULTS_CHECK_PAGES ?=
 .PHONY: results-check
@@ -277,7 +291,7 @@ hdp-paper: $(STAMP)
 	$(BIN)/fedpriv run --run-config "scenario='hdp-paper' output-dir='$(HDP_PAPER_DIR)'" \
 	  $(if $(HDP_PAPER_RUN_CONFIG),--run-config "$(HDP_PAPER_RUN_CONFIG)") && \
 	cat $(HDP_PAPER_DIR)/report.md bench/pages/hdp-paper.md > $(HDP_PAPER_DIR)/page.md && \
-	$(call PAGE_STEP,make hdp-paper,$(HDP_PAPER_DIR)/page.md,$(HDP_PAPER_PAGE),$(HDP_PAPER_DIR)/comparison.png=hdp-paper.png,--title "hdp-paper: HDP Fig. 2 / Table III at the paper's k, s and rounds")
+	$(call PAGE_STEP,make hdp-paper,$(HDP_PAPER_DIR)/page.md,$(HDP_PAPER_PAGE),$(HDP_PAPER_DIR)/comparison.png=hdp-paper.png,--title "hdp-paper: HDP Fig. 2 / Table III at the paper's own scale")
 
 ## GP Fig. 2 shape (scenario gp-fig2: k in {1,2,3,5,7} x nu in {0,1,2,3,5} x 10 seeds, 250
 ## IFCA runs in one simulation) -> docs/results/gp-fig2.md and .png (bench/gp_fig2_page.py).
@@ -316,7 +330,7 @@ hdp-sweep: $(STAMP)
 	  zonal-sweep-zones='$(HDP_SWEEP_ZONES)' num-server-rounds=$(HDP_SWEEP_ROUNDS) \
 	  output-dir='$(HDP_SWEEP_DIR)'" $(if $(HDP_RUN_CONFIG),--run-config "$(HDP_RUN_CONFIG)") \
 	  && cat $(HDP_SWEEP_DIR)/report.md && \
-	$(call PAGE_STEP,make hdp-sweep,$(HDP_SWEEP_DIR)/report.md,$(HDP_SWEEP_PAGE),$(HDP_SWEEP_DIR)/sweep.png=hdp-sweep.png,--title "Zonal (hierarchical) FL with DP: hdp-digits, zones swept")
+	$(call PAGE_STEP,make hdp-sweep,$(HDP_SWEEP_DIR)/report.md,$(HDP_SWEEP_PAGE),$(HDP_SWEEP_DIR)/sweep.png=hdp-sweep.png,--title "Zonal (hierarchical) FL with DP: hdp-digits with the zones swept")
 
 ## The canary audit page (docs/results/audit/audit.md and audit_epsilon_vs_z.png): none / global
 ## DP / metric DP (raw, clipped) on digits at each z, one DP-SGD cell and the mechanism-level

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -139,8 +140,9 @@ PAGES: tuple[Page, ...] = (
 def run_page(page: Page, make: Sequence[str], out: Path, *, check_only: bool = False) -> list[str]:
     """The failures of one page: its command's exit status, then its claims."""
     scratch = out / page.name
-    if not check_only:
-        scratch.mkdir(parents=True, exist_ok=True)
+    if not check_only:  # a fresh folder: no finished cell of an earlier run is resumed
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
         command = page.command(make, out)
         with open(scratch / "command.log", "w") as log:
             rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode

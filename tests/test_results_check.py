@@ -159,3 +159,15 @@ def test_site_check_names_an_img_whose_file_is_missing(tmp_path):
     done = _check_site(*_site(tmp_path, html))
     assert done.returncode == 1
     assert "<img src='gone.png'> has no file" in done.stderr
+
+
+@pytest.mark.parametrize("page", results_check.PAGES, ids=lambda p: p.name)
+def test_each_pages_reduced_command_is_a_valid_shell_script(tmp_path, page):
+    """`make -n` of each page's reduced command, parsed by `sh -n`: a recipe broken by make's
+    own quoting (a comma inside $(call ...) splits an argument) fails here, not after a run."""
+    make = ["make", "-n", "-s", "-C", str(REPO), f"BIN={Path(sys.executable).parent}", "STAMP="]
+    dry = subprocess.run(page.command(make, tmp_path), capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr
+    assert f"--page {tmp_path / page.name / 'pages' / page.page}" in dry.stdout
+    parsed = subprocess.run(["sh", "-n"], input=dry.stdout, capture_output=True, text=True)
+    assert parsed.returncode == 0, parsed.stderr

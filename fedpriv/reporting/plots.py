@@ -65,8 +65,10 @@ def _round_lines(ax: Any, series: Mapping[str, Sequence[tuple[int, Any]]], **sty
         finite = finite_points(points)
         if finite:
             xs, ys = zip(*finite)
+            step = max(1, len(xs) // 20)  # markers staggered: coinciding lines show each one's
             look = {"marker": _MARKERS[i % len(_MARKERS)], "ls": _DASHES[i % len(_DASHES)],
-                    "ms": 4, "markevery": max(1, len(xs) // 25), "mfc": "none"}  # fmt: skip
+                    "ms": 4, "mfc": "none",
+                    "markevery": ((i * step) // max(1, len(series)), step)}  # fmt: skip
             ax.plot(xs, ys, label=label, **{**look, **style})
 
 
