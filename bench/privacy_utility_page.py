@@ -95,7 +95,7 @@ def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float | None
     table = {}
     for key, items in groups.items():
         accs = [float(r["accuracy"]) for r in items]
-        zs = [float(r["z"]) for r in items if isinstance(r["z"], int | float)]
+        zs = [float(r["z"]) for r in items if r["z"] not in (None, "auto")]  # str in configs
         table[key] = {
             "mean": statistics.fmean(accs),
             "std": statistics.stdev(accs) if len(accs) > 1 else 0.0,

@@ -33,7 +33,7 @@ def _cell(out: Path, method: pu.Method, epsilon: float | None, seed: int, acc: f
             for p, (r, s) in enumerate(zip(pu.BUDGET_RATIOS, spent))}}  # fmt: skip
     summary = {"final": {"accuracy": acc}, "privacy": privacy, "wall_seconds": 30.0}
     (path / "summary.json").write_text(json.dumps(summary))
-    config = {**CFG, "noise-multiplier": z}
+    config = {**CFG, "noise-multiplier": None if z is None else str(z)}  # floats as strings
     (path / "run-config.json").write_text(json.dumps({"config": config}))
 
 
