@@ -354,8 +354,8 @@ def test_hdp_accuracy_is_unchanged_by_secagg_in_zones():
 
 def test_a_zone_node_with_secagg_replies_the_plain_zone_sum_and_owns_the_key(tmp_path):
     """A cdp zone node (clip, no zone noise) replies the same θ + Δ(i) with and without
-    SecAgg inside it (the fixed-point error is far below float32's), and a message whose
-    run config differs from the node's own in ``zonal-secagg`` is refused."""
+    SecAgg inside it (the fixed-point error is far below float32's); the node owns
+    ``zonal-secagg``: a message that sets another value than its own is refused."""
     from fedpriv.clients.keras_client import federated_data, initial_weights
     from fedpriv.scenarios.app.client_app import app
     from fedpriv.scenarios.app.wire_config import DIGEST_KEY, digest
@@ -375,8 +375,9 @@ def test_a_zone_node_with_secagg_replies_the_plain_zone_sum_and_owns_the_key(tmp
     secure_cfg = resolve_run_config({**base, "zonal-secagg": True})
     weights = initial_weights(train_spec(plain_cfg), federated_data(data_spec(plain_cfg)))
 
-    def ask(run_config, node_config, folder):
+    def ask(run_config, node_config, folder, **extra):
         sent = {"client-task": "zone-node", "privacy": "zonal", "zonal-clients": [0, 1, 2]}
+        sent.update({key.replace("_", "-"): value for key, value in extra.items()})
         config = ConfigRecord({**sent, "server-round": 1, DIGEST_KEY: digest(run_config)})
         msg = Message(
             RecordDict({"arrays": ArrayRecord(weights), "config": config}), 1, MessageType.TRAIN
@@ -391,5 +392,42 @@ def test_a_zone_node_with_secagg_replies_the_plain_zone_sum_and_owns_the_key(tmp
         plain.content["arrays"].to_numpy_ndarrays(), secure.content["arrays"].to_numpy_ndarrays()
     ):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
-    mixed = ask(plain_cfg, secure_cfg, "mixed")  # the server's config says no SecAgg
-    assert mixed.has_error() and mixed.error.code == REFUSED_CODE
+    unmasked = ask(plain_cfg, secure_cfg, "asked", zonal_secagg=False)  # "send it in the clear"
+    assert unmasked.has_error() and unmasked.error.code == REFUSED_CODE
+    assert "zonal-secagg" in unmasked.error.reason
+
+
+def test_the_in_server_strategy_sums_each_zone_through_secagg():
+    """ZonalAggregation (``zonal-runtime = in-server``) with SecAgg and no noise == Flower's
+    FedAvg on the same replies; each zone's round is recorded (cohort, threshold, survivors)."""
+    from fedpriv.strategies.zonal import ZonalAggregation
+    from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+    from flwr.serverapp.strategy import FedAvg
+
+    from tests.test_zonal import SHAPES, FakeGrid
+
+    grid = FakeGrid(12)
+    plan = ZonalPlan.build(
+        num_clients=12, num_zones=3, clients_per_round=6, noise_multiplier=0.0,
+        clipping_norm=1e6, placement="hdp",
+    )  # fmt: skip
+    common = dict(min_train_nodes=1, min_evaluate_nodes=1, min_available_nodes=1)
+    strategy = ZonalAggregation(FedAvg(**common), plan=plan, seed=0, secure=ZoneSecAgg())
+    rng = np.random.default_rng(7)
+    glob = [rng.normal(size=sh).astype(np.float32) for sh in SHAPES]
+    grid.offer([0, 1, 2, 3, 9, 10])
+    sent = list(strategy.configure_train(1, ArrayRecord(glob), ConfigRecord({"a": 1}), grid))
+    replies = []
+    for msg in sent:
+        new = [g + rng.normal(scale=0.1, size=g.shape).astype(np.float32) for g in glob]
+        metrics = MetricRecord({"num-examples": 10, "train-loss": 1.0})
+        replies.append(
+            Message(RecordDict({"arrays": ArrayRecord(new), "metrics": metrics}), reply_to=msg)
+        )
+    arrays, _ = strategy.aggregate_train(1, replies)
+    stock, _ = FedAvg(**common).aggregate_train(1, replies)
+    for a, b in zip(arrays.to_numpy_ndarrays(), stock.to_numpy_ndarrays()):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    zones = strategy.round_metrics()["zonal"]["zones"]
+    assert zones["0"]["secagg"] == {"cohort": 4, "threshold": 4, "survivors": 4}
+    assert "secagg" not in zones["1"]  # nobody sampled: no cohort
