@@ -21,7 +21,10 @@ from flwr.supernode import fleet_http_connection
 from flwr.supernode.cli import flower_supernode
 
 if __name__ == "__main__":
-    heartbeat.HEARTBEAT_DEFAULT_INTERVAL = HEARTBEAT_MIN_INTERVAL  # how often it sends one
-    fleet_http_connection.HEARTBEAT_DEFAULT_INTERVAL = HEARTBEAT_MIN_INTERVAL  # what it reports
+    # heartbeat: how often it sends one; fleet_http_connection: the interval it reports
+    for module in (heartbeat, fleet_http_connection):
+        if not hasattr(module, "HEARTBEAT_DEFAULT_INTERVAL"):  # another Flower: say so
+            sys.exit(f"{module.__name__} has no HEARTBEAT_DEFAULT_INTERVAL: update {__file__}")
+        module.HEARTBEAT_DEFAULT_INTERVAL = HEARTBEAT_MIN_INTERVAL
     sys.argv[0] = "flower-supernode"
     sys.exit(flower_supernode())

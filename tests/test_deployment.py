@@ -184,6 +184,12 @@ def _wait_for(predicate, timeout: float, fed: Federation, what: str) -> None:
         time.sleep(0.5)
 
 
+def _log_tail(fed: Federation, name: str, tail: int = 1500) -> str:
+    """The end of one process's log (an assertion's context)."""
+    path = fed.root / f"{name}.log"
+    return path.read_text(errors="replace")[-tail:] if path.exists() else "(none)"
+
+
 def _rounds(out: Path) -> list[dict]:
     return read_rounds(out)  # rounds.jsonl + operator.jsonl (sampled, replied)
 
@@ -222,7 +228,9 @@ def test_superlink_and_supernodes_run_and_survive_a_killed_supernode(federation,
     assert failed["dp-sigma"] == pytest.approx(sigma)  # still z*C/m with m = 4
     assert failed["dp-sum-noise-multiplier"] == pytest.approx(sigma * 3 / clip)  # sigma*n/C
     assert failed["dp-round-noise-multiplier"] == pytest.approx(sigma * 3 / clip)  # charged
-    assert rounds[3]["rejoined"] == [3] and rounds[3]["replied"] == [0, 1, 2, 3]
+    third = {k: rounds[3].get(k) for k in ("rejoined", "sampled", "replied", "failed")}
+    rejoin = f"round 3: {third}; node 3's log: {_log_tail(federation, 'supernode3')}"
+    assert third["rejoined"] == [3] and third["replied"] == [0, 1, 2, 3], rejoin
     assert rounds[3]["dp-noised-rounds"] == 3
     assert rounds[1]["sampled"] == [0, 1, 2, 3]
     assert summary["final"]["accuracy"] > 0.5
