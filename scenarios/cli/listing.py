@@ -10,6 +10,7 @@ Nothing is trained and no data is read; a bad value is one line and exit status 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -121,10 +122,17 @@ def _show_args(parser: argparse.ArgumentParser) -> None:
         "scenario", nargs="?", default=None, help="a scenario (fedpriv scenarios; default digits)"
     )
     add_run_config_option(parser, "settings that replace the defaults, as for fedpriv run")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print every key's owner, value and source (and each simulated node's value of "
+        "a node-owned key) as JSON",
+    )
 
 
 def show(args: argparse.Namespace, catalog: Catalog) -> int:
     """``fedpriv show [SCENARIO] [-c ...]``: what a run would do, without running it."""
+    from fedpriv.scenarios.cli.key_owners import key_owners, owner_lines, short_sources
     from fedpriv.scenarios.cli.launch import app_config, parse_overrides
     from fedpriv.scenarios.config.specs import run_spec
 
@@ -145,6 +153,14 @@ def show(args: argparse.Namespace, catalog: Catalog) -> int:
     app = app_config({})
     mode = mode_values(cfg)
     sources = {k: source_of(k, overrides, app, scenario.defaults, mode) for k in catalog.keys}
+    owners = key_owners(
+        cfg, scenario.kind, app_config(overrides), short_sources(cfg, catalog.keys, sources),
+        scenario.defaults,
+    )  # fmt: skip
+    if args.json:
+        doc = {"scenario": scenario.name, "keys": {o.key: o.to_json() for o in owners}}
+        print(json.dumps(doc, indent=1, default=str))
+        return 0
     plan = privacy_plan(run_spec({**cfg, "scenario-kind": scenario.kind}))
     lines = [
         f"scenario   {scenario.name} [{scenario.kind}]: {scenario.description}",
@@ -152,6 +168,8 @@ def show(args: argparse.Namespace, catalog: Catalog) -> int:
         "",
         "changed from the key defaults (fedpriv keys):",
         *changed_lines(cfg, catalog.keys, sources),
+        "",
+        *owner_lines(owners),
         "",
         "privacy plan (fedpriv epsilon):",
         *(INDENT + line for line in plan_headline(plan)),
