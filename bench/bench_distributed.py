@@ -79,16 +79,28 @@ def client_bytes(cohort: int, dimension: int = DIMENSION) -> dict[str, int]:
     }
 
 
-def distributed_rows(tmp: Path, quick: bool) -> list[str]:
-    """Rows: at each cohort size, distributed-dp's round vs global-dp's, and the bytes."""
+def _run_retrying(overrides: str, out: Path, tries: int = 3) -> dict:
+    """One run's summary; a run refused before its start (exit status 2: on a loaded machine,
+    "Ray did not start") is tried again, up to ``tries`` times."""
     from bench.simrun import run_simulation
 
+    for attempt in range(tries):
+        try:
+            return run_simulation(overrides, out)[1]
+        except RuntimeError as err:
+            if "exit status 2" not in str(err) or attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def distributed_rows(tmp: Path, quick: bool) -> list[str]:
+    """Rows: at each cohort size, distributed-dp's round vs global-dp's, and the bytes."""
     total = 20 if quick else TOTAL_CLIENTS
     rows = []
     for per_round in (10, 20) if quick else (20, 100):
         cells = {}
         for mode in ("global-dp", "distributed-dp"):
-            _, summary = run_simulation(
+            summary = _run_retrying(
                 f"{COMMON} privacy='{mode}' num-clients={total} clients-per-round={per_round}",
                 tmp / f"distributed-{mode}-{per_round}",
             )

@@ -105,9 +105,14 @@ def monkeymodule():
 
 @pytest.fixture(scope="module")
 def dropped_run(tmp_path_factory, monkeymodule):
-    """One run in which partition 2 drops after the share step of round 2."""
+    """One run in which partition 2 drops after the share step of round 2 (the server's
+    view of each round written to ``audit/``)."""
+    from fedpriv.strategies.distributed_dp import AUDIT_ENV
+
+    root = tmp_path_factory.mktemp("ddp")
+    monkeymodule.setenv(AUDIT_ENV, str(root / "audit"))
     return _run(
-        tmp_path_factory.mktemp("ddp"),
+        root,
         monkeymodule,
         fail={(2, "masked", 2)},
         **{"accept-failures": True},
@@ -124,6 +129,31 @@ def test_rounds_complete_and_a_dropped_client_is_recovered(dropped_run):
     # the three survivors revealed; the dropped client was asked for nothing after it failed
     reveals = [m for m in grid.sent if m.content["config"].get("secagg-step") == "reveal"]
     assert sorted(grid.nodes[m.metadata.dst_node_id] for m in reveals[-3:]) == [0, 1, 3]
+
+
+def test_the_audit_file_is_the_servers_view_of_the_round(dropped_run):
+    cfg, grid, outcome, wrapper = dropped_run
+    audit = np.load(wrapper_audit_dir() / "round-2.npz")
+    cohort = audit["cohort"].tolist()
+    assert [grid.nodes[n] for n in cohort] == [0, 1, 2, 3]  # node ids, 64-bit
+    assert audit["dropped"].tolist() == [2] and audit["survivors"].tolist() == [0, 1, 3]
+    assert audit["revealed"].tolist() == [0, 1, 3]
+    masked = {int(k.split("-")[1]): audit[k] for k in audit.files if k.startswith("masked-")}
+    assert sorted(masked) == [0, 1, 3]
+    for i, vector in masked.items():
+        assert np.array_equal(vector, wrapper.view["masked"][i])
+    assert np.array_equal(audit["sum"], wrapper.view["sum"])
+    assert audit["mean"].shape == (wrapper._resolved().encoding.dimension,)
+    assert int(audit["bits"]) == wrapper._resolved().encoding.bits
+
+
+def wrapper_audit_dir():
+    import os
+    from pathlib import Path
+
+    from fedpriv.strategies.distributed_dp import AUDIT_ENV
+
+    return Path(os.environ[AUDIT_ENV])
 
 
 def test_the_server_sees_only_masked_vectors_and_the_sum(dropped_run):
