@@ -244,9 +244,9 @@ def zone_node_noise_multipliers(
 
     Without SecAgg: ``ldp`` z, ``hdp`` / ``cdp`` 0. With SecAgg (HDP §IV) the view is the
     zone sum ``Σ_{k∈S} w_k x_k``, a client's sensitivity ``w_k·C ≤ w_max·C``: ``hdp`` — the
-    noise shares ``N(0, (z·C)²/t)`` of |S| ≥ t survivors, std ≥ z·C: multiplier z (the
+    noise shares ``N(0, (z·C)²/t)`` of ``|S| ≥ t`` survivors, std ≥ z·C: multiplier z (the
     sum-level figure; HDP §V's note drops the square root for the same reason); ``ldp`` —
-    |S| ≥ t_min noised terms, std ≥ z·C·w_min·√t_min: ``z·√t_min·w_min/w_max`` with t_min the
+    ``|S| ≥ t_min`` noised terms, std ≥ z·C·w_min·√t_min: ``z·√t_min·w_min/w_max`` with t_min the
     SecAgg threshold of the smallest cohort ``min_cohort``; ``cdp`` 0.
     """
     from fedpriv.zonal.secure_sum import ZoneSecAgg

@@ -24,7 +24,7 @@ the rounding. Δ(i) is that over ``q·W_i`` (HDP Algorithm 1 line 12), as withou
 
 Noise. t = ``max(n − d, ⌊n/2⌋ + 1)`` with d = ``zonal-secagg-dropouts`` (default 0: t = n);
 the summed shares have variance ``(z·C)²·|S|/t ≥ (z·C)²`` whenever the sum can be unmasked
-(|S| ≥ t), so Δ(i) carries noise of std ``σ_i·√(|S|/t)`` ≥ σ_i = z·C/(q·W_i), exactly σ_i
+(``|S| ≥ t``), so Δ(i) carries noise of std ``σ_i·√(|S|/t)`` ≥ σ_i = z·C/(q·W_i), exactly σ_i
 when nobody drops (d = 0: the released noise has the distribution it has without SecAgg).
 A zone with no sampled client has no cohort: its node adds σ_i itself, as without SecAgg.
 
