@@ -13,7 +13,9 @@ on an idle CI box, where four tiny runs take about as long as four in a row).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 
@@ -33,14 +35,25 @@ def _start(out, log):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     env["FEDPRIV_STATE_ROOT"] = nodes_of(out)
     cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config", items]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """End ``proc`` and every process of its session (the simulation runner and its Ray)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def test_four_simulations_started_in_the_same_second_beside_spinning_processes_finish(
     tmp_path,
 ):
     spin = [sys.executable, "-c", "while True: pass"]
-    spinners = [subprocess.Popen(spin) for _ in range(2 * (os.cpu_count() or 1))]
+    spinners = [
+        subprocess.Popen(spin, start_new_session=True) for _ in range(2 * (os.cpu_count() or 1))
+    ]
     runs = []
     try:
         for i in range(RUNS):
@@ -49,8 +62,7 @@ def test_four_simulations_started_in_the_same_second_beside_spinning_processes_f
         codes = [proc.wait(timeout=1800) for _, _, proc in runs]
     finally:
         for proc in spinners + [p for _, _, p in runs]:
-            proc.kill()
-            proc.wait()
+            _end(proc)
         for _, log, _ in runs:
             log.close()
     consoles = [(tmp_path / f"console-{i}.txt").read_text() for i in range(RUNS)]
