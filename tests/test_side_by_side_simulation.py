@@ -6,9 +6,11 @@ the retry (:mod:`fedpriv.scenarios.cli.ray_start`) all four failed at a load of 
 ("the simulation failed (exit status 2)", run.log holding its header alone): Ray 2.55's
 raylet aborts when its agent has not written its port files after about 20 s.
 
-Guard tier: four simulations take minutes on 2 CPUs (measured on the shared 2-core box at a
-load of 60-90 from other jobs: 11 min, one run's Ray started at its third attempt; far less
-on an idle CI box, where four tiny runs take about as long as four in a row).
+Guard tier: four simulations take minutes on 2 CPUs. Measured on the 2-core box shared with
+other jobs: without the spinners, at a load of 70-90, all four finished in 18 min (one Ray
+started at its third attempt); with them, at a load of 88, two of the four missed Ray's
+deadline three times (then the limit; now five) and exited 2 with the reason. On an idle CI
+box four tiny runs take about as long as four in a row.
 """
 
 from __future__ import annotations
