@@ -145,6 +145,7 @@ def test_a_run_whose_ray_cannot_start_says_why_on_the_console_and_in_run_log(tmp
     reason = f"fedpriv: Ray did not start: [Errno 20] Not a directory: '{not_a_folder}/ray'"
     assert reason in console, console[-3000:]
     assert "exit status" not in console  # the reason, not a bare status
+    assert console.count(reason) == 1  # once: the line the runner printed
     log = (out / "run.log").read_text().splitlines()
     assert any(line.startswith(reason) for line in log), log
     assert len(log) <= 3  # its header and the reason: no traceback

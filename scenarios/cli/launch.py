@@ -370,11 +370,11 @@ def log_tail(log_path: Path, lines: int = 15) -> list[str]:
 
 def _report_failure(returncode: int, log_path: Path, loud: bool) -> None:
     """A refusal before the start (exit status 2: the runner printed one ``fedpriv:`` line,
-    e.g. a GPU federation on a host where Ray sees no GPU) is that line alone; any other
-    failure is the status, the end of the log and where the log is."""
+    e.g. a GPU federation on a host where Ray sees no GPU, or a Ray that did not start),
+    which the console already showed (a ``fedpriv`` line), is that line alone, once; any
+    other failure is the status, the end of the log and where the log is."""
     refusal = [x for x in log_tail(log_path) if x.startswith("fedpriv: ")]
-    if returncode == 2 and refusal and not loud:
-        print(refusal[-1], file=sys.stderr)
+    if returncode == 2 and refusal:  # the runner's one line: the console showed it already
         return
     print(f"fedpriv: the simulation failed (exit status {returncode})", file=sys.stderr)
     if not loud:  # the console showed only the run's lines: give the end of the log
