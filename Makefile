@@ -68,8 +68,8 @@ test-guards: $(STAMP)
 ## spinning processes a run finishes or fails within its timeout, leaving none), and
 ## docs/deployment.md followed (TLS and node authentication: 3 DP-SGD SuperNodes, then 2 zone
 ## nodes; about 3 min more at a load of 6-10), and distributed DP over five SuperNodes, one
-## killed in its masked step (tests/test_deployment_distributed.py: one round; 2-4 min, ~8
-## at a load of 45). Measured on the 2-core box shared with other jobs: 10 min at a load of
+## killed in its masked step (tests/test_deployment_distributed.py: one round, 8.5-9 min at
+## a load of 60-80; not measured idle). Measured on the 2-core box shared with other jobs: 10 min at a load of
 ## about 8, 16 min at 20-35 before the guide's test; every wait is bounded (the whole of CI
 ## must stay under 30 min).
 DEPLOYMENT_TESTS := tests/test_example_app.py tests/test_deployment.py \

@@ -21,9 +21,12 @@ message framing is not counted on either side.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TOTAL_CLIENTS = 100
 COMMON = (
@@ -79,25 +82,32 @@ def client_bytes(cohort: int, dimension: int = DIMENSION) -> dict[str, int]:
     }
 
 
-def _run_retrying(overrides: str, out: Path, tries: int = 3) -> dict:
-    """One run's summary; a run refused before its start (exit status 2: on a loaded machine,
-    "Ray did not start") is tried again, up to ``tries`` times."""
+def run_cell(overrides: str, out: Path) -> dict:
+    """The summary of one ``fedpriv run`` into an emptied ``out`` (:func:`bench.simrun.run_simulation`)."""
     from bench.simrun import run_simulation
 
+    return run_simulation(overrides, out)[1]
+
+
+def _run_retrying(overrides: str, out: Path, tries: int = 6) -> dict:
+    """One run's summary; a run refused before its start (exit status 2: on a loaded machine,
+    "Ray did not start": its raylet has 30 s to register) is tried again, up to ``tries``
+    times."""
     for attempt in range(tries):
         try:
-            return run_simulation(overrides, out)[1]
+            return run_cell(overrides, out)
         except RuntimeError as err:
-            if "exit status 2" not in str(err) or attempt == tries - 1:
+            refused = "exit status 2" in str(err) or "Ray did not start" in str(err)
+            if not refused or attempt == tries - 1:
                 raise
     raise AssertionError("unreachable")
 
 
-def distributed_rows(tmp: Path, quick: bool) -> list[str]:
+def distributed_rows(tmp: Path, quick: bool, sizes: tuple[int, ...] = (20, 100)) -> list[str]:
     """Rows: at each cohort size, distributed-dp's round vs global-dp's, and the bytes."""
     total = 20 if quick else TOTAL_CLIENTS
     rows = []
-    for per_round in (10, 20) if quick else (20, 100):
+    for per_round in (10, 20) if quick else sizes:
         cells = {}
         for mode in ("global-dp", "distributed-dp"):
             summary = _run_retrying(
@@ -121,12 +131,9 @@ def distributed_rows(tmp: Path, quick: bool) -> list[str]:
     return rows
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m bench.bench_distributed [--quick]`
-    import sys
-
-    from bench.simrun import ROOT
-
+if __name__ == "__main__":  # `python -m bench.bench_distributed [--quick] [20 100]`
     out = ROOT / "runs" / "bench"
     out.mkdir(parents=True, exist_ok=True)
-    for row in distributed_rows(out, "--quick" in sys.argv):
+    chosen = tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or (20, 100)
+    for row in distributed_rows(out, "--quick" in sys.argv, chosen):
         print(row, flush=True)

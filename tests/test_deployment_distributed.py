@@ -22,8 +22,9 @@ The server's view of the round is written by ``FEDPRIV_DISTRIBUTED_AUDIT_DIR``: 
 masked vector as received is indistinguishable from uniform on Z_m (a χ² test on 16 bins,
 which the unmasked sum, a control, fails by far), the decoded mean has the noise's size (a
 wrong unmasking would decode uniform garbage), and the run's records hold no per-client vector.
-About 2-4 min on the loaded 2-core CI box (one round, and the SuperLink's wait for the killed
-node's heartbeat to lapse).
+One round, but every message starts a ClientApp process (five per step, four steps) and the
+SuperLink waits for the killed node's heartbeat to lapse: 8.5-9 min on the shared 2-core box
+at a load average of 60-80 (2026-12-07; not measured idle).
 """
 
 from __future__ import annotations
