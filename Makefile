@@ -61,17 +61,25 @@ test-guards: $(STAMP)
 	$(PYTEST) -m "slow and guard" $(PYTEST_ARGS)
 
 ## The deployment path (marker `deployment`), one test at a time (each is a small cluster of
-## real processes on 127.0.0.1; no xdist beside it): the example app through `flwr run` on
-## Flower's own SuperLink (simulation engine; four SuperNodes), the repo's app on a SuperLink
-## and four SuperNodes with one killed (global DP; HDP zone nodes, their ledgers read back),
-## and the cleanup checks (a run stopped mid-round leaves no process; beside 2 x cores
-## spinning processes a run finishes or fails within its timeout, leaving none), and
-## docs/deployment.md followed (TLS and node authentication: 3 DP-SGD SuperNodes, then 2 zone
-## nodes; about 3 min more at a load of 6-10), and distributed DP over five SuperNodes, one
-## killed in its masked step (tests/test_deployment_distributed.py: one round, 8.5-9 min at
-## a load of 60-80; not measured idle). Measured on the 2-core box shared with other jobs: 10 min at a load of
-## about 8, 16 min at 20-35 before the guide's test; every wait is bounded (the whole of CI
-## must stay under 30 min).
+## real processes on 127.0.0.1; no xdist beside it), 7 tests: the example app through `flwr
+## run` on Flower's own SuperLink (simulation engine, beside the user's own modules; four
+## SuperNodes, then a second run stopped mid-round leaves no process), the repo's app on a
+## SuperLink and four SuperNodes with one killed (global DP; HDP zone nodes, their ledgers read
+## back; the killed nodes report Flower's shortest heartbeat interval, 10 s: found gone 17-20 s
+## after the kill instead of 45-51 s, measured), beside 4 x cores spinning processes a run
+## finishes or fails within its timeout (180 s), leaving none (process tree and a /proc scan),
+## and docs/deployment.md followed (TLS and node authentication: 3 DP-SGD SuperNodes, then 2
+## zone nodes), and distributed DP over five SuperNodes, one killed in its masked step
+## (tests/test_deployment_distributed.py: one round; 8.5-9 min at a load of 60-80, not measured
+## idle). Before these cuts: 12 min for 9 tests at a load of about 8 (16 min at 20-35);
+## they take out one simulation-engine run and one federation (est. ~2 min at a load of 8) and
+## ~1 min of heartbeat waits. Measured per file on the 2-core box at a load of 40-100 (seven
+## other jobs; wall times there say little): test_deployment.py 836 s before, 1171 s after at a
+## higher load; the example's SuperLink run 176 s, with the mid-round stop on its federation
+## 253 s; the 4 x cores test 158 s (finished); at a load of ~70 the simulation-engine example
+## ran past its 420 s limit before and after (it now fails in one line), the guide's DP-SGD
+## run past its 420 s in its last round (its zone nodes: 300 s). Every wait is bounded (the
+## whole of CI must stay under 30 min).
 DEPLOYMENT_TESTS := tests/test_example_app.py tests/test_deployment.py \
                     tests/test_deployment_cleanup.py tests/test_deployment_guide.py \
                     tests/test_deployment_distributed.py

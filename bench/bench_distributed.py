@@ -83,7 +83,8 @@ def client_bytes(cohort: int, dimension: int = DIMENSION) -> dict[str, int]:
 
 
 def run_cell(overrides: str, out: Path) -> dict:
-    """The summary of one ``fedpriv run`` into an emptied ``out`` (:func:`bench.simrun.run_simulation`)."""
+    """The summary of one ``fedpriv run`` into an emptied ``out``
+    (:func:`bench.simrun.run_simulation`)."""
     from bench.simrun import run_simulation
 
     return run_simulation(overrides, out)[1]

@@ -222,13 +222,16 @@ def test_example_in_the_simulation_engine_beside_the_users_own_modules(tmp_path)
     before = (app / "pyproject.toml").read_bytes()
     with processes(tmp_path, env) as procs, one_line_failures(procs):
         _superlink(procs, tmp_path, port, "--simulation")
-        run = subprocess.run(
-            [str(BIN / "flwr"), "run", str(app), "sim", "--stream", "--run-config",
-             f"output-file='{out}' noise-multiplier={Z} clipping-norm={C} num-clients={M} "
-             f"num-server-rounds={ROUNDS}", "--federation-config", f"num-supernodes={M}"],
-            env=env, capture_output=True, text=True, timeout=RUN_S, check=False,
-            stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        try:
+            run = subprocess.run(
+                [str(BIN / "flwr"), "run", str(app), "sim", "--stream", "--run-config",
+                 f"output-file='{out}' noise-multiplier={Z} clipping-norm={C} num-clients={M} "
+                 f"num-server-rounds={ROUNDS}", "--federation-config", f"num-supernodes={M}"],
+                env=env, capture_output=True, text=True, timeout=RUN_S, check=False,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:  # one line (the processes' logs printed above it)
+            raise Failure(f"flwr run did not finish within {RUN_S} s") from None
         _check_rounds(out, run.stdout[-3000:] + run.stderr[-2000:] + procs.logs())
     assert (app / "pyproject.toml").read_bytes() == before, "flwr run rewrote pyproject.toml"
     assert not procs.leftovers()
