@@ -33,6 +33,7 @@ from fedpriv.scenarios.cli.simulated_nodes import node_settings
 from fedpriv.scenarios.config.node_roles import client_mode
 from fedpriv.scenarios.config.node_spec import resolve_node
 from fedpriv.scenarios.config.schema import AUTO
+from fedpriv.scenarios.zonal.keys import zone_nodes
 
 from fedpriv.privacy.modes import ifca as ifca_mode
 from fedpriv.privacy.ownership import NODE_SECURE_DEFAULTS, ZONE_NODE, owned_keys
@@ -40,6 +41,7 @@ from fedpriv.privacy.ownership import NODE_SECURE_DEFAULTS, ZONE_NODE, owned_key
 __all__ = ["NODE_READ", "SERVER", "EVERY_NODE", "KeyOwner", "key_owners", "node_roles"]
 
 SERVER, EVERY_NODE = "server", "every node"
+IFCA_KIND = "ifca"  # the scenario kind whose every user is an IFCA node (node_spec.node_mode)
 # limits a node of a role reads from its OWN node config, else its run config (never the
 # server's resolution, never a message): node_roles.own_max_epsilon, zone_node.own_value
 NODE_READ: Mapping[str, tuple[str, ...]] = {
@@ -71,16 +73,19 @@ class KeyOwner:
 def node_roles(cfg: Mapping[str, Any], kind: str) -> dict[str, int]:
     """Each server-distrusting role the run's nodes play -> how many nodes play it (a zone
     node: one per LDP or HDP zone; an IFCA scenario: every user)."""
-    if kind == ifca_mode.MODE.name:
+    if kind == IFCA_KIND:
         return {ifca_mode.MODE.name: int(cfg["num-clients"])}
-    zone_runtime = cfg.get("privacy") == "zonal" and cfg.get("zonal-runtime") == "zone-nodes"
-    count = int(cfg["num-zones"]) if zone_runtime else int(cfg["num-clients"])
     roles: dict[str, int] = {}
-    for node in range(count):
+    for node in range(node_count(cfg)):
         role = client_mode(cfg, node)
         if role is not None:
             roles[role] = roles.get(role, 0) + 1
     return roles
+
+
+def node_count(cfg: Mapping[str, Any]) -> int:
+    """The run's ClientApp nodes: one per zone with zone nodes, else one per client."""
+    return int(cfg["num-zones"]) if zone_nodes(cfg) else int(cfg["num-clients"])
 
 
 def _label(role: str, count: int, nodes: int) -> str:
@@ -90,9 +95,7 @@ def _label(role: str, count: int, nodes: int) -> str:
 
 def owners_of(cfg: Mapping[str, Any], kind: str) -> dict[str, str]:
     """Key -> its owner for the node-owned keys of this run (every other key: the server)."""
-    roles = node_roles(cfg, kind)
-    zone_runtime = cfg.get("privacy") == "zonal" and cfg.get("zonal-runtime") == "zone-nodes"
-    nodes = int(cfg["num-zones"]) if zone_runtime else int(cfg["num-clients"])
+    roles, nodes = node_roles(cfg, kind), node_count(cfg)
     out: dict[str, str] = {}
     for role, count in roles.items():
         label = _label(role, count, nodes)
