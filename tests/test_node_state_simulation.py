@@ -101,6 +101,14 @@ def test_a_federation_dir_keeps_its_ledgers_and_says_so(tmp_path):
     assert block["figures"].startswith("lifetime")
     # the nodes' ε is composed over every release their ledgers hold: larger the second time
     assert second[1]["privacy_figures"]["epsilon"] > first[1]["privacy_figures"]["epsilon"]
+    # and each node's this-run ε beside its lifetime ε (its rows split at the run's start)
+    nodes = {k: v for k, v in block["parties"].items() if "/dp-sgd/" in k}
+    assert sum(p["earlier_releases"] for p in nodes.values()) == released
+    assert sum(p["this_run_releases"] for p in nodes.values()) == block["this_run_releases"]
+    for party in nodes.values():
+        if party["earlier_releases"] and party["this_run_releases"]:
+            assert party["lifetime_epsilon"] > party["this_run_epsilon"] > 0
+    assert "lifetime ε up to" in second[3]
 
 
 def test_gp_synthetic_with_its_defaults_reports_its_final_metrics(tmp_path):

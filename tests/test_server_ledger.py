@@ -199,3 +199,25 @@ def test_party_figures_split_each_nodes_rows_at_the_runs_start(tmp_path):
     assert (got["earlier_releases"], got["this_run_releases"]) == (2, 1)
     assert got["lifetime_epsilon"] == pytest.approx(_independent(before + after, 1e-5), rel=1e-4)
     assert got["this_run_epsilon"] == pytest.approx(_independent(after, 1e-5), rel=1e-4)
+
+
+def test_the_console_gives_this_runs_epsilon_beside_the_lifetime_one_only_when_they_differ():
+    from fedpriv.scenarios.cli.node_state import lifetime_lines
+
+    server = {"this_run_epsilon": 15.456, "lifetime_epsilon": 24.3816, "this_run_releases": 2,
+              "earlier_releases": 2, "delta": 1e-5}  # fmt: skip
+    nodes = {
+        "node-a/dp-sgd/0": {"this_run_epsilon": 1.5, "lifetime_epsilon": 2.25,
+                            "earlier_releases": 3, "this_run_releases": 2, "delta": 1e-5},
+        "node-b/dp-sgd/1": {"this_run_epsilon": 1.25, "lifetime_epsilon": "inf",
+                            "earlier_releases": 1, "this_run_releases": 2, "delta": 1e-5},
+        "node-c/ifca/0": {"earlier_releases": 4, "this_run_releases": 1},
+    }  # fmt: skip
+    lines = lifetime_lines({"parties": {"server": server, **nodes}})
+    assert lines == [
+        "fedpriv:   server   this run's ε 15.46 (2 releases), lifetime ε 24.38 (2 earlier "
+        "releases) at δ 1e-05",
+        "fedpriv:   nodes    this run's ε up to 1.5, lifetime ε up to inf (4 earlier releases "
+        "over 2 nodes) at δ 1e-05",
+    ]
+    assert lifetime_lines({"persistent": False, "earlier_releases": 0}) == []

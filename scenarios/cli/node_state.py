@@ -169,18 +169,23 @@ def lifetime_lines(block: Mapping[str, Any]) -> list[str]:
     server = parties.pop("server", None)
     if server:
         lines.append(
-            f"{PREFIX}   server   this run's ε {server['this_run_epsilon']:.4g} "
+            f"{PREFIX}   server   this run's ε {_eps(server['this_run_epsilon'])} "
             f"({server['this_run_releases']} releases), lifetime ε "
-            f"{server['lifetime_epsilon']:.4g} ({server['earlier_releases']} earlier "
+            f"{_eps(server['lifetime_epsilon'])} ({server['earlier_releases']} earlier "
             f"releases) at δ {server['delta']:g}"
         )
     nodes = [p for p in parties.values() if "lifetime_epsilon" in p]
     if nodes:
-        this = max(float(p["this_run_epsilon"]) for p in nodes)
-        life = max(float(p["lifetime_epsilon"]) for p in nodes)
+        this = _eps(max(float(p["this_run_epsilon"]) for p in nodes))
+        life = _eps(max(float(p["lifetime_epsilon"]) for p in nodes))
         earlier = sum(int(p["earlier_releases"]) for p in nodes)
         lines.append(
-            f"{PREFIX}   nodes    this run's ε up to {this:.4g}, lifetime ε up to {life:.4g} "
+            f"{PREFIX}   nodes    this run's ε up to {this}, lifetime ε up to {life} "
             f"({earlier} earlier releases over {len(nodes)} nodes) at δ {nodes[0]['delta']:g}"
         )
     return lines
+
+
+def _eps(value: float | str) -> str:
+    """ε as the console writes it (4 significant digits; ``inf`` for no noise)."""
+    return f"{float(value):.4g}"

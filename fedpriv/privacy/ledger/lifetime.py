@@ -16,6 +16,7 @@ the counts only. Read-only: nothing here writes a ledger.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,5 +80,7 @@ def _figures(items: list[tuple[int, str]], mark: int, delta: float) -> dict[str,
     return figures
 
 
-def _epsilon(events: list[str], delta: float) -> float:
-    return compose_epsilon((event_from_json(e) for e in events if e != NOT_A_DP_EVENT), delta)
+def _epsilon(events: list[str], delta: float) -> float | str:
+    """ε of the events' composition (``"inf"`` for a release without noise, for JSON)."""
+    eps = compose_epsilon((event_from_json(e) for e in events if e != NOT_A_DP_EVENT), delta)
+    return eps if math.isfinite(eps) else "inf"

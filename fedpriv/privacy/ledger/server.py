@@ -204,12 +204,17 @@ class ServerLedger:
             "state-dir": str(self.folder),
             "this_run_releases": len(mine),
             "earlier_releases": len(rows) - len(mine),
-            "this_run_epsilon": self._epsilon(mine),
-            "lifetime_epsilon": self._epsilon([r.event for r in rows]),
+            "this_run_epsilon": _plain(self._epsilon(mine)),
+            "lifetime_epsilon": _plain(self._epsilon([r.event for r in rows])),
             "delta": self.delta,
             "adjacency": self.relation,
             SERVER_BUDGET_KEY: self.max_epsilon or 0.0,
         }
+
+
+def _plain(epsilon: float) -> float | str:
+    """ε for JSON: ``"inf"`` for a release without noise (z = 0), as the accountants write."""
+    return epsilon if math.isfinite(epsilon) else "inf"
 
 
 def open_server_ledger(
