@@ -61,7 +61,7 @@ def test_four_simulations_started_in_the_same_second_beside_spinning_processes_f
         for i in range(RUNS):
             log = (tmp_path / f"console-{i}.txt").open("w")
             runs.append((tmp_path / f"run-{i}", log, _start(tmp_path / f"run-{i}", log)))
-        codes = [proc.wait(timeout=1800) for _, _, proc in runs]
+        codes = [proc.wait(timeout=900) for _, _, proc in runs]
     finally:
         for proc in spinners + [p for _, _, p in runs]:
             _end(proc)
