@@ -219,10 +219,11 @@ class LedgerStore:
             (*key, sequence, digest),
         ).fetchone()
         last, count = db.execute(
-            "SELECT (SELECT round FROM releases WHERE party = ?1 AND identity = ?2 AND "
-            "sequence = ?3 AND run = ?4 ORDER BY id DESC LIMIT 1), count(*) FROM releases "
-            "WHERE party = ?1 AND identity = ?2 AND sequence = ?3 AND run = ?4",
-            (*key, sequence, run),
+            "SELECT (SELECT round FROM releases WHERE party = :party AND identity = :identity "
+            "AND sequence = :sequence AND run = :run ORDER BY id DESC LIMIT 1), count(*) FROM "
+            "releases WHERE party = :party AND identity = :identity AND sequence = :sequence "
+            "AND run = :run",
+            {"party": party, "identity": int(identity), "sequence": sequence, "run": run},
         ).fetchone()
         total = math.inf if unbounded else float(spent)
         return Snapshot(int(releases), total, answered is not None, last, int(count))
