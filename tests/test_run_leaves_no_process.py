@@ -41,7 +41,7 @@ def test_end_processes_kills_what_ignores_sigterm_after_the_grace():
     took = time.monotonic() - t0
     assert killed == [stubborn.pid]  # sleep ended on SIGTERM; python ignored it
     assert stubborn.wait(timeout=5) == -9 and polite.wait(timeout=5) == -15
-    assert 0.4 < took < 5.0
+    assert took >= 0.5  # the grace was given before SIGKILL
 
 
 def test_a_reused_pid_is_not_the_process_of_the_snapshot():
@@ -100,16 +100,18 @@ def test_no_process_of_a_finished_run_is_alive_a_second_after_the_cli_returns(tm
     cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config",
            f"num-server-rounds=1 local-epochs=1 output-dir='{out}'"]  # fmt: skip
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", FEDPRIV_STATE_ROOT=str(tmp_path / "state"))
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
     seen: dict[int, int] = {}
-    while proc.poll() is None:  # every process of the run's tree, sampled every 0.1 s
-        seen.update(snapshot([p for p in descendants(proc.pid) if p not in seen]))
-        time.sleep(0.1)
-    output = proc.stdout.read().decode(errors="replace")
+    names: dict[int, str] = {}
+    with (tmp_path / "console.txt").open("w+") as console:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=console, stderr=subprocess.STDOUT)
+        while proc.poll() is None:  # every process of the run's tree, sampled every 0.1 s
+            new = snapshot([p for p in descendants(proc.pid) if p not in seen])
+            seen.update(new)
+            names.update({p: _name(p) for p in new})
+            time.sleep(0.1)
+        console.seek(0)
+        output = console.read()
     assert proc.returncode == 0, output[-3000:]
-    names = {p: _name(p) for p in seen}
     assert any("raylet" in n for n in names.values()), names  # the run's Ray was seen
     time.sleep(1.0)
     left = {p: names[p] for p in alive(seen)}
