@@ -60,8 +60,9 @@ def _env() -> dict:
     )
 
 
-def _tree_rss(pid: int) -> int:
-    """Resident memory (bytes) of ``pid`` and all its descendants, from /proc (Linux)."""
+def _tree_rss(pid: int, seen: set[int] | None = None) -> int:
+    """Resident memory (bytes) of ``pid`` and all its descendants, from /proc (Linux); their
+    pids added to ``seen`` when given."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit():
@@ -76,6 +77,8 @@ def _tree_rss(pid: int) -> int:
     while todo:
         current = todo.pop()
         todo += children.get(current, [])
+        if seen is not None:
+            seen.add(current)
         try:
             with open(f"/proc/{current}/statm", encoding="utf-8") as fh:
                 total += int(fh.read().split()[1]) * page
@@ -84,31 +87,45 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def monitored_run(cmd: list[str], rounds_file: Path | None = None, env: dict | None = None) -> dict:
-    """Run ``cmd`` (with ``env``, default :func:`_env`); wall seconds, peak tree RSS (bytes),
-    times at which round lines appeared."""
+def monitored_run(
+    cmd: list[str],
+    rounds_file: Path | None = None,
+    env: dict | None = None,
+    interval: float = 0.2,
+) -> dict:
+    """Run ``cmd`` (with ``env``, default :func:`_env`); wall seconds, peak tree RSS (bytes,
+    sampled every ``interval`` s), times at which round lines appeared, its output, and
+    ``left``: the processes of its tree (any sample) still running 1 s after it returned."""
+    from fedpriv.scenarios.cli.ray_start import alive, snapshot
+
     t0 = time.perf_counter()
+    tree: set[int] = set()
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(
             cmd, cwd=ROOT, env=env or _env(), stdout=log, stderr=subprocess.STDOUT
         )
-        peak, seen, stamps = 0, 0, []
+        peak, seen, stamps, born = 0, 0, [], {}
         while proc.poll() is None:
-            peak = max(peak, _tree_rss(proc.pid))
+            peak = max(peak, _tree_rss(proc.pid, tree))
+            born.update(snapshot(sorted(tree - set(born))))
             if rounds_file is not None and rounds_file.exists():
                 lines = rounds_file.read_text().count("\n")
                 stamps += [time.perf_counter() - t0] * max(0, lines - seen)
                 seen = max(seen, lines)
-            time.sleep(0.2)
+            time.sleep(interval)
         wall = time.perf_counter() - t0
         log.seek(0)
         output = log.read()
+    time.sleep(1.0)
+    left = alive({p: b for p, b in born.items() if p != proc.pid})
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])} failed: {output[-1500:]}")
-    return {"wall": wall, "peak_rss": peak, "stamps": stamps}
+    return {"wall": wall, "peak_rss": peak, "stamps": stamps, "output": output, "left": left}
 
 
-def fedpriv_run(values: dict, out: Path, *, watch_rounds: bool = False) -> dict:
+def fedpriv_run(
+    values: dict, out: Path, *, watch_rounds: bool = False, interval: float = 0.2
+) -> dict:
     """One ``fedpriv run`` with ``values`` (wall, peak RSS, round stamps, summary), into an
     emptied ``out``: a finished run left there by an earlier bench would be resumed (nothing to
     do) and time nothing. Its nodes keep their ledgers in an emptied ``<out>-state``
@@ -121,7 +138,7 @@ def fedpriv_run(values: dict, out: Path, *, watch_rounds: bool = False) -> dict:
     cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config"]
     cmd.append(_overrides({**values, "output-dir": str(out)}))
     env = dict(_env(), FEDPRIV_STATE_ROOT=str(state))
-    res = monitored_run(cmd, out / "rounds.jsonl" if watch_rounds else None, env)
+    res = monitored_run(cmd, out / "rounds.jsonl" if watch_rounds else None, env, interval)
     res["summary"] = json.loads((out / "summary.json").read_text())
     return res
 

@@ -24,6 +24,8 @@ Rows:
 11. distributed DP: one round of ``distributed-dp`` vs the same round with ``global-dp`` at
     20 and 100 clients a round, and the bytes each client sends (``bench/bench_distributed.py``;
     goal <= 1.5x).
+12. start-up: workload A's whole wait, start-up to round 1 split by step, peak process-tree
+    memory and the processes left after it, vs the plain-Keras floor (``bench/bench_startup.py``).
 
 Writes ``bench/results.md`` and prints it. ``--quick`` shrinks every size.
 """
@@ -96,7 +98,7 @@ def main() -> int:
         "--only",
         default="",
         help="comma-separated subset: math,cross-device,step,scale,grid,many,load,audit,"
-        "hdp-paper,round,cli,parallel,virtual,many-virtual,distributed (written to "
+        "hdp-paper,round,cli,parallel,virtual,many-virtual,distributed,startup (written to "
         "runs/bench/results-only.md; the full run writes bench/results.md)",
     )
     parser.add_argument(
@@ -113,6 +115,7 @@ def main() -> int:
         bench_parallel,
         bench_round,
         bench_speed,
+        bench_startup,
         bench_step,
         bench_virtual,
         bench_zonal,
@@ -134,6 +137,7 @@ def main() -> int:
         "virtual": lambda: bench_virtual.virtual_rows(tmp, args.quick),
         "many-virtual": lambda: bench_virtual.many_virtual_row(tmp, args.quick),
         "distributed": lambda: bench_distributed.distributed_rows(tmp, args.quick),
+        "startup": lambda: bench_startup.startup_rows(tmp, args.quick),
     }
     chosen = [x for x in args.only.split(",") if x] or list(benches)
     lines = ["| benchmark | fedpriv | reference | ratio |", "|---|---|---|---|"]

@@ -8,8 +8,14 @@ time in :data:`RUN_START_ENV` (``flwr run .`` does not: the clock then starts wh
 module is first imported, with the ServerApp).
 
 :func:`run_times` gives summary.json's ``wall_seconds`` (the whole run, start-up included),
-``startup_seconds`` (until the run's first step) and ``training_seconds`` (the rounds and
-the run's own final steps). A multi-run simulation's cells each count from the end of the
+``startup_seconds`` (until the run's first step), ``training_seconds`` (the rounds and
+the run's own final steps) and ``startup_steps``: when each start-up step was done, in
+seconds since the command started (:func:`mark`; the simulation runner's ``runner started``
+(the interpreter and its first imports), ``Ray started``, ``apps imported`` (the ClientApp's
+and ServerApp's modules, TensorFlow among them, imported while Ray starts), then the lines
+printed: ``engine started``, ``data loaded``, ``model built``, ``workers ready`` (every
+worker has imported its framework and answered); ``make bench``'s ``startup`` row prints the
+split). A multi-run simulation's cells each count from the end of the
 one before (:func:`run_times` moves the clock on).
 """
 
@@ -34,11 +40,21 @@ def _start() -> float:
 
 
 _clock = [_start()]  # when the current run's start-up began
+_steps: dict[str, float] = {}  # the current run's start-up steps: seconds since its clock
+
+
+def mark(step: str) -> float:
+    """Note that ``step`` of the start-up is done now (summary.json's ``startup_steps``,
+    :func:`run_times`); the seconds since the run's clock."""
+    elapsed = time.time() - _clock[0]
+    _steps[step] = round(elapsed, 3)
+    return elapsed
 
 
 def status(step: str, detail: str = "") -> None:
-    """Print the start-up line of ``step`` (flushed: the console sees it at once)."""
-    print(startup_line(step, detail, time.time() - _clock[0]), flush=True)
+    """Print the start-up line of ``step`` (flushed: the console sees it at once) and
+    :func:`mark` it."""
+    print(startup_line(step, detail, mark(step)), flush=True)
 
 
 def engine_line(supernodes: int, elapsed: float) -> str:
@@ -66,8 +82,11 @@ def run_times(t0: float) -> dict[str, float]:
     to now (the next cell of a multi-run starts counting here)."""
     now, start = time.time(), _clock[0]
     _clock[0] = now
+    steps = dict(_steps)
+    _steps.clear()
     return {
         "wall_seconds": now - start,
         "startup_seconds": max(0.0, t0 - start),
         "training_seconds": now - t0,
+        "startup_steps": steps,
     }

@@ -192,6 +192,9 @@ def _flower_run(args: argparse.Namespace, app_dir: Path) -> tuple[Any, Any]:
 
 def run(argv: list[str] | None = None) -> int:
     """Start the simulation described by ``argv``; 0 when the ServerApp completed."""
+    from fedpriv.scenarios.app import startup
+
+    startup.mark("runner started")
     args = _parse(argv)
     app_dir = Path(args.app).resolve()
     with (app_dir / "pyproject.toml").open("rb") as fh:
@@ -205,6 +208,8 @@ def run(argv: list[str] | None = None) -> int:
     # Ray's own modules (ray and this package's Ray helpers first), Flower's after the import.
     import ray  # noqa: F401
     from fedpriv.scenarios.cli import ray_cluster  # noqa: F401
+
+    _note_processes_at_shutdown()
     from fedpriv.scenarios.cli.ray_start import one_line
 
     console = _console()  # before the preload thread captures descriptor 2
@@ -219,8 +224,10 @@ def run(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"fedpriv: {reason}", file=console, flush=True)
         return 2
+    startup.mark("Ray started")
     try:
         preload.result()  # Flower's modules too: imported in the main thread only after it
+        startup.mark("apps imported")
         flower_run, context = _flower_run(args, app_dir)
         _engine_started(args.num_supernodes)
         from fedpriv.scenarios.cli import engine_polling, ray_cluster
@@ -249,14 +256,42 @@ def run(argv: list[str] | None = None) -> int:
     return 0
 
 
+# the processes below this one when Ray was shut down (:func:`_note_processes_at_shutdown`)
+_BEFORE_SHUTDOWN: dict[int, int] = {}
+
+
+def _note_processes_at_shutdown() -> None:
+    """Make ``ray.shutdown`` note the processes below this one first (a local Ray's GCS,
+    raylet, agents and workers, with their start times) in :data:`_BEFORE_SHUTDOWN`: Flower's
+    backend shuts Ray down when the simulation ends, and its workers, their raylet gone, are
+    then no longer below this process; :func:`end_process` ends the ones still running."""
+    import ray
+    from fedpriv.scenarios.cli.ray_start import descendants, snapshot
+
+    shutdown = ray.shutdown
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        _BEFORE_SHUTDOWN.update(snapshot(descendants(os.getpid())))
+        return shutdown(*args, **kwargs)
+
+    ray.shutdown = noted
+
+
 def end_process(code: int, exit_now: Callable[[int], Any] = os._exit) -> NoReturn:
     """Exit with ``code`` once the other non-daemon threads ended and the ``atexit`` handlers
     ran (Ray's shutdown among them), with stdout and stderr flushed; without the
-    interpreter's teardown of every module (TensorFlow's, Ray's: seconds, nothing written)."""
+    interpreter's teardown of every module (TensorFlow's, Ray's: seconds, nothing written).
+    No process this one started outlives it: what runs below it before the shutdown (a
+    local Ray's GCS, raylet, agents and workers) and still runs after it is ended
+    (:func:`fedpriv.scenarios.cli.ray_start.end_processes`)."""
+    from fedpriv.scenarios.cli.ray_start import descendants, end_processes, snapshot
+
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
+    started = {**_BEFORE_SHUTDOWN, **snapshot(descendants(os.getpid()))}
     atexit._run_exitfuncs()
+    end_processes(started)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

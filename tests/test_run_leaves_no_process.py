@@ -1,0 +1,125 @@
+"""No process of a finished run outlives it (:func:`fedpriv.scenarios.cli.simulation_runner.
+end_process`, :func:`fedpriv.scenarios.cli.ray_start.end_processes`).
+
+A local Ray's workers (the ClientApp actors, each holding its TensorFlow) are children of
+its raylet; once Flower's backend has shut Ray down they are no longer below the runner and
+used to exit only when they noticed their raylet was gone (up to 10 s after the run). The
+runner notes the processes below it when Ray is shut down and ends the ones still running
+before it exits.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fedpriv.scenarios.cli.ray_start import alive, born, descendants, end_processes, snapshot
+
+ROOT = Path(__file__).resolve().parent.parent
+IGNORES_TERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ready', flush=True); time.sleep(120)"
+)
+
+
+def _ignoring_term() -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", IGNORES_TERM], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_end_processes_kills_what_ignores_sigterm_after_the_grace():
+    stubborn, polite = _ignoring_term(), subprocess.Popen(["sleep", "120"])
+    processes = snapshot([stubborn.pid, polite.pid])
+    assert sorted(processes) == sorted([stubborn.pid, polite.pid])
+    t0 = time.monotonic()
+    killed = end_processes(processes, grace=0.5)
+    took = time.monotonic() - t0
+    assert killed == [stubborn.pid]  # sleep ended on SIGTERM; python ignored it
+    assert stubborn.wait(timeout=5) == -9 and polite.wait(timeout=5) == -15
+    assert took >= 0.5  # the grace was given before SIGKILL
+
+
+def test_a_reused_pid_is_not_the_process_of_the_snapshot():
+    proc = subprocess.Popen(["sleep", "120"])
+    try:
+        start = born(proc.pid)
+        assert start is not None and alive({proc.pid: start}) == [proc.pid]
+        assert alive({proc.pid: start + 1}) == []  # same pid, another start: not ours
+        assert end_processes({proc.pid: start + 1}, grace=0.1) == []
+        assert proc.poll() is None  # a stranger with our old pid is left alone
+    finally:
+        proc.kill()
+        proc.wait()
+    assert alive({proc.pid: start}) == []
+
+
+ENDS_WITH_ORPHANS = """
+import subprocess, sys
+import ray
+from fedpriv.scenarios.cli import simulation_runner as runner
+
+runner._note_processes_at_shutdown()
+mid = subprocess.Popen(["sh", "-c", "sleep 120 & echo $!; wait"], stdout=subprocess.PIPE, text=True)
+orphan = int(mid.stdout.readline())
+stubborn = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE, text=True)
+stubborn.stdout.readline()
+ray.shutdown()  # what Flower's backend does when the simulation ends: the tree is noted
+mid.kill(); mid.wait()  # its sleep leaves this process's tree, as a worker whose raylet ended
+print(orphan, stubborn.pid, flush=True)
+runner.end_process(0)
+"""
+
+
+def test_end_process_ends_what_ran_below_it_at_shutdown_even_once_reparented():
+    proc = subprocess.run(
+        [sys.executable, "-c", ENDS_WITH_ORPHANS, IGNORES_TERM],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == 2
+    assert [p for p in pids if _running(p)] == []  # already gone when the process returned
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.simulation
+def test_no_process_of_a_finished_run_is_alive_a_second_after_the_cli_returns(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config",
+           f"num-server-rounds=1 local-epochs=1 output-dir='{out}'"]  # fmt: skip
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", FEDPRIV_STATE_ROOT=str(tmp_path / "state"))
+    seen: dict[int, int] = {}
+    names: dict[int, str] = {}
+    with (tmp_path / "console.txt").open("w+") as console:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=console, stderr=subprocess.STDOUT)
+        while proc.poll() is None:  # every process of the run's tree, sampled every 0.1 s
+            new = snapshot([p for p in descendants(proc.pid) if p not in seen])
+            seen.update(new)
+            names.update({p: _name(p) for p in new})
+            time.sleep(0.1)
+        console.seek(0)
+        output = console.read()
+    assert proc.returncode == 0, output[-3000:]
+    assert any("raylet" in n for n in names.values()), names  # the run's Ray was seen
+    time.sleep(1.0)
+    left = {p: names[p] for p in alive(seen)}
+    assert left == {}, left
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:120]
+    except OSError:
+        return ""
