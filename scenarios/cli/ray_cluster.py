@@ -126,39 +126,10 @@ def init_ray(
     args = loopback_args(args)
     if not args.get("address"):
         prestart_env(prestart)
-        lean_head()
     ray.init(**worker_env(args, forward_env), **args)
     from fedpriv.scenarios.app.ray_transport import register
 
     register()  # the driver's messages' arrays out of band (the workers': their setup hook)
-
-
-# Ray's usage-stats switch (read by ray.init and its API server; a value set wins)
-USAGE_STATS = "RAY_USAGE_STATS_ENABLED"
-
-
-def lean_head() -> None:
-    """A local Ray started with what one machine's simulation needs: no autoscaler monitor
-    (``RayParams.no_monitor``, what ``ray start --head --no-monitor`` sets: a Python process
-    importing Ray's autoscaler, which scales nothing on one node) and no usage-stats
-    reporting (:data:`USAGE_STATS` = 0 unless set). Ray's other processes stay: the GCS, the
-    raylet and its agents (which the raylet waits for), the API server, and the log monitor
-    (the workers' output in run.log). Patches ``ray._private.parameter.RayParams``, whose
-    ``no_monitor`` ``ray.init`` does not take (pinned Ray 2.55); idempotent."""
-    from ray._private import parameter
-
-    os.environ.setdefault(USAGE_STATS, "0")
-    params = parameter.RayParams
-    if getattr(params, "_fedpriv_lean", False):
-        return
-    init = params.__init__
-
-    def without_monitor(self: Any, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("no_monitor", True)
-        init(self, *args, **kwargs)
-
-    params.__init__ = without_monitor
-    params._fedpriv_lean = True
 
 
 def sized_for_actors(
