@@ -130,7 +130,7 @@ ci: test test-guards results-check test-deployment test-base-install docs
 ##   mp-grid       FedAvg x {none, global DP}, seed 0, 1 round            ~60 s
 ##   privacy-util  eps = 8, seed 0, 3 rounds (7 cells)                    ~120 s
 ##   audit-report  z = 3, 1 round (5 cells + mechanism audits)            ~90 s
-##   distributed-dp-utility  eps = 8, seed 0, 3 rounds (3 cells)          ~90 s
+##   distributed-dp-utility  eps = 8, seed 0, 3 rounds (3 cells, 2 sims)  ~120 s
 ##   total                                                               ~11 min
 ## `python -m bench.results_check` prints each page's wall and CPU seconds.
 RESULTS_CHECK_DIR ?= runs/results-check

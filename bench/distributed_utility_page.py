@@ -176,6 +176,9 @@ def report(out: Path, page: Path, plot_path: Path) -> str:
         "",
         "## Cells this page holds",
         "",
+        f"The full grid is {len(METHODS)} methods × ε ∈ {{2, 4, 8}} × seeds {{0, 1, 2}} "
+        f"({len(METHODS) * 9} cells); this page holds {len(rows)}:",
+        "",
         *cell_lines(rows),
         "",
         "## Invocations (machine shared with other jobs)",
