@@ -138,7 +138,8 @@ ci: test test-guards results-check test-deployment test-base-install docs
 ##   mp-grid       FedAvg x {none, global DP}, seed 0, 1 round            ~60 s
 ##   privacy-util  eps = 8, seed 0, 3 rounds (7 cells)                    ~120 s
 ##   audit-report  z = 3, 1 round (5 cells + mechanism audits)            ~90 s
-##   total                                                               ~9.5 min
+##   distributed-dp-utility  eps = 8, seed 0, 3 rounds (3 cells, 2 sims)  ~120 s
+##   total                                                               ~11 min
 ## `python -m bench.results_check` prints each page's wall and CPU seconds.
 RESULTS_CHECK_DIR ?= runs/results-check
 RESULTS_CHECK_PAGES ?=
@@ -331,6 +332,22 @@ privacy-utility: $(STAMP)
 	  --seeds $(PU_SEEDS) --rounds $(PU_ROUNDS)
 	$(BIN)/python -m bench.privacy_utility_page $(PU_DIR) \
 	  --page $(PU_PAGE) --plot $(PU_PAGE:.md=.png)
+
+## Distributed DP's utility (issue 48): distributed-dp at 16 bits against central global-dp
+## and LDP at the same target epsilon (2, 4, 8), seeds 0-2, on the privacy-utility setting
+## (bench/distributed_utility.py; z per cell from the planner), then the page
+## docs/results/distributed-dp-utility.md and its plot. Complete cells are skipped.
+DDPU_DIR ?= reports/distributed-dp-utility
+DDPU_EPSILONS ?= 2,4,8
+DDPU_SEEDS ?= 0,1,2
+DDPU_ROUNDS ?= 20
+DDPU_PAGE ?= $(RESULTS_DIR)/distributed-dp-utility.md
+.PHONY: distributed-dp-utility
+distributed-dp-utility: $(STAMP)
+	$(BIN)/python -m bench.distributed_utility --out $(DDPU_DIR) --epsilons $(DDPU_EPSILONS) \
+	  --seeds $(DDPU_SEEDS) --rounds $(DDPU_ROUNDS)
+	$(BIN)/python -m bench.distributed_utility_page $(DDPU_DIR) \
+	  --page $(DDPU_PAGE) --plot $(DDPU_PAGE:.md=.png)
 
 ## HDP Fig. 3 shape: HDP accuracy against epsilon at the aggregator as the number of zones s
 ## varies (one simulation) -> reports/hdp-sweep/report.md and sweep.png -> docs/results/hdp-sweep.md

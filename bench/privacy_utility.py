@@ -29,6 +29,7 @@ from typing import Any
 from fedpriv.privacy.modes import (
     adaptive_clip,
     client_budgets,
+    distributed_dp,
     dp_ftrl,
     global_dp,
 )
@@ -229,13 +230,20 @@ def cell_overrides(
     return values
 
 
+# modes whose nodes count their releases across every run of a simulation: client budgets
+# (its budgets) and distributed DP (a node takes part in at most num-server-rounds rounds:
+# a second cell in the same simulation fails every round)
+OWN_SIMULATION = (client_budgets.MODE.name, distributed_dp.MODE.name)
+
+
 def simulation_top(method: Method, values: Mapping[str, Any]) -> dict[str, Any]:
     """The simulation's own config for a cell. Client budgets' nodes own their budget and the
     rounds (release keys: a message changing them is refused) and count their own releases
     across every run of the simulation (as a device would), so each of its cells runs in a
-    simulation configured as the cell; the other methods share one."""
+    simulation configured as the cell, and so does distributed DP (its nodes count their
+    participations the same way, :data:`OWN_SIMULATION`); the other methods share one."""
     top = {"scenario": BASE["scenario"], "num-clients": BASE["num-clients"]}
-    if method.mode != client_budgets.MODE.name:
+    if method.mode not in OWN_SIMULATION:
         return top
     return {**top, **{k: v for k, v in values.items() if k != "output-dir"}}
 

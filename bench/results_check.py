@@ -128,6 +128,13 @@ PAGES: tuple[Page, ...] = (
         claims.privacy_utility,
     ),
     Page(
+        "distributed-dp-utility",
+        "distributed-dp-utility.md",
+        "distributed-dp-utility",
+        ("DDPU_DIR={out}/run", "DDPU_EPSILONS=8", "DDPU_SEEDS=0", "DDPU_ROUNDS=3"),
+        claims.distributed_utility,
+    ),
+    Page(
         "audit",
         "audit/audit.md",
         "audit-report",

@@ -3,7 +3,7 @@
 Several ``fedpriv run`` started at once each start their own local Ray (``ray.init``), and Ray
 2.55's start has two fixed deadlines: the raylet waits about 20 s for its dashboard agent (a
 Python process importing Ray's dashboard modules) to write its port files, and aborts when
-it misses them ("Timed out waiting for file .../metrics_agent_port_..."); the driver waits
+it misses them (``Timed out waiting for file .../metrics_agent_port_...``); the driver waits
 30 s for the raylet to register ("The current node timed out during startup"). Four starts
 in the same second on 2 busy CPUs miss them (measured: all four failed at a load of 35, each
 agent taking about 60 s). Neither deadline can be set (``RAY_agent_register_timeout_ms`` is
