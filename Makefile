@@ -333,7 +333,7 @@ privacy-utility: $(STAMP)
 	$(BIN)/python -m bench.privacy_utility_page $(PU_DIR) \
 	  --page $(PU_PAGE) --plot $(PU_PAGE:.md=.png)
 
-## Distributed DP's utility (issue 48): distributed-dp at 16 bits against central global-dp
+## Distributed DP's utility: distributed-dp at 16 bits against central global-dp
 ## and LDP at the same target epsilon (2, 4, 8), seeds 0-2, on the privacy-utility setting
 ## (bench/distributed_utility.py; z per cell from the planner), then the page
 ## docs/results/distributed-dp-utility.md and its plot. Complete cells are skipped.

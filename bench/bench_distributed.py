@@ -8,7 +8,7 @@ this process's order (global first, then distributed, at each cohort size). The 
 ratio of the runs' ``training_seconds`` (the round: for distributed DP its four message
 exchanges, the clients' encoding and masking and the server's unmasking; for global DP one
 train exchange and the server's noise), so start-up (Ray, workers, the model) is out; the goal
-of issue 48 is <= 1.5x.
+is <= 1.5x the central-DP round.
 
 The bytes a client sends are the payloads of its messages as the client builds them
 (:class:`fedpriv.privacy.distributed.party.RoundParty` at the run's resolved μ, b, t and padded

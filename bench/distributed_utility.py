@@ -1,5 +1,5 @@
 """Distributed DP's utility: final accuracy against the target ε, against central
-``global-dp`` and client-level LDP at the same ε (issue 48).
+``global-dp`` and client-level LDP at the same ε.
 
 ``python -m bench.distributed_utility --out D`` runs every (method, ε, seed) cell of
 :data:`METHODS` × ``--epsilons`` × ``--seeds`` on the privacy-utility page's setting

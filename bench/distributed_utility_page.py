@@ -26,7 +26,7 @@ from bench.privacy_utility_page import (
 from bench.results_page import provenance
 
 Table = Mapping[tuple[str, float | None], Mapping[str, Any]]
-WITHIN = 0.03  # issue 48: distributed DP's mean within this of central DP's at 16 bits
+WITHIN = 0.03  # the goal: distributed DP's mean within this of central DP's at 16 bits
 COMMAND = "make distributed-dp-utility"
 
 

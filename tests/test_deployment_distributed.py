@@ -1,4 +1,4 @@
-"""Deployment engine, distributed DP (issue 48): five real SuperNodes on 127.0.0.1 run a round
+"""Deployment engine, distributed DP: five real SuperNodes on 127.0.0.1 run a round
 of ``privacy = distributed-dp`` over Flower messages; one is SIGKILLed mid-round.
 
 The SuperLink and SuperNodes are Flower's own executables, started as in

@@ -152,9 +152,9 @@ def test_a_ledger_refuses_a_run_under_another_neighbouring_relation(tmp_path):
 
 def test_where_the_server_keeps_its_ledger_and_a_budget_without_one(tmp_path):
     out = tmp_path / "out"
-    assert server_state_dir({}, out, {}) is None
-    assert server_state_dir({}, out, {SERVER_STATE_ENV: PER_RUN}) == out / "server-state"
-    own = {"server-state-dir": str(tmp_path / "mine")}
+    assert server_state_dir("", out, {}) is None
+    assert server_state_dir("", out, {SERVER_STATE_ENV: PER_RUN}) == out / "server-state"
+    own = str(tmp_path / "mine")  # the run config's server-state-dir
     assert server_state_dir(own, out, {SERVER_STATE_ENV: PER_RUN}) == tmp_path / "mine"
     assert open_server_ledger(None, NeighborRel.REPLACE_ONE, 1e-5, None) is None
     with pytest.raises(ServerLedgerError, match="server-max-epsilon = 3 needs a server ledger"):

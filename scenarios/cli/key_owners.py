@@ -35,20 +35,26 @@ from fedpriv.scenarios.config.node_spec import resolve_node
 from fedpriv.scenarios.config.schema import AUTO
 from fedpriv.scenarios.zonal.keys import zone_nodes
 
+from fedpriv.privacy.modes import dp_sgd as dp_sgd_mode
 from fedpriv.privacy.modes import ifca as ifca_mode
+from fedpriv.privacy.modes import zonal as zonal_mode
 from fedpriv.privacy.ownership import NODE_SECURE_DEFAULTS, ZONE_NODE, owned_keys
 
 __all__ = ["NODE_READ", "SERVER", "EVERY_NODE", "KeyOwner", "key_owners", "node_roles"]
 
 SERVER, EVERY_NODE = "server", "every node"
-IFCA_KIND = "ifca"  # the scenario kind whose every user is an IFCA node (node_spec.node_mode)
+IFCA_KIND = ifca_mode.NAME  # the scenario kind whose every user is an IFCA node (node_mode)
 # limits a node of a role reads from its OWN node config, else its run config (never the
 # server's resolution, never a message): node_roles.own_max_epsilon, zone_node.own_value
 NODE_READ: Mapping[str, tuple[str, ...]] = {
-    "dp-sgd": ("max-epsilon",),
+    dp_sgd_mode.NAME: ("max-epsilon",),
     ZONE_NODE: ("max-epsilon", "min-zone-clients", "num-server-rounds"),
 }
-ROLE_LABELS = {ZONE_NODE: "zone nodes", "zonal": "LDP-zone clients", "ifca": "IFCA users"}
+ROLE_LABELS = {
+    ZONE_NODE: "zone nodes",
+    zonal_mode.NAME: "LDP-zone clients",
+    ifca_mode.NAME: "IFCA users",
+}
 
 
 @dataclass(frozen=True)

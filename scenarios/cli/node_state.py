@@ -77,7 +77,7 @@ def server_folder(cfg: Mapping[str, Any]) -> Path | None:
     if not mode_of(cfg).budgeted:
         return None
     env = {SERVER_STATE_ENV: simulation_server_state(cfg, os.environ)}
-    return server_state_dir(cfg, cfg["output-dir"], env)
+    return server_state_dir(str(cfg.get(SERVER_STATE_KEY, "") or ""), cfg["output-dir"], env)
 
 
 def check_server_folder(cfg: Mapping[str, Any]) -> str | None:

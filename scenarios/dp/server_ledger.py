@@ -45,7 +45,7 @@ def attach_server_ledger(wrapper: Any, run: ServerRun) -> Any:
     if accountant is None:
         return wrapper
     cfg = run.record
-    folder = server_state_dir(cfg, run.spec.output_dir)
+    folder = server_state_dir(str(cfg.get(SERVER_STATE_KEY, "") or ""), run.spec.output_dir)
     budget = server_budget(cfg)
     relation = relation_for(accountant.sampling)
     wrapper.server_ledger = open_server_ledger(folder, relation, accountant.delta, budget)

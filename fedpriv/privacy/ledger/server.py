@@ -70,10 +70,10 @@ class ServerLedgerError(ValueError):
     """A server state folder that cannot hold this run's releases (one line)."""
 
 
-def server_state_dir(cfg: Mapping[str, Any], output_dir: str | Path,
+def server_state_dir(own: str, output_dir: str | Path,
                      env: Mapping[str, str] = os.environ) -> Optional[Path]:  # fmt: skip
-    """The server's state folder (module docstring), or None (no ledger across runs)."""
-    own = str(cfg.get(SERVER_STATE_KEY, "") or "")
+    """The server's state folder (module docstring), or None (no ledger across runs); ``own``:
+    the run's ``server-state-dir`` value ("" when unset)."""
     if own:
         return Path(own).expanduser()
     value = env.get(SERVER_STATE_ENV, "")
