@@ -27,12 +27,10 @@ the page and the plot.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from bench.privacy_utility import BASE, NO_DP, Method, run, slug
+from bench.privacy_utility import NO_DP, Method, run, slug
 from fedpriv.privacy.modes import distributed_dp, global_dp, zonal
 
 CENTRAL = Method(
@@ -85,23 +83,11 @@ METHODS: tuple[Method, ...] = (DISTRIBUTED_16, CENTRAL, LDP)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from fedpriv.scenarios.cli import launch
+    from bench.privacy_utility import parse_grid
 
-    parser = argparse.ArgumentParser(
-        description="Run the distributed-DP utility grid (complete cells skipped)."
+    args, epsilons, seeds, only = parse_grid(
+        "Run the distributed-DP utility grid (complete cells skipped).", argv
     )
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--epsilons", default="2,4,8")
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--rounds", type=int, default=BASE["num-server-rounds"])
-    parser.add_argument(
-        "--only", default="", help="comma-separated method directory names (default: all)"
-    )
-    launch.add_federation_option(parser)
-    args = parser.parse_args(argv)
-    epsilons = [float(e) for e in args.epsilons.split(",")]
-    seeds = [int(s) for s in args.seeds.split(",")]
-    only = set(args.only.split(",")) if args.only else None
     methods = [m for m in (NO_DP, *METHODS) if only is None or slug(m.name) in only]
     return run(args.out, epsilons, seeds, args.rounds, args, methods)
 

@@ -316,12 +316,14 @@ def record_session(out: Path, start: Mapping, end: Mapping, cells: int) -> None:
     path.write_text(json.dumps(sessions, indent=2))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_grid(
+    description: str, argv: Sequence[str] | None
+) -> tuple[argparse.Namespace, list[float], list[int], set[str] | None]:
+    """A grid's command line (here and ``bench.distributed_utility``): its arguments, the
+    target ε list, the seeds, and the method directory names of ``--only`` (None: all)."""
     from fedpriv.scenarios.cli import launch
 
-    parser = argparse.ArgumentParser(
-        description="Run the privacy-utility grid (complete cells skipped)."
-    )
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--epsilons", default="2,4,8")
     parser.add_argument("--seeds", default="0,1,2")
@@ -333,7 +335,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     epsilons = [float(e) for e in args.epsilons.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
-    only = set(args.only.split(",")) if args.only else None
+    return args, epsilons, seeds, (set(args.only.split(",")) if args.only else None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, epsilons, seeds, only = parse_grid(
+        "Run the privacy-utility grid (complete cells skipped).", argv
+    )
     methods = [m for m in (NO_DP, *METHODS) if only is None or slug(m.name) in only]
     return run(args.out, epsilons, seeds, args.rounds, args, methods)
 
