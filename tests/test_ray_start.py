@@ -142,7 +142,8 @@ def test_a_run_whose_ray_cannot_start_says_why_on_the_console_and_in_run_log(tmp
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     console = proc.stdout + proc.stderr
     assert proc.returncode == 2, console[-3000:]
-    reason = f"fedpriv: Ray did not start: [Errno 20] Not a directory: '{not_a_folder}/ray'"
+    why = f"Ray did not start: [Errno 20] Not a directory: '{not_a_folder}/ray'"
+    reason = f"fedpriv: cannot start: {why}"
     assert reason in console, console[-3000:]
     assert "exit status" not in console  # the reason, not a bare status
     assert console.count(reason) == 1  # once: the line the runner printed

@@ -88,6 +88,16 @@ def simulation_env(base: Mapping[str, str], *, loud: bool = False) -> dict[str, 
     return env
 
 
+# the runner's one line when a run cannot start (exit status 2): the launcher relays it to
+# standard error, the run's other lines to standard output
+REFUSAL_PREFIX = "fedpriv: cannot start: "
+
+
+def is_refusal_line(line: str) -> bool:
+    """Whether ``line`` is the runner's reason a run could not start (:data:`REFUSAL_PREFIX`)."""
+    return plain(line).startswith(REFUSAL_PREFIX)
+
+
 def plain(line: str) -> str:
     """``line`` without ANSI colour codes (Flower colours its level names)."""
     return _ANSI.sub("", line)

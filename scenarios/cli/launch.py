@@ -348,14 +348,17 @@ def simulate(
 def _relay(lines: Iterable[str], log: TextIO, out: TextIO, shown: Callable[[str], bool],
            bar: bool) -> None:  # fmt: skip
     """Every line to ``log``, the ``shown`` ones to ``out``: plain text unless ``out`` is a
-    terminal, there above the rounds bar when ``bar``."""
+    terminal, there above the rounds bar when ``bar``; the reason a run could not start
+    (:func:`fedpriv.scenarios.app.quiet.is_refusal_line`) to standard error."""
     tty = out.isatty()
     with RoundBar(out) if bar and tty else contextlib.nullcontext() as live:
         for line in lines:
             log.write(line)
             if not shown(line):
                 continue
-            if live is not None:
+            if quiet.is_refusal_line(line):  # why the run could not start: an error
+                print(quiet.plain(line), end="", file=sys.stderr, flush=True)
+            elif live is not None:
                 live.line(line)
             else:
                 print(line if tty else quiet.plain(line), end="", file=out, flush=True)
@@ -373,8 +376,8 @@ def _report_failure(returncode: int, log_path: Path, loud: bool) -> None:
     e.g. a GPU federation on a host where Ray sees no GPU, or a Ray that did not start),
     which the console already showed (a ``fedpriv`` line), is that line alone, once; any
     other failure is the status, the end of the log and where the log is."""
-    refusal = [x for x in log_tail(log_path) if x.startswith("fedpriv: ")]
-    if returncode == 2 and refusal:  # the runner's one line: the console showed it already
+    refusal = [x for x in log_tail(log_path) if quiet.is_refusal_line(x)]
+    if returncode == 2 and refusal:  # the runner's one line: already on standard error
         return
     print(f"fedpriv: the simulation failed (exit status {returncode})", file=sys.stderr)
     if not loud:  # the console showed only the run's lines: give the end of the log

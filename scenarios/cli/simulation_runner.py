@@ -222,7 +222,9 @@ def run(argv: list[str] | None = None) -> int:
         reason = text if text.startswith("Ray did not start") else f"Ray did not start: {text}"
         reason = one_line(reason, 600)
     if reason is not None:
-        print(f"fedpriv: {reason}", file=console, flush=True)
+        from fedpriv.scenarios.app.quiet import REFUSAL_PREFIX
+
+        print(f"{REFUSAL_PREFIX}{reason}", file=console, flush=True)
         return 2
     startup.mark("Ray started")
     try:

@@ -33,7 +33,6 @@ from fedpriv.scenarios.config.feature import Catalog, Command, Feature
 from fedpriv.scenarios.config.schema import ConfigError
 from fedpriv.scenarios.config.specs import ServerRun, server_run
 from fedpriv.scenarios.dp.keys import KEYS
-from fedpriv.scenarios.dp.server_ledger import attach_server_ledger
 from fedpriv.scenarios.zonal.keys import zone_nodes
 
 from fedpriv import seeds
@@ -96,6 +95,8 @@ def build_dp_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     wrapper = ServerSideFixedClippingDP(
         strategy, accountant=accountant, poisson=poisson, max_epsilon=budget_of(cfg), **common
     )
+    from fedpriv.scenarios.dp.server_ledger import attach_server_ledger  # Flower: not at --help
+
     return attach_server_ledger(wrapper, run)
 
 
