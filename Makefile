@@ -16,7 +16,7 @@ export PYTHONUNBUFFERED := 1
 .PHONY: install run test test-guards test-deployment test-all test-durations test-base-install
 .PHONY: ci lint docs
 .PHONY: notebooks
-.PHONY: bench bench-gpu strategies clean
+.PHONY: bench bench-peers-env bench-gpu strategies clean
 
 ## Every page under docs/results/ is written by one target below, named at the page's top with
 ## when and on what it ran (bench/results_page.py adds that line and copies the figures beside
@@ -174,6 +174,20 @@ strategies: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_bench.py
+
+## The peers' own environment for `make bench`'s peers row (bench/bench_peers.py): pfl 0.6.0
+## (PyPI `pfl`, the pfl-research project) with TensorFlow and tf-keras, in .venv-peers. pfl pins
+## dp-accounting < 0.6 (our .venv has 0.6.0) and Python < 3.13, so it never goes into .venv.
+## Without it the pfl cells of the row say "skipped: ...".
+PEERS_VENV  := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
+$(PEERS_STAMP): $(STAMP)
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(BIN)/uv pip install --python $(PEERS_VENV)/bin/python -q "pfl[tf]==0.6.0" \
+	  "tensorflow==2.21.*" "tf-keras==2.21.*"
+	touch $(PEERS_STAMP)
+
+bench-peers-env: $(PEERS_STAMP)
 
 ## On the JAX backend: one MP run (synthetic-mri, 20 rounds x 5 epochs) and the 180-run MP
 ## grid on local-simulation-gpu against plain Keras on the same GPU -> bench/results-gpu.md.

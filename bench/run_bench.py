@@ -26,6 +26,9 @@ Rows:
     goal <= 1.5x).
 12. start-up: workload A's whole wait, start-up to round 1 split by step, peak process-tree
     memory and the processes left after it, vs the plain-Keras floor (``bench/bench_startup.py``).
+13. peers: workloads A, B (global DP, 20 a round) and scale (1,000 clients) as fedpriv, the
+    Keras and numpy floors, vanilla Flower 1.42 and pfl 0.6.0 (``.venv-peers``), and pfl's
+    Keras 3 caveat (``bench/bench_peers.py``).
 
 Writes ``bench/results.md`` and prints it. ``--quick`` shrinks every size.
 """
@@ -98,7 +101,7 @@ def main() -> int:
         "--only",
         default="",
         help="comma-separated subset: math,cross-device,step,scale,grid,many,load,audit,"
-        "hdp-paper,round,cli,parallel,virtual,many-virtual,distributed,startup (written to "
+        "hdp-paper,round,cli,parallel,virtual,many-virtual,distributed,startup,peers (written to "
         "runs/bench/results-only.md; the full run writes bench/results.md)",
     )
     parser.add_argument(
@@ -113,6 +116,7 @@ def main() -> int:
         bench_distributed,
         bench_load,
         bench_parallel,
+        bench_peers,
         bench_round,
         bench_speed,
         bench_startup,
@@ -138,6 +142,7 @@ def main() -> int:
         "many-virtual": lambda: bench_virtual.many_virtual_row(tmp, args.quick),
         "distributed": lambda: bench_distributed.distributed_rows(tmp, args.quick),
         "startup": lambda: bench_startup.startup_rows(tmp, args.quick),
+        "peers": lambda: bench_peers.peer_rows(tmp, args.quick),
     }
     chosen = [x for x in args.only.split(",") if x] or list(benches)
     lines = ["| benchmark | fedpriv | reference | ratio |", "|---|---|---|---|"]

@@ -20,11 +20,13 @@ rule as the clients' trainer), from the optimizer's initial state at every call.
 ``python -m bench.tf_floor '<json config>'`` does the work of one ``fedpriv run`` of the
 standard kind: the same shards (``fedpriv.data.load_federated`` with the run's seed), every
 client trained each round by one floor call, FedAvg weighted by the number of examples in
-numpy, then each client's test split (unless ``floor-client-eval`` is false) and the server
-test set evaluated by a compiled forward pass. It prints one JSON line: ``seconds`` (from
-interpreter start, imports and data loading included), ``train_seconds``, ``round_stamps``
-and ``round_cpu`` (wall seconds from interpreter start and process CPU seconds at the end of
-each round), ``calls`` (client train + evaluate calls), ``backend``.
+numpy (``clients-per-round`` sampled, ``global-dp`` clipping and noise:
+:mod:`bench.floor_rounds`), then each client's test split (unless ``floor-client-eval`` is
+false) and the server test set evaluated by a compiled forward pass. It prints one JSON
+line: ``seconds`` (from interpreter start, imports and data loading included),
+``train_seconds``, ``round_stamps`` and ``round_cpu`` (wall seconds from interpreter start and
+process CPU seconds at the end of each round), ``calls`` (client train + evaluate calls),
+``backend``.
 """
 
 from __future__ import annotations
@@ -213,15 +215,10 @@ def evaluate_all(floor: Any, x: Any, y: Any) -> tuple[float, float]:
     return loss, hits
 
 
-def fedavg(updates: Sequence[Sequence[Any]], sizes: Sequence[int]) -> list[Any]:
-    """``Σ_k (n_k / n) w_k`` per layer (FedAvg, example weights)."""
-    total = float(sum(sizes))
-    return [sum(u[i] * (n / total) for u, n in zip(updates, sizes)) for i in range(len(updates[0]))]
-
-
 def run(cfg: dict) -> dict:
     """The floor run for ``cfg`` (a resolved fedpriv run config of the standard kind)."""
     import keras
+    import numpy as np
 
     from fedpriv.data import load_federated
     from fedpriv.models import build_model
@@ -241,22 +238,28 @@ def run(cfg: dict) -> dict:
     optimizer = make_optimizer(cfg.get("optimizer", "sgd"), cfg["learning-rate"])
     floor = make_floor(model, optimizer)
     epochs, batch = int(cfg["local-epochs"]), int(cfg["batch-size"])
+    from bench.floor_rounds import aggregate, dp_setting, sample_clients
+
+    dp, noise = dp_setting(cfg), np.random.default_rng(int(cfg["seed"]) + 7)
     t_train, calls, stamps, cpu = 0.0, 0, [], []
     for rnd in range(1, int(cfg["num-server-rounds"]) + 1):
         t = time.perf_counter()
         updates, sizes = [], []
-        for p, client in enumerate(data.clients):
+        cohort = sample_clients(len(data.clients), int(cfg.get("clients-per-round", 0)),
+                                int(cfg["seed"]), rnd)  # fmt: skip
+        for p in cohort:
+            client = data.clients[p]
             idx, mask = batch_schedule(len(client.x_train), batch, epochs, rnd * 1000 + p)
             updates.append(floor.train(weights, client.x_train, client.y_train, idx, mask))
             sizes.append(len(client.x_train))
-        weights = fedavg(updates, sizes)
+        weights = aggregate(updates, sizes, weights, dp, noise)
         model.set_weights(weights)
         if cfg.get("floor-client-eval", True):  # hdp-paper: server test set only
             for client in data.clients:
                 evaluate_all(floor, client.x_test, client.y_test)
             calls += len(data.clients)
         evaluate_all(floor, data.x_test, data.y_test)
-        calls += len(data.clients)
+        calls += len(cohort)
         t_train += time.perf_counter() - t
         stamps.append(time.perf_counter() - T0)
         cpu.append(time.process_time())
