@@ -42,7 +42,7 @@ def client_bytes(cohort: int, dimension: int = DIMENSION) -> dict[str, int]:
     from fedpriv.scenarios.config.features import CATALOG
     from fedpriv.scenarios.config.specs import run_spec
 
-    from fedpriv.privacy.distributed import cost, party, secagg
+    from fedpriv.privacy.distributed import cost, masks, party
     from fedpriv.privacy.modes import distributed_dp
 
     spec = run_spec(
@@ -54,22 +54,22 @@ def client_bytes(cohort: int, dimension: int = DIMENSION) -> dict[str, int]:
     )  # fmt: skip
     r = distributed_dp.resolve(spec, dimension)
     label = b"bench/round-1"
-    params = secagg.SecAggParams(
-        num_clients=cohort, threshold=r.threshold, bits=r.encoding.bits,
-        size=r.encoding.padded_dim, context=label,
-    )  # fmt: skip
     secrets = [bytes([i % 251 + 1]) * party.SECRET_BYTES for i in range(cohort)]
-    keys = [party.RoundParty.public_keys_of(s, label, params.agreement) for s in secrets]
+    keys = [party.RoundParty.public_keys_of(s, label, masks.DEFAULT_AGREEMENT) for s in secrets]
     mask_keys, channel_keys = [k.mask for k in keys], [k.channel for k in keys]
+    params = party.cohort_params(
+        threshold=r.threshold, bits=r.encoding.bits, size=r.encoding.padded_dim,
+        context=label, mask_keys=mask_keys,
+    )  # fmt: skip
     sealed = {
         i: party.RoundParty(secrets[i], label, i, params).sealed_shares(mask_keys, channel_keys)
         for i in range(cohort)
     }
     me = party.RoundParty(secrets[0], label, 0, params)
     masked = me.mask(np.zeros(params.size, dtype=np.uint64), mask_keys)
-    held = {owner: blobs[0] for owner, blobs in sealed.items()}
+    held = {owner: blobs[0] for owner, blobs in sealed.items() if 0 in blobs}
     reveal = me.reveal(channel_keys, held, list(range(cohort)), [])
-    packed = cost.client_upload_bytes(params.size, params.bits, cohort - 1).masked_vector
+    packed = cost.client_upload_bytes(params.size, params.bits, params.degree).masked_vector
     return {
         "keys": len(keys[0].mask) + len(keys[0].channel),
         "shares": sum(len(b) for b in sealed[0].values()),
@@ -77,6 +77,7 @@ def client_bytes(cohort: int, dimension: int = DIMENSION) -> dict[str, int]:
         "masked-packed": packed,
         "reveal": len(reveal),
         "bits": params.bits,
+        "neighbours": params.degree,
         "padded": params.size,
         "float32": 4 * dimension,
     }
@@ -122,8 +123,9 @@ def distributed_rows(tmp: Path, quick: bool, sizes: tuple[int, ...] = (20, 100))
             f"| distributed DP: 1 round, {total} clients, {per_round} per round, digits-mlp | "
             f"{cells['distributed-dp']:.1f} s; a client sends {total_sent:,} B (masked "
             f"{sent['masked']:,} B = 8·{sent['padded']:,} as uint64, {sent['masked-packed']:,} "
-            f"B packed at b = {sent['bits']}; keys {sent['keys']} B; sealed shares "
-            f"{sent['shares']:,} B; reveal {sent['reveal']:,} B) | "
+            f"B packed at b = {sent['bits']}; keys {sent['keys']} B; sealed shares to "
+            f"k + 1 = {sent['neighbours'] + 1} holders {sent['shares']:,} B; reveal "
+            f"{sent['reveal']:,} B) | "
             f"global DP {cells['global-dp']:.1f} s; a client sends {sent['float32']:,} B "
             "(float32 update) | "
             f"{cells['distributed-dp'] / cells['global-dp']:.2f}x time (goal <= 1.5x); "
