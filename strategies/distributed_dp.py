@@ -276,6 +276,7 @@ class DistributedDP(StrategyWrapper):
             size=resolved.encoding.padded_dim,
             context=round_label(round_),
             mask_keys=self._round["mask-keys"],
+            colluders=resolved.colluders,
         )
 
     def _reveal(

@@ -259,6 +259,16 @@ def test_a_bad_value_is_refused_in_one_line_naming_it(key, value):
     assert "\n" not in text and key in text and "expected" in text
 
 
+def test_colluders_stay_below_the_neighbourhood_threshold_on_a_sparse_graph():
+    """A cohort of 100: k = 20, t_k = 14 of 21 holders; 13 colluders pass, 14 are refused
+    (below t = 67, but 14 colluding neighbours could rebuild a client's secrets)."""
+    big = {**RUN, "num-clients": 100, "clients-per-round": 100}
+    CATALOG.resolve_run_config({**big, "distributed-colluders": 13})
+    with pytest.raises(ConfigError, match="distributed-colluders.*t_k = 14") as err:
+        CATALOG.resolve_run_config({**big, "distributed-colluders": 14})
+    assert "\n" not in str(err.value)
+
+
 def test_poisson_needs_every_client_in_the_cohort():
     with pytest.raises(ConfigError, match="clients-per-round"):
         CATALOG.resolve_run_config(

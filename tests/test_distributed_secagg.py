@@ -166,8 +166,8 @@ SPARSE = dict(neighbours=4, share_threshold=3, graph_seed=b"graph-1")
 @pytest.mark.parametrize("seed", range(12))
 def test_secagg_plus_neighbour_graph_sums_exactly_or_refuses(seed: int) -> None:
     """k = 4 neighbours of n = 9, t = 5 survivors, t_k = 3 of 5 holders: exact when the
-    survivors are connected and every needed secret has t_k surviving holders, else one
-    InsufficientShares error (predicted here from the graph)."""
+    survivors are connected, fewer than k dropped and every needed secret has t_k surviving
+    holders, else one InsufficientShares error (predicted here from the graph)."""
     params = S.SecAggParams(9, 5, BITS, 128, context=b"r", **SPARSE)
     rng = np.random.default_rng(seed)
     dropped = set(rng.choice(9, size=int(rng.integers(0, 5)), replace=False).tolist())
@@ -178,8 +178,8 @@ def test_secagg_plus_neighbour_graph_sums_exactly_or_refuses(seed: int) -> None:
         return sum(h not in dropped for h in params.shareholders_of(owner))
 
     needed = survivors + [j for j in dropped if set(params.neighbours_of(j)) - dropped]
-    connected = _components(params, survivors) == 1
-    if len(survivors) >= 5 and connected and all(alive_holders(o) >= 3 for o in needed):
+    unsplit = _components(params, survivors) == 1 and len(dropped) < 4  # dropped + 0 < k
+    if len(survivors) >= 5 and unsplit and all(alive_holders(o) >= 3 for o in needed):
         total = _round(params, clients, inputs, survivors, survivors)
         np.testing.assert_array_equal(total, _plain_sum(params, inputs, survivors))
     else:
@@ -316,6 +316,24 @@ def test_encoded_updates_through_secagg_decode_to_the_mean() -> None:
     mean = E.decode_mean(_round(params, _cohort(params), inputs, survivors, survivors), enc, 4)
     exact = np.mean([updates[i] for i in survivors], axis=0)
     assert np.linalg.norm(mean - exact) < np.sqrt(512) / 500  # the rounding bound / n·n
+
+
+def test_dropped_plus_colluders_reaching_k_get_no_reveal() -> None:
+    """k = 4, c = 2 assumed colluders: one drop reveals (1 + 2 < 4), two do not, though the
+    survivors are connected and the shares would suffice."""
+    params = S.SecAggParams(9, 5, BITS, 64, context=b"r", colluders=2, **SPARSE)
+    clients, inputs = _cohort(params, seed=3), _inputs(params, seed=3)
+    survivors = list(range(1, 9))
+    total = _round(params, clients, inputs, survivors, survivors)
+    np.testing.assert_array_equal(total, _plain_sum(params, inputs, survivors))
+    clients = _cohort(params, seed=3)
+    far = next(j for j in range(1, 9) if j not in params.neighbours_of(0))
+    survivors = [i for i in range(9) if i not in (0, far)]
+    assert _components(params, survivors) == 1
+    with pytest.raises(S.InsufficientShares, match=r"dropped = 2 .* colluders \(2\) < k = 4"):
+        clients[survivors[0]].reveal(survivors, [0, far])
+    with pytest.raises(ValueError, match="colluders = 3 is not allowed"):
+        S.SecAggParams(9, 5, BITS, 64, colluders=3, **SPARSE)
 
 
 # --- refusals ---------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from fedpriv.privacy.modes.distributed_dp import (
     threshold_of,
 )
 from fedpriv.privacy.releases import Ticket
+from fedpriv.spec import RunSpec
 
 PARTY = TASK  # the ledger of a client's masked releases
 REVEAL_PARTY = f"{TASK}-reveal"  # the ledger of its unmasking answers (one per round)
@@ -76,11 +77,14 @@ def client_secret(folder: Path, partition: int) -> bytes:
     return secret
 
 
-def _stub(n: int, t: int, label: bytes, mask_keys: list) -> secagg.SecAggParams:
+def _stub(n: int, spec: RunSpec, label: bytes, mask_keys: list) -> secagg.SecAggParams:
     """The round's cohort and neighbour graph (the share and reveal steps need no vector)."""
     if len(mask_keys) != n:
         raise ValueError(f"mask-keys of {len(mask_keys)} clients are not allowed; expected n = {n}")
-    return cohort_params(threshold=t, bits=2, size=1, context=label, mask_keys=mask_keys)
+    return cohort_params(
+        threshold=threshold_of(spec), bits=2, size=1, context=label, mask_keys=mask_keys,
+        colluders=spec.params.colluders,
+    )  # fmt: skip
 
 
 def _reply(values: dict) -> RecordDict:
@@ -108,10 +112,9 @@ def train_distributed(
         keys = RoundParty.public_keys_of(secret, label, masks.DEFAULT_AGREEMENT)
         return _reply({"mask-key": keys.mask, "channel-key": keys.channel})
     n, me = int(record["n"]), int(record["id"])
-    t = threshold_of(spec)
     if step == "shares":
         mask_keys = list(record["mask-keys"])
-        party = RoundParty(secret, label, me, _stub(n, t, context_label, mask_keys))
+        party = RoundParty(secret, label, me, _stub(n, spec, context_label, mask_keys))
         sealed = party.sealed_shares(mask_keys, list(record["channel-keys"]))
         holders = sorted(sealed)
         return _reply({"holders": holders, "sealed": [sealed[h] for h in holders]})
@@ -119,7 +122,7 @@ def train_distributed(
 
         def reveal(ticket: Ticket) -> RecordDict:
             del ticket
-            stub = _stub(n, t, context_label, list(record["mask-keys"]))
+            stub = _stub(n, spec, context_label, list(record["mask-keys"]))
             party = RoundParty(secret, label, me, stub)
             sealed = dict(zip((int(o) for o in record["owners"]), record["sealed"]))
             answer = party.reveal(list(record["channel-keys"]), sealed,
@@ -179,7 +182,7 @@ def _masked(
         raise ValueError(f"mask-keys of {len(mask_keys)} clients are not allowed; expected n = {n}")
     sa = cohort_params(
         threshold=r.threshold, bits=r.encoding.bits, size=r.encoding.padded_dim,
-        context=round_label(call.round), mask_keys=mask_keys,
+        context=round_label(call.round), mask_keys=mask_keys, colluders=r.colluders,
     )  # fmt: skip
     masked = RoundParty(secret, label, me, sa).mask(encoded.values, mask_keys)
     return RecordDict(

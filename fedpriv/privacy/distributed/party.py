@@ -103,11 +103,13 @@ def cohort_params(
     context: bytes,
     mask_keys: Sequence[bytes],
     neighbours: Optional[int] = None,
+    colluders: int = 0,
 ) -> secagg.SecAggParams:
     """The round's :class:`.secagg.SecAggParams` for the cohort whose masking keys are
     ``mask_keys`` (ids 0..n−1 in that order): k = ``neighbours`` or
     :func:`.secagg.auto_neighbours` of n, the graph from :func:`.secagg.graph_seed` of the
-    label and the keys. The server and every client build it alike from what they hold."""
+    label and the keys, ``colluders`` assumed. The server and every client build it alike
+    from what they hold."""
     n = len(mask_keys)
     k = secagg.auto_neighbours(n) if neighbours is None else neighbours
     return secagg.SecAggParams(
@@ -118,6 +120,7 @@ def cohort_params(
         neighbours=None if k >= n - 1 else k,
         context=context,
         graph_seed=secagg.graph_seed(context, [bytes(key) for key in mask_keys]),
+        colluders=colluders,
     )
 
 

@@ -139,8 +139,10 @@ class SecAggParams:
     survivors for which a client reveals), ``bits`` b (m = 2^b), ``size`` of the vectors,
     ``neighbours`` k (None: all n − 1), ``share_threshold`` t_k (Shamir, over a client's
     k + 1 shareholders; None: t on the complete graph, :func:`auto_share_threshold` on a
-    sparse one), ``graph_seed`` (:func:`graph_seed`), the key agreement, the PRG and
-    ``context`` (the round's label, mixed into every pair seed)."""
+    sparse one), ``graph_seed`` (:func:`graph_seed`), the key agreement, the PRG,
+    ``context`` (the round's label, mixed into every pair seed) and ``colluders`` c, the
+    clients assumed to collude with the server (< t_k; on a sparse graph a client reveals
+    only while dropped + c < k)."""
 
     num_clients: int
     threshold: int
@@ -152,6 +154,7 @@ class SecAggParams:
     context: bytes = b""
     share_threshold: Optional[int] = None
     graph_seed: bytes = b""
+    colluders: int = 0
 
     def __post_init__(self) -> None:
         n = check_int("num_clients", self.num_clients, lo=1)
@@ -167,7 +170,8 @@ class SecAggParams:
                 )
         check_int("threshold", self.threshold, lo=n // 2 + 1, hi=n)
         holders = self.degree + 1
-        check_int("share_threshold", self.shamir_threshold, lo=holders // 2 + 1, hi=holders)
+        t_k = check_int("share_threshold", self.shamir_threshold, lo=holders // 2 + 1, hi=holders)
+        check_int("colluders", self.colluders, lo=0, hi=t_k - 1)
 
     @property
     def degree(self) -> int:
@@ -296,13 +300,32 @@ class SecAggClient:
             masked = masked + pad if j > self.client_id else masked - pad
         return masked & p.modulus_mask
 
+    def _check_split(self, alive: frozenset[int]) -> None:
+        """On a sparse graph: the survivors must be connected, and dropped + colluders < k,
+        so that the honest survivors stay connected whoever colludes (H_{k,n} is
+        k-connected): else the server could learn the sum of a part of them."""
+        p = self.params
+        if p.complete:
+            return
+        if not is_connected(p.graph, alive):
+            raise InsufficientShares(
+                f"survivors = {sorted(alive)} is not allowed; expected survivors connected on "
+                "the neighbour graph (else the server learns partial sums)"
+            )
+        gone = p.num_clients - len(alive)
+        if gone + p.colluders >= p.degree:
+            raise InsufficientShares(
+                f"dropped = {gone} is not allowed; expected dropped + colluders "
+                f"({p.colluders}) < k = {p.degree} (else colluders could split the survivors)"
+            )
+
     def reveal(self, survivors: Collection[int], dropped: Collection[int]) -> Reveal:
         """Shares of b_j for j in ``survivors`` and of sk_j for j in ``dropped`` (held ones).
 
-        Refused when the two sets overlap, when fewer than t survived, when the survivors do
-        not induce a connected subgraph of the neighbour graph (the server would learn each
-        component's sum), or when the server already asked this round with other sets (it
-        could then learn both secrets of a j).
+        Refused when the two sets overlap, when fewer than t survived, on a sparse graph when
+        the survivors are split or dropped + colluders >= k (:meth:`_check_split`), or when
+        the server already asked this round with other sets (it could then learn both
+        secrets of a j).
         """
         alive, gone = frozenset(survivors), frozenset(dropped)
         if alive & gone:
@@ -313,11 +336,7 @@ class SecAggClient:
                 f"survivors = {len(alive)} is not allowed; expected at least "
                 f"threshold = {self.params.threshold}"
             )
-        if not self.params.complete and not is_connected(self.params.graph, alive):
-            raise InsufficientShares(
-                f"survivors = {sorted(alive)} is not allowed; expected survivors connected on "
-                "the neighbour graph (else the server learns partial sums)"
-            )
+        self._check_split(alive)
         if self._answered is not None and self._answered != (alive, gone):
             raise ValueError("a second unmasking request with other survivors is not allowed")
         self._answered = (alive, gone)

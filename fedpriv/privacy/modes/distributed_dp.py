@@ -72,11 +72,22 @@ class Resolved:
     delta: float
     epsilon: float
     epsilon_observers: float
+    colluders: int = 0
 
 
 def auto_threshold(cohort: int) -> int:
     """t = max(⌊n/2⌋ + 1, ⌈2n/3⌉): a majority (SecAgg's bound) with room for a third to drop."""
     return max(cohort // 2 + 1, math.ceil(2 * cohort / 3))
+
+
+def colluder_limit(cohort: int) -> int | None:
+    """t_k of the cohort's SecAgg+ graph (colluders must stay below it), or None on the
+    complete graph (then t bounds them): :func:`fedpriv.privacy.distributed.secagg.
+    auto_neighbours` k and :func:`~fedpriv.privacy.distributed.secagg.auto_share_threshold`."""
+    from fedpriv.privacy.distributed import secagg
+
+    k = secagg.auto_neighbours(cohort)
+    return None if k >= cohort - 1 else secagg.auto_share_threshold(k + 1)
 
 
 def cohort_size(spec: RunSpec) -> int:
@@ -149,11 +160,20 @@ def _resolve(
             f"distributed-colluders = {p.colluders} is not allowed; expected an integer < "
             f"threshold = {t}"
         )
+    neighbourhood = colluder_limit(cohort)
+    if neighbourhood is not None and p.colluders >= neighbourhood:
+        raise ValueError(
+            f"distributed-colluders = {p.colluders} is not allowed; expected an integer < "
+            f"t_k = {neighbourhood}, the SecAgg+ threshold of a client's neighbourhood in a "
+            f"cohort of {cohort}"
+        )
     noisy = acc.guaranteed_noisy_clients(t, p.colluders)
     rate = p.inclusion_rate if p.relation == "poisson" else 1.0
     base = enc.EncodingParams(dimension, p.clipping_norm, p.scale, bits=2)
     bound = base.norm_bound
-    r = Resolved(base, cohort, t, noisy, rate, p.relation, rounds, p.delta, math.inf, math.inf)
+    r = Resolved(
+        base, cohort, t, noisy, rate, p.relation, rounds, p.delta, math.inf, math.inf, p.colluders
+    )
     if p.target_epsilon > 0:
         z, _ = smallest_noise_multiplier(
             lambda z: _epsilon((z * bound) ** 2 / noisy, r, sampled=1, population=1),
