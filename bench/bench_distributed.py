@@ -12,8 +12,9 @@ is <= 1.5x the central-DP round.
 
 The bytes a client sends are the payloads of its messages as the client builds them
 (:class:`fedpriv.privacy.distributed.party.RoundParty` at the run's resolved μ, b, t and padded
-dimension d', a cohort of n): the two public keys, its Shamir shares sealed to each holder
-(AES-256-GCM), the masked vector as sent (uint64: 8·d' bytes; packed to b bits it would be
+dimension d', a cohort of n on the wiring's SecAgg+ graph, ``party.cohort_params``): the two
+public keys, its Shamir shares sealed to each of its k + 1 holders (AES-256-GCM), the masked
+vector as sent (uint64: 8·d' bytes; packed to b bits it would be
 ⌈b·d'/8⌉, :func:`fedpriv.privacy.distributed.cost.client_upload_bytes`) and its reveal at
 unmasking (no client dropped); against global DP's float32 update (4·d bytes). Flower's
 message framing is not counted on either side.

@@ -245,10 +245,25 @@ def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict[str, Any
         ),
         "notes": [
             f"assumes an honest-but-curious server, at least t = {r.threshold} survivors to "
-            f"unmask a sum and at most {spec.params.colluders} clients colluding with it",
+            f"unmask a sum and at most {spec.params.colluders} clients colluding with it"
+            + _graph_note(r.cohort),
             "epsilon counts only the noise of t - colluders clients (the guaranteed minimum)",
         ],
     }
+
+
+def _graph_note(cohort: int) -> str:
+    """The SecAgg+ part of the plan's assumption (empty on the complete graph)."""
+    from fedpriv.privacy.distributed import secagg
+
+    t_k = colluder_limit(cohort)
+    if t_k is None:
+        return ""
+    k = secagg.auto_neighbours(cohort)
+    return (
+        f", none of them more than {t_k - 1} in one client's neighbourhood of k + 1 = "
+        f"{k + 1} (SecAgg+, Shamir threshold t_k = {t_k}), and dropped + colluders < k"
+    )
 
 
 def epsilon_of_z(spec: RunSpec, examples: int | None = None):
@@ -287,7 +302,9 @@ MODE = Mode(
     threat_model={
         "server": "honest but curious: it routes public keys and sealed shares and sees only "
         "masked vectors (uniform on Z_m) and their sum; it learns nothing beyond the noisy "
-        "sum while fewer than t clients collude with it.",
+        "sum while fewer than t clients collude with it (on the SecAgg+ graph of a cohort "
+        "of more than 10: fewer than t_k of any client's k + 1 neighbourhood, and dropped + "
+        "colluders < k).",
         "clients": "each adds its own Skellam share, keeps its keys, answers one unmasking "
         "request per round and never reveals both secrets of one client.",
     },
