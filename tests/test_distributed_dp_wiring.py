@@ -269,6 +269,36 @@ def test_colluders_stay_below_the_neighbourhood_threshold_on_a_sparse_graph():
     assert "\n" not in str(err.value)
 
 
+def test_a_client_resolves_its_noise_without_the_accountant():
+    """The client's masked step needs μ, b and t, not ε: ``epsilon = False`` gives the
+    server's parameters with ε NaN and loads no dp_accounting (seconds of imports in every
+    worker process); a target ε still plans μ with the accountant."""
+    import math
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    spec = run_spec(CATALOG.resolve_run_config({**RUN, "noise-multiplier": 0.7}))
+    client = distributed_dp.resolve(spec, 4810, epsilon=False)
+    server = distributed_dp.resolve(spec, 4810)
+    assert math.isnan(client.epsilon) and math.isfinite(server.epsilon)
+    assert (
+        replace(client, epsilon=server.epsilon, epsilon_observers=server.epsilon_observers)
+        == server
+    )
+    target = run_spec(CATALOG.resolve_run_config({**RUN, "distributed-target-epsilon": 8.0}))
+    assert distributed_dp.resolve(target, 4810, epsilon=False).epsilon <= 8.0
+    code = (
+        "import sys; from fedpriv.scenarios.config.features import CATALOG; "
+        "from fedpriv.scenarios.config.specs import run_spec; "
+        "from fedpriv.privacy.modes import distributed_dp as m; "
+        f"m.resolve(run_spec(CATALOG.resolve_run_config({RUN!r})), 4810, epsilon=False); "
+        "print('dp_accounting' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_poisson_needs_every_client_in_the_cohort():
     with pytest.raises(ConfigError, match="clients-per-round"):
         CATALOG.resolve_run_config(

@@ -161,7 +161,7 @@ def _masked(
     spec = call.spec
     weights = arrays_of(msg.content["arrays"])
     dimension = int(sum(np.asarray(w).size for w in weights))
-    r = resolve(spec, dimension)
+    r = resolve(spec, dimension, epsilon=False)  # μ, b, t: the accountant is the server's
     rng = seeds.privacy_stream(
         spec.seed, "distributed-dp-noise", call.round, partition,
         reproducible=spec.reproducible_noise,

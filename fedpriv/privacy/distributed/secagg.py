@@ -115,8 +115,8 @@ def neighbour_graph(num_clients: int, degree: int, seed: bytes) -> tuple[tuple[i
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n)
     offsets = np.array([o for step in range(1, k // 2 + 1) for o in (step, -step)])
-    rows = order[(position[:, None] + offsets[None, :]) % n]
-    return tuple(tuple(sorted(int(j) for j in row)) for row in rows)
+    rows = np.sort(order[(position[:, None] + offsets[None, :]) % n], axis=1)
+    return tuple(map(tuple, rows.tolist()))
 
 
 def is_connected(graph: Sequence[Collection[int]], members: Collection[int]) -> bool:

@@ -129,24 +129,25 @@ def _epsilon(mu: float, r: Resolved, *, sampled: int, population: int) -> float:
     return epsilon_from_rdp(acc.ORDERS, r.rounds * rdp, r.delta)
 
 
-def resolve(spec: RunSpec, dimension: int) -> Resolved:
+def resolve(spec: RunSpec, dimension: int, *, epsilon: bool = True) -> Resolved:
     """The round parameters of ``spec`` for a model of ``dimension`` weights (the server and
     every client compute them alike, each from its own config). ``ValueError`` (one line)
-    when the settings cannot work (t, colluders, bits)."""
+    when the settings cannot work (t, colluders, bits). ``epsilon = False`` (a client that
+    only encodes): ε is left NaN unless a target ε needs the accountant for μ, and the
+    accountant (dp_accounting, SciPy: seconds to import) is not loaded."""
     p: DistributedDPParams = spec.params
     part = spec.participation
     return _resolve(
-        p, int(dimension), cohort_size(spec), part.per_round, part.population, int(spec.rounds)
-    )
+        p, int(dimension), cohort_size(spec), part.per_round, part.population, int(spec.rounds),
+        bool(epsilon) or p.target_epsilon > 0,
+    )  # fmt: skip
 
 
 @lru_cache(maxsize=32)
 def _resolve(
     p: DistributedDPParams, dimension: int, cohort: int, per_round: int, population: int,
-    rounds: int,
+    rounds: int, with_epsilon: bool = True,
 ) -> Resolved:  # fmt: skip
-    from fedpriv.privacy.accounting.budget import smallest_noise_multiplier
-    from fedpriv.privacy.distributed import accounting as acc
     from fedpriv.privacy.distributed import encoding as enc
 
     t = p.threshold or auto_threshold(cohort)
@@ -167,7 +168,7 @@ def _resolve(
             f"t_k = {neighbourhood}, the SecAgg+ threshold of a client's neighbourhood in a "
             f"cohort of {cohort}"
         )
-    noisy = acc.guaranteed_noisy_clients(t, p.colluders)
+    noisy = t - p.colluders  # accounting.guaranteed_noisy_clients (colluders < t checked)
     rate = p.inclusion_rate if p.relation == "poisson" else 1.0
     base = enc.EncodingParams(dimension, p.clipping_norm, p.scale, bits=2)
     bound = base.norm_bound
@@ -175,6 +176,8 @@ def _resolve(
         base, cohort, t, noisy, rate, p.relation, rounds, p.delta, math.inf, math.inf, p.colluders
     )
     if p.target_epsilon > 0:
+        from fedpriv.privacy.accounting.budget import smallest_noise_multiplier
+
         z, _ = smallest_noise_multiplier(
             lambda z: _epsilon((z * bound) ** 2 / noisy, r, sampled=1, population=1),
             p.target_epsilon,
@@ -191,6 +194,8 @@ def _resolve(
         )
     params = replace(base, noise_variance=mu, bits=bits)
     r = replace(r, encoding=params)
+    if not with_epsilon:
+        return replace(r, epsilon=math.nan, epsilon_observers=math.nan)
     server = _epsilon(mu, r, sampled=1, population=1)
     observers = server
     if p.relation == "fixed" and per_round < population:
