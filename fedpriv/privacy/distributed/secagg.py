@@ -6,7 +6,7 @@ Bonawitz et al. 2017, "Practical Secure Aggregation for Privacy-Preserving Machi
 ``SecAggPlus``). Client i of the cohort, with key pair (sk_i, pk_i) and self-mask seed b_i:
 
 1. sends pk_i; gets its neighbours' public keys; s_ij = KA(sk_i, pk_j) (:mod:`.masks`);
-2. Shamir-shares b_i and sk_i, threshold t, among its shareholders (its neighbours and
+2. Shamir-shares b_i and sk_i, threshold t_k, among its shareholders (its neighbours and
    itself) (:mod:`.shamir`);
 3. sends ``y_i = x_i + PRG(b_i) + Σ_{j∈N(i), j>i} PRG(s_ij) − Σ_{j∈N(i), j<i} PRG(s_ij) mod m``;
 4. told the survivors S (whose y arrived) and the dropped D, reveals its share of b_j for
@@ -15,7 +15,8 @@ Bonawitz et al. 2017, "Practical Secure Aggregation for Privacy-Preserving Machi
 The server sums y over S (pairwise masks between survivors cancel), removes PRG(b_i) for
 i ∈ S, and for j ∈ D rebuilds sk_j, checks it against pk_j and removes the masks j shared with
 its surviving neighbours: it gets ``Σ_{i∈S} x_i mod m`` exactly and nothing else, as long as
-fewer than t parties' shares reach anyone who colludes with it.
+fewer than t_k of any client's shareholders collude with it (and, on a sparse graph, the
+honest survivors stay connected: see below).
 
 Simulated parties in one process: the shares travel in-process (the real protocol encrypts
 each share to its holder under a second agreed key; not simulated here), and the cohort is
@@ -31,7 +32,8 @@ own shuffle. ``neighbours = None`` is SecAgg's complete graph. Two thresholds: `
 t, the fewest survivors for which a client reveals anything (a cohort-level rule), and the
 Shamir threshold t_k over each client's k + 1 shareholders (``share_threshold``; the
 complete graph's is t). A client also refuses to reveal when the survivors do not induce a
-connected subgraph: the server would otherwise learn the sum of each component.
+connected subgraph (the server would otherwise learn the sum of each component) or when
+dropped + ``colluders`` >= k (the colluders could then cut the honest survivors apart).
 """
 
 from __future__ import annotations
