@@ -106,38 +106,52 @@ def _run_retrying(overrides: str, out: Path, tries: int = 6) -> dict:
     raise AssertionError("unreachable")
 
 
-def distributed_rows(tmp: Path, quick: bool, sizes: tuple[int, ...] = (20, 100)) -> list[str]:
-    """Rows: at each cohort size, distributed-dp's round vs global-dp's, and the bytes."""
+def distributed_rows(
+    tmp: Path, quick: bool, sizes: tuple[int, ...] = (20, 100), repeats: int = 1
+) -> list[str]:
+    """Rows: at each cohort size, distributed-dp's round vs global-dp's, and the bytes.
+
+    ``repeats`` > 1 runs the pair that many times in alternating order (global first, then
+    distributed first, ...: a load that drifts during the pair hits both sides alike) and
+    reports each side's median and the ratio of the medians."""
     total = 20 if quick else TOTAL_CLIENTS
     rows = []
     for per_round in (10, 20) if quick else sizes:
-        cells = {}
-        for mode in ("global-dp", "distributed-dp"):
-            summary = _run_retrying(
-                f"{COMMON} privacy='{mode}' num-clients={total} clients-per-round={per_round}",
-                tmp / f"distributed-{mode}-{per_round}",
-            )
-            cells[mode] = float(summary["training_seconds"])
+        cells: dict[str, list[float]] = {"global-dp": [], "distributed-dp": []}
+        for attempt in range(repeats):
+            order = ("global-dp", "distributed-dp")
+            for mode in order if attempt % 2 == 0 else order[::-1]:
+                summary = _run_retrying(
+                    f"{COMMON} privacy='{mode}' num-clients={total} clients-per-round={per_round}",
+                    tmp / f"distributed-{mode}-{per_round}",
+                )
+                cells[mode].append(float(summary["training_seconds"]))
+        ddp, gdp = (float(np.median(cells[m])) for m in ("distributed-dp", "global-dp"))
+        pairs = ", ".join(
+            f"{d / g:.2f}" for d, g in zip(cells["distributed-dp"], cells["global-dp"])
+        )
+        runs = f" (median of {repeats}; each pair {pairs})" if repeats > 1 else ""
         sent = client_bytes(per_round)
         total_sent = sent["keys"] + sent["shares"] + sent["masked"] + sent["reveal"]
         rows.append(
             f"| distributed DP: 1 round, {total} clients, {per_round} per round, digits-mlp | "
-            f"{cells['distributed-dp']:.1f} s; a client sends {total_sent:,} B (masked "
+            f"{ddp:.1f} s; a client sends {total_sent:,} B (masked "
             f"{sent['masked']:,} B = 8·{sent['padded']:,} as uint64, {sent['masked-packed']:,} "
             f"B packed at b = {sent['bits']}; keys {sent['keys']} B; sealed shares to "
             f"k + 1 = {sent['neighbours'] + 1} holders {sent['shares']:,} B; reveal "
             f"{sent['reveal']:,} B) | "
-            f"global DP {cells['global-dp']:.1f} s; a client sends {sent['float32']:,} B "
+            f"global DP {gdp:.1f} s; a client sends {sent['float32']:,} B "
             "(float32 update) | "
-            f"{cells['distributed-dp'] / cells['global-dp']:.2f}x time (goal <= 1.5x); "
+            f"{ddp / gdp:.2f}x time{runs} (goal <= 1.5x); "
             f"{total_sent / sent['float32']:.2f}x bytes |"
         )
     return rows
 
 
-if __name__ == "__main__":  # `python -m bench.bench_distributed [--quick] [20 100]`
+if __name__ == "__main__":  # `python -m bench.bench_distributed [--quick] [--repeats=N] [20 100]`
     out = ROOT / "runs" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     chosen = tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or (20, 100)
-    for row in distributed_rows(out, "--quick" in sys.argv, chosen):
+    repeats = next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--repeats=")), 1)
+    for row in distributed_rows(out, "--quick" in sys.argv, chosen, repeats):
         print(row, flush=True)
