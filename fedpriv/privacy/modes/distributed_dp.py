@@ -82,8 +82,9 @@ def auto_threshold(cohort: int) -> int:
 
 def colluder_limit(cohort: int) -> int | None:
     """t_k of the cohort's SecAgg+ graph (colluders must stay below it), or None on the
-    complete graph (then t bounds them): :func:`fedpriv.privacy.distributed.secagg.
-    auto_neighbours` k and :func:`~fedpriv.privacy.distributed.secagg.auto_share_threshold`."""
+    complete graph (then t bounds them): k from
+    :func:`~fedpriv.privacy.distributed.secagg.auto_neighbours`, t_k from
+    :func:`~fedpriv.privacy.distributed.secagg.auto_share_threshold`."""
     from fedpriv.privacy.distributed import secagg
 
     k = secagg.auto_neighbours(cohort)
