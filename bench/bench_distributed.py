@@ -12,8 +12,9 @@ is <= 1.5x the central-DP round.
 
 The bytes a client sends are the payloads of its messages as the client builds them
 (:class:`fedpriv.privacy.distributed.party.RoundParty` at the run's resolved μ, b, t and padded
-dimension d', a cohort of n): the two public keys, its Shamir shares sealed to each holder
-(AES-256-GCM), the masked vector as sent (uint64: 8·d' bytes; packed to b bits it would be
+dimension d', a cohort of n on the wiring's SecAgg+ graph, ``party.cohort_params``): the two
+public keys, its Shamir shares sealed to each of its k + 1 holders (AES-256-GCM), the masked
+vector as sent (uint64: 8·d' bytes; packed to b bits it would be
 ⌈b·d'/8⌉, :func:`fedpriv.privacy.distributed.cost.client_upload_bytes`) and its reveal at
 unmasking (no client dropped); against global DP's float32 update (4·d bytes). Flower's
 message framing is not counted on either side.
@@ -42,7 +43,7 @@ def client_bytes(cohort: int, dimension: int = DIMENSION) -> dict[str, int]:
     from fedpriv.scenarios.config.features import CATALOG
     from fedpriv.scenarios.config.specs import run_spec
 
-    from fedpriv.privacy.distributed import cost, party, secagg
+    from fedpriv.privacy.distributed import cost, masks, party
     from fedpriv.privacy.modes import distributed_dp
 
     spec = run_spec(
@@ -54,22 +55,22 @@ def client_bytes(cohort: int, dimension: int = DIMENSION) -> dict[str, int]:
     )  # fmt: skip
     r = distributed_dp.resolve(spec, dimension)
     label = b"bench/round-1"
-    params = secagg.SecAggParams(
-        num_clients=cohort, threshold=r.threshold, bits=r.encoding.bits,
-        size=r.encoding.padded_dim, context=label,
-    )  # fmt: skip
     secrets = [bytes([i % 251 + 1]) * party.SECRET_BYTES for i in range(cohort)]
-    keys = [party.RoundParty.public_keys_of(s, label, params.agreement) for s in secrets]
+    keys = [party.RoundParty.public_keys_of(s, label, masks.DEFAULT_AGREEMENT) for s in secrets]
     mask_keys, channel_keys = [k.mask for k in keys], [k.channel for k in keys]
+    params = party.cohort_params(
+        threshold=r.threshold, bits=r.encoding.bits, size=r.encoding.padded_dim,
+        context=label, mask_keys=mask_keys,
+    )  # fmt: skip
     sealed = {
         i: party.RoundParty(secrets[i], label, i, params).sealed_shares(mask_keys, channel_keys)
         for i in range(cohort)
     }
     me = party.RoundParty(secrets[0], label, 0, params)
     masked = me.mask(np.zeros(params.size, dtype=np.uint64), mask_keys)
-    held = {owner: blobs[0] for owner, blobs in sealed.items()}
+    held = {owner: blobs[0] for owner, blobs in sealed.items() if 0 in blobs}
     reveal = me.reveal(channel_keys, held, list(range(cohort)), [])
-    packed = cost.client_upload_bytes(params.size, params.bits, cohort - 1).masked_vector
+    packed = cost.client_upload_bytes(params.size, params.bits, params.degree).masked_vector
     return {
         "keys": len(keys[0].mask) + len(keys[0].channel),
         "shares": sum(len(b) for b in sealed[0].values()),
@@ -77,6 +78,7 @@ def client_bytes(cohort: int, dimension: int = DIMENSION) -> dict[str, int]:
         "masked-packed": packed,
         "reveal": len(reveal),
         "bits": params.bits,
+        "neighbours": params.degree,
         "padded": params.size,
         "float32": 4 * dimension,
     }
@@ -104,37 +106,52 @@ def _run_retrying(overrides: str, out: Path, tries: int = 6) -> dict:
     raise AssertionError("unreachable")
 
 
-def distributed_rows(tmp: Path, quick: bool, sizes: tuple[int, ...] = (20, 100)) -> list[str]:
-    """Rows: at each cohort size, distributed-dp's round vs global-dp's, and the bytes."""
+def distributed_rows(
+    tmp: Path, quick: bool, sizes: tuple[int, ...] = (20, 100), repeats: int = 1
+) -> list[str]:
+    """Rows: at each cohort size, distributed-dp's round vs global-dp's, and the bytes.
+
+    ``repeats`` > 1 runs the pair that many times in alternating order (global first, then
+    distributed first, ...: a load that drifts during the pair hits both sides alike) and
+    reports each side's median and the ratio of the medians."""
     total = 20 if quick else TOTAL_CLIENTS
     rows = []
     for per_round in (10, 20) if quick else sizes:
-        cells = {}
-        for mode in ("global-dp", "distributed-dp"):
-            summary = _run_retrying(
-                f"{COMMON} privacy='{mode}' num-clients={total} clients-per-round={per_round}",
-                tmp / f"distributed-{mode}-{per_round}",
-            )
-            cells[mode] = float(summary["training_seconds"])
+        cells: dict[str, list[float]] = {"global-dp": [], "distributed-dp": []}
+        for attempt in range(repeats):
+            order = ("global-dp", "distributed-dp")
+            for mode in order if attempt % 2 == 0 else order[::-1]:
+                summary = _run_retrying(
+                    f"{COMMON} privacy='{mode}' num-clients={total} clients-per-round={per_round}",
+                    tmp / f"distributed-{mode}-{per_round}",
+                )
+                cells[mode].append(float(summary["training_seconds"]))
+        ddp, gdp = (float(np.median(cells[m])) for m in ("distributed-dp", "global-dp"))
+        pairs = ", ".join(
+            f"{d / g:.2f}" for d, g in zip(cells["distributed-dp"], cells["global-dp"])
+        )
+        runs = f" (median of {repeats}; each pair {pairs})" if repeats > 1 else ""
         sent = client_bytes(per_round)
         total_sent = sent["keys"] + sent["shares"] + sent["masked"] + sent["reveal"]
         rows.append(
             f"| distributed DP: 1 round, {total} clients, {per_round} per round, digits-mlp | "
-            f"{cells['distributed-dp']:.1f} s; a client sends {total_sent:,} B (masked "
+            f"{ddp:.1f} s; a client sends {total_sent:,} B (masked "
             f"{sent['masked']:,} B = 8·{sent['padded']:,} as uint64, {sent['masked-packed']:,} "
-            f"B packed at b = {sent['bits']}; keys {sent['keys']} B; sealed shares "
-            f"{sent['shares']:,} B; reveal {sent['reveal']:,} B) | "
-            f"global DP {cells['global-dp']:.1f} s; a client sends {sent['float32']:,} B "
+            f"B packed at b = {sent['bits']}; keys {sent['keys']} B; sealed shares to "
+            f"k + 1 = {sent['neighbours'] + 1} holders {sent['shares']:,} B; reveal "
+            f"{sent['reveal']:,} B) | "
+            f"global DP {gdp:.1f} s; a client sends {sent['float32']:,} B "
             "(float32 update) | "
-            f"{cells['distributed-dp'] / cells['global-dp']:.2f}x time (goal <= 1.5x); "
+            f"{ddp / gdp:.2f}x time{runs} (goal <= 1.5x); "
             f"{total_sent / sent['float32']:.2f}x bytes |"
         )
     return rows
 
 
-if __name__ == "__main__":  # `python -m bench.bench_distributed [--quick] [20 100]`
+if __name__ == "__main__":  # `python -m bench.bench_distributed [--quick] [--repeats=N] [20 100]`
     out = ROOT / "runs" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     chosen = tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or (20, 100)
-    for row in distributed_rows(out, "--quick" in sys.argv, chosen):
+    repeats = next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--repeats=")), 1)
+    for row in distributed_rows(out, "--quick" in sys.argv, chosen, repeats):
         print(row, flush=True)

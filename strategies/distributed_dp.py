@@ -235,7 +235,7 @@ class DistributedDP(StrategyWrapper):
             self.last["skipped"] = True
             return None, None
         reveals = self._reveal(server_round, survivors, dropped)
-        sa = self._secagg_params(server_round, len(cohort), resolved)
+        sa = self._secagg_params(server_round, resolved)
         server = secagg.SecAggServer(sa, dict(enumerate(self._round["mask-keys"])))
         total = server.unmask(masked, reveals)
         self.view["sum"] = total
@@ -267,13 +267,16 @@ class DistributedDP(StrategyWrapper):
             **{f"masked-{i}": np.asarray(v) for i, v in masked.items()},
         )
 
-    def _secagg_params(self, round_: int, n: int, resolved: Resolved) -> secagg.SecAggParams:
-        return secagg.SecAggParams(
-            num_clients=n,
+    def _secagg_params(self, round_: int, resolved: Resolved) -> secagg.SecAggParams:
+        """The round's SecAgg+ parameters: the cohort's graph from its keys, as the clients
+        build it (:func:`fedpriv.privacy.distributed.party.cohort_params`)."""
+        return party.cohort_params(
             threshold=resolved.threshold,
             bits=resolved.encoding.bits,
             size=resolved.encoding.padded_dim,
             context=round_label(round_),
+            mask_keys=self._round["mask-keys"],
+            colluders=resolved.colluders,
         )
 
     def _reveal(

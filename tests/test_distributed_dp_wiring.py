@@ -259,6 +259,46 @@ def test_a_bad_value_is_refused_in_one_line_naming_it(key, value):
     assert "\n" not in text and key in text and "expected" in text
 
 
+def test_colluders_stay_below_the_neighbourhood_threshold_on_a_sparse_graph():
+    """A cohort of 100: k = 20, t_k = 14 of 21 holders; 13 colluders pass, 14 are refused
+    (below t = 67, but 14 colluding neighbours could rebuild a client's secrets)."""
+    big = {**RUN, "num-clients": 100, "clients-per-round": 100}
+    CATALOG.resolve_run_config({**big, "distributed-colluders": 13})
+    with pytest.raises(ConfigError, match="distributed-colluders.*t_k = 14") as err:
+        CATALOG.resolve_run_config({**big, "distributed-colluders": 14})
+    assert "\n" not in str(err.value)
+
+
+def test_a_client_resolves_its_noise_without_the_accountant():
+    """The client's masked step needs μ, b and t, not ε: ``epsilon = False`` gives the
+    server's parameters with ε NaN and loads no dp_accounting (seconds of imports in every
+    worker process); a target ε still plans μ with the accountant."""
+    import math
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    spec = run_spec(CATALOG.resolve_run_config({**RUN, "noise-multiplier": 0.7}))
+    client = distributed_dp.resolve(spec, 4810, epsilon=False)
+    server = distributed_dp.resolve(spec, 4810)
+    assert math.isnan(client.epsilon) and math.isfinite(server.epsilon)
+    assert (
+        replace(client, epsilon=server.epsilon, epsilon_observers=server.epsilon_observers)
+        == server
+    )
+    target = run_spec(CATALOG.resolve_run_config({**RUN, "distributed-target-epsilon": 8.0}))
+    assert distributed_dp.resolve(target, 4810, epsilon=False).epsilon <= 8.0
+    code = (
+        "import sys; from fedpriv.scenarios.config.features import CATALOG; "
+        "from fedpriv.scenarios.config.specs import run_spec; "
+        "from fedpriv.privacy.modes import distributed_dp as m; "
+        f"m.resolve(run_spec(CATALOG.resolve_run_config({RUN!r})), 4810, epsilon=False); "
+        "print('dp_accounting' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_poisson_needs_every_client_in_the_cohort():
     with pytest.raises(ConfigError, match="clients-per-round"):
         CATALOG.resolve_run_config(

@@ -28,6 +28,17 @@ def test_a_party_is_rebuilt_with_the_same_keys_from_its_secret():
     assert keys.mask != keys.channel
 
 
+def test_the_key_stream_is_the_shake_output_in_order():
+    """Read in pieces of any size, the stream is SHAKE-256(tag ‖ secret ‖ label) itself."""
+    import hashlib
+
+    secret = _secrets(1)[0]
+    stream = P.KeyStream(secret, LABEL)
+    pieces = [stream(n) for n in (1, 32, 5000, 82, 9000, 3)]
+    whole = hashlib.shake_256(b"fedpriv-ddp-party\x00" + secret + LABEL).digest(14118)
+    assert b"".join(pieces) == whole and [len(p) for p in pieces] == [1, 32, 5000, 82, 9000, 3]
+
+
 def test_a_sealed_share_opens_only_for_its_holder_and_detects_tampering():
     agreed, other = b"a" * 32, b"b" * 32
     sealed = P.seal(agreed, 0, 2, LABEL, b"[1, 2, 3]")
@@ -84,13 +95,17 @@ def test_a_share_sealed_between_two_parties_opens_only_with_their_agreed_key():
         P.RoundParty(secrets[1], LABEL, 1, params).reveal(forged, {0: sealed[1]}, [0, 1], [2])
 
 
-def test_a_round_across_messages_recovers_a_dropped_client():
-    n, t, bits, size = 5, 3, 20, 64
-    params = S.SecAggParams(num_clients=n, threshold=t, bits=bits, size=size, context=LABEL)
+@pytest.mark.parametrize("n,t,degree", [(5, 3, 4), (30, 20, 16)], ids=["complete", "secagg+"])
+def test_a_round_across_messages_recovers_a_dropped_client(n, t, degree):
+    """The wiring's path: the graph from the cohort's keys (complete at n = 5, k = 16 at
+    n = 30); each client seals shares to its k + 1 holders only."""
+    bits, size = 20, 64
     secrets = _secrets(n)
     # message 1: keys (every party rebuilt from its secret in every message)
-    keys = [P.RoundParty.public_keys_of(s, LABEL, params.agreement) for s in secrets]
+    keys = [P.RoundParty.public_keys_of(s, LABEL, "x25519") for s in secrets]
     mask_keys, channel_keys = [k.mask for k in keys], [k.channel for k in keys]
+    params = P.cohort_params(threshold=t, bits=bits, size=size, context=LABEL, mask_keys=mask_keys)
+    assert params.degree == degree and params.complete == (degree == n - 1)
     # message 2: sealed shares, routed by the server as opaque bytes
     sealed = {}
     for i, s in enumerate(secrets):
@@ -98,10 +113,13 @@ def test_a_round_across_messages_recovers_a_dropped_client():
             P.RoundParty(s, LABEL, i, params).sealed_shares(mask_keys, channel_keys).items()
         ):
             sealed[(i, holder)] = blob
+    for i in range(n):
+        assert sorted(h for (o, h) in sealed if o == i) == list(params.shareholders_of(i))
     # message 3: masked vectors; client 2 drops
     rng = np.random.default_rng(0)
     x = rng.integers(0, 1 << bits, size=(n, size), dtype=np.uint64)
-    survivors, dropped = [0, 1, 3, 4], [2]
+    dropped = [2]
+    survivors = [i for i in range(n) if i not in dropped]
     masked = {
         i: P.RoundParty(secrets[i], LABEL, i, params).mask(x[i], mask_keys) for i in survivors
     }

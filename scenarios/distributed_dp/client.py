@@ -35,8 +35,8 @@ from fedpriv.scenarios.config.specs import NodeCall
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from fedpriv import seeds
-from fedpriv.privacy.distributed import encoding, secagg
-from fedpriv.privacy.distributed.party import SECRET_BYTES, RoundParty
+from fedpriv.privacy.distributed import encoding, masks, secagg
+from fedpriv.privacy.distributed.party import SECRET_BYTES, RoundParty, cohort_params
 from fedpriv.privacy.modes.distributed_dp import (
     STEP_KEY,
     TASK,
@@ -45,6 +45,7 @@ from fedpriv.privacy.modes.distributed_dp import (
     threshold_of,
 )
 from fedpriv.privacy.releases import Ticket
+from fedpriv.spec import RunSpec
 
 PARTY = TASK  # the ledger of a client's masked releases
 REVEAL_PARTY = f"{TASK}-reveal"  # the ledger of its unmasking answers (one per round)
@@ -76,8 +77,14 @@ def client_secret(folder: Path, partition: int) -> bytes:
     return secret
 
 
-def _stub(n: int, t: int, label: bytes) -> secagg.SecAggParams:
-    return secagg.SecAggParams(num_clients=n, threshold=t, bits=2, size=1, context=label)
+def _stub(n: int, spec: RunSpec, label: bytes, mask_keys: list) -> secagg.SecAggParams:
+    """The round's cohort and neighbour graph (the share and reveal steps need no vector)."""
+    if len(mask_keys) != n:
+        raise ValueError(f"mask-keys of {len(mask_keys)} clients are not allowed; expected n = {n}")
+    return cohort_params(
+        threshold=threshold_of(spec), bits=2, size=1, context=label, mask_keys=mask_keys,
+        colluders=spec.params.colluders,
+    )  # fmt: skip
 
 
 def _reply(values: dict) -> RecordDict:
@@ -102,21 +109,21 @@ def train_distributed(
     context_label = round_label(call.round)
     label = f"run-{context.run_id}/".encode() + context_label
     if step == "keys":
-        sa = _stub(1, 1, context_label)
-        keys = RoundParty.public_keys_of(secret, label, sa.agreement)
+        keys = RoundParty.public_keys_of(secret, label, masks.DEFAULT_AGREEMENT)
         return _reply({"mask-key": keys.mask, "channel-key": keys.channel})
     n, me = int(record["n"]), int(record["id"])
-    t = threshold_of(spec)
     if step == "shares":
-        party = RoundParty(secret, label, me, _stub(n, t, context_label))
-        sealed = party.sealed_shares(list(record["mask-keys"]), list(record["channel-keys"]))
+        mask_keys = list(record["mask-keys"])
+        party = RoundParty(secret, label, me, _stub(n, spec, context_label, mask_keys))
+        sealed = party.sealed_shares(mask_keys, list(record["channel-keys"]))
         holders = sorted(sealed)
         return _reply({"holders": holders, "sealed": [sealed[h] for h in holders]})
     if step == "reveal":
 
         def reveal(ticket: Ticket) -> RecordDict:
             del ticket
-            party = RoundParty(secret, label, me, _stub(n, t, context_label))
+            stub = _stub(n, spec, context_label, list(record["mask-keys"]))
+            party = RoundParty(secret, label, me, stub)
             sealed = dict(zip((int(o) for o in record["owners"]), record["sealed"]))
             answer = party.reveal(list(record["channel-keys"]), sealed,
                                   list(record["survivors"]), list(record["dropped"]))  # fmt: skip
@@ -154,7 +161,7 @@ def _masked(
     spec = call.spec
     weights = arrays_of(msg.content["arrays"])
     dimension = int(sum(np.asarray(w).size for w in weights))
-    r = resolve(spec, dimension)
+    r = resolve(spec, dimension, epsilon=False)  # μ, b, t: the accountant is the server's
     rng = seeds.privacy_stream(
         spec.seed, "distributed-dp-noise", call.round, partition,
         reproducible=spec.reproducible_noise,
@@ -170,12 +177,14 @@ def _masked(
              for a, w in zip(trained, weights)]
         )  # fmt: skip
     encoded = encoding.encode(update, r.encoding, rng)
-    sa = secagg.SecAggParams(
-        num_clients=n, threshold=r.threshold, bits=r.encoding.bits,
-        size=r.encoding.padded_dim, context=round_label(call.round),
+    mask_keys = list(msg.content[SECAGG_RECORD]["mask-keys"])
+    if len(mask_keys) != n:
+        raise ValueError(f"mask-keys of {len(mask_keys)} clients are not allowed; expected n = {n}")
+    sa = cohort_params(
+        threshold=r.threshold, bits=r.encoding.bits, size=r.encoding.padded_dim,
+        context=round_label(call.round), mask_keys=mask_keys, colluders=r.colluders,
     )  # fmt: skip
-    masked = RoundParty(secret, label, me, sa).mask(encoded.values, list(
-        msg.content[SECAGG_RECORD]["mask-keys"]))  # fmt: skip
+    masked = RoundParty(secret, label, me, sa).mask(encoded.values, mask_keys)
     return RecordDict(
         {
             "arrays": ArrayRecord({MASKED_KEY: Array(np.ascontiguousarray(masked))}),

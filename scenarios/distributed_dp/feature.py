@@ -95,6 +95,11 @@ def check_distributed(cfg: Mapping[str, Any], catalog: Catalog) -> None:
     if int(cfg["distributed-colluders"]) >= t:
         raise ConfigError("distributed-colluders", cfg["distributed-colluders"],
                           f"an integer < the threshold t = {t}")  # fmt: skip
+    t_k = distributed_dp.colluder_limit(cohort)
+    if t_k is not None and int(cfg["distributed-colluders"]) >= t_k:
+        raise ConfigError("distributed-colluders", cfg["distributed-colluders"],
+                          f"an integer < t_k = {t_k} (SecAgg+: the threshold of a client's "
+                          f"neighbourhood in a cohort of {cohort})")  # fmt: skip
 
 
 FEATURE = Feature(

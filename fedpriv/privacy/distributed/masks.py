@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Optional
 
@@ -46,6 +46,9 @@ __all__ = [
     "new_seed",
     "random_below",
     "prg_vector",
+    "agreer",
+    "seed_of",
+    "pair_seeds",
 ]
 
 Entropy = Callable[[int], bytes]  # n -> n random bytes
@@ -108,24 +111,39 @@ def public_from_private(agreement: str, private: int) -> bytes:
     return pow(_MODP_GENERATOR, private, _MODP).to_bytes(66, "big")
 
 
-def _agreed_element(agreement: str, private: int, peer_public: bytes) -> bytes:
+def agreer(agreement: str, private: int) -> Callable[[bytes], bytes]:
+    """``peer_public -> K``, the agreed group element, with ``private`` loaded once (a client
+    agrees with each of its k neighbours)."""
+    agreement = check_choice("agreement", agreement, AGREEMENTS)
     if agreement == "x25519":
         _need_cryptography("agreement = 'x25519'")
         key = x25519.X25519PrivateKey.from_private_bytes(private.to_bytes(32, "little"))
-        return key.exchange(x25519.X25519PublicKey.from_public_bytes(peer_public))
-    return pow(int.from_bytes(peer_public, "big"), private, _MODP).to_bytes(66, "big")
+        return lambda peer: key.exchange(x25519.X25519PublicKey.from_public_bytes(peer))
+    return lambda peer: pow(int.from_bytes(peer, "big"), private, _MODP).to_bytes(66, "big")
+
+
+def seed_of(element: bytes, ids: tuple[int, int], context: bytes) -> bytes:
+    """``SHA-256(tag ‖ K ‖ min id ‖ max id ‖ context)`` for an agreed element K."""
+    low, high = sorted(ids)
+    digest = hashlib.sha256(b"fedpriv-secagg-pair")
+    digest.update(element)
+    digest.update(low.to_bytes(8, "big") + high.to_bytes(8, "big") + context)
+    return digest.digest()
 
 
 def pair_seed(
     agreement: str, private: int, peer_public: bytes, ids: tuple[int, int], context: bytes
 ) -> bytes:
     """The 32-byte seed two parties share: ``SHA-256(tag ‖ K ‖ min id ‖ max id ‖ context)``."""
-    agreement = check_choice("agreement", agreement, AGREEMENTS)
-    low, high = sorted(ids)
-    digest = hashlib.sha256(b"fedpriv-secagg-pair")
-    digest.update(_agreed_element(agreement, private, peer_public))
-    digest.update(low.to_bytes(8, "big") + high.to_bytes(8, "big") + context)
-    return digest.digest()
+    return seed_of(agreer(agreement, private)(peer_public), ids, context)
+
+
+def pair_seeds(
+    agreement: str, private: int, peers: Mapping[int, bytes], me: int, context: bytes
+) -> dict[int, bytes]:
+    """:func:`pair_seed` with each of ``peers`` (``{id: public key}``), the key loaded once."""
+    agree = agreer(agreement, private)
+    return {j: seed_of(agree(public), (me, j), context) for j, public in peers.items()}
 
 
 def new_seed(entropy: Optional[Entropy] = None) -> bytes:

@@ -20,6 +20,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Optional
 
 from fedpriv.privacy.distributed import masks, secagg, shamir
 from fedpriv.privacy.distributed.channel import open_sealed, seal
@@ -27,6 +28,7 @@ from fedpriv.privacy.distributed.channel import open_sealed, seal
 __all__ = [
     "KeyStream",
     "RoundParty",
+    "cohort_params",
     "seal",
     "open_sealed",
     "pair_to_bytes",
@@ -46,10 +48,17 @@ class KeyStream:
             raise ValueError(f"secret is not allowed; expected {SECRET_BYTES} bytes")
         self._xof = hashlib.shake_256(b"fedpriv-ddp-party\x00" + secret + label)
         self._used = 0
+        self._buffer = b""
 
     def __call__(self, n: int) -> bytes:
-        out = self._xof.digest(self._used + n)[self._used :]
-        self._used += n
+        """The next ``n`` bytes. The XOF is squeezed in doubling blocks (its output is a
+        prefix-stable stream: ``digest(a)`` is the first a bytes of ``digest(b)``, a <= b),
+        so reading in small pieces costs O(total), not O(total²)."""
+        end = self._used + n
+        if end > len(self._buffer):
+            self._buffer = self._xof.digest(max(end, 2 * len(self._buffer), 4096))
+        out = self._buffer[self._used : end]
+        self._used = end
         return out
 
 
@@ -86,6 +95,35 @@ def reveal_from_bytes(data: bytes) -> secagg.Reveal:
     )
 
 
+def cohort_params(
+    *,
+    threshold: int,
+    bits: int,
+    size: int,
+    context: bytes,
+    mask_keys: Sequence[bytes],
+    neighbours: Optional[int] = None,
+    colluders: int = 0,
+) -> secagg.SecAggParams:
+    """The round's :class:`.secagg.SecAggParams` for the cohort whose masking keys are
+    ``mask_keys`` (ids 0..n−1 in that order): k = ``neighbours`` or
+    :func:`.secagg.auto_neighbours` of n, the graph from :func:`.secagg.graph_seed` of the
+    label and the keys, ``colluders`` assumed. The server and every client build it alike
+    from what they hold."""
+    n = len(mask_keys)
+    k = secagg.auto_neighbours(n) if neighbours is None else neighbours
+    return secagg.SecAggParams(
+        num_clients=n,
+        threshold=threshold,
+        bits=bits,
+        size=size,
+        neighbours=None if k >= n - 1 else k,
+        context=context,
+        graph_seed=secagg.graph_seed(context, [bytes(key) for key in mask_keys]),
+        colluders=colluders,
+    )
+
+
 @dataclass(frozen=True)
 class PublicKeys:
     """A client's two public keys: ``mask`` (pairwise masks) and ``channel`` (shares)."""
@@ -107,6 +145,7 @@ class RoundParty:
         self._client = secagg.SecAggClient(client_id, params, entropy=KeyStream(secret, label))
         channel_stream = KeyStream(secret, b"channel\x00" + label)
         self._channel = masks.generate_keypair(params.agreement, channel_stream)
+        self._agree = masks.agreer(params.agreement, self._channel.private)
 
     @classmethod
     def public_keys_of(cls, secret: bytes, label: bytes, agreement: str) -> PublicKeys:
@@ -116,12 +155,8 @@ class RoundParty:
         return PublicKeys(party._client.public_key, party._channel.public)
 
     def _agreed(self, peer_channel: bytes, peer: int) -> bytes:
-        return masks.pair_seed(
-            self.params.agreement,
-            self._channel.private,
-            peer_channel,
-            (self.client_id, peer),
-            b"fedpriv-ddp-channel" + self.label,
+        return masks.seed_of(
+            self._agree(peer_channel), (self.client_id, peer), b"fedpriv-ddp-channel" + self.label
         )
 
     def sealed_shares(
@@ -142,7 +177,7 @@ class RoundParty:
 
     def mask(self, encoded, mask_keys: Sequence[bytes]):
         """The masked vector ``y_i`` of ``encoded`` (uint64 ring elements)."""
-        self._client.make_shares(dict(enumerate(mask_keys)))
+        self._client.set_peer_keys(dict(enumerate(mask_keys)))
         return self._client.mask(encoded)
 
     def reveal(

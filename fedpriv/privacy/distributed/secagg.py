@@ -6,7 +6,7 @@ Bonawitz et al. 2017, "Practical Secure Aggregation for Privacy-Preserving Machi
 ``SecAggPlus``). Client i of the cohort, with key pair (sk_i, pk_i) and self-mask seed b_i:
 
 1. sends pk_i; gets its neighbours' public keys; s_ij = KA(sk_i, pk_j) (:mod:`.masks`);
-2. Shamir-shares b_i and sk_i, threshold t, among its shareholders (its neighbours and
+2. Shamir-shares b_i and sk_i, threshold t_k, among its shareholders (its neighbours and
    itself) (:mod:`.shamir`);
 3. sends ``y_i = x_i + PRG(b_i) + Σ_{j∈N(i), j>i} PRG(s_ij) − Σ_{j∈N(i), j<i} PRG(s_ij) mod m``;
 4. told the survivors S (whose y arrived) and the dropped D, reveals its share of b_j for
@@ -15,19 +15,34 @@ Bonawitz et al. 2017, "Practical Secure Aggregation for Privacy-Preserving Machi
 The server sums y over S (pairwise masks between survivors cancel), removes PRG(b_i) for
 i ∈ S, and for j ∈ D rebuilds sk_j, checks it against pk_j and removes the masks j shared with
 its surviving neighbours: it gets ``Σ_{i∈S} x_i mod m`` exactly and nothing else, as long as
-fewer than t parties' shares reach anyone who colludes with it.
+fewer than t_k of any client's shareholders collude with it (and, on a sparse graph, the
+honest survivors stay connected: see below).
 
 Simulated parties in one process: the shares travel in-process (the real protocol encrypts
 each share to its holder under a second agreed key; not simulated here), and the cohort is
 the clients that completed step 2 (a client that drops earlier leaves the cohort).
-The neighbour graph is circulant (i ± 1, ..., i ± k/2 mod n), a deterministic stand-in for
-SecAgg+'s random k-regular graph; ``neighbours = None`` is SecAgg's complete graph.
+
+The neighbour graph (SecAgg+): with ``neighbours = k < n − 1`` it is the Harary graph H_{k,n}
+(circulant: position p is adjacent to p ± 1, ..., p ± k/2 mod n; k-regular and k-connected,
+Harary 1962) on a random order of the clients, the order drawn from ``graph_seed``
+(:func:`graph_seed`: SHA-256 of the round's label and the cohort's public keys, which every
+client recomputes from the keys it receives, so the server cannot choose the graph without
+choosing the cohort) — Flower's ``SecAggPlusWorkflow`` builds the same shape from the server's
+own shuffle. ``neighbours = None`` is SecAgg's complete graph. Two thresholds: ``threshold``
+t, the fewest survivors for which a client reveals anything (a cohort-level rule), and the
+Shamir threshold t_k over each client's k + 1 shareholders (``share_threshold``; the
+complete graph's is t). A client also refuses to reveal when the survivors do not induce a
+connected subgraph (the server would otherwise learn the sum of each component) or when
+dropped + ``colluders`` >= k (the colluders could then cut the honest survivors apart).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import hashlib
+import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Optional
 
 import numpy as np
@@ -41,6 +56,11 @@ __all__ = [
     "SharePair",
     "Reveal",
     "InsufficientShares",
+    "auto_neighbours",
+    "auto_share_threshold",
+    "graph_seed",
+    "neighbour_graph",
+    "is_connected",
     "SecAggClient",
     "SecAggServer",
 ]
@@ -50,11 +70,81 @@ class InsufficientShares(ValueError):
     """Fewer than t shares of a secret the server needs: the sum cannot be unmasked."""
 
 
+def auto_neighbours(num_clients: int) -> int:
+    """k for a cohort of n: ``2·⌈1.5·log2 n⌉`` (the smallest even k >= 3·log2 n), or n − 1
+    (the complete graph) when that is not smaller.
+
+    O(log n) as SecAgg+ needs (Bell et al. 2020, §3-4); a documented choice, not the paper's
+    bound for a security parameter: what it guarantees is stated with t_k in
+    docs/distributed-dp.md. n = 10: 9 (complete); n = 20: 14; n = 100: 20; n = 1000: 30.
+    """
+    n = check_int("num_clients", num_clients, lo=1)
+    if n <= 2:
+        return n - 1
+    k = 2 * math.ceil(1.5 * math.log2(n))
+    return n - 1 if k >= n - 1 else k
+
+
+def auto_share_threshold(holders: int) -> int:
+    """t_k = max(⌊h/2⌋ + 1, ⌈2h/3⌉) for h = k + 1 shareholders: a majority of a client's
+    neighbourhood, with room for a third of it to drop (the cohort rule of
+    :func:`fedpriv.privacy.modes.distributed_dp.auto_threshold`, per neighbourhood)."""
+    h = check_int("holders", holders, lo=1)
+    return max(h // 2 + 1, math.ceil(2 * h / 3))
+
+
+def graph_seed(context: bytes, public_keys: Sequence[bytes]) -> bytes:
+    """``SHA-256("fedpriv-secagg-graph" ‖ context ‖ n ‖ (len ‖ pk_i) for i = 0..n−1)``: the
+    round's graph seed, from the label and every cohort member's masking public key."""
+    digest = hashlib.sha256(b"fedpriv-secagg-graph\x00" + bytes(context) + b"\x00")
+    digest.update(len(public_keys).to_bytes(4, "big"))
+    for key in public_keys:
+        digest.update(len(key).to_bytes(2, "big") + bytes(key))
+    return digest.digest()
+
+
+def neighbour_graph(num_clients: int, degree: int, seed: bytes) -> tuple[tuple[int, ...], ...]:
+    """The neighbours of each client (sorted): H_{k,n} on the order drawn from ``seed``.
+
+    Position p of the order (a permutation from numpy's Philox keyed by ``seed``) is adjacent
+    to positions p ± 1, ..., p ± k/2 mod n; k = n − 1 is the complete graph (no order).
+    """
+    n, k = num_clients, degree
+    if k >= n - 1:
+        return tuple(tuple(j for j in range(n) if j != i) for i in range(n))
+    key = int.from_bytes(hashlib.sha256(b"fedpriv-secagg-order" + seed).digest()[:16], "little")
+    order = np.random.Generator(np.random.Philox(key=key)).permutation(n)
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)
+    offsets = np.array([o for step in range(1, k // 2 + 1) for o in (step, -step)])
+    rows = np.sort(order[(position[:, None] + offsets[None, :]) % n], axis=1)
+    return tuple(map(tuple, rows.tolist()))
+
+
+def is_connected(graph: Sequence[Collection[int]], members: Collection[int]) -> bool:
+    """Whether ``members`` induce a connected subgraph of ``graph`` (breadth-first)."""
+    inside = set(members)
+    if not inside:
+        return True
+    start = min(inside)
+    seen, frontier = {start}, [start]
+    while frontier:
+        nxt = [j for i in frontier for j in graph[i] if j in inside and j not in seen]
+        seen.update(nxt)
+        frontier = list(set(nxt))
+    return len(seen) == len(inside)
+
+
 @dataclass(frozen=True)
 class SecAggParams:
-    """The cohort's agreement: ``num_clients`` n (ids 0..n−1), ``threshold`` t, ``bits`` b
-    (m = 2^b), ``size`` of the vectors, ``neighbours`` k (None: all n − 1), the key
-    agreement, the PRG and ``context`` (the round's label, mixed into every pair seed)."""
+    """The cohort's agreement: ``num_clients`` n (ids 0..n−1), ``threshold`` t (the fewest
+    survivors for which a client reveals), ``bits`` b (m = 2^b), ``size`` of the vectors,
+    ``neighbours`` k (None: all n − 1), ``share_threshold`` t_k (Shamir, over a client's
+    k + 1 shareholders; None: t on the complete graph, :func:`auto_share_threshold` on a
+    sparse one), ``graph_seed`` (:func:`graph_seed`), the key agreement, the PRG,
+    ``context`` (the round's label, mixed into every pair seed) and ``colluders`` c, the
+    clients assumed to collude with the server (< t_k; on a sparse graph a client reveals
+    only while dropped + c < k)."""
 
     num_clients: int
     threshold: int
@@ -64,6 +154,9 @@ class SecAggParams:
     agreement: str = masks.DEFAULT_AGREEMENT
     prg: str = masks.DEFAULT_PRG
     context: bytes = b""
+    share_threshold: Optional[int] = None
+    graph_seed: bytes = b""
+    colluders: int = 0
 
     def __post_init__(self) -> None:
         n = check_int("num_clients", self.num_clients, lo=1)
@@ -77,21 +170,36 @@ class SecAggParams:
                 raise ValueError(
                     f"neighbours = {k} is not allowed; expected an even number or n − 1 = {n - 1}"
                 )
+        check_int("threshold", self.threshold, lo=n // 2 + 1, hi=n)
         holders = self.degree + 1
-        check_int("threshold", self.threshold, lo=holders // 2 + 1, hi=holders)
+        t_k = check_int("share_threshold", self.shamir_threshold, lo=holders // 2 + 1, hi=holders)
+        check_int("colluders", self.colluders, lo=0, hi=t_k - 1)
 
     @property
     def degree(self) -> int:
         """k: how many neighbours each client masks with."""
         return self.num_clients - 1 if self.neighbours is None else self.neighbours
 
+    @property
+    def complete(self) -> bool:
+        """Whether every client neighbours every other (SecAgg's graph)."""
+        return self.degree == self.num_clients - 1
+
+    @property
+    def shamir_threshold(self) -> int:
+        """t_k: shares that rebuild one client's secret (of its k + 1 shareholders)."""
+        if self.share_threshold is not None:
+            return self.share_threshold
+        return self.threshold if self.complete else auto_share_threshold(self.degree + 1)
+
+    @cached_property
+    def graph(self) -> tuple[tuple[int, ...], ...]:
+        """Every client's neighbours (:func:`neighbour_graph` of ``graph_seed``)."""
+        return neighbour_graph(self.num_clients, self.degree, self.graph_seed)
+
     def neighbours_of(self, client: int) -> tuple[int, ...]:
         """The clients ``client`` shares pairwise masks with (sorted)."""
-        n, k = self.num_clients, self.degree
-        if k == n - 1:
-            return tuple(j for j in range(n) if j != client)
-        offsets = [o for step in range(1, k // 2 + 1) for o in (step, -step)]
-        return tuple(sorted({(client + o) % n for o in offsets}))
+        return self.graph[client]
 
     def shareholders_of(self, client: int) -> tuple[int, ...]:
         """Who holds a share of ``client``'s secrets: its neighbours and itself."""
@@ -147,15 +255,21 @@ class SecAggClient:
         """pk_i, sent to the server for the neighbours."""
         return self._keys.public
 
-    def make_shares(self, public_keys: Mapping[int, bytes]) -> dict[int, SharePair]:
-        """Record the neighbours' public keys; Shamir-share b_i and sk_i: ``{holder: pair}``."""
-        missing = [j for j in self.params.neighbours_of(self.client_id) if j not in public_keys]
+    def set_peer_keys(self, public_keys: Mapping[int, bytes]) -> None:
+        """Record the neighbours' public keys (all a masking step needs; no sharing)."""
+        neighbours = self.params.neighbours_of(self.client_id)
+        missing = [j for j in neighbours if j not in public_keys]
         if missing:
             raise ValueError(f"public_keys is not allowed: it lacks neighbours {missing}")
-        self._peer_keys = {j: public_keys[j] for j in self.params.neighbours_of(self.client_id)}
+        self._peer_keys = {j: public_keys[j] for j in neighbours}
+
+    def make_shares(self, public_keys: Mapping[int, bytes]) -> dict[int, SharePair]:
+        """Record the neighbours' public keys; Shamir-share b_i and sk_i with threshold t_k
+        among the k + 1 shareholders: ``{holder: pair}``."""
+        self.set_peer_keys(public_keys)
         holders = self.params.shareholders_of(self.client_id)
         points = [_point(h) for h in holders]
-        t = self.params.threshold
+        t = self.params.shamir_threshold
         seed_int = int.from_bytes(self._self_seed, "big")
         seed = shamir.share_secret(seed_int, t, points, self._entropy)
         key = shamir.share_secret(self._keys.private, t, points, self._entropy)
@@ -178,21 +292,42 @@ class SecAggClient:
                 f"expected ({p.size},) uint64 ring elements"
             )
         if not self._peer_keys and p.degree:
-            raise ValueError("mask is not allowed before make_shares: no pair seeds yet")
+            raise ValueError("mask is not allowed before set_peer_keys: no pair seeds yet")
         masked = encoded + masks.prg_vector(self._self_seed, p.size, p.bits, p.prg)
-        for j, public in self._peer_keys.items():
-            seed = masks.pair_seed(
-                p.agreement, self._keys.private, public, (self.client_id, j), p.context
-            )
+        seeds = masks.pair_seeds(
+            p.agreement, self._keys.private, self._peer_keys, self.client_id, p.context
+        )
+        for j, seed in seeds.items():
             pad = masks.prg_vector(seed, p.size, p.bits, p.prg)
             masked = masked + pad if j > self.client_id else masked - pad
         return masked & p.modulus_mask
 
+    def _check_split(self, alive: frozenset[int]) -> None:
+        """On a sparse graph: the survivors must be connected, and dropped + colluders < k,
+        so that the honest survivors stay connected whoever colludes (H_{k,n} is
+        k-connected): else the server could learn the sum of a part of them."""
+        p = self.params
+        if p.complete:
+            return
+        if not is_connected(p.graph, alive):
+            raise InsufficientShares(
+                f"survivors = {sorted(alive)} is not allowed; expected survivors connected on "
+                "the neighbour graph (else the server learns partial sums)"
+            )
+        gone = p.num_clients - len(alive)
+        if gone + p.colluders >= p.degree:
+            raise InsufficientShares(
+                f"dropped = {gone} is not allowed; expected dropped + colluders "
+                f"({p.colluders}) < k = {p.degree} (else colluders could split the survivors)"
+            )
+
     def reveal(self, survivors: Collection[int], dropped: Collection[int]) -> Reveal:
         """Shares of b_j for j in ``survivors`` and of sk_j for j in ``dropped`` (held ones).
 
-        Refused when the two sets overlap, when fewer than t survived, or when the server
-        already asked this round with other sets (it could then learn both secrets of a j).
+        Refused when the two sets overlap, when fewer than t survived, on a sparse graph when
+        the survivors are split or dropped + colluders >= k (:meth:`_check_split`), or when
+        the server already asked this round with other sets (it could then learn both
+        secrets of a j).
         """
         alive, gone = frozenset(survivors), frozenset(dropped)
         if alive & gone:
@@ -203,6 +338,7 @@ class SecAggClient:
                 f"survivors = {len(alive)} is not allowed; expected at least "
                 f"threshold = {self.params.threshold}"
             )
+        self._check_split(alive)
         if self._answered is not None and self._answered != (alive, gone):
             raise ValueError("a second unmasking request with other survivors is not allowed")
         self._answered = (alive, gone)
@@ -234,7 +370,7 @@ class SecAggServer:
             share = book.get(owner)
             if holder in holders and share is not None and share.x == _point(holder):
                 shares.append(share)
-        t = self.params.threshold
+        t = self.params.shamir_threshold
         if len(shares) < t:
             raise InsufficientShares(
                 f"shares of client {owner}'s {kind} = {len(shares)} are not allowed; "
@@ -269,9 +405,8 @@ class SecAggServer:
         private = self._secret("key", dropped, reveals)
         if masks.public_from_private(p.agreement, private) != self.public_keys[dropped]:
             raise ValueError(f"reconstructed key of client {dropped} does not match its public key")
-        for i in partners:
-            public = self.public_keys[i]
-            seed = masks.pair_seed(p.agreement, private, public, (i, dropped), p.context)
+        peers = {i: self.public_keys[i] for i in partners}
+        for i, seed in masks.pair_seeds(p.agreement, private, peers, dropped, p.context).items():
             pad = masks.prg_vector(seed, p.size, p.bits, p.prg)
             total = total - pad if dropped > i else total + pad
         return total

@@ -72,11 +72,23 @@ class Resolved:
     delta: float
     epsilon: float
     epsilon_observers: float
+    colluders: int = 0
 
 
 def auto_threshold(cohort: int) -> int:
     """t = max(⌊n/2⌋ + 1, ⌈2n/3⌉): a majority (SecAgg's bound) with room for a third to drop."""
     return max(cohort // 2 + 1, math.ceil(2 * cohort / 3))
+
+
+def colluder_limit(cohort: int) -> int | None:
+    """t_k of the cohort's SecAgg+ graph (colluders must stay below it), or None on the
+    complete graph (then t bounds them): k from
+    :func:`~fedpriv.privacy.distributed.secagg.auto_neighbours`, t_k from
+    :func:`~fedpriv.privacy.distributed.secagg.auto_share_threshold`."""
+    from fedpriv.privacy.distributed import secagg
+
+    k = secagg.auto_neighbours(cohort)
+    return None if k >= cohort - 1 else secagg.auto_share_threshold(k + 1)
 
 
 def cohort_size(spec: RunSpec) -> int:
@@ -118,24 +130,25 @@ def _epsilon(mu: float, r: Resolved, *, sampled: int, population: int) -> float:
     return epsilon_from_rdp(acc.ORDERS, r.rounds * rdp, r.delta)
 
 
-def resolve(spec: RunSpec, dimension: int) -> Resolved:
+def resolve(spec: RunSpec, dimension: int, *, epsilon: bool = True) -> Resolved:
     """The round parameters of ``spec`` for a model of ``dimension`` weights (the server and
     every client compute them alike, each from its own config). ``ValueError`` (one line)
-    when the settings cannot work (t, colluders, bits)."""
+    when the settings cannot work (t, colluders, bits). ``epsilon = False`` (a client that
+    only encodes): ε is left NaN unless a target ε needs the accountant for μ, and the
+    accountant (dp_accounting, SciPy: seconds to import) is not loaded."""
     p: DistributedDPParams = spec.params
     part = spec.participation
     return _resolve(
-        p, int(dimension), cohort_size(spec), part.per_round, part.population, int(spec.rounds)
-    )
+        p, int(dimension), cohort_size(spec), part.per_round, part.population, int(spec.rounds),
+        bool(epsilon) or p.target_epsilon > 0,
+    )  # fmt: skip
 
 
 @lru_cache(maxsize=32)
 def _resolve(
     p: DistributedDPParams, dimension: int, cohort: int, per_round: int, population: int,
-    rounds: int,
+    rounds: int, with_epsilon: bool = True,
 ) -> Resolved:  # fmt: skip
-    from fedpriv.privacy.accounting.budget import smallest_noise_multiplier
-    from fedpriv.privacy.distributed import accounting as acc
     from fedpriv.privacy.distributed import encoding as enc
 
     t = p.threshold or auto_threshold(cohort)
@@ -149,12 +162,23 @@ def _resolve(
             f"distributed-colluders = {p.colluders} is not allowed; expected an integer < "
             f"threshold = {t}"
         )
-    noisy = acc.guaranteed_noisy_clients(t, p.colluders)
+    neighbourhood = colluder_limit(cohort)
+    if neighbourhood is not None and p.colluders >= neighbourhood:
+        raise ValueError(
+            f"distributed-colluders = {p.colluders} is not allowed; expected an integer < "
+            f"t_k = {neighbourhood}, the SecAgg+ threshold of a client's neighbourhood in a "
+            f"cohort of {cohort}"
+        )
+    noisy = t - p.colluders  # accounting.guaranteed_noisy_clients (colluders < t checked)
     rate = p.inclusion_rate if p.relation == "poisson" else 1.0
     base = enc.EncodingParams(dimension, p.clipping_norm, p.scale, bits=2)
     bound = base.norm_bound
-    r = Resolved(base, cohort, t, noisy, rate, p.relation, rounds, p.delta, math.inf, math.inf)
+    r = Resolved(
+        base, cohort, t, noisy, rate, p.relation, rounds, p.delta, math.inf, math.inf, p.colluders
+    )
     if p.target_epsilon > 0:
+        from fedpriv.privacy.accounting.budget import smallest_noise_multiplier
+
         z, _ = smallest_noise_multiplier(
             lambda z: _epsilon((z * bound) ** 2 / noisy, r, sampled=1, population=1),
             p.target_epsilon,
@@ -171,6 +195,8 @@ def _resolve(
         )
     params = replace(base, noise_variance=mu, bits=bits)
     r = replace(r, encoding=params)
+    if not with_epsilon:
+        return replace(r, epsilon=math.nan, epsilon_observers=math.nan)
     server = _epsilon(mu, r, sampled=1, population=1)
     observers = server
     if p.relation == "fixed" and per_round < population:
@@ -225,10 +251,25 @@ def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict[str, Any
         ),
         "notes": [
             f"assumes an honest-but-curious server, at least t = {r.threshold} survivors to "
-            f"unmask a sum and at most {spec.params.colluders} clients colluding with it",
+            f"unmask a sum and at most {spec.params.colluders} clients colluding with it"
+            + _graph_note(r.cohort),
             "epsilon counts only the noise of t - colluders clients (the guaranteed minimum)",
         ],
     }
+
+
+def _graph_note(cohort: int) -> str:
+    """The SecAgg+ part of the plan's assumption (empty on the complete graph)."""
+    from fedpriv.privacy.distributed import secagg
+
+    t_k = colluder_limit(cohort)
+    if t_k is None:
+        return ""
+    k = secagg.auto_neighbours(cohort)
+    return (
+        f", none of them more than {t_k - 1} in one client's neighbourhood of k + 1 = "
+        f"{k + 1} (SecAgg+, Shamir threshold t_k = {t_k}), and dropped + colluders < k"
+    )
 
 
 def epsilon_of_z(spec: RunSpec, examples: int | None = None):
@@ -267,7 +308,9 @@ MODE = Mode(
     threat_model={
         "server": "honest but curious: it routes public keys and sealed shares and sees only "
         "masked vectors (uniform on Z_m) and their sum; it learns nothing beyond the noisy "
-        "sum while fewer than t clients collude with it.",
+        "sum while fewer than t clients collude with it (on the SecAgg+ graph of a cohort "
+        "of more than 10: fewer than t_k of any client's k + 1 neighbourhood, and dropped + "
+        "colluders < k).",
         "clients": "each adds its own Skellam share, keeps its keys, answers one unmasking "
         "request per round and never reveals both secrets of one client.",
     },
