@@ -234,3 +234,62 @@ def test_server_max_epsilon_is_accepted_for_dp_ftrl_and_client_budgets_only_with
     assert resolve_run_config(budgets)["server-max-epsilon"] == 5.0
     with pytest.raises(ConfigError, match="server-max-epsilon.*dp-ftrl | client-budgets"):
         resolve_run_config({**base, "privacy": "metric-dp"})
+
+
+TINY = {"scenario": "digits", "strategy": "fedavg", "num-clients": 4, "num-server-rounds": 2,
+        "local-epochs": 1, "seed": 3, "reproducible-noise": True}  # fmt: skip
+EXPERIMENTS = {
+    "dp-ftrl": {**TINY, "privacy": "dp-ftrl", "clients-per-round": 2},
+    "client-budgets": {**TINY, "privacy": "client-budgets", "clients-per-round": 0,
+                       "noise-multiplier": 1.0, "clipping-norm": 1.0,
+                       "client-epsilon-groups": "2,5"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind", "adjacency"),
+    [("dp-ftrl", "ServerLedger", "REPLACE_SPECIAL"),
+     ("client-budgets", "PerClientLedger", "ADD_OR_REMOVE_ONE")],
+)  # fmt: skip
+def test_each_modes_builder_attaches_its_ledger_and_budget(mode, kind, adjacency, tmp_path):
+    """The feature's own builder (what the ServerApp calls): the ledger in server-state-dir,
+    its budget, and its relation; without a folder, none (and a budget is refused)."""
+    from fedpriv.scenarios.config.features import CATALOG
+    from fedpriv.scenarios.config.specs import server_run
+
+    config = {**EXPERIMENTS[mode], "output-dir": str(tmp_path / "out"), "server-max-epsilon": 9.0}
+    build = CATALOG.wrapper(mode)
+
+    def wrapper(run_config):
+        cfg = CATALOG.resolve_run_config(run_config)
+        return build(FedAvg(), server_run(cfg, CATALOG.kind(cfg)), np.random.default_rng(0))
+
+    ledger = wrapper({**config, "server-state-dir": str(tmp_path / "server")}).server_ledger
+    assert type(ledger).__name__ == kind and ledger.max_epsilon == 9.0
+    assert ledger.relation == adjacency and ledger.folder == str(tmp_path / "server")
+    assert wrapper({**config, "server-max-epsilon": 0.0}).server_ledger is None
+    with pytest.raises(ServerLedgerError, match="server-max-epsilon = 9 needs a server ledger"):
+        wrapper(config)
+
+
+@pytest.mark.slow  # 2 in-process runs each (12 s and 29 s on the loaded 2-core machine)
+@pytest.mark.parametrize("mode", sorted(EXPERIMENTS))
+def test_a_second_run_on_the_servers_folder_reports_its_lifetime_beside_this_runs(mode, tmp_path):
+    """The real engine and ClientApp in process, twice on one server-state-dir: the first
+    run's ledger figure is the run's own ε (a fresh folder), the second's this-run ε is the
+    first's (the same experiment) and its lifetime ε composes both (larger)."""
+    from tests.test_adaptive_clip import run_in_process
+
+    config = {**EXPERIMENTS[mode], "server-state-dir": str(tmp_path / "server")}
+    _, first = run_in_process(config, tmp_path / "a", 4)
+    _, second = run_in_process(config, tmp_path / "b", 4)
+    a, b = first.summary["server_ledger"], second.summary["server_ledger"]
+    assert a["earlier_releases"] == 0 and a["this_run_releases"] > 0
+    assert a["lifetime_epsilon"] == a["this_run_epsilon"]
+    headline = first.summary["privacy_figures"]["epsilon"]
+    # dp-ftrl: the same RDP composition; client-budgets: the mode's PLD at 1e-3 (pessimistic)
+    assert a["this_run_epsilon"] == pytest.approx(headline, rel=1e-9 if mode == "dp-ftrl" else 2e-2)
+    assert second.summary["privacy_figures"]["epsilon"] == headline
+    assert (b["earlier_releases"], b["this_run_releases"]) == (a["this_run_releases"],) * 2
+    assert b["this_run_epsilon"] == pytest.approx(a["this_run_epsilon"], rel=1e-12)
+    assert b["lifetime_epsilon"] > b["this_run_epsilon"] > 0
