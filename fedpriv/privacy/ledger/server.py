@@ -7,7 +7,9 @@ party ``server``) in the server's own state folder, charged BEFORE the aggregate
 (:meth:`ServerLedger.charge`: one ``BEGIN IMMEDIATE`` transaction reads the stored events,
 decides the lifetime budget and appends the row). The row holds the round's ``DpEvent``
 (the one the run's accountant composes) and, in its ``sequence`` column, the neighbouring
-relation that event is accounted under. The server's lifetime ε is
+relation that event is accounted under (DP-FTRL: one row per tree, replace-special, charged
+whole when the tree opens, :mod:`fedpriv.strategies.dp_ftrl`; client budgets keep one row per
+client instead, :mod:`fedpriv.privacy.ledger.per_client`). The server's lifetime ε is
 
     ε_lifetime(δ) = ε(compose(e_1, ..., e_k); δ)
 
