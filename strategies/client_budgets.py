@@ -8,10 +8,18 @@ each sampled node the rate it was sampled at (``client-sampling-rate`` in its me
 node refuses a rate above its own), and reporting every client's ε after each round
 (``dp-client-epsilon``: partition -> ε of ``PoissonSampled(q_i, Gaussian(z))`` over the
 rounds released so far; every client is charged every round, sampled or not).
+
+The server's lifetime ledger (``server_ledger``, a
+:class:`fedpriv.privacy.ledger.per_client.PerClientLedger`, set by the run's builder): each
+release is charged, before it leaves, one row per client with that client's event
+``PoissonSampled(q_i, Gaussian(z))``; ``server-max-epsilon`` caps the largest client's lifetime
+ε (:meth:`ClientBudgetsDP.budget_stop` before a round, :meth:`ClientBudgetsDP.withhold` at
+release).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
@@ -20,10 +28,13 @@ from fedpriv.strategies.dp_wrappers import ServerSideFixedClippingDP
 from flwr.common import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.server import Grid
 
-from fedpriv.privacy.client_budgets import client_epsilon
+from fedpriv.privacy.client_budgets import client_epsilon, client_round_event
+from fedpriv.privacy.dp import round_report
 from fedpriv.privacy.modes.client_budgets import MODE, RATE_KEY
 
 __all__ = ["ClientBudgetsDP"]
+
+_log = logging.getLogger("flwr")
 
 
 class ClientBudgetsDP(ServerSideFixedClippingDP):
@@ -39,6 +50,35 @@ class ClientBudgetsDP(ServerSideFixedClippingDP):
         self.delta = float(delta)
         m = max(1, round(sum(self.rates.values())))
         super().__init__(strategy, num_sampled_clients=m, poisson=True, **options)
+
+    def client_events(self) -> dict[int, Any]:
+        """partition -> the DpEvent one release costs it (sampled or not)."""
+        z = self.mechanism.noise_multiplier
+        return {p: client_round_event(q, z) for p, q in self.rates.items()}
+
+    def budget_stop(self, server_round: int) -> Optional[str]:
+        """Before a round: why its release would push a client past ``server-max-epsilon``."""
+        ledger = self.server_ledger
+        if self.budget_stopped or ledger is None:
+            return self.budget_stopped
+        self.budget_stopped = ledger.plan(self.client_events(), server_round)
+        return self.budget_stopped
+
+    def withhold(
+        self, server_round: int, stdv: float, num_reports: int, weights: Optional[list[float]]
+    ) -> bool:
+        """At release: charge every client's event on the server's ledger (committed before
+        the release leaves); True (recorded as skipped, nothing released) when declined."""
+        if self.server_ledger is None:
+            return super().withhold(server_round, stdv, num_reports, weights)
+        reason = self.server_ledger.charge(self.client_events(), server_round)
+        if reason is None:
+            return False
+        self.budget_stopped = reason
+        _log.warning("%s: %s; nothing released", self.step_name, reason)
+        self.finish_round(round_report(self.mechanism, stdv=None, skipped=reason,
+                                       num_reports=num_reports))  # fmt: skip
+        return True
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

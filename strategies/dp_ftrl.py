@@ -17,10 +17,21 @@ arrived (m when none did). ``round_metrics()``: ``dp-sigma`` (a node's std on th
 z·C/k), ``dp-tree``, ``dp-tree-step``, ``dp-epoch``, ``dp-noise-norm`` (this round's noise
 on the mean), ``dp-num-clipped`` and ``dp-epsilon`` with its accountant, adjacency and
 participation condition.
+
+The server's lifetime ledger (``server_ledger``, a
+:class:`fedpriv.privacy.ledger.server.ServerLedger` under replace-special, set by the run's
+builder): a tree's privacy is not the composition of its rounds, so the ledger holds one row
+per **tree**, charged when the tree opens, before its first release, with the tree's whole
+event (:func:`fedpriv.privacy.ftrl.tree_charge`: its planned leaves). Lifetime ε is then the
+RDP composition of every stored tree, the event the run's own ε composes; a run that stops
+mid-tree is charged the whole tree (an upper bound). ``server-max-epsilon``:
+:meth:`DPFTRL.budget_stop` before a round that opens a tree, and the charge itself at
+release (a declined tree: nothing released, the run ends).
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Iterable
 from typing import Any, Optional
@@ -34,11 +45,13 @@ from flwr.serverapp.strategy import FedAvg, FedProx
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from fedpriv import seeds
-from fedpriv.privacy.ftrl import ShuffledEpochs, TreeAggregatedFTRL, tree_epsilon
+from fedpriv.privacy.ftrl import ShuffledEpochs, TreeAggregatedFTRL, tree_charge, tree_epsilon
 from fedpriv.privacy.modes import dp_ftrl
 from fedpriv.validation import not_allowed
 
 __all__ = ["DPFTRL"]
+
+_log = logging.getLogger("flwr")
 
 
 class _Nodes:
@@ -62,11 +75,14 @@ class DPFTRL(StrategyWrapper):
     rounds of an epoch and of a tree; R·m <= the clients), ``delta`` (of the reported ε),
     ``seed`` (the tree seed; None: 63 bits of OS entropy, secret), ``rng`` (the sampling
     Generator of the permutations; None: OS entropy, secret), ``estimator`` (``honaker``
-    | ``tree``: the prefix sum's estimate, :mod:`fedpriv.privacy.ftrl`).
+    | ``tree``: the prefix sum's estimate, :mod:`fedpriv.privacy.ftrl`), ``num_rounds`` (the
+    run's rounds: the last tree's leaves; None: every tree is charged R leaves).
     """
 
     # node ids: process-local; a resume restarts the tree (the epoch's permutation goes on)
     CHECKPOINT_SKIP = ("in_tree", "sent", "block")
+    # the server's lifetime ledger (ServerLedger, replace-special; None: this run only)
+    server_ledger: Any = None
 
     def __init__(
         self,
@@ -82,6 +98,7 @@ class DPFTRL(StrategyWrapper):
         seed: Optional[int] = None,
         rng: Optional[np.random.Generator] = None,
         estimator: str = "honaker",
+        num_rounds: Optional[int] = None,
     ) -> None:
         if type(strategy) not in (FedAvg, FedProx):
             raise not_allowed("strategy", strategy, "a FedAvg or FedProx (DP-FTRL replaces "
@@ -105,6 +122,8 @@ class DPFTRL(StrategyWrapper):
         self.current_arrays = ArrayRecord()
         self.last_round: dict[str, Any] = {}
         self.history: list[dict[str, Any]] = []
+        self.num_rounds = None if num_rounds is None else int(num_rounds)
+        self.budget_stopped: Optional[str] = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.ftrl!r}, strategy={self.strategy!r})"
@@ -166,6 +185,8 @@ class DPFTRL(StrategyWrapper):
     ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
         """Clip, sum, one tree step and the FTRL update (module docstring)."""
         replies = list(replies)
+        if self._tree_declined(server_round):
+            return None, None  # server-max-epsilon: nothing released, nothing charged
         sent = set(self.sent)
         ok = [m for m in replies if not m.has_error() and m.metadata.src_node_id in sent]
         reference = self.current_arrays.to_numpy_ndarrays()
@@ -183,6 +204,44 @@ class DPFTRL(StrategyWrapper):
         out = named_record(self.current_arrays.keys(), [t.astype(d) for t, d in zip(theta, dtypes)])
         self._record(step, len(ok), len(replies) - len(ok), clipped_nodes)
         return out, self._metrics(ok)
+
+    def budget_stop(self, server_round: int) -> Optional[str]:
+        """Before round ``server_round``: why it must not run (the tree it opens would pass
+        ``server-max-epsilon``), or None; a round inside a charged tree costs nothing more."""
+        ledger = self.server_ledger
+        if self.budget_stopped or ledger is None or ledger.max_epsilon is None:
+            return self.budget_stopped
+        schedule = self.schedule
+        if schedule.epoch < 0 or schedule.block >= schedule.rounds_per_epoch:
+            done = 0  # a new epoch: a new tree
+        elif self.ftrl.starts_new_tree() or not self.ftrl.steps_per_tree:
+            done = schedule.block  # a tree restarted mid-epoch (a resume)
+        else:
+            return None
+        self.budget_stopped = ledger.plan(self._tree_event(server_round, done), server_round)
+        return self.budget_stopped
+
+    def _tree_event(self, server_round: int, blocks_done: int) -> Any:
+        left = None if self.num_rounds is None else self.num_rounds - int(server_round) + 1
+        return tree_charge(self.ftrl.noise_multiplier, self.ftrl.restart_rounds, blocks_done,
+                           left)  # fmt: skip
+
+    def _tree_declined(self, server_round: int) -> bool:
+        """At the first release of a tree: charge the whole tree on the server's ledger
+        (committed before the release leaves); True when the budget declines it (the round
+        is recorded as skipped and the run stops)."""
+        opens = self.ftrl.starts_new_tree() or not self.ftrl.steps_per_tree
+        if self.server_ledger is None or not opens:
+            return False
+        event = self._tree_event(server_round, max(0, self.schedule.block - 1))
+        reason = self.server_ledger.charge(event, server_round)
+        if reason is None:
+            return False
+        self.budget_stopped = reason
+        _log.warning("aggregate_train: %s; nothing released", reason)
+        self.last_round = {"dp-mode": dp_ftrl.MODE.name, "dp-noised": False, "dp-skipped": reason}
+        self.history.append(self.last_round)
+        return True
 
     def _metrics(self, ok: list[Message]) -> Optional[MetricRecord]:
         contents = [m.content for m in ok]

@@ -48,6 +48,9 @@ FAST = ("dp-sgd",)  # the fast tier's pair
 # mode's pair is `slow` only (`make test-all`: 2 runs each, CI's 30 min cannot hold them all)
 GUARD = ("ifca", "zonal-hdp")
 MODEL = "final_weights.npz"
+# modes whose nodes release nothing of their own (the server noises, or nobody does)
+NO_NODE_LEDGER = ("none", "global-dp", "metric-dp", "adaptive-clip", "dp-ftrl")
+SERVER_LEDGER = ("global-dp", "adaptive-clip", "dp-ftrl", "client-budgets")  # server ledgers
 NO_FINAL_WEIGHTS = ("ifca",)  # IFCA writes no final_weights.npz: its records are compared
 
 
@@ -85,13 +88,18 @@ def test_the_same_experiment_twice_reports_the_same_epsilon_and_records(name, tm
         assert sorted(model_a.files) == sorted(model_b.files) and model_a.files
         for key in model_a.files:  # the final model, bit for bit (the zip's own dates aside)
             assert model_a[key].tobytes() == model_b[key].tobytes(), key
+    ledgers = [run[1].get("server_ledger") for run in (a, b)]  # the server's own, if it keeps one
+    if name in SERVER_LEDGER:
+        assert ledgers[0]["earlier_releases"] == ledgers[1]["earlier_releases"] == 0
+        assert ledgers[0]["this_run_epsilon"] == ledgers[1]["this_run_epsilon"] > 0
+        assert ledgers[0]["lifetime_epsilon"] == ledgers[0]["this_run_epsilon"]
     for run, out in ((a, tmp_path / "a"), (b, tmp_path / "b")):
         block = run[1]["federation"]
         assert block["state-root"] == str(out / "node-state") and not block["persistent"]
         assert block["earlier_releases"] == 0 and block["figures"] == "this run's"
         assert block["this_run_releases"] == count_releases(out / "node-state")
     assert a[1]["federation"]["this_run_releases"] == b[1]["federation"]["this_run_releases"]
-    assert name == "none" or a[1]["federation"]["this_run_releases"] > 0
+    assert name in NO_NODE_LEDGER or a[1]["federation"]["this_run_releases"] > 0
 
 
 def test_a_federation_dir_keeps_its_ledgers_and_says_so(tmp_path):
@@ -154,6 +162,31 @@ def test_the_servers_ledger_gives_this_runs_epsilon_beside_the_lifetime_one(tmp_
     assert "holds 0 earlier releases (and 2 of the server)" in second[3]
     assert "this run's ε 15.46 (2 releases), lifetime ε 24.38 (2 earlier releases)" in second[3]
     assert (fed / "server" / "ledger.sqlite3").is_file()
+
+
+# each budgets client spends its own lifetime budget in the first run (it declines every later
+# release): the second run's clients are other nodes (another seed: other data, fresh ledgers)
+# whose partitions the server's ledger has charged already
+SECOND_RUN = {"client-budgets": {"seed": 4}}
+
+
+@pytest.mark.slow  # 2 simulations each; tests/test_server_ledger_modes.py covers the ledgers
+@pytest.mark.parametrize("name", ["dp-ftrl", "client-budgets"])
+def test_a_second_run_on_a_federation_dir_reports_the_servers_lifetime_epsilon(name, tmp_path):
+    """DP-FTRL (a row per tree) and client budgets (a row per client and release): the
+    second run on the same federation-dir reports its own ε beside a larger lifetime ε, in
+    summary.json and on the console (the same ε this run: the same settings)."""
+    config = {**EXPERIMENTS[name], "federation-dir": str(tmp_path / "federation")}
+    first = run_fedpriv(config, tmp_path / "first", default_state=True)
+    again = {**config, **SECOND_RUN.get(name, {})}
+    second = run_fedpriv(again, tmp_path / "second", default_state=True)
+    assert first[0] == 0 and second[0] == 0, first[3][-2000:] + second[3][-2000:]
+    a, b = (run[1]["federation"]["parties"]["server"] for run in (first, second))
+    assert a["earlier_releases"] == 0 and a["lifetime_epsilon"] == a["this_run_epsilon"] > 0
+    assert (b["earlier_releases"], b["this_run_releases"]) == (a["this_run_releases"],) * 2
+    assert b["this_run_epsilon"] == pytest.approx(a["this_run_epsilon"], rel=1e-12)
+    assert b["lifetime_epsilon"] > max(b["this_run_epsilon"], a["lifetime_epsilon"])
+    assert "server   this run's ε" in second[3] and "lifetime ε" in second[3]
 
 
 def test_a_symlinked_server_state_dir_is_refused_before_the_run(tmp_path):

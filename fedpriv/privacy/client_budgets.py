@@ -33,6 +33,7 @@ __all__ = [
     "HONEST_TAIL",
     "budget_of",
     "client_epsilon",
+    "client_round_event",
     "parse_groups",
     "participation_bound",
     "sampling_rate_for",
@@ -67,6 +68,19 @@ def budget_of(groups: str, partition: int, own: float = 0.0) -> float:
     return values[int(partition) % len(values)]
 
 
+def client_round_event(q: float, noise_multiplier: float):
+    """Client i's ``DpEvent`` of one release, sampled or not: ``PoissonSampledDpEvent(q_i,
+    GaussianDpEvent(z))``; ``GaussianDpEvent(z)`` at q_i = 1; ``NoOpDpEvent`` at q_i = 0."""
+    import dp_accounting
+
+    q = check_real("q", q, lo=0.0, hi=1.0)
+    z = check_real("noise_multiplier", noise_multiplier, lo=0.0)
+    if q == 0.0:
+        return dp_accounting.NoOpDpEvent()
+    event = dp_accounting.GaussianDpEvent(z)
+    return event if q >= 1.0 else dp_accounting.PoissonSampledDpEvent(q, event)
+
+
 @lru_cache(maxsize=4096)
 def client_epsilon(q: float, noise_multiplier: float, rounds: int, delta: float) -> float:
     """ε after ``rounds`` rounds of ``PoissonSampled(q, Gaussian(z))`` (dp_accounting PLD,
@@ -80,9 +94,7 @@ def client_epsilon(q: float, noise_multiplier: float, rounds: int, delta: float)
         return 0.0
     if z == 0.0:
         return math.inf
-    event = dp_accounting.GaussianDpEvent(z)
-    if q < 1.0:
-        event = dp_accounting.PoissonSampledDpEvent(q, event)
+    event = client_round_event(q, z)
     accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=DISCRETIZATION)
     return float(accountant.compose(event, rounds).get_epsilon(delta))
 

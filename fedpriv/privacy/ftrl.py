@@ -64,6 +64,7 @@ __all__ = [
     "ShuffledEpochs",
     "TreeAggregatedFTRL",
     "ftrl_event",
+    "tree_charge",
     "tree_epsilon",
     "tree_nodes",
 ]
@@ -100,6 +101,25 @@ def ftrl_event(noise_multiplier: float, steps_per_tree: Sequence[int]):
     return dp_accounting.ComposedDpEvent(
         [dp_accounting.SingleEpochTreeAggregationDpEvent(noise_multiplier, s) for s in trees]
     )
+
+
+def tree_charge(
+    noise_multiplier: float, restart_rounds: int, blocks_done: int, rounds_left: Optional[int]
+):
+    """The event a server's lifetime ledger charges when a tree opens, before its first
+    release: ``SingleEpochTreeAggregationDpEvent(z, T)`` with the leaves the tree will have,
+    ``T = min(R − blocks_done, rounds_left)`` (R the rounds of an epoch; ``blocks_done`` the
+    epoch's rounds before the tree, > 0 only for a tree restarted by a resume;
+    ``rounds_left`` the run's rounds from this one, None: unknown). A run that stops before
+    the tree is complete (a crash, a budget) is charged the whole tree: dp_accounting's ε of
+    a tree is non-decreasing in its leaves, so it is an upper bound of the leaves released."""
+    import dp_accounting
+
+    leaves = int(restart_rounds) - int(blocks_done)
+    if rounds_left is not None:
+        leaves = min(leaves, int(rounds_left))
+    leaves = check_int("tree leaves", leaves, lo=1)
+    return dp_accounting.SingleEpochTreeAggregationDpEvent(float(noise_multiplier), leaves)
 
 
 class ShuffledEpochs:

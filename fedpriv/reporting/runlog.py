@@ -104,8 +104,9 @@ OUTPUT_READERS = {
     "node): each release's round, request digest and privacy event, the nodes' cached "
     "replies; what each node released, not more (absent with federation-dir or "
     "FEDPRIV_STATE_ROOT, which keep them elsewhere)",
-    "server-state/": "the server's own ledger (owner-only; global-dp, adaptive-clip): each "
-    "noised round's privacy event, what the server released, not more (absent with "
+    "server-state/": "the server's own ledger (owner-only; global-dp, adaptive-clip: each "
+    "noised round's privacy event; dp-ftrl: each tree's; client-budgets: each client's per "
+    "release): what the server released, not more (absent with "
     "federation-dir or server-state-dir, which keep it elsewhere)",
 }
 

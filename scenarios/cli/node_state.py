@@ -5,8 +5,9 @@ ledgers under ``<output-dir>/node-state`` (the same experiment run again reports
 resume finds its ledgers). ``federation-dir`` makes a persistent simulated federation for
 lifetime studies: a run that starts on a non-empty ledger says so in its first lines, and
 summary.json's ``federation`` block says what its figures include and, per party, this run's
-ε beside the lifetime ε (``parties``). The server's ledger (a ``global-dp`` or
-``adaptive-clip`` run, :mod:`fedpriv.privacy.ledger.server`) lives in
+ε beside the lifetime ε (``parties``). The server's ledger (a ``global-dp``,
+``adaptive-clip``, ``dp-ftrl`` or ``client-budgets`` run, :mod:`fedpriv.privacy.ledger.server`)
+lives in
 ``<federation-dir>/server``, else the run's ``server-state-dir``, else the run's own
 ``<output-dir>/server-state``.
 """

@@ -30,14 +30,14 @@ STRATEGIES = ("fedavg", "fedprox")
 
 def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     """:class:`fedpriv.strategies.client_budgets.ClientBudgetsDP` (``rng`` unused: sampling and
-    noise
-    from the secret ``dp-noise`` stream)."""
+    noise from the secret ``dp-noise`` stream) with the server's per-client ledger
+    (:func:`fedpriv.scenarios.dp.server_ledger.attach_per_client_ledger`)."""
     from fedpriv.strategies.client_budgets import ClientBudgetsDP
 
     del rng
     spec = run.spec
     p = spec.params
-    return ClientBudgetsDP(
+    wrapper = ClientBudgetsDP(
         strategy,
         rates={k: q for k, (_, q) in client_budgets.rates(spec).items()},
         delta=p.delta,
@@ -46,6 +46,9 @@ def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
         rng=seeds.privacy_stream(int(spec.seed), "dp-noise", reproducible=spec.reproducible_noise),
         accept_failures=bool(spec.strategy.accept_failures),
     )
+    from fedpriv.scenarios.dp.server_ledger import attach_per_client_ledger  # not at --help
+
+    return attach_per_client_ledger(wrapper, run)
 
 
 def check_client_budgets(cfg: Mapping[str, Any], catalog: Catalog) -> None:

@@ -37,6 +37,8 @@ from fedpriv.scenarios.zonal.keys import zone_nodes
 
 from fedpriv import seeds
 from fedpriv.privacy.disclosure import unaccounted_channels
+from fedpriv.privacy.modes import client_budgets as client_budgets_mode
+from fedpriv.privacy.modes import dp_ftrl as dp_ftrl_mode
 from fedpriv.privacy.modes import dp_sgd as dp_sgd_mode
 from fedpriv.privacy.modes import global_dp, metric_dp, mode_of
 from fedpriv.reporting.records import PrivacyFigures, mean_of
@@ -128,14 +130,17 @@ def check_max_epsilon(cfg: Mapping[str, Any], catalog: Catalog) -> None:
 
 
 def check_server_budget(cfg: Mapping[str, Any], catalog: Catalog) -> None:
-    """``server-max-epsilon`` > 0 only where the server's releases have an ε: global DP or
-    adaptive clipping around a mean (standard run)."""
+    """``server-max-epsilon`` > 0 only where the server's releases have an ε on its ledger:
+    global DP or adaptive clipping around a mean, DP-FTRL (its trees) and client budgets
+    (the largest client's), in a standard run."""
     value = float(cfg.get("server-max-epsilon", 0.0))
     if value == 0:
         return
-    allowed = "0 (no budget) unless privacy = global-dp | adaptive-clip around a mean"
+    allowed = ("0 (no budget) unless privacy = global-dp | adaptive-clip | dp-ftrl | "
+               "client-budgets around a mean")  # fmt: skip
     mode = mode_of(cfg)
-    if not mode.budgeted or catalog.kind(cfg) != "standard":
+    ledgered = mode.budgeted or mode.name in (dp_ftrl_mode.MODE.name, client_budgets_mode.NAME)
+    if not ledgered or catalog.kind(cfg) != "standard":
         raise ConfigError(
             "server-max-epsilon", value, f"{allowed} (privacy = {mode.name}: no server epsilon)"
         )

@@ -115,9 +115,10 @@ KEYS = (
         0.0,
         real(0),
         "a float >= 0 (0 = no budget)",
-        "global-dp, adaptive-clip: the server's lifetime budget over every run of its ledger "
-        "(server-state-dir): a round whose release would push the composition of the stored "
-        "events past it is not released and the run ends (summary.json stopped says why)",
+        "global-dp, adaptive-clip, dp-ftrl (its trees), client-budgets (the largest client's): "
+        "the server's lifetime budget over every run of its ledger (server-state-dir): a "
+        "release that would push the composition of the stored events past it is not made "
+        "and the run ends (summary.json stopped says why)",
     ),
     key(
         "server-state-dir",

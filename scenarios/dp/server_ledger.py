@@ -2,8 +2,11 @@
 
 :func:`attach_server_ledger` gives a server-side DP wrapper with an accountant (``global-dp``,
 ``adaptive-clip``) the run's :class:`fedpriv.privacy.ledger.server.ServerLedger` in the
-server's state folder (:func:`fedpriv.privacy.ledger.server.server_state_dir`), checked before
-any training; without a folder (a deployment without ``server-state-dir``) the run says in one
+server's state folder; :func:`attach_tree_ledger` gives DP-FTRL's wrapper one under
+replace-special (a row per tree), :func:`attach_per_client_ledger` the client-budgets wrapper a
+:class:`fedpriv.privacy.ledger.per_client.PerClientLedger` (a row per client and release). The
+folder (:func:`fedpriv.privacy.ledger.server.server_state_dir`) is checked before any
+training; without a folder (a deployment without ``server-state-dir``) the run says in one
 line that its server ε covers this run only, and a ``server-max-epsilon`` is refused.
 summary.json's ``server_ledger`` block is the ledger's figures
 (:func:`fedpriv.scenarios.app.round_loop.server_ledger_figures`).
@@ -12,12 +15,13 @@ summary.json's ``server_ledger`` block is the ledger's figures
 from __future__ import annotations
 
 from logging import INFO
+from pathlib import Path
 from typing import Any, Optional
 
 from fedpriv.scenarios.config.specs import ServerRun
 from flwr.common import log
 
-from fedpriv.privacy.accounting.events import relation_for
+from fedpriv.privacy.accounting.events import NeighborRel, relation_for
 from fedpriv.privacy.ledger.server import (
     SERVER_BUDGET_KEY,
     SERVER_STATE_KEY,
@@ -25,7 +29,12 @@ from fedpriv.privacy.ledger.server import (
     server_state_dir,
 )
 
-__all__ = ["attach_server_ledger", "server_budget"]
+__all__ = [
+    "attach_per_client_ledger",
+    "attach_server_ledger",
+    "attach_tree_ledger",
+    "server_budget",
+]
 
 NO_LEDGER_LINE = (
     "fedpriv: no " + SERVER_STATE_KEY + ": the server's epsilon covers this run only (its "
@@ -39,16 +48,39 @@ def server_budget(cfg: Any) -> Optional[float]:
     return value if value > 0 else None
 
 
+def _folder(run: ServerRun) -> Optional[Path]:
+    return server_state_dir(str(run.record.get(SERVER_STATE_KEY, "") or ""), run.spec.output_dir)
+
+
+def _attached(wrapper: Any, ledger: Any) -> Any:
+    wrapper.server_ledger = ledger
+    if ledger is None:
+        log(INFO, "%s", NO_LEDGER_LINE)
+    return wrapper
+
+
 def attach_server_ledger(wrapper: Any, run: ServerRun) -> Any:
     """``wrapper`` with the run's server ledger (see the module docstring); returns it."""
     accountant = getattr(wrapper, "accountant", None)
     if accountant is None:
         return wrapper
-    cfg = run.record
-    folder = server_state_dir(str(cfg.get(SERVER_STATE_KEY, "") or ""), run.spec.output_dir)
-    budget = server_budget(cfg)
     relation = relation_for(accountant.sampling)
-    wrapper.server_ledger = open_server_ledger(folder, relation, accountant.delta, budget)
-    if wrapper.server_ledger is None:
-        log(INFO, "%s", NO_LEDGER_LINE)
-    return wrapper
+    ledger = open_server_ledger(_folder(run), relation, accountant.delta, server_budget(run.record))
+    return _attached(wrapper, ledger)
+
+
+def attach_tree_ledger(wrapper: Any, run: ServerRun) -> Any:
+    """DP-FTRL's wrapper with the server's ledger of trees (replace-special, one row per tree:
+    :mod:`fedpriv.strategies.dp_ftrl`); returns it."""
+    relation = NeighborRel.REPLACE_SPECIAL
+    ledger = open_server_ledger(_folder(run), relation, wrapper.delta, server_budget(run.record))
+    return _attached(wrapper, ledger)
+
+
+def attach_per_client_ledger(wrapper: Any, run: ServerRun) -> Any:
+    """The client-budgets wrapper with the server's per-client ledger (one row per client and
+    release: :mod:`fedpriv.privacy.ledger.per_client`); returns it."""
+    from fedpriv.privacy.ledger.per_client import open_per_client_ledger
+
+    ledger = open_per_client_ledger(_folder(run), wrapper.delta, server_budget(run.record))
+    return _attached(wrapper, ledger)

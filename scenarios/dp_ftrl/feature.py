@@ -32,7 +32,8 @@ def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     """:class:`fedpriv.strategies.dp_ftrl.DPFTRL` around ``strategy``: ``rng`` (the run's
     sampling Generator: OS entropy unless ``reproducible-noise``) draws the epochs'
     permutations; the tree seed is OS entropy, or the ``dp-noise`` stream with
-    ``reproducible-noise``."""
+    ``reproducible-noise``. The server's ledger of trees is attached
+    (:func:`fedpriv.scenarios.dp.server_ledger.attach_tree_ledger`)."""
     from fedpriv.strategies.dp_ftrl import DPFTRL
 
     spec = run.spec
@@ -41,7 +42,7 @@ def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
     if spec.reproducible_noise:
         stream = seeds.privacy_stream(int(spec.seed), "dp-noise", reproducible=True)
         seed = int(stream.integers(2**63 - 1))
-    return DPFTRL(
+    wrapper = DPFTRL(
         strategy,
         noise_multiplier=params.noise_multiplier,
         clipping_norm=params.clipping_norm,
@@ -53,7 +54,11 @@ def build_wrapper(strategy, run: ServerRun, rng: np.random.Generator):
         seed=seed,
         rng=rng,
         estimator=params.estimator,
+        num_rounds=spec.rounds,
     )
+    from fedpriv.scenarios.dp.server_ledger import attach_tree_ledger  # Flower: not at --help
+
+    return attach_tree_ledger(wrapper, run)
 
 
 def check_dp_ftrl(cfg: Mapping[str, Any], catalog: Catalog) -> None:

@@ -68,9 +68,16 @@ def event_from_json(text: str) -> Any:
 
 def compose_epsilon(events: Iterable[Any], delta: float, relation: Any = None) -> float:
     """ε at ``delta`` of the composition of ``events`` (0 for none), under ``relation``
-    (default: add-or-remove-one, dp_accounting's default)."""
+    (default: add-or-remove-one, dp_accounting's default).
+
+    Under replace-special (DP-FTRL's trees, ``SingleEpochTreeAggregationDpEvent``; PLD has no
+    construction for them) it is dp_accounting's ``RdpAccountant`` of
+    ``ComposedDpEvent(events)``, the accountant of :func:`fedpriv.privacy.ftrl.tree_epsilon`:
+    a tree without noise (z = 0) is ``inf``."""
     from fedpriv.privacy.accounting import NeighborRel, PrivacyAccountant
 
+    if relation == NeighborRel.REPLACE_SPECIAL:
+        return _tree_epsilon(list(events), delta)
     accountant = PrivacyAccountant(
         delta=float(delta), relation=relation or NeighborRel.ADD_OR_REMOVE_ONE
     )
@@ -81,3 +88,17 @@ def compose_epsilon(events: Iterable[Any], delta: float, relation: Any = None) -
     if not any_event:
         return 0.0
     return float(accountant.report().epsilon)
+
+
+def _tree_epsilon(events: list[Any], delta: float) -> float:
+    """RDP ε of tree-aggregation events composed (replace-special), 0 for none."""
+    import dp_accounting
+
+    if not events:
+        return 0.0
+    if any(getattr(e, "noise_multiplier", 1.0) == 0 for e in events):
+        return math.inf
+    accountant = dp_accounting.rdp.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+    )
+    return float(accountant.compose(dp_accounting.ComposedDpEvent(events)).get_epsilon(delta))

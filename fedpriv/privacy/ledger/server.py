@@ -7,7 +7,9 @@ party ``server``) in the server's own state folder, charged BEFORE the aggregate
 (:meth:`ServerLedger.charge`: one ``BEGIN IMMEDIATE`` transaction reads the stored events,
 decides the lifetime budget and appends the row). The row holds the round's ``DpEvent``
 (the one the run's accountant composes) and, in its ``sequence`` column, the neighbouring
-relation that event is accounted under. The server's lifetime ε is
+relation that event is accounted under (DP-FTRL: one row per tree, replace-special, charged
+whole when the tree opens, :mod:`fedpriv.strategies.dp_ftrl`; client budgets keep one row per
+client instead, :mod:`fedpriv.privacy.ledger.per_client`). The server's lifetime ε is
 
     ε_lifetime(δ) = ε(compose(e_1, ..., e_k); δ)
 
@@ -44,6 +46,7 @@ from fedpriv.privacy.ledger.folder import StateFolderError, checked_file, checke
 from fedpriv.privacy.ledger.store import DB_NAME, LedgerStore, Row
 
 __all__ = [
+    "PER_CLIENT_PARTY",
     "PER_RUN",
     "SERVER_BUDGET_KEY",
     "SERVER_PARTY",
@@ -52,11 +55,13 @@ __all__ = [
     "SERVER_STATE_KEY",
     "ServerLedger",
     "ServerLedgerError",
+    "open_store",
     "server_folder_refusal",
     "server_state_dir",
 ]
 
 SERVER_PARTY = "server"
+PER_CLIENT_PARTY = "server-per-client"  # client-budgets: one row per client and release
 SERVER_IDENTITY = 0
 SERVER_STATE_KEY = "server-state-dir"  # the ServerApp's run config: its state folder
 SERVER_BUDGET_KEY = "server-max-epsilon"  # the server's lifetime budget (0: none)
@@ -122,29 +127,7 @@ class ServerLedger:
 
     def open(self) -> LedgerStore:
         """The store, its folder and files checked, its relation this run's (else one line)."""
-        folder = checked_folder(self.folder)
-        for suffix in ("", "-wal", "-shm"):
-            checked_file(folder / f"{DB_NAME}{suffix}")
-        store = LedgerStore(folder)
-        db = store.connect()
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                os.chmod(folder / f"{DB_NAME}{suffix}", 0o600)
-            except FileNotFoundError:
-                pass
-        other = db.execute(
-            "SELECT DISTINCT sequence FROM releases WHERE party = ? AND identity = ? AND "
-            "sequence != ?",
-            (SERVER_PARTY, SERVER_IDENTITY, self.relation),
-        ).fetchall()
-        if other:
-            raise ServerLedgerError(
-                f"server state folder {self.folder!r} holds releases accounted under "
-                f"{other[0][0]} adjacency; this run accounts {self.relation} (another "
-                "client-sampling): their lifetime epsilon has no single composition; use "
-                "another server-state-dir or federation-dir"
-            )
-        return store
+        return open_store(self.folder, SERVER_PARTY, self.relation)
 
     def _rows(self, db: Any = None) -> list[Row]:
         return self.store.rows(SERVER_PARTY, SERVER_IDENTITY, db)
@@ -210,6 +193,42 @@ class ServerLedger:
             "adjacency": self.relation,
             SERVER_BUDGET_KEY: self.max_epsilon or 0.0,
         }
+
+
+def open_store(folder: str, party: str, relation: str) -> LedgerStore:
+    """The server's store in ``folder`` (folder and files checked, owner-only), refused in
+    one line when it holds releases under another relation than ``relation`` or of the other
+    kind of server ledger than ``party`` (every client alike, or each its own events)."""
+    path = checked_folder(folder)
+    for suffix in ("", "-wal", "-shm"):
+        checked_file(path / f"{DB_NAME}{suffix}")
+    store = LedgerStore(path)
+    db = store.connect()
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.chmod(path / f"{DB_NAME}{suffix}", 0o600)
+        except FileNotFoundError:
+            pass
+    other = db.execute(
+        "SELECT DISTINCT sequence FROM releases WHERE party IN (?, ?) AND sequence != ?",
+        (SERVER_PARTY, PER_CLIENT_PARTY, relation),
+    ).fetchall()
+    if other:
+        raise ServerLedgerError(
+            f"server state folder {folder!r} holds releases accounted under {other[0][0]} "
+            f"adjacency; this run accounts {relation} (another client-sampling or privacy "
+            "mode): their lifetime epsilon has no single composition; use another "
+            "server-state-dir or federation-dir"
+        )
+    kind = PER_CLIENT_PARTY if party == SERVER_PARTY else SERVER_PARTY
+    if db.execute("SELECT 1 FROM releases WHERE party = ? LIMIT 1", (kind,)).fetchone():
+        theirs = "each client at its own rate" if kind == PER_CLIENT_PARTY else "every client alike"
+        raise ServerLedgerError(
+            f"server state folder {folder!r} holds releases of another privacy mode (charged "
+            f"to {theirs}); this run's are not charged that way and have no single "
+            "composition with them: use another server-state-dir or federation-dir"
+        )
+    return store
 
 
 def _plain(epsilon: float) -> float | str:
