@@ -80,7 +80,7 @@ def noise_lines(
     ``distributed`` and ``central`` map ε to the cells' aggregate (their mean z)."""
     head = [
         "Noise multipliers (noise std on the sum over the sensitivity) at each target ε, "
-        f"q = {Q:g}, {rounds} rounds, δ = {DELTA:g}:",
+        f"q = {Q:g}, {rounds} rounds, δ = 1e-5:",
         "",
         "| ε | distributed DP (Skellam RDP, Zhu & Wang Thm 6) | Gaussian, same bound | "
         "Gaussian, exact sampled RDP | central DP (PLD) |",
@@ -96,7 +96,7 @@ def noise_lines(
 
 EXPLANATION = (
     "The Skellam mechanism itself costs nothing at 16 bits: a continuous Gaussian accounted "
-    "with the same amplification bound needs the same z (first two columns; "
+    "with the same amplification bound needs the same z (the first two z columns; "
     "`tests/test_distributed_accounting.py::test_page_gap_is_the_general_poisson_bound`). "
     "Neither does the encoding: no coordinate of the sum leaves [−2¹⁵, 2¹⁵) (the ring holds "
     "15 standard deviations of the sum at ε = 2), rounding inflates the sensitivity by 0.5 % "
