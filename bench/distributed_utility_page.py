@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.distributed_utility import CENTRAL, DISTRIBUTED_16, LDP, METHODS
+from bench.distributed_noise import noise_lines
+from bench.distributed_utility import (
+    CENTRAL,
+    DISTRIBUTED_16,
+    DISTRIBUTED_16_CENTRAL_Z,
+    LDP,
+    METHODS,
+)
 from bench.privacy_utility import BASE, Method
 from bench.privacy_utility_page import (
     _band,
@@ -51,8 +58,15 @@ def read_cells(out: Path) -> list[dict[str, Any]]:
                 "z": summary["run_config"].get("noise-multiplier"),
                 "reported_epsilon": reported if reported is not None else ldp_epsilon(summary),
                 "wall_s": summary.get("wall_seconds"),
+                "rounds": summary["run_config"].get("num-server-rounds"),
             })  # fmt: skip
     return rows
+
+
+def rounds_of(rows: Sequence[Mapping[str, Any]]) -> int:
+    """The cells' rounds (the page's setting when no cell says)."""
+    found = {int(r["rounds"]) for r in rows if r.get("rounds") is not None}
+    return max(found, default=int(BASE["num-server-rounds"]))
 
 
 def results_table(table: Table, methods: Sequence[Method]) -> str:
@@ -85,6 +99,12 @@ def gap_lines(table: Table) -> list[str]:
             text += f"; distributed − LDP = {dist['mean'] - ldp['mean']:+.3f} ({above} LDP)"
         seeds = f"seeds {dist['seeds']} vs {cent['seeds']}"
         lines.append(f"{text} ({seeds})")
+        same_z = table.get((DISTRIBUTED_16_CENTRAL_Z.name, e))
+        if same_z is not None:
+            lines.append(
+                f"  - at central DP's z (equal noise, ε above the target): distributed − "
+                f"central = {same_z['mean'] - cent['mean']:+.3f} (seeds {same_z['seeds']})"
+            )
     return lines
 
 
@@ -106,7 +126,8 @@ def plot(table: Table, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
-    for method, style in zip(METHODS, ({"ls": "-"}, {"ls": "--"}, {"ls": ":"})):
+    styles = ({"ls": "-"}, {"ls": "--"}, {"ls": ":"}, {"ls": "-."})
+    for method, style in zip(METHODS, styles):
         _band(ax, table, method.name, method.name, **style)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("target ε (δ = 1e-5), against the server")
@@ -146,7 +167,8 @@ def report(out: Path, page: Path, plot_path: Path) -> str:
         "Setting: " + ", ".join(f"{k} = {v}" for k, v in BASE.items()) + ", δ = 1e-5 (the "
         "[privacy-utility page](privacy-utility.md)'s). Every cell runs at the smallest z "
         "whose ε, by its own mode's accountant, meets the target (the planner: `fedpriv "
-        "epsilon --target-epsilon`). Every ε here holds against the server.",
+        "epsilon --target-epsilon`), except the diagnostic row at central DP's z (its ε is "
+        "above the target). Every ε here holds against the server.",
         "",
         f"![accuracy against ε]({plot_path.name})",
         "",
@@ -166,9 +188,17 @@ def report(out: Path, page: Path, plot_path: Path) -> str:
         "from a sum divided by the fixed 20; for central DP's fixed-denominator Poisson sum, "
         "add/remove equals replacing the update by zero), the same q = 0.2 and 20 expected "
         "clients a round; their z are not on one scale (central: noise std on the sum / C; "
-        "distributed: / B, the integer sensitivity of the rotated, rounded update), and the "
-        "Skellam RDP bound is looser than central DP's PLD. LDP is replace-one and not "
+        "distributed: / B, the integer sensitivity of the rotated, rounded update; B = "
+        "1.005·γC here, so the two scales nearly agree). LDP is replace-one and not "
         "amplified: the server picks the cohort and sees each noised update.",
+        "",
+        "## Why distributed DP needs more noise at the same ε",
+        "",
+        *noise_lines(
+            epsilons_of(table), rounds_of(rows),
+            {e: table.get((DISTRIBUTED_16.name, e)) for e in epsilons_of(table)},
+            {e: table.get((CENTRAL.name, e)) for e in epsilons_of(table)},
+        ),  # fmt: skip
         "",
         "## ε reported by the runs (largest over seeds)",
         "",

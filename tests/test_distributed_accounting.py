@@ -149,6 +149,55 @@ def test_amplification_never_exceeds_the_unsampled_rdp() -> None:
     assert np.all(nearly_all <= unsampled)
 
 
+def _zhu_wang_general(alpha: int, q: float, sigma: float) -> float:
+    """Zhu & Wang 2019, Thm 6, for the Gaussian's ε(j) = j/(2σ²), written out again in log
+    space one order at a time: (α − 1)·ε'(α) = log[(1−q)^{α−1}(αq − q + 1)
+    + C(α,2)q²(1−q)^{α−2}e^{ε(2)} + 3·Σ_{j>=3} C(α,j)q^j(1−q)^{α−j}e^{(j−1)ε(j)}]."""
+
+    def log_term(j: int) -> float:
+        log_c = math.lgamma(alpha + 1) - math.lgamma(j + 1) - math.lgamma(alpha - j + 1)
+        return log_c + j * math.log(q) + (alpha - j) * math.log1p(-q) + (j - 1) * j / (2 * sigma**2)
+
+    logs = [(alpha - 1) * math.log1p(-q) + math.log1p((alpha - 1) * q), log_term(2)]
+    logs += [math.log(3.0) + log_term(j) for j in range(3, alpha + 1)]
+    top = max(logs)
+    log_a = top + math.log(sum(math.exp(x - top) for x in logs))
+    return min(log_a / (alpha - 1), alpha / (2 * sigma**2))
+
+
+def test_page_gap_is_the_general_poisson_bound() -> None:
+    """The distributed-DP utility page's setting (digits-mlp, d = 4810, C = 0.5, γ = 1024, all
+    100 clients add noise, secret coin q = 0.2, 20 rounds, ε = 2): Skellam at 16 bits needs
+    the z a Gaussian needs under the same general Poisson bound (its discreteness and the
+    rounding cost < 0.5 %), and that bound, not the mechanism, is why it needs ~1.8 times the
+    noise of the Gaussian's exact sampled RDP (and ~1.9 times central DP's PLD z, 2.16)."""
+    from fedpriv.privacy.accounting.budget import smallest_noise_multiplier
+    from fedpriv.privacy.distributed import encoding as E
+
+    bound = E.EncodingParams(4810, 0.5, 1024.0, bits=16).norm_bound
+    assert bound == pytest.approx(1.005 * 512, rel=1e-3)  # rounding: B = 1.005·γC
+    mu, _ = A.noise_variance_for_epsilon(
+        2.0, noisy_clients=100, norm_bound=bound, dimension=8192, sampled=20, population=100,
+        sampling="poisson", rounds=20, delta=DELTA,
+    )  # fmt: skip
+    skellam_z = math.sqrt(100 * mu) / bound
+
+    def general(z: float) -> float:
+        rdp = [20 * _zhu_wang_general(int(a), 0.2, z) for a in A.ORDERS]
+        return dp_accounting.rdp.compute_epsilon(A.ORDERS, rdp, DELTA)[0]
+
+    def exact(z: float) -> float:
+        event = dp_accounting.PoissonSampledDpEvent(0.2, dp_accounting.GaussianDpEvent(z))
+        return gaussian_epsilon(z, 20, event)
+
+    general_z = smallest_noise_multiplier(lambda z: general(z) if z else math.inf, 2.0)[0]
+    exact_z = smallest_noise_multiplier(lambda z: exact(z) if z else math.inf, 2.0)[0]
+    assert general_z <= skellam_z <= 1.005 * general_z
+    assert skellam_z == pytest.approx(4.115, abs=0.01)
+    assert exact_z == pytest.approx(2.34, abs=0.01)
+    assert general_z > 1.7 * exact_z
+
+
 # --- μ for a target ε -------------------------------------------------------------------------
 
 

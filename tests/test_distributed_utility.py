@@ -23,6 +23,7 @@ ACCS = {  # (method, ε) -> accuracy of seeds 0, 1
     (du.DISTRIBUTED_16, 2.0): (0.50, 0.54),
     (du.CENTRAL, 2.0): (0.60, 0.62),
     (du.LDP, 2.0): (0.10, 0.12),
+    (du.DISTRIBUTED_16_CENTRAL_Z, 2.0): (0.59, 0.63),
 }
 
 
@@ -62,7 +63,9 @@ def test_table_is_mean_and_sample_std_with_ldp_epsilon_from_the_zonal_block(grid
 
 def test_gap_lines_hold_distributed_within_0_03_of_central_and_above_ldp(grid: Path) -> None:
     lines = page_of.gap_lines(page_of.aggregate(page_of.read_cells(grid)))
-    at2, at8 = lines
+    at2, same_z, at8 = lines
+    assert same_z == "  - at central DP's z (equal noise, ε above the target): distributed − " \
+        "central = +0.000 (seeds [0, 1])"  # fmt: skip
     assert at8.startswith("- ε = 8: distributed − central = -0.015 (within 0.03)")
     assert "distributed − LDP = +0.600 (above LDP)" in at8
     assert "-0.090 (**not** within 0.03)" in at2
@@ -73,6 +76,9 @@ def test_page_names_its_command_and_cells_and_puts_the_legend_below(grid, tmp_pa
     text = page_of.report(grid, page, plot)
     assert "`make distributed-dp-utility`" in text.splitlines()[2]
     assert f"- {du.CENTRAL.name}, ε = 8: seeds [0, 1]" in text
+    # the noise table: the cells' z (4/ε here), the Gaussian's z under Zhu & Wang's general
+    # bound and under its exact sampled RDP (tests/test_distributed_accounting.py: 4.115, 2.34)
+    assert "| 2 | 2.00 | 4.12 | 2.34 | 2.00 |" in text
     assert plot.is_file() and "![accuracy against ε](p.png)" in text
     table = page_of.aggregate(page_of.read_cells(grid))
     import matplotlib.pyplot as plt
