@@ -31,7 +31,7 @@ def _starts_flower_processes(path: Path) -> bool:
 
 def test_ci_runs_the_deployment_target():
     assert re.search(r"^ci:.*\btest-deployment\b", MAKEFILE, flags=re.M)
-    assert re.search(r"^make test-deployment\b", CI_RUN, flags=re.M)
+    assert re.search(r"^(?:make|step) test-deployment\b", CI_RUN, flags=re.M)
     recipe = re.search(r"^test-deployment:.*\n\t(.*)$", MAKEFILE, flags=re.M)
     assert (
         recipe and "$(DEPLOYMENT_TESTS)" in recipe.group(1) and "-m deployment" in recipe.group(1)

@@ -218,7 +218,7 @@ def test_ci_builds_the_docs():
     assert {"-W", "--keep-going", "-q"} <= set(command) and "html" in command
     assert re.search(r"^ci:.*\bdocs\b", makefile, flags=re.M)
     assert re.search(
-        r"^make docs\b", (ROOT / ".ci" / "run").read_text(encoding="utf-8"), flags=re.M
+        r"^(?:make|step) docs\b", (ROOT / ".ci" / "run").read_text(encoding="utf-8"), flags=re.M
     )
 
 
