@@ -29,6 +29,9 @@ def global_z_at(epsilon: float) -> float:
 
 
 @pytest.mark.simulation
+# slow only (make test-all): CI checks the same claim on the distributed-DP utility page's
+# reduced run (make results-check: distributed DP not more than 0.15 below central DP)
+@pytest.mark.slow
 def test_distributed_dp_is_near_global_dp_at_the_same_epsilon(tmp_path):
     spec = run_spec(CATALOG.resolve_run_config(DISTRIBUTED))
     epsilon = distributed_dp.plan(spec)["epsilon"]

@@ -77,6 +77,9 @@ def _legacy_apps(wrapper_cls, captured: dict):
     return ServerApp(server_fn=server_fn), ClientApp(client_fn=client_fn)
 
 
+# slow only (make test-all): the legacy-API wrapper; metric DP's simulation path stays in the
+# fast tier (test_metric_dp_with_identical_client_models_completes_with_fallback)
+@pytest.mark.slow
 def test_legacy_metric_dp_runs_in_the_simulation_engine():
     from fedpriv.strategies.legacy_dp import LegacyMetricDP
     from flwr.simulation import run_simulation

@@ -43,10 +43,10 @@ EXPERIMENTS = {
                               "noise-multiplier": 0.5, "clipping-norm": 5.0}
        for placement in ("ldp", "hdp", "cdp")},
 }  # fmt: skip
-FAST = ("dp-sgd",)  # the fast tier's pair
+FAST: tuple[str, ...] = ()  # no pair in the fast tier (two runs each: ~120 s of its wall)
 # the guard tier's pairs (CI: IFCA and a zonal placement, which the issue names); every other
 # mode's pair is `slow` only (`make test-all`: 2 runs each, CI's 30 min cannot hold them all)
-GUARD = ("ifca", "zonal-hdp")
+GUARD = ("dp-sgd", "ifca", "zonal-hdp")
 MODEL = "final_weights.npz"
 # modes whose nodes release nothing of their own (the server noises, or nobody does)
 NO_NODE_LEDGER = ("none", "global-dp", "metric-dp", "adaptive-clip", "dp-ftrl")
@@ -102,6 +102,9 @@ def test_the_same_experiment_twice_reports_the_same_epsilon_and_records(name, tm
     assert name in NO_NODE_LEDGER or a[1]["federation"]["this_run_releases"] > 0
 
 
+# guard tier: two runs on one federation (~100 s of the fast tier's 2-worker wall)
+@pytest.mark.slow
+@pytest.mark.guard
 def test_a_federation_dir_keeps_its_ledgers_and_says_so(tmp_path):
     fed = tmp_path / "federation"
     config = {**DPSGD, "federation-dir": str(fed)}
@@ -137,6 +140,9 @@ GLOBAL_DP = {"privacy": "global-dp", "num-server-rounds": 2, "num-clients": 4,
              "noise-multiplier": 1.0}  # fmt: skip
 
 
+# guard tier: two runs on one federation (~75 s of the fast tier's wall)
+@pytest.mark.slow
+@pytest.mark.guard
 def test_the_servers_ledger_gives_this_runs_epsilon_beside_the_lifetime_one(tmp_path):
     """global-dp, z = 1, all 4 of 4 clients (replace-one): 2 rounds are ε 15.46, 4 rounds
     24.38, 5 rounds 28.37. The second run on the same federation-dir reports this run's ε

@@ -155,6 +155,9 @@ def test_summary_json_is_valid_json_with_config(default_runs):
 # --- kill a real simulation after round 3 of 6, run the same command again
 
 
+# guard tier: a killed run and its resume (~75 s of the fast tier's wall)
+@pytest.mark.slow
+@pytest.mark.guard
 def test_killed_run_resumes_and_equals_an_uninterrupted_run(plan_runs, tmp_path):
     rc, summary_full, rounds_full, log = plan_runs["uninterrupted"]
     assert rc == 0, log

@@ -95,6 +95,9 @@ def _weights(path: Path) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("mode", list(MODES))
+# guard tier: its fixture is two simulations of seven cells (~150 s of the fast tier's wall)
+@pytest.mark.slow
+@pytest.mark.guard
 def test_two_workers_give_the_run_of_one_supernode_per_client(pairs, mode):
     virtual, reference = pairs[mode][2], pairs[mode][4]
     for rc, _, _, log, _ in (virtual, reference):

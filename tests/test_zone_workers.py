@@ -90,6 +90,9 @@ def test_simulation_size_gives_the_zones_workers_up_to_the_cpus():
 
 
 @pytest.mark.simulation
+# guard tier: two runtimes of the same zonal run (~75 s of the fast tier's wall)
+@pytest.mark.slow
+@pytest.mark.guard
 def test_one_worker_gives_the_run_of_one_supernode_per_zone(tmp_path):
     base = {
         "scenario": "hdp-digits",
