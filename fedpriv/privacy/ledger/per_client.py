@@ -38,6 +38,7 @@ from fedpriv.privacy.ledger.server import (
     SERVER_BUDGET_KEY,
     SERVER_STATE_KEY,
     ServerLedgerError,
+    check_server_budget,
     open_store,
 )
 from fedpriv.privacy.ledger.store import DB_NAME, LedgerStore, Row
@@ -61,13 +62,7 @@ class PerClientLedger:
     relation: str = ADD_OR_REMOVE
 
     def __post_init__(self) -> None:
-        if self.max_epsilon is not None and not (
-            math.isfinite(self.max_epsilon) and self.max_epsilon > 0
-        ):
-            raise ServerLedgerError(
-                f"{SERVER_BUDGET_KEY} = {self.max_epsilon!r} is not allowed; expected a finite "
-                "float > 0 (0 in the config: no budget)"
-            )
+        check_server_budget(self.max_epsilon)
 
     def open(self) -> LedgerStore:
         """The store, checked (folder, files, relation, kind of rows; else one line)."""

@@ -98,6 +98,15 @@ def _relation(name: str) -> Any:
     return NeighborRel[name]
 
 
+def check_server_budget(max_epsilon: Optional[float]) -> None:
+    """Refuse, in one line, a server budget that is not a finite float > 0 (None: no budget)."""
+    if max_epsilon is not None and not (math.isfinite(max_epsilon) and max_epsilon > 0):
+        raise ServerLedgerError(
+            f"{SERVER_BUDGET_KEY} = {max_epsilon!r} is not allowed; expected a finite "
+            "float > 0 (0 in the config: no budget)"
+        )
+
+
 @dataclass
 class ServerLedger:
     """The server's ledger in ``<folder>/ledger.sqlite3`` for one run (picklable: paths and
@@ -113,13 +122,7 @@ class ServerLedger:
     run: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def __post_init__(self) -> None:
-        if self.max_epsilon is not None and not (
-            math.isfinite(self.max_epsilon) and self.max_epsilon > 0
-        ):
-            raise ServerLedgerError(
-                f"{SERVER_BUDGET_KEY} = {self.max_epsilon!r} is not allowed; expected a finite "
-                "float > 0 (0 in the config: no budget)"
-            )
+        check_server_budget(self.max_epsilon)
 
     @property
     def store(self) -> LedgerStore:
