@@ -298,7 +298,10 @@ class LaplaceIFCA(Strategy):
     ) -> Optional[MetricRecord]:
         """Mean (over validation users) loss / rmse / accuracy of each user's best hypothesis;
         a malformed reply is dropped and named under ``invalid-evaluations``
-        (:func:`checked_validation`)."""
+        (:func:`checked_validation`); error replies are left out and counted under the
+        validation's ``failed`` (only when some failed)."""
+        replies = list(replies)
+        failed = sum(1 for reply in replies if reply.has_error())
         replies, invalid = checked_validation(replies, self.k)
         if invalid:
             self.current["invalid-evaluations"] = invalid
@@ -306,6 +309,9 @@ class LaplaceIFCA(Strategy):
         metrics = summarise_evaluation(replies, self.k)
         if metrics is None:
             return None
+        if failed:
+            metrics["failed"] = failed
+            log(WARNING, "[IFCA round %d] %d validation replies failed", server_round, failed)
         self.current["validation"] = metrics
         return MetricRecord({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
 

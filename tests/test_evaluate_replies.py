@@ -235,3 +235,38 @@ def test_ifca_validation_replies_are_checked_and_its_loop_goes_on():
         validation = record["validation"]
         assert validation["clients"] == 1 and validation["choices"] == [0, 1]
         assert validation["loss"] == 0.5 and validation["rmse"] == pytest.approx(0.7)
+
+
+class FailingValidatorGrid(IfcaGrid):
+    """IfcaGrid whose validation user 107 answers every query with an error reply."""
+
+    def send_and_receive(self, messages, timeout=None):
+        from flwr.app import Error
+
+        messages = list(messages)
+        replies = super().send_and_receive(messages, timeout)
+        return [
+            Message(error=Error(code=0, reason="database is locked"), reply_to=msg)
+            if msg.metadata.dst_node_id == 107 and msg.metadata.message_type != "train.ifca"
+            else reply
+            for msg, reply in zip(messages, replies)
+        ]
+
+
+def test_ifca_validation_counts_its_failed_replies():
+    """A validation user whose reply failed is left out of the means and counted, so a round
+    record says how many users its validation covers and how many failed."""
+    from fedpriv.strategies.ifca import LaplaceIFCA, hypotheses_record
+
+    strategy = LaplaceIFCA(
+        num_hypotheses=2, users_per_round=3, train_partitions=range(6),
+        validation_partitions=[6, 7], node_of_partition={p: 100 + p for p in range(8)},
+        noise_multiplier=0.0, leakage_budget=0.0, patience=100, rng=np.random.default_rng(0),
+    )  # fmt: skip
+    records: list[dict] = []
+    strategy.on_round_end = records.append
+    hyps = [[np.zeros((2, 1), np.float32)], [np.ones((2, 1), np.float32)]]
+    strategy.start(FailingValidatorGrid(), hypotheses_record(hyps), num_rounds=2)
+    for record in records:
+        assert "invalid-evaluations" not in record
+        assert record["validation"]["clients"] == 1 and record["validation"]["failed"] == 1
