@@ -1,10 +1,10 @@
-"""What CI runs: every test of the deployment path is in a target ``make ci`` and ``.ci/run``
-call (a test marked ``slow`` runs in CI only when it is also ``guard`` or ``deployment``).
+"""What CI runs: every test of the deployment path is in a target ``.ci/run`` (= ``make ci``)
+calls (a test marked ``slow`` runs in CI only when it is also ``guard`` or ``deployment``).
 
 Read from the files, without running anything: a test file that starts Flower's own
 ``flower-superlink`` / ``flower-supernode`` is marked ``deployment`` and listed in the
-Makefile's ``DEPLOYMENT_TESTS``, which ``make test-deployment`` runs, which ``ci:`` and
-``.ci/run`` call.
+Makefile's ``DEPLOYMENT_TESTS``, which ``make test-deployment`` runs, which ``.ci/run`` calls
+(beside the guard tier, waited for before CI ends) and ``make ci`` runs.
 """
 
 from __future__ import annotations
@@ -30,8 +30,12 @@ def _starts_flower_processes(path: Path) -> bool:
 
 
 def test_ci_runs_the_deployment_target():
-    assert re.search(r"^ci:.*\btest-deployment\b", MAKEFILE, flags=re.M)
-    assert re.search(r"^(?:make|step) test-deployment\b", CI_RUN, flags=re.M)
+    assert re.search(r"^ci:.*\n\t.*\bbash \.ci/run\b", MAKEFILE, flags=re.M)  # make ci = .ci/run
+    for target in ("test", "test-guards", "results-check", "test-base-install", "docs"):
+        assert re.search(rf"^step {target}$", CI_RUN, flags=re.M), target
+    # the deployment tier runs beside the steps after the fast tier, and CI waits for it
+    assert re.search(r"^beside test-deployment$", CI_RUN, flags=re.M)
+    assert re.search(r"^joined test-deployment$", CI_RUN, flags=re.M)
     recipe = re.search(r"^test-deployment:.*\n\t(.*)$", MAKEFILE, flags=re.M)
     assert (
         recipe and "$(DEPLOYMENT_TESTS)" in recipe.group(1) and "-m deployment" in recipe.group(1)

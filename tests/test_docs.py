@@ -216,7 +216,7 @@ def test_ci_builds_the_docs():
     command = recipe.group(1).split()
     assert command[-2:] == ["docs", "docs/_build/html"], command
     assert {"-W", "--keep-going", "-q"} <= set(command) and "html" in command
-    assert re.search(r"^ci:.*\bdocs\b", makefile, flags=re.M)
+    assert re.search(r"^ci:.*\n\t.*\bbash \.ci/run\b", makefile, flags=re.M)  # make ci = .ci/run
     assert re.search(
         r"^(?:make|step) docs\b", (ROOT / ".ci" / "run").read_text(encoding="utf-8"), flags=re.M
     )
