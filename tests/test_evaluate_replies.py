@@ -215,8 +215,10 @@ def ifca_crafted(honest: MetricRecord) -> list[tuple[str, object]]:
     ]
 
 
-def test_ifca_validation_replies_are_checked_and_its_loop_goes_on():
-    from fedpriv.strategies.ifca import LaplaceIFCA, hypotheses_record
+def _ifca_strategy():
+    """LaplaceIFCA over 6 training users and 2 validation users (nodes 106, 107), no noise,
+    and the list its round records go to."""
+    from fedpriv.strategies.ifca import LaplaceIFCA
 
     strategy = LaplaceIFCA(
         num_hypotheses=2, users_per_round=3, train_partitions=range(6),
@@ -225,6 +227,13 @@ def test_ifca_validation_replies_are_checked_and_its_loop_goes_on():
     )  # fmt: skip
     records: list[dict] = []
     strategy.on_round_end = records.append
+    return strategy, records
+
+
+def test_ifca_validation_replies_are_checked_and_its_loop_goes_on():
+    from fedpriv.strategies.ifca import hypotheses_record
+
+    strategy, records = _ifca_strategy()
     grid = IfcaGrid()
     hyps = [[np.zeros((2, 1), np.float32)], [np.ones((2, 1), np.float32)]]
     strategy.start(grid, hypotheses_record(hyps), num_rounds=12)
@@ -256,15 +265,9 @@ class FailingValidatorGrid(IfcaGrid):
 def test_ifca_validation_counts_its_failed_replies():
     """A validation user whose reply failed is left out of the means and counted, so a round
     record says how many users its validation covers and how many failed."""
-    from fedpriv.strategies.ifca import LaplaceIFCA, hypotheses_record
+    from fedpriv.strategies.ifca import hypotheses_record
 
-    strategy = LaplaceIFCA(
-        num_hypotheses=2, users_per_round=3, train_partitions=range(6),
-        validation_partitions=[6, 7], node_of_partition={p: 100 + p for p in range(8)},
-        noise_multiplier=0.0, leakage_budget=0.0, patience=100, rng=np.random.default_rng(0),
-    )  # fmt: skip
-    records: list[dict] = []
-    strategy.on_round_end = records.append
+    strategy, records = _ifca_strategy()
     hyps = [[np.zeros((2, 1), np.float32)], [np.ones((2, 1), np.float32)]]
     strategy.start(FailingValidatorGrid(), hypotheses_record(hyps), num_rounds=2)
     for record in records:
