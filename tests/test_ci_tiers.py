@@ -24,6 +24,18 @@ def _variable(name: str) -> list[str]:
     return match.group(1).replace("\\\n", " ").split()
 
 
+def _lane(word: str) -> list[str]:
+    """The targets of .ci/run's ``beside`` (or ``joined``) line."""
+    match = re.search(rf"^{word} (.+)$", CI_RUN, flags=re.M)
+    assert match, word
+    return match.group(1).split()
+
+
+def ci_targets() -> set[str]:
+    """Every make target .ci/run runs: its ``step`` lines and its background lane."""
+    return set(re.findall(r"^step (\S+)$", CI_RUN, flags=re.M)) | set(_lane("beside"))
+
+
 def _starts_flower_processes(path: Path) -> bool:
     text = path.read_text(encoding="utf-8")
     return "flower-superlink" in text or "flower-supernode" in text or "localflower" in text
@@ -31,11 +43,13 @@ def _starts_flower_processes(path: Path) -> bool:
 
 def test_ci_runs_the_deployment_target():
     assert re.search(r"^ci:.*\n\t.*\bbash \.ci/run\b", MAKEFILE, flags=re.M)  # make ci = .ci/run
-    for target in ("test", "test-guards", "results-check", "test-base-install", "docs"):
-        assert re.search(rf"^step {target}$", CI_RUN, flags=re.M), target
-    # the deployment tier runs beside the steps after the fast tier, and CI waits for it
-    assert re.search(r"^beside test-deployment$", CI_RUN, flags=re.M)
-    assert re.search(r"^joined test-deployment$", CI_RUN, flags=re.M)
+    assert ci_targets() == {
+        "test", "test-guards", "results-check", "test-deployment", "test-base-install", "docs"
+    }  # fmt: skip
+    # the fast tier first, alone; the deployment tier in the background lane beside the
+    # next steps, which CI waits for before it ends
+    assert re.search(r"\A(?:.*\n)*?step test\n(?:.*\n)*?beside ", CI_RUN)
+    assert "test-deployment" in _lane("beside") and _lane("beside") == _lane("joined")
     recipe = re.search(r"^test-deployment:.*\n\t(.*)$", MAKEFILE, flags=re.M)
     assert (
         recipe and "$(DEPLOYMENT_TESTS)" in recipe.group(1) and "-m deployment" in recipe.group(1)
