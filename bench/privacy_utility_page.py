@@ -260,7 +260,9 @@ def replace_one_lines(out: Path) -> list[str]:
     for epsilon, seed, summary in summaries(out, FTRL_REPLACE_ONE):
         cfg = summary["run_config"]
         z = float(cfg["noise-multiplier"])
-        restart = int(cfg["num-clients"]) // int(cfg["clients-per-round"])
+        restart = int(cfg.get("ftrl-restart-rounds") or 0) or (
+            int(cfg["num-clients"]) // int(cfg["clients-per-round"])
+        )
         rounds = int(cfg["num-server-rounds"])
         steps = [restart] * (rounds // restart) + ([rounds % restart] if rounds % restart else [])
         half = tree_epsilon(z / 2, steps, float(cfg.get("dp-delta", 1e-5)))["epsilon"]
@@ -360,6 +362,19 @@ READING = (
     "from a secret permutation per epoch (shuffled epochs, 5-leaf trees, ftrl-momentum 0, "
     "Honaker's estimate) and assumes no amplification: its ε holds whoever sees the "
     "sampling. The DP-FedAvg rows' ε needs the server's sample to be secret and as stated.",
+    "- Why DP-FTRL trails Poisson DP-FedAvg at ε 4 (b), measured 2026-12-07: with no "
+    "amplification its node noise is z = 4.01 against DP-FedAvg's 1.35 at q = 0.2, so every "
+    "round's step carries 3 times the noise (0.100 against 0.034 per coordinate of the "
+    "mean at C = 0.5). The tree makes it telescope: the model's noise after 20 rounds is "
+    "1.67 times DP-FedAvg's (0.25 against 0.15), but the clients of every round train from "
+    "that noisy a model, and the accuracy swings from round to round (mean |Δ| over rounds "
+    "10-20: 0.07 against 0.03, dips of 0.2-0.3), so one seed's final round can land low "
+    "(the noise is secret: not a property of the seed). 4-leaf trees (the last release of "
+    "each the root alone: 0.75 times the end-of-run noise at the same ε) measured no better "
+    "(ε 8, 12 runs each: 0.818 against 5-leaf 0.813), so the per-round noise, not the final "
+    "one, is the limit; C from 0.1 to 1 and momentum 0.9 do not close the gap "
+    "(docs/privacy.md, DP-FTRL). At ε 8 the 3-seed gap is within the spread of seeds: 12 "
+    "runs each give DP-FTRL 0.813 against DP-FedAvg 0.872 (-0.06).",
     "- Fixed clipping is swept over C; the best C per ε is chosen on the same test accuracy "
     "it reports (optimistic for fixed clipping: Andrew et al. compare adaptive clipping with "
     "the best fixed C). Adaptive clipping starts at C0 = 0.5 with γ = 0.5, η_C = 0.2 and "

@@ -19,7 +19,9 @@ from bench import privacy_utility_page as page_of
 CFG = {"num-clients": 100, "clients-per-round": 20, "num-server-rounds": 20, "dp-delta": 1e-5}
 
 
-def _cell(out: Path, method: pu.Method, epsilon: float | None, seed: int, acc: float) -> None:
+def _cell(
+    out: Path, method: pu.Method, epsilon: float | None, seed: int, acc: float, **cfg: object
+) -> None:
     path = pu.cell_dir(out, method, epsilon, seed)
     path.mkdir(parents=True)
     z = None if epsilon is None else 16.0 / epsilon
@@ -33,7 +35,7 @@ def _cell(out: Path, method: pu.Method, epsilon: float | None, seed: int, acc: f
             for p, (r, s) in enumerate(zip(pu.BUDGET_RATIOS, spent))}}  # fmt: skip
     summary = {"final": {"accuracy": acc}, "privacy": privacy, "wall_seconds": 30.0}
     (path / "summary.json").write_text(json.dumps(summary))
-    config = {**CFG, "noise-multiplier": None if z is None else str(z)}  # floats as strings
+    config = {**CFG, **cfg, "noise-multiplier": None if z is None else str(z)}  # str floats
     (path / "run-config.json").write_text(json.dumps({"config": config}))
 
 
@@ -112,6 +114,18 @@ def test_ftrl_replace_one_epsilon_is_replace_special_at_half_z(grid: Path) -> No
     accountant.compose(dp_accounting.SingleEpochTreeAggregationDpEvent(1.0, 5), 4)  # z 2 / 2
     assert lines[-1].endswith(f"replace-one ε (replace-special at z/2 = 1.000) "
                               f"{accountant.get_epsilon(1e-5):.3f}")  # fmt: skip
+
+
+def test_ftrl_replace_one_epsilon_uses_the_cells_own_restart_rounds(tmp_path: Path) -> None:
+    """A cell run with ``ftrl-restart-rounds = 4``: 20 rounds are 5 trees of 4 leaves, not the
+    default epochs of num-clients // clients-per-round = 5 rounds."""
+    _cell(tmp_path, pu.FTRL_REPLACE_ONE, 8.0, 0, 0.8, **{"ftrl-restart-rounds": 4})
+    accountant = dp_accounting.rdp.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+    )
+    accountant.compose(dp_accounting.SingleEpochTreeAggregationDpEvent(1.0, 4), 5)  # z 2 / 2
+    [line] = page_of.replace_one_lines(tmp_path)
+    assert line.endswith(f"(replace-special at z/2 = 1.000) {accountant.get_epsilon(1e-5):.3f}")
 
 
 def test_page_and_plot_with_every_legend_below_its_axes(grid: Path, tmp_path: Path) -> None:
