@@ -392,7 +392,7 @@ def test_a_zone_node_with_secagg_replies_the_plain_zone_sum_and_owns_the_key(tmp
         plain.content["arrays"].to_numpy_ndarrays(), secure.content["arrays"].to_numpy_ndarrays()
     ):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
-    unmasked = ask(plain_cfg, secure_cfg, "asked", zonal_secagg=False)  # "send it in the clear"
+    unmasked = ask(secure_cfg, secure_cfg, "asked", zonal_secagg=False)  # "send it in the clear"
     assert unmasked.has_error() and unmasked.error.code == REFUSED_CODE
     assert "zonal-secagg" in unmasked.error.reason
 
