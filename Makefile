@@ -66,7 +66,7 @@ test-guards: $(STAMP)
 ## SuperNodes, then a second run stopped mid-round leaves no process), the repo's app on a
 ## SuperLink and four SuperNodes with one killed (global DP; HDP zone nodes, their ledgers read
 ## back; the killed nodes report Flower's shortest heartbeat interval, 10 s: found gone 17-20 s
-## after the kill instead of 45-51 s, measured), beside 4 x cores spinning processes a run
+## after the kill instead of 45-51 s, measured), at a load kept at 4 x cores (spinners) a run
 ## finishes or fails within its timeout (180 s), leaving none (process tree and a /proc scan),
 ## and docs/deployment.md followed (TLS and node authentication: 3 DP-SGD SuperNodes, then 2
 ## zone nodes), and distributed DP over five SuperNodes, one killed in its masked step

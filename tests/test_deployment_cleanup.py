@@ -4,8 +4,9 @@ Flower's SuperLink and SuperNodes start more processes of their own (a SuperExec
 ServerApp, a ClientApp per message), detached from the test. :class:`tests.localflower.
 Processes` starts each of its processes in its own session and ends every process below one
 and in one of its sessions. The check here, on the example app (scikit-learn: the lightest
-ClientApp) on a SuperLink and two SuperNodes: a one-round run beside 4 x cores spinning
-processes (a loaded CI box, a load of at least 4 x the cores; at a load of about 60 Flower's
+ClientApp) on a SuperLink and two SuperNodes: a one-round run on a machine kept at a load of
+at least 4 x the cores (spinning processes make up what the rest of the machine does not
+supply: :class:`tests.machine_load.LoadKeeper`; a loaded CI box; at a load of about 60 Flower's
 SuperNodes were seen looping on token errors, restarting a ClientApp every 30 s, with neither
 ``flwr run`` nor ``flwr stop`` ending it) finishes with correct rounds or fails with one line
 within its timeout, and leaves nothing behind either way. (A run stopped mid-round leaving no
@@ -29,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.localflower import Failure, Processes, command_of, free_ports, holding
+from tests.machine_load import LoadKeeper
 from tests.test_example_app import (
     FLWR,
     _check_rounds,
@@ -68,13 +70,15 @@ def test_a_loaded_machine_finishes_or_fails_in_time_and_leaves_nothing(tmp_path)
     procs = Processes(tmp_path, env)
     out, outcome = tmp_path / "rounds.jsonl", "finished"
     started = time.monotonic()
+    spin = [sys.executable, "-c", "while True: pass"]
     try:
-        for i in range(spinners):
-            procs.start(f"spin{i}", [sys.executable, "-c", "while True: pass"])
-        _federation(tmp_path, procs, port)
-        _flwr_run(procs, "deploy", out, "--run-config", "fraction-evaluate=0.0",
-                  clients=NODES, rounds=1, timeout_s=LOAD_RUN_S)  # fmt: skip
-        _check_rounds(out, procs.logs(), clients=NODES, rounds=1)
+        pids = [procs.start(f"spin{i}", spin).pid for i in range(spinners)]
+        own = set(pids)  # the federation's processes, each in its own session, are the work
+        with LoadKeeper(pids, spinners, lambda: {p.pid for p in procs.procs} - own) as load:
+            _federation(tmp_path, procs, port)
+            _flwr_run(procs, "deploy", out, "--run-config", "fraction-evaluate=0.0",
+                      clients=NODES, rounds=1, timeout_s=LOAD_RUN_S)  # fmt: skip
+            _check_rounds(out, procs.logs(), clients=NODES, rounds=1)
     except Failure as err:
         outcome = str(err)
     finally:
@@ -86,6 +90,9 @@ def test_a_loaded_machine_finishes_or_fails_in_time_and_leaves_nothing(tmp_path)
     assert procs.leftovers() == []
     assert _alive(procs.seen) == []
     assert holding("FLWR_HOME", env["FLWR_HOME"]) == []
-    print(f"under load ({spinners} spinning processes): {outcome} after {elapsed:.0f} s")
+    assert load.mean_runnable >= 0.9 * spinners, load.mean_runnable  # the machine was loaded
+    said = (f"under load ({load.mean_runnable:.1f} runnable threads beside it on average, "
+            f"{load.mean_spinning:.1f} of them spinners; {spinners} wanted)")  # fmt: skip
+    print(f"{said}: {outcome} after {elapsed:.0f} s")
     if outcome != "finished":  # allowed, but said: the summary lists it (pytest -ra)
-        warnings.warn(f"under load ({spinners} spinning processes): {outcome}", stacklevel=1)
+        warnings.warn(f"{said}: {outcome}", stacklevel=1)

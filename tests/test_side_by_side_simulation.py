@@ -1,7 +1,9 @@
 """Simulations side by side on one machine (issue "node state").
 
-Four ``fedpriv run`` started in the same second, beside 2 x cores spinning processes, each
-start their own local Ray and all finish with their summary.json. Before the start lock and
+Four ``fedpriv run`` started in the same second on a machine kept at a load of at least 2 x
+the cores (spinning processes make up what the rest of the machine does not supply:
+:class:`tests.machine_load.LoadKeeper`), each start their own local Ray and all finish with
+their summary.json. Before the start lock and
 the retry (:mod:`fedpriv.scenarios.cli.ray_start`) all four failed at a load of 35 on 2 CPUs
 ("the simulation failed (exit status 2)", run.log holding its header alone): Ray 2.55's
 raylet aborts when its agent has not written its port files after about 20 s.
@@ -23,6 +25,7 @@ import sys
 
 import pytest
 
+from tests.machine_load import LoadKeeper
 from tests.simulate import ROOT, nodes_of, run_outputs, to_override
 
 # guard: 136 s on the quiet 2-core machine (four runs, 2 x cores spinners beside them)
@@ -54,15 +57,16 @@ def test_four_simulations_started_in_the_same_second_beside_spinning_processes_f
     tmp_path,
 ):
     spin = [sys.executable, "-c", "while True: pass"]
-    spinners = [
-        subprocess.Popen(spin, start_new_session=True) for _ in range(2 * (os.cpu_count() or 1))
-    ]
+    target = 2 * (os.cpu_count() or 1)
+    spinners = [subprocess.Popen(spin, start_new_session=True) for _ in range(target)]
     runs = []
     try:
-        for i in range(RUNS):
-            log = (tmp_path / f"console-{i}.txt").open("w")
-            runs.append((tmp_path / f"run-{i}", log, _start(tmp_path / f"run-{i}", log)))
-        codes = [proc.wait(timeout=900) for _, _, proc in runs]
+        runs_sessions = lambda: {proc.pid for _, _, proc in runs}  # noqa: E731 - each its own
+        with LoadKeeper([p.pid for p in spinners], target, runs_sessions) as load:
+            for i in range(RUNS):
+                log = (tmp_path / f"console-{i}.txt").open("w")
+                runs.append((tmp_path / f"run-{i}", log, _start(tmp_path / f"run-{i}", log)))
+            codes = [proc.wait(timeout=900) for _, _, proc in runs]
     finally:
         for proc in spinners + [p for _, _, p in runs]:
             _end(proc)
@@ -74,6 +78,9 @@ def test_four_simulations_started_in_the_same_second_beside_spinning_processes_f
         summary, rounds = run_outputs(out)
         assert summary is not None, console[-3000:]
         assert [r["round"] for r in rounds if r["round"] > 0] == [1]
+    assert load.mean_runnable >= 0.9 * target, load.mean_runnable  # the machine was loaded
+    print(f"{RUNS} runs beside a mean of {load.mean_runnable:.1f} runnable threads "
+          f"({load.mean_spinning:.1f} of them spinners)")  # fmt: skip
     # the same config and seed, each its own federation: the same records four times
     finals = {str(run_outputs(out)[0]["final"]) for out, _, _ in runs}
     assert len(finals) == 1, finals
