@@ -106,22 +106,33 @@ ADAPTIVE = Method(
     (adaptive_clip.MODE.name, {"clipped-count-stddev": 100.0}),
     count_per_z=2.0,
 )
+MF = {"ftrl-estimator": "mf"}  # the factorization optimised for 20 rounds in epochs of 5
 FTRL_REPLACE_ONE = Method(
-    "DP-FTRL [replace-one: z × 2]",
+    "DP-FTRL mf [replace-one: z × 2]",
     dp_ftrl.MODE.name,
-    "shuffled epochs (20 of a secret permutation a round, one 5-leaf tree per epoch), no "
-    "amplification; replace-one by sensitivity 2C per leaf: z = 2 × the replace-special z of "
-    "the target, so dp_accounting's replace-special ε at z/2 is the target",
-    {},
+    "shuffled epochs (20 of a secret permutation a round), one matrix factorization for the "
+    "run (ftrl-estimator = mf), no amplification; replace-one by sensitivity 2C: z = 2 × the "
+    "replace-special z of the target, so dp_accounting's replace-special ε at z/2 is the target",
+    MF,
     "a",
     z_scale=2.0,
 )
 FTRL = Method(
-    "DP-FTRL [replace-special]",
+    "DP-FTRL tree [replace-special]",
     dp_ftrl.MODE.name,
-    "shuffled epochs, no amplification, dp_accounting's tree events under replace-special "
-    "(a client's contributions replaced by zero, sensitivity C per leaf)",
+    "shuffled epochs, one 5-leaf tree per epoch with Honaker's estimate, no amplification, "
+    "dp_accounting's tree events under replace-special (a client's contributions replaced by "
+    "zero, sensitivity C per leaf)",
     {},
+    "b",
+)
+FTRL_MF = Method(
+    "DP-FTRL mf [replace-special]",
+    dp_ftrl.MODE.name,
+    "shuffled epochs, one matrix factorization optimised for the run's 20 rounds in epochs "
+    "of 5 (ftrl-estimator = mf), no amplification; one GaussianDpEvent(z) under "
+    "replace-special (sensitivity 1 for any pattern with a client at most once per epoch)",
+    MF,
     "b",
 )
 POISSON_FEDAVG = Method(
@@ -145,7 +156,7 @@ BUDGETS = Method(
     (global_dp.MODE.name, POISSON_20),
 )
 METHODS: tuple[Method, ...] = (
-    *SWEEP[:3], ADAPTIVE, FTRL_REPLACE_ONE, FTRL, POISSON_FEDAVG, BUDGETS, SWEEP[3],
+    *SWEEP[:3], ADAPTIVE, FTRL_REPLACE_ONE, FTRL, FTRL_MF, POISSON_FEDAVG, BUDGETS, SWEEP[3],
 )  # fmt: skip
 NO_DP = Method("no DP", no_dp.MODE.name, "no privacy (reference)")
 

@@ -22,6 +22,7 @@ from bench.privacy_utility import (
     BUDGET_RATIOS,
     BUDGETS,
     FTRL,
+    FTRL_MF,
     FTRL_REPLACE_ONE,
     METHODS,
     NO_DP,
@@ -176,7 +177,8 @@ def ftrl_lines(table: Table) -> list[str]:
             lines.append(gap_line(table, e, FTRL_REPLACE_ONE, SWEEP[1].name, same_c))
         poisson = table.get((POISSON_FEDAVG.name, e))
         if poisson is not None:
-            lines.append(gap_line(table, e, FTRL, POISSON_FEDAVG.name, poisson))
+            for ftrl in (FTRL, FTRL_MF):
+                lines.append(gap_line(table, e, ftrl, POISSON_FEDAVG.name, poisson))
     return lines
 
 
@@ -255,6 +257,7 @@ def replace_one_lines(out: Path) -> list[str]:
     """DP-FTRL's replace-one ε: dp_accounting's replace-special ε of its trees at z/2 (a
     contribution's replacement moves a leaf by 2C, twice replace-special's C)."""
     from fedpriv.privacy.ftrl import tree_epsilon
+    from fedpriv.privacy.modes.dp_ftrl import steps_per_tree
 
     lines = []
     for epsilon, seed, summary in summaries(out, FTRL_REPLACE_ONE):
@@ -263,9 +266,10 @@ def replace_one_lines(out: Path) -> list[str]:
         restart = int(cfg.get("ftrl-restart-rounds") or 0) or (
             int(cfg["num-clients"]) // int(cfg["clients-per-round"])
         )
-        rounds = int(cfg["num-server-rounds"])
-        steps = [restart] * (rounds // restart) + ([rounds % restart] if rounds % restart else [])
-        half = tree_epsilon(z / 2, steps, float(cfg.get("dp-delta", 1e-5)))["epsilon"]
+        estimator = str(cfg.get("ftrl-estimator", "honaker"))
+        steps = steps_per_tree(int(cfg["num-server-rounds"]), restart, estimator)
+        delta = float(cfg.get("dp-delta", 1e-5))
+        half = tree_epsilon(z / 2, steps, delta, estimator)["epsilon"]
         lines.append(f"- ε = {epsilon:g}, seed {seed}: z {z:.3f}; the run's replace-special ε "
                      f"{reported_epsilon(summary) or float('nan'):.3f}; replace-one ε "
                      f"(replace-special at z/2 = {z / 2:.3f}) {half:.3f}")  # fmt: skip
@@ -315,7 +319,7 @@ def figure(table: Table, norms: Mapping[float, list[list[float]]]) -> Any:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 4, figsize=(17, 5.6))
-    panels = {"a": (*SWEEP, ADAPTIVE, FTRL_REPLACE_ONE), "b": (POISSON_FEDAVG, FTRL),
+    panels = {"a": (*SWEEP, ADAPTIVE, FTRL_REPLACE_ONE), "b": (POISSON_FEDAVG, FTRL, FTRL_MF),
               "c": (POISSON_FEDAVG, BUDGETS)}  # fmt: skip
     ref = table.get((NO_DP.name, None))
     for ax, (panel, methods) in zip(axes, panels.items()):
@@ -359,22 +363,19 @@ READING = (
     "client's update and zeroing it release the same thing, so Poisson DP-FedAvg's "
     "add/remove ε bounds its replace-special ε, DP-FTRL's own relation.",
     "- Clients per round: 20 in every panel (Poisson: 20 expected). DP-FTRL asks 20 a round "
-    "from a secret permutation per epoch (shuffled epochs, 5-leaf trees, ftrl-momentum 0, "
-    "Honaker's estimate) and assumes no amplification: its ε holds whoever sees the "
-    "sampling. The DP-FedAvg rows' ε needs the server's sample to be secret and as stated.",
-    "- Why DP-FTRL trails Poisson DP-FedAvg at ε 4 (b), measured 2026-12-07: with no "
-    "amplification its node noise is z = 4.01 against DP-FedAvg's 1.35 at q = 0.2, so every "
-    "round's step carries 3 times the noise (0.100 against 0.034 per coordinate of the "
-    "mean at C = 0.5). The tree makes it telescope: the model's noise after 20 rounds is "
-    "1.67 times DP-FedAvg's (0.25 against 0.15), but the clients of every round train from "
-    "that noisy a model, and the accuracy swings from round to round (mean |Δ| over rounds "
-    "10-20: 0.07 against 0.03, dips of 0.2-0.3), so one seed's final round can land low "
-    "(the noise is secret: not a property of the seed). 4-leaf trees (the last release of "
-    "each the root alone: 0.75 times the end-of-run noise at the same ε) measured no better "
-    "(ε 8, 12 runs each: 0.818 against 5-leaf 0.813), so the per-round noise, not the final "
-    "one, is the limit; C from 0.1 to 1 and momentum 0.9 do not close the gap "
-    "(docs/privacy.md, DP-FTRL). At ε 8 the 3-seed gap is within the spread of seeds: 12 "
-    "runs each give DP-FTRL 0.813 against DP-FedAvg 0.872 (-0.06).",
+    "from a secret permutation per epoch (shuffled epochs, ftrl-momentum 0) and assumes no "
+    "amplification: its ε holds whoever sees the sampling. The DP-FedAvg rows' ε needs the "
+    "server's sample to be secret and as stated. DP-FTRL tree: one 5-leaf tree per epoch "
+    "with Honaker's estimate (Kairouz et al.); DP-FTRL mf: one matrix factorization for the "
+    "run's 20 rounds in epochs of 5 (ftrl-estimator = mf, Choquette-Choo et al. 2023).",
+    "- Why the tree trails Poisson DP-FedAvg at ε 4 and the factorization does not (b): with "
+    "no amplification the tree's node noise is z = 4.01 against DP-FedAvg's 1.35 at "
+    "q = 0.2; summed over the 20 rounds the variance of the model's noise is 1,097 (z·C)²/z² "
+    "units against DP-FedAvg's 383, and the clients of every round train from that noisy a "
+    "model. The factorization needs z = 1.08 for the same ε (one Gaussian event: each "
+    "client's 4 contributions enter C·x with sensitivity 1) and has 399: the same noise as "
+    "DP-FedAvg in the final model, less in rounds 5-19, more in rounds 1-3 "
+    "(docs/privacy.md, DP-FTRL).",
     "- Fixed clipping is swept over C; the best C per ε is chosen on the same test accuracy "
     "it reports (optimistic for fixed clipping: Andrew et al. compare adaptive clipping with "
     "the best fixed C). Adaptive clipping starts at C0 = 0.5 with γ = 0.5, η_C = 0.2 and "
@@ -423,7 +424,7 @@ def report(out: Path, page: Path, plot_path: Path) -> str:
             "",
             f"## {PANELS['b']}",
             "",
-            panel_table(table, (POISSON_FEDAVG, FTRL)),
+            panel_table(table, (POISSON_FEDAVG, FTRL, FTRL_MF)),
             "",
             "## DP-FTRL against DP-FedAvg, same relation and clients per round",
             "",

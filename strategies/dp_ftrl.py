@@ -45,7 +45,7 @@ from flwr.serverapp.strategy import FedAvg, FedProx
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from fedpriv import seeds
-from fedpriv.privacy.ftrl import ShuffledEpochs, TreeAggregatedFTRL, tree_charge, tree_epsilon
+from fedpriv.privacy.ftrl import MF, ShuffledEpochs, TreeAggregatedFTRL, tree_charge, tree_epsilon
 from fedpriv.privacy.modes import dp_ftrl
 from fedpriv.validation import not_allowed
 
@@ -103,6 +103,9 @@ class DPFTRL(StrategyWrapper):
         if type(strategy) not in (FedAvg, FedProx):
             raise not_allowed("strategy", strategy, "a FedAvg or FedProx (DP-FTRL replaces "
                               "the server's aggregation and optimizer)")  # fmt: skip
+        if estimator == MF and num_rounds is None:
+            raise not_allowed("num_rounds", num_rounds, "the run's rounds with estimator = 'mf' "
+                              "(its factorization is optimised for them)")  # fmt: skip
         super().__init__(strategy)
         self.ftrl = TreeAggregatedFTRL(
             noise_multiplier=noise_multiplier, clipping_norm=clipping_norm,
@@ -139,6 +142,7 @@ class DPFTRL(StrategyWrapper):
         block, new_epoch = self.schedule.next_block(list(population), self.rng)
         if new_epoch:
             self.ftrl.request_restart()
+            self.in_tree.clear()  # once per epoch (mf: one factorization spans the epochs)
         self.block = block
         return list(block)
 
@@ -171,7 +175,7 @@ class DPFTRL(StrategyWrapper):
             )
         again = sorted(self.in_tree.intersection(self.sent))
         if again:
-            raise RuntimeError(f"DP-FTRL: nodes {again} asked twice in tree {self.ftrl.tree}")
+            raise RuntimeError(f"DP-FTRL: nodes {again} asked twice in epoch {self.schedule.epoch}")
         self.in_tree.update(self.sent)
         return messages
 
@@ -185,6 +189,8 @@ class DPFTRL(StrategyWrapper):
     ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
         """Clip, sum, one tree step and the FTRL update (module docstring)."""
         replies = list(replies)
+        if self.ftrl.estimator == MF and self._opens():
+            self.ftrl.plan_factorization(*self._factorization_plan(server_round))
         if self._tree_declined(server_round):
             return None, None  # server-max-epsilon: nothing released, nothing charged
         sent = set(self.sent)
@@ -212,26 +218,35 @@ class DPFTRL(StrategyWrapper):
         if self.budget_stopped or ledger is None or ledger.max_epsilon is None:
             return self.budget_stopped
         schedule = self.schedule
-        if schedule.epoch < 0 or schedule.block >= schedule.rounds_per_epoch:
-            done = 0  # a new epoch: a new tree
-        elif self.ftrl.starts_new_tree() or not self.ftrl.steps_per_tree:
-            done = schedule.block  # a tree restarted mid-epoch (a resume)
-        else:
-            return None
+        new_epoch = schedule.epoch < 0 or schedule.block >= schedule.rounds_per_epoch
+        if not self._opens() and (self.ftrl.estimator == MF or not new_epoch):
+            return None  # a round inside a charged tree or factorization
+        done = 0 if new_epoch else schedule.block  # mid-epoch: restarted by a resume
         self.budget_stopped = ledger.plan(self._tree_event(server_round, done), server_round)
         return self.budget_stopped
 
+    def _opens(self) -> bool:
+        """Whether the next release opens a tree (``mf``: a factorization)."""
+        return self.ftrl.starts_new_tree() or not self.ftrl.steps_per_tree
+
+    def _factorization_plan(self, server_round: int) -> tuple[int, int]:
+        """``mf`` at the first release of a factorization in round ``server_round``: (its
+        rounds, the epoch's rounds before it): the run's rounds from this one, and the
+        rounds of the current epoch already asked (> 0 only after a resume)."""
+        left = int(self.num_rounds) - int(server_round) + 1
+        return max(1, left), max(0, self.schedule.block - 1)
+
     def _tree_event(self, server_round: int, blocks_done: int) -> Any:
         left = None if self.num_rounds is None else self.num_rounds - int(server_round) + 1
-        return tree_charge(self.ftrl.noise_multiplier, self.ftrl.restart_rounds, blocks_done,
-                           left)  # fmt: skip
+        ftrl = self.ftrl
+        return tree_charge(ftrl.noise_multiplier, ftrl.restart_rounds, blocks_done, left,
+                           ftrl.estimator)  # fmt: skip
 
     def _tree_declined(self, server_round: int) -> bool:
         """At the first release of a tree: charge the whole tree on the server's ledger
         (committed before the release leaves); True when the budget declines it (the round
         is recorded as skipped and the run stops)."""
-        opens = self.ftrl.starts_new_tree() or not self.ftrl.steps_per_tree
-        if self.server_ledger is None or not opens:
+        if self.server_ledger is None or not self._opens():
             return False
         event = self._tree_event(server_round, max(0, self.schedule.block - 1))
         reason = self.server_ledger.charge(event, server_round)
@@ -254,7 +269,10 @@ class DPFTRL(StrategyWrapper):
 
     def _record(self, step: dict, num_ok: int, num_failed: int, clipped: list[int]) -> None:
         """The round's report, with ε of the trees so far."""
-        report = tree_epsilon(self.ftrl.noise_multiplier, self.ftrl.steps_per_tree, self.delta)
+        ftrl = self.ftrl
+        report = tree_epsilon(
+            ftrl.noise_multiplier, ftrl.steps_per_tree, self.delta, ftrl.estimator
+        )
         record = {
             "dp-mode": dp_ftrl.MODE.name, "dp-noised": True,
             "dp-sigma": self.ftrl.node_std / step["divisor"],

@@ -164,7 +164,7 @@ def test_each_cell_runs_at_the_planner_z(tmp_path: Path) -> None:
     assert epsilon_function(pu._spec(pu._resolve(cfg)))(cfg["noise-multiplier"]) <= 4.0
     assert json.loads((tmp_path / pu.PLANNED_FILE).read_text())  # kept for a resume
     # DP-FTRL in replace-one: twice its replace-special z
-    special = pu.cell_overrides(pu.FTRL, 4.0, 0, tmp_path, 5)["noise-multiplier"]
+    special = pu.cell_overrides(pu.FTRL_MF, 4.0, 0, tmp_path, 5)["noise-multiplier"]
     assert pu.cell_overrides(pu.FTRL_REPLACE_ONE, 4.0, 0, tmp_path, 5)["noise-multiplier"] \
         == pytest.approx(2 * special)  # fmt: skip
     # client budgets: the uniform Poisson row's z, groups ε, 2ε, 4ε

@@ -25,6 +25,7 @@ from fedpriv.privacy.modes import dp_ftrl, mode_of
 from fedpriv.reporting.records import PrivacyFigures, mean_of
 
 MODE = dp_ftrl.MODE
+MF_MAX_ROUNDS = 100  # fedpriv.privacy.ftrl_mf.MAX_ROUNDS (scipy: not imported at --help)
 STRATEGIES = ("fedavg", "fedprox")  # DP-FTRL replaces the server's aggregation and optimizer
 
 
@@ -80,6 +81,12 @@ def check_dp_ftrl(cfg: Mapping[str, Any], catalog: Catalog) -> None:
             "ftrl-restart-rounds", restart, f"0 or 1..{clients // per_round} with "
             f"{per_round} clients a round of {clients} (each client once per epoch and tree)",
         )  # fmt: skip
+    rounds = int(cfg["num-server-rounds"])
+    if cfg.get("ftrl-estimator") == "mf" and rounds > MF_MAX_ROUNDS:
+        raise ConfigError(
+            "num-server-rounds", rounds, f"at most {MF_MAX_ROUNDS} with ftrl-estimator = 'mf' "
+            "(its factorization is optimised for the run's rounds), or ftrl-estimator = honaker",
+        )  # fmt: skip
 
 
 def summary_block(run: ServerRun, rounds: list[dict]) -> dict:
@@ -94,7 +101,9 @@ def summary_block(run: ServerRun, rounds: list[dict]) -> dict:
     steps: dict[int, int] = {}
     for r in trained:
         steps[int(r["dp-tree"])] = max(steps.get(int(r["dp-tree"]), 0), int(r["dp-tree-step"]))
-    report = tree_epsilon(params.noise_multiplier, [steps[k] for k in sorted(steps)], params.delta)
+    report = tree_epsilon(
+        params.noise_multiplier, [steps[k] for k in sorted(steps)], params.delta, params.estimator
+    )
     block = {
         "mode": MODE.name, "noise_multiplier": params.noise_multiplier,
         "clipping_norm": params.clipping_norm, "learning_rate": params.learning_rate,
@@ -102,7 +111,9 @@ def summary_block(run: ServerRun, rounds: list[dict]) -> dict:
         "estimator": params.estimator,
         "clients_per_round": spec.participation.per_round,
         "sampling": "shuffled epochs: a secret permutation of the clients per epoch, "
-        "clients_per_round of it a round, one tree per epoch", "delta": params.delta,
+        "clients_per_round of it a round, "
+        + ("one factorization for the run" if params.estimator == "mf" else "one tree per epoch"),
+        "delta": params.delta,
         "sigma_per_round": [r.get("dp-sigma") for r in trained], "noised_rounds": len(trained),
         "formula": "theta_t = theta_{t-1} + lr*v_t, v_t = mu*v_{t-1} + (S~_t - S~_{t-1})/k_t, "
         "k_t the updates aggregated",

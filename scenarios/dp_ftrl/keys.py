@@ -30,10 +30,12 @@ KEYS = (
     key(
         "ftrl-estimator",
         "honaker",
-        choice(("tree", "honaker")),
-        "tree | honaker",
+        choice(("tree", "honaker", "mf")),
+        "tree | honaker | mf",
         "dp-ftrl: the prefix sum from Honaker's variance-reduced estimate of the tree's "
-        "nodes, or from the dyadic nodes themselves (Algorithm 1); post-processing, the "
-        "same epsilon",
+        "nodes, or from the dyadic nodes themselves (Algorithm 1; post-processing, the same "
+        "epsilon), or mf: a matrix factorization optimised for the run's rounds and epochs "
+        "instead of a tree per epoch (Choquette-Choo et al. 2023; at most 100 rounds; one "
+        "Gaussian event of z for the run)",
     ),
 )

@@ -72,8 +72,9 @@ def compose_epsilon(events: Iterable[Any], delta: float, relation: Any = None) -
 
     Under replace-special (DP-FTRL's trees, ``SingleEpochTreeAggregationDpEvent``; PLD has no
     construction for them) it is dp_accounting's ``RdpAccountant`` of
-    ``ComposedDpEvent(events)``, the accountant of :func:`fedpriv.privacy.ftrl.tree_epsilon`:
-    a tree without noise (z = 0) is ``inf``."""
+    ``ComposedDpEvent(events)`` (with PLD too when all are the ``mf`` factorizations'
+    ``GaussianDpEvent``: the smaller), the accountant of
+    :func:`fedpriv.privacy.ftrl.tree_epsilon`: a tree without noise (z = 0) is ``inf``."""
     from fedpriv.privacy.accounting import NeighborRel, PrivacyAccountant
 
     if relation == NeighborRel.REPLACE_SPECIAL:
@@ -91,14 +92,8 @@ def compose_epsilon(events: Iterable[Any], delta: float, relation: Any = None) -
 
 
 def _tree_epsilon(events: list[Any], delta: float) -> float:
-    """RDP ε of tree-aggregation events composed (replace-special), 0 for none."""
-    import dp_accounting
+    """ε of DP-FTRL's stored events composed under replace-special, 0 for none: the run's own
+    accountant (:func:`fedpriv.privacy.ftrl.replace_special_epsilon`)."""
+    from fedpriv.privacy.ftrl import replace_special_epsilon
 
-    if not events:
-        return 0.0
-    if any(getattr(e, "noise_multiplier", 1.0) == 0 for e in events):
-        return math.inf
-    accountant = dp_accounting.rdp.RdpAccountant(
-        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL
-    )
-    return float(accountant.compose(dp_accounting.ComposedDpEvent(events)).get_epsilon(delta))
+    return replace_special_epsilon(events, delta)

@@ -53,29 +53,33 @@ def restart_rounds(spec: RunSpec) -> int:
     return max(1, part.population // max(1, part.per_round))
 
 
-def steps_per_tree(rounds: int, restart: int) -> list[int]:
-    """The leaves of each tree of a ``rounds``-round run restarted every ``restart`` rounds."""
+def steps_per_tree(rounds: int, restart: int, estimator: str = "honaker") -> list[int]:
+    """The leaves of each tree of a ``rounds``-round run restarted every ``restart`` rounds
+    (``mf``: one factorization of all the rounds)."""
+    if estimator == "mf":
+        return [int(rounds)]
     full, rest = divmod(int(rounds), int(restart))
     return [restart] * full + ([rest] if rest else [])
 
 
 def plan(spec: RunSpec, examples_per_client: int | None = None) -> dict[str, Any]:
     """ε of the run's trees (dp_accounting, no amplification), with its condition."""
-    from fedpriv.privacy.ftrl import PARTICIPATION_CONDITION, tree_epsilon
+    from fedpriv.privacy.ftrl import tree_epsilon
 
     del examples_per_client
     params: DPFTRLParams = spec.params
     restart = restart_rounds(spec)
-    report = tree_epsilon(
-        params.noise_multiplier, steps_per_tree(spec.rounds, restart), params.delta
+    steps = steps_per_tree(spec.rounds, restart, params.estimator)
+    report = tree_epsilon(params.noise_multiplier, steps, params.delta, params.estimator)
+    noise = (
+        f"a matrix factorization optimised for {spec.rounds} rounds in epochs of {restart}"
+        if params.estimator == "mf"
+        else f"tree-aggregated Gaussian noise, std z*C per node, restart every {restart} rounds"
     )
     return {
         "mode": MODE.name, **report, "noise_multiplier": params.noise_multiplier,
-        "restart_rounds": restart, "epsilon_condition": PARTICIPATION_CONDITION,
-        "notes": [
-            "DP-FTRL (Kairouz et al. 2021): tree-aggregated Gaussian noise, std z*C per node, "
-            f"restart every {restart} rounds; epsilon {PARTICIPATION_CONDITION}",
-        ],
+        "restart_rounds": restart, "epsilon_condition": report["sampling"],
+        "notes": [f"DP-FTRL (Kairouz et al. 2021): {noise}; epsilon {report['sampling']}"],
     }  # fmt: skip
 
 
@@ -84,8 +88,9 @@ def epsilon_of_z(spec: RunSpec, examples: int | None = None):
     from fedpriv.privacy.ftrl import tree_epsilon
 
     del examples
-    steps = steps_per_tree(spec.rounds, restart_rounds(spec))
-    return lambda z: float(tree_epsilon(z, steps, spec.params.delta)["epsilon"])
+    estimator = spec.params.estimator
+    steps = steps_per_tree(spec.rounds, restart_rounds(spec), estimator)
+    return lambda z: float(tree_epsilon(z, steps, spec.params.delta, estimator)["epsilon"])
 
 
 MODE = Mode(
