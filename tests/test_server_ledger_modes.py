@@ -126,6 +126,40 @@ def test_a_dp_ftrl_tree_past_the_budget_is_not_released_at_aggregation(tmp_path)
     assert late.ftrl.steps_per_tree == []  # the tree was never stepped
 
 
+def test_dp_ftrl_mf_charges_one_gaussian_per_run_and_a_budget_stops_the_next(tmp_path):
+    """``ftrl-estimator = mf``: a 6-round run in epochs of 2 is one factorization, one ledger
+    row (a GaussianDpEvent(z)) charged at its first release whatever its epochs; a second
+    run adds one; a budget between ε of 2 and 3 Gaussians refuses the third run before its
+    first round."""
+    folder = tmp_path / "server"
+    relation = dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+
+    def gaussians(k: int) -> float:
+        event = dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(1.5)] * k)
+        pld = dp_accounting.pld.PLDAccountant(neighboring_relation=relation).compose(event)
+        rdp = dp_accounting.rdp.RdpAccountant(neighboring_relation=relation).compose(event)
+        return min(pld.get_epsilon(1e-5), rdp.get_epsilon(1e-5))
+
+    budget = (gaussians(2) + gaussians(3)) / 2
+    for run in range(3):
+        wrapper = DPFTRL(FedAvg(), noise_multiplier=1.5, clipping_norm=1.0,
+                         num_sampled_clients=2, restart_rounds=2, seed=5, num_rounds=6,
+                         rng=np.random.default_rng(run), estimator="mf")  # fmt: skip
+        wrapper.server_ledger = open_server_ledger(folder, SPECIAL, 1e-5, budget)
+        if run == 2:
+            reason = wrapper.budget_stop(1)
+            assert reason and "server-max-epsilon" in reason and _rows(folder) == 2
+            break
+        assert wrapper.budget_stop(1) is None
+        run_rounds(wrapper, 6, NODES)
+        assert wrapper.ftrl.steps_per_tree == [6] and _rows(folder) == run + 1
+        got = wrapper.server_ledger.figures()
+        assert got["lifetime_epsilon"] == pytest.approx(gaussians(run + 1), rel=1e-9)
+        assert got["this_run_epsilon"] == pytest.approx(
+            wrapper.round_metrics()["dp-epsilon"], rel=1e-9
+        )
+
+
 RATES_1 = {0: 0.3, 1: 0.7, 2: 1.0}
 RATES_2 = {0: 0.5, 1: 0.2, 2: 0.9}
 
