@@ -80,6 +80,48 @@ def test_an_attached_cluster_gets_the_env_and_the_setup_hook_in_the_runtime_env(
     assert env["worker_process_setup_hook"] == WORKER_SETUP_HOOK
 
 
+def test_a_local_ray_starts_without_its_api_server_and_monitor_and_ray_gets_them_back():
+    from fedpriv.scenarios.cli.ray_cluster import LEAN_HEAD, lean_local_head
+    from ray._private.node import Node
+
+    ray_own = {name: Node.__dict__[name] for name in LEAN_HEAD}
+    with lean_local_head({"include_dashboard": False, "_node_ip_address": "127.0.0.1"}) as lean:
+        assert lean
+        for name, method in ray_own.items():
+            assert Node.__dict__[name] is not method
+            assert (
+                getattr(Node, name)(object(), include_dashboard=False, raise_on_failure=True)
+                is None
+            )
+    assert {name: Node.__dict__[name] for name in LEAN_HEAD} == ray_own
+
+
+@pytest.mark.parametrize(
+    "init_args", [{"address": "auto"}, {"address": "127.0.0.1:6379"}, {"include_dashboard": True}]
+)
+def test_an_attached_ray_or_a_local_ray_with_its_dashboard_starts_as_ray_starts_it(init_args):
+    from fedpriv.scenarios.cli.ray_cluster import LEAN_HEAD, lean_local_head
+    from ray._private.node import Node
+
+    ray_own = {name: Node.__dict__[name] for name in LEAN_HEAD}
+    with lean_local_head(init_args) as lean:
+        assert not lean
+        assert {name: Node.__dict__[name] for name in LEAN_HEAD} == ray_own
+
+
+def test_a_ray_whose_node_methods_moved_or_changed_is_left_alone(monkeypatch):
+    from fedpriv.scenarios.cli.ray_cluster import lean_local_head
+    from ray._private.node import Node
+
+    monkeypatch.setattr(Node, "start_monitor", lambda self, autoscaling_config: None)
+    changed = Node.__dict__["start_monitor"]
+    with lean_local_head({}) as lean:  # another signature: not the pinned Ray's method
+        assert not lean and Node.__dict__["start_monitor"] is changed
+    monkeypatch.delattr(Node, "start_api_server")  # moved away: nothing to stand in for
+    with lean_local_head({}) as lean:
+        assert not lean and Node.__dict__["start_monitor"] is changed
+
+
 def test_lanes_deal_cells_round_robin_and_never_exceed_the_cells():
     from fedpriv.scenarios.app.multirun import Cell, split_lanes
 

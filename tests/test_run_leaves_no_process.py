@@ -94,32 +94,63 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.simulation
-def test_no_process_of_a_finished_run_is_alive_a_second_after_the_cli_returns(tmp_path):
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> dict:
+    """One default ``fedpriv run`` (1 round) through the CLI, every process of its tree sampled
+    every 0.1 s while it runs: its exit status, console, the processes seen (pid -> start and
+    command line) and those still alive a second after it returned."""
+    tmp_path = tmp_path_factory.mktemp("run")
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config",
            f"num-server-rounds=1 local-epochs=1 output-dir='{out}'"]  # fmt: skip
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", FEDPRIV_STATE_ROOT=str(tmp_path / "state"))
     seen: dict[int, int] = {}
     names: dict[int, str] = {}
+    commands: set[str] = set()  # every command line a process of the run had
     with (tmp_path / "console.txt").open("w+") as console:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=console, stderr=subprocess.STDOUT)
         while proc.poll() is None:  # every process of the run's tree, sampled every 0.1 s
-            new = snapshot([p for p in descendants(proc.pid) if p not in seen])
-            seen.update(new)
-            names.update({p: _name(p) for p in new})
+            below = descendants(proc.pid)
+            seen.update(snapshot([p for p in below if p not in seen]))
+            # read again each time: a process seen between its fork and its exec still has
+            # its parent's command line, and Ray's agents rename themselves once started
+            now = {p: name for p in below if (name := _name(p))}
+            names.update(now)
+            commands.update(now.values())
             time.sleep(0.1)
         console.seek(0)
         output = console.read()
-    assert proc.returncode == 0, output[-3000:]
-    assert any("raylet" in n for n in names.values()), names  # the run's Ray was seen
     time.sleep(1.0)
-    left = {p: names[p] for p in alive(seen)}
-    assert left == {}, left
+    left = {p: names.get(p, "") for p in alive(seen)}
+    return {"returncode": proc.returncode, "output": output, "names": names, "left": left,
+            "commands": commands}  # fmt: skip
+
+
+@pytest.mark.simulation
+def test_no_process_of_a_finished_run_is_alive_a_second_after_the_cli_returns(finished_run):
+    assert finished_run["returncode"] == 0, finished_run["output"][-3000:]
+    names = finished_run["names"]
+    assert any("raylet" in n for n in names.values()), names  # the run's Ray was seen
+    assert finished_run["left"] == {}, finished_run["left"]
+
+
+@pytest.mark.simulation
+def test_a_local_simulation_starts_no_dashboard_api_server_or_autoscaler_monitor(finished_run):
+    """A local Ray starts without the two head processes no simulation uses
+    (:func:`fedpriv.scenarios.cli.ray_cluster.lean_local_head`) and the run still finishes;
+    the raylet's own agents and the log monitor still run."""
+    assert finished_run["returncode"] == 0, finished_run["output"][-3000:]
+    assert "fedpriv: final" in finished_run["output"]
+    commands = sorted(finished_run["commands"])
+    words = {Path(w).name for c in commands for w in c.split() if not w.startswith("-")}
+    assert {"raylet", "log_monitor.py", "ray::DashboardAgent", "ray::RuntimeEnvAgent"} <= words, (
+        commands
+    )
+    assert not {"dashboard.py", "monitor.py"} & words, commands
 
 
 def _name(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:120]
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:400]
     except OSError:
         return ""
