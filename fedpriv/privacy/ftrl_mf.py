@@ -17,9 +17,10 @@ Sensitivity under shuffled epochs (each client at most once per epoch, in any ro
 the epochs are the blocks of :func:`epoch_blocks`): one client's clipped contributions
 ``g_i`` (‖g_i‖ <= 1 in units of C) at the rounds π (one per block) move ``C x`` by
 ``Σ_{i∈π} C[:, i] g_i``, whose squared norm is ``Σ_{i,j∈π} X_ij ⟨g_i, g_j⟩ <= Σ_{i,j∈π}
-|X_ij|`` with ``X = CᵀC``. Maximised over π one entry per pair of blocks:
+|X_ij|`` with ``X = CᵀC``. Maximised over π one entry per pair of blocks
+(:func:`block_sensitivity`)::
 
-    sens² <= Σ_{b, b'} max_{i∈b, j∈b'} |X_ij|        (:func:`block_sensitivity`)
+    sens² <= Σ_{b, b'} max_{i∈b, j∈b'} |X_ij|
 
 an upper bound for every pattern with at most one round per block and every direction of the
 updates (tests check it against every pattern). C is scaled to bound 1, so with noise std
@@ -93,7 +94,7 @@ def total_error(c: np.ndarray, blocks: list[list[int]]) -> float:
 
 def _loss(theta: np.ndarray, n: int, blocks: list[list[int]]) -> tuple[float, np.ndarray]:
     """The objective ``‖A C⁻¹‖_F² · sens²(C)`` (scale-free) and its (sub)gradient in C's
-    lower triangle: ``∂‖AC⁻¹‖² = −2 BᵀB C⁻ᵀ``; each block pair's maximum |X_ij| moves with
+    lower triangle: ``∂‖AC⁻¹‖² = −2 BᵀB C⁻ᵀ``; each block pair's maximum ``|X_ij|`` moves with
     ``sign(X_ij)·(C[:, j] e_iᵀ + C[:, i] e_jᵀ)``."""
     lower = np.tril_indices(n)
     c = np.zeros((n, n))
