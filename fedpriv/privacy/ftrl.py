@@ -363,9 +363,9 @@ class TreeAggregatedFTRL:
         """``N_t``: the sum of the noises of :func:`tree_nodes` (t) in tree ``tree`` (with
         ``honaker``: of their variance-reduced estimates, :meth:`honaker_noise`; with ``mf``:
         :meth:`factorization_noise`)."""
-        total = [np.zeros(shape, np.float64) for shape in shapes]
         if self.estimator == MF:
             return self.factorization_noise(tree, t, shapes, weights)
+        total = [np.zeros(shape, np.float64) for shape in shapes]
         for level, index in tree_nodes(t):
             if self.estimator == "honaker":
                 noise = self.honaker_noise(tree, level, index, shapes)[0]

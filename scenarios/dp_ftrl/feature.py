@@ -21,11 +21,11 @@ from fedpriv.scenarios.dp_ftrl.keys import KEYS
 
 from fedpriv import seeds
 from fedpriv.privacy.disclosure import unaccounted_channels
+from fedpriv.privacy.ftrl_mf import MAX_ROUNDS as MF_MAX_ROUNDS
 from fedpriv.privacy.modes import dp_ftrl, mode_of
 from fedpriv.reporting.records import PrivacyFigures, mean_of
 
 MODE = dp_ftrl.MODE
-MF_MAX_ROUNDS = 100  # fedpriv.privacy.ftrl_mf.MAX_ROUNDS (scipy: not imported at --help)
 STRATEGIES = ("fedavg", "fedprox")  # DP-FTRL replaces the server's aggregation and optimizer
 
 
