@@ -103,7 +103,7 @@ WRAPPER_TESTS := tests/test_dp_wrappers.py tests/test_mechanisms.py tests/test_d
                  tests/test_distributed_encoding.py tests/test_distributed_secagg.py \
                  tests/test_distributed_accounting.py tests/test_distributed_dp.py \
                  tests/test_ledger_store.py tests/test_user_app_names.py \
-                 tests/test_distributed_party.py
+                 tests/test_distributed_party.py tests/test_fork_safety.py
 
 $(BASE_STAMP): pyproject.toml constraints.txt
 	test -x $(BASE_VENV)/bin/python || $(PYTHON) -m venv $(BASE_VENV)
