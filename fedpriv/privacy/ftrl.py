@@ -345,7 +345,8 @@ class TreeAggregatedFTRL:
         if self.mf_plan is None:
             raise ValueError("estimator = 'mf' needs the run's rounds: plan_factorization first")
         rounds, done = self.mf_plan
-        return prefix_weights(optimal_factorization(rounds, self.restart_rounds, done))
+        c = optimal_factorization(rounds, self.restart_rounds, done, self.momentum)
+        return prefix_weights(c)
 
     @property
     def node_std(self) -> float:
