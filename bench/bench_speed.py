@@ -87,6 +87,47 @@ def _tree_rss(pid: int, seen: set[int] | None = None) -> int:
     return total
 
 
+# which part of a simulation a process is, by its command line (first match)
+PROCESS_ROLES = (
+    ("workers", ("default_worker.py",)),
+    ("driver", ("simulation_runner",)),
+    ("Ray daemons", ("raylet", "gcs_server", "log_monitor", "dashboard", "runtime_env")),
+)
+
+
+def process_role(cmdline: str) -> str:
+    """The role of a process of a run in :data:`PROCESS_ROLES`, else ``other`` (the CLI)."""
+    for role, marks in PROCESS_ROLES:
+        if any(mark in cmdline for mark in marks):
+            return role
+    return "other"
+
+
+def _sample_cpu(pids: set[int], cpu: dict[int, list]) -> None:
+    """Update ``cpu[pid] = [role, CPU seconds]`` (user + system, from /proc) for ``pids``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            seconds = (int(fields[11]) + int(fields[12])) / tick
+            if pid not in cpu:
+                with open(f"/proc/{pid}/cmdline", encoding="utf-8") as fh:
+                    cpu[pid] = [process_role(fh.read().replace("\0", " ")), 0.0]
+        except (OSError, IndexError, ValueError):
+            continue
+        cpu[pid][1] = max(cpu[pid][1], seconds)
+
+
+def cpu_by_role(cpu: dict[int, list]) -> dict[str, tuple[float, int]]:
+    """(CPU seconds, processes) per role of :func:`_sample_cpu`'s samples."""
+    roles: dict[str, tuple[float, int]] = {}
+    for role, seconds in cpu.values():
+        total, count = roles.get(role, (0.0, 0))
+        roles[role] = (total + seconds, count + 1)
+    return roles
+
+
 def monitored_run(
     cmd: list[str],
     rounds_file: Path | None = None,
@@ -94,8 +135,10 @@ def monitored_run(
     interval: float = 0.2,
 ) -> dict:
     """Run ``cmd`` (with ``env``, default :func:`_env`); wall seconds, peak tree RSS (bytes,
-    sampled every ``interval`` s), times at which round lines appeared, its output, and
-    ``left``: the processes of its tree (any sample) still running 1 s after it returned."""
+    sampled every ``interval`` s), times at which round lines appeared, its output,
+    ``left``: the processes of its tree (any sample) still running 1 s after it returned, and
+    ``cpu``: CPU seconds and processes per role (:func:`cpu_by_role`; each process's last
+    sample, so a lower bound by at most ``interval`` per process)."""
     from fedpriv.scenarios.cli.ray_start import alive, snapshot
 
     t0 = time.perf_counter()
@@ -104,9 +147,10 @@ def monitored_run(
         proc = subprocess.Popen(
             cmd, cwd=ROOT, env=env or _env(), stdout=log, stderr=subprocess.STDOUT
         )
-        peak, seen, stamps, born = 0, 0, [], {}
+        peak, seen, stamps, born, cpu = 0, 0, [], {}, {}
         while proc.poll() is None:
             peak = max(peak, _tree_rss(proc.pid, tree))
+            _sample_cpu(tree, cpu)
             born.update(snapshot(sorted(tree - set(born))))
             if rounds_file is not None and rounds_file.exists():
                 lines = rounds_file.read_text().count("\n")
@@ -120,7 +164,10 @@ def monitored_run(
     left = alive({p: b for p, b in born.items() if p != proc.pid})
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])} failed: {output[-1500:]}")
-    return {"wall": wall, "peak_rss": peak, "stamps": stamps, "output": output, "left": left}
+    return {
+        "wall": wall, "peak_rss": peak, "stamps": stamps, "output": output, "left": left,
+        "cpu": cpu_by_role(cpu),
+    }  # fmt: skip
 
 
 def fedpriv_run(

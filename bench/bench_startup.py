@@ -11,8 +11,9 @@ process and every process below it, sampled every 0.1 s). fedpriv's start-up is 
 summary.json's ``startup_steps`` (:mod:`fedpriv.scenarios.app.startup`: ``runner started``
 (the interpreter and the CLI), ``Ray started``, ``apps imported`` (TensorFlow/Keras in the
 driver, overlapped with Ray's start), ``engine started``, ``data loaded``, ``model built``,
-``workers ready`` (the workers' imports and first answer)); the row also counts the
-processes of the run still alive 1 s after the command returned (goal: none).
+``workers ready`` (the workers' imports and first answer)) and its CPU seconds by process role
+(driver, workers, Ray's daemons: :func:`bench.bench_speed.cpu_by_role`); the row also counts
+the processes of the run still alive 1 s after the command returned (goal: none).
 """
 
 from __future__ import annotations
@@ -41,6 +42,17 @@ def split_text(steps: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.1f} s" for k, v in sorted(steps.items(), key=lambda kv: kv[1]))
 
 
+def cpu_text(cpu: dict[str, tuple[float, int]]) -> str:
+    """``CPU s: role seconds (processes), ...`` of :func:`bench.bench_speed.cpu_by_role`,
+    largest first: where a run's CPU goes (the TensorFlow import of the driver and of every
+    worker, Ray's daemons)."""
+    parts = [
+        f"{role} {sec:.1f} ({n})"
+        for role, (sec, n) in sorted(cpu.items(), key=lambda kv: -kv[1][0])
+    ]
+    return f"CPU s {sum(sec for sec, _ in cpu.values()):.1f}: " + ", ".join(parts)
+
+
 def startup_rows(tmp: Path, quick: bool) -> list[str]:
     """The start-up row (module docstring)."""
     from fedpriv.scenarios.config.registry import resolve_run_config
@@ -61,7 +73,8 @@ def startup_rows(tmp: Path, quick: bool) -> list[str]:
         f"| start-up, workload A (digits, 100 IID clients, 5 epochs, batch 8, digits-mlp, "
         f"SGD 0.02, {rounds} rounds), fresh processes | whole wait {run['wall']:.1f} s, "
         f"start-up to round 1 {start:.1f} s ({split_text(steps)}), {per_round:.2f} s/round, "
-        f"peak tree RSS {run['peak_rss'] / GIB:.2f} GiB, {left} processes alive 1 s after "
+        f"peak tree RSS {run['peak_rss'] / GIB:.2f} GiB, {cpu_text(run['cpu'])}, "
+        f"{left} processes alive 1 s after "
         f"it returned | floor {floor['wall']:.1f} s, start-up {floor_start:.1f} s, "
         f"{floor_round:.2f} s/round, peak RSS {floor['peak_rss'] / GIB:.2f} GiB | "
         f"**{run['wall'] / floor['wall']:.2f}x** wall, memory "

@@ -189,3 +189,25 @@ def test_bench_gpu_reads_where_a_runs_time_went_from_its_console_lines(tmp_path)
         "start-up 12.4 s, round 0 1.9 s, round 1 8.9 s, rounds 2+ 0.6 s (median)"
     )
     assert _timeline(tmp_path / "missing.log") == ""
+
+
+def test_a_runs_cpu_is_split_by_process_role():
+    """The start-up row's CPU split (bench/bench_speed.py): each process of the run's tree is
+    classed by its command line, and a busy child's CPU is counted under its role."""
+    from bench.bench_speed import cpu_by_role, monitored_run, process_role
+
+    ray = "/v/lib/python3.12/site-packages/ray"
+    assert process_role(f"python {ray}/_private/workers/default_worker.py --node-ip") == "workers"
+    assert process_role("python -m fedpriv.scenarios.cli.simulation_runner --app .") == "driver"
+    assert process_role(f"{ray}/core/src/ray/raylet/raylet --raylet_socket_name=x") == (
+        "Ray daemons"
+    )
+    assert process_role("python .venv/bin/fedpriv run") == "other"
+    assert cpu_by_role({1: ["workers", 2.0], 2: ["workers", 1.5], 3: ["driver", 4.0]}) == {
+        "workers": (3.5, 2),
+        "driver": (4.0, 1),
+    }
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+    res = monitored_run([sys.executable, "-c", spin], None, dict(os.environ), 0.05)
+    seconds, processes = res["cpu"]["other"]
+    assert processes == 1 and seconds >= 0.4
