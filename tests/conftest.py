@@ -14,6 +14,11 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ["FEDPRIV_STATE_ROOT"] = tempfile.mkdtemp(prefix="fedpriv-test-state-")
 # JAX runs compile into this session's cache, not the user's (clients/compile_cache.py)
 os.environ.setdefault("FEDPRIV_COMPILE_CACHE", tempfile.mkdtemp(prefix="fedpriv-test-xla-"))
+# pytest-xdist's workers share the machine: each sizes its simulations (num-workers = auto,
+# a local Ray with the CPUs of its actors) for its share of the CPUs, not for all of them
+_XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+if _XDIST_WORKERS > 1:
+    os.environ.setdefault("FEDPRIV_CPUS", str(max(1, (os.cpu_count() or 1) // _XDIST_WORKERS)))
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 

@@ -292,10 +292,34 @@ def test_gpu_federation_runs_one_worker_per_gpu(monkeypatch, gpus, workers):
     from fedpriv.scenarios.speed import workers as speed_workers
 
     monkeypatch.setattr(ray_cluster, "local_gpus", lambda: gpus)
-    monkeypatch.setattr(speed_workers.os, "cpu_count", lambda: 8)
+    monkeypatch.setenv("FEDPRIV_CPUS", "8")
     cfg = resolve_run_config({"scenario": "synthetic-mri"})
     gpu = {"client-resources": {"num-cpus": 2, "num-gpus": 0.25}}
     size, overrides = speed_workers.simulation_size(cfg, ["num-workers='auto'"], gpu)
     assert size == workers and overrides == [f"num-workers={workers}"]
     cpu_size, _ = speed_workers.simulation_size(cfg, [], {"client-resources": {"num-cpus": 2}})
     assert cpu_size == 4  # 8 CPUs over 2 per client, at most the 4 clients
+
+
+def test_a_simulation_is_sized_for_the_cpus_it_may_use(monkeypatch):
+    """``num-workers = auto`` counts ``$FEDPRIV_CPUS`` when set (pytest-xdist's workers set
+    their share), else this process's CPU affinity; a bad value is refused in one line; a
+    local Ray is sized to actors needing fewer CPUs than that (no idle worker per CPU)."""
+    import argparse
+
+    from fedpriv.scenarios.cli.simulation_runner import _fewer_actors_than_cpus
+    from fedpriv.scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.speed import workers as speed_workers
+
+    cfg = resolve_run_config({"scenario": "digits", "num-clients": 10})
+    monkeypatch.setenv("FEDPRIV_CPUS", "3")
+    assert speed_workers.available_cpus() == 3
+    assert speed_workers.simulation_size(cfg, [], {})[0] == 3
+    assert _fewer_actors_than_cpus(argparse.Namespace(num_supernodes=2), 1.0)
+    assert not _fewer_actors_than_cpus(argparse.Namespace(num_supernodes=3), 1.0)
+    monkeypatch.setenv("FEDPRIV_CPUS", "0")
+    with pytest.raises(ValueError, match="FEDPRIV_CPUS = '0' is not allowed; expected a positive"):
+        speed_workers.available_cpus()
+    monkeypatch.delenv("FEDPRIV_CPUS")
+    monkeypatch.setattr(speed_workers.os, "sched_getaffinity", lambda pid: {0, 5})
+    assert speed_workers.available_cpus() == 2

@@ -94,7 +94,10 @@ def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
             return reason
     per_client = float(backend.get("client_resources", {}).get("num_cpus", 1) or 1)
     prestart = args.share == 1 and per_client == 1 and need == 0  # actors = workers per CPU
-    if need > 0 and not address and args.share == 1:  # a GPU federation's own local Ray
+    if not address and args.share == 1 and (need > 0 or _fewer_actors_than_cpus(args, per_client)):
+        # a local Ray with the CPUs of its actors: a GPU federation's, or a CPU one of fewer
+        # workers than CPUs (else Ray would start a worker per CPU, each importing TensorFlow
+        # in its setup hook, for actors that never come: 3.1 CPU-s for one worker on 2 CPUs)
         init_args = ray_cluster.sized_for_actors(init_args, per_client, args.num_supernodes)
     forward = [k for k in args.forward_env.split(",") if k]
     if address:  # someone else's cluster: attach once
@@ -112,6 +115,13 @@ def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
         ray.shutdown()
         return reason
     return None
+
+
+def _fewer_actors_than_cpus(args: argparse.Namespace, per_client: float) -> bool:
+    """Whether this simulation's actors need fewer CPUs than a local Ray would have."""
+    from fedpriv.scenarios.speed.workers import available_cpus
+
+    return args.num_supernodes * per_client < available_cpus()
 
 
 def _console() -> TextIO:

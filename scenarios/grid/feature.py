@@ -145,13 +145,13 @@ def _grid_args(parser: argparse.ArgumentParser) -> None:
 def parallel_cells(value: str, federation: ray_cluster.Federation) -> int:
     """``--parallel``: a positive integer, or ``auto`` (:func:`ray_cluster.default_parallel`
     of this machine); GridError otherwise."""
-    import os
+    from fedpriv.scenarios.speed.workers import available_cpus
 
     if value == "auto":
         backend = cli.federation_settings(federation).get("backend", {})
         uses_gpu = ray_cluster.gpus_per_client(backend) > 0
         gib = ray_cluster.gpu_memory_gib() if uses_gpu else None
-        return ray_cluster.default_parallel(os.cpu_count() or 1, gib, uses_gpu)
+        return ray_cluster.default_parallel(available_cpus(), gib, uses_gpu)
     if not value.isdigit() or int(value) < 1:
         raise GridError(
             f"--parallel = {value!r} is not allowed; expected a positive integer or auto"

@@ -20,10 +20,30 @@ from fedpriv.scenarios.config.node_spec import load_snapshot
 from fedpriv.scenarios.speed.keys import simulation_workers, zone_worker_count
 from fedpriv.scenarios.zonal.keys import federation_size, zone_nodes
 
-__all__ = ["gpu_workers", "scenario_kind", "simulation_size"]
+__all__ = ["available_cpus", "gpu_workers", "scenario_kind", "simulation_size"]
 
 # an explicit ``num-workers = "auto"`` in the overrides (replaced by the resolved count)
 AUTO_OVERRIDE = re.compile(r"""(^|\s)num-workers\s*=\s*("auto"|'auto'|auto)(?=\s|$)""")
+
+
+CPUS_ENV = "FEDPRIV_CPUS"  # the CPUs a simulation is sized for (default: this process's)
+
+
+def available_cpus() -> int:
+    """The CPUs a simulation on this machine is sized for (``num-workers = auto``, ``fedpriv
+    grid --parallel auto``, a local Ray's CPUs when its actors need fewer): ``$FEDPRIV_CPUS``
+    when set (a positive integer: several simulations side by side share the machine, as the
+    test suite's pytest-xdist workers do), else the CPUs this process may run on (its
+    affinity: a container's cpuset or ``taskset``), else ``os.cpu_count()``."""
+    text = os.environ.get(CPUS_ENV, "").strip()
+    if text:
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"{CPUS_ENV} = {text!r} is not allowed; expected a positive integer")
+        return int(text)
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
 
 
 def scenario_kind(cfg: Mapping[str, Any]) -> str:
@@ -58,9 +78,9 @@ def simulation_size(
     nodes, W worker SuperNodes serving the clients as virtual clients where the run kinds
     allow it, else one per client (:func:`fedpriv.scenarios.zonal.keys.federation_size`).
 
-    ``num-workers = auto`` is resolved here: this machine's CPUs over the client's
-    ``num-cpus``; with ``num-gpus`` > 0 one worker per GPU (:func:`gpu_workers`). It is
-    handed to the ServerApp as ``num-workers = W``."""
+    ``num-workers = auto`` is resolved here: this machine's CPUs (:func:`available_cpus`)
+    over the client's ``num-cpus``; with ``num-gpus`` > 0 one worker per GPU
+    (:func:`gpu_workers`). It is handed to the ServerApp as ``num-workers = W``."""
     size, overrides = federation_size(cfg), list(overrides)
     configs = _plan_configs(cfg)
     if "scenario" not in cfg or (cfg.get("run-plan") and any(zone_nodes(c) for c in configs)):
@@ -69,7 +89,7 @@ def simulation_size(
     own = {**cfg, "num-workers": workers.pop() if len(workers) == 1 else cfg.get("num-workers")}
     resources = backend.get("client-resources", {})
     per_client = float(resources.get("num-cpus", 1) or 1)
-    slots = float(os.cpu_count() or 1)
+    slots = float(available_cpus())
     gpus_per_client = float(resources.get("num-gpus", 0) or 0)
     if gpus_per_client > 0 and own["num-workers"] == "auto":
         from fedpriv.scenarios.cli.ray_cluster import local_gpus
