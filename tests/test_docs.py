@@ -257,14 +257,13 @@ def test_the_notebook_leaves_no_runs_in_the_checkout(monkeypatch, tmp_path):
 def test_docs_stand_alone_and_the_start_up_lines_are_what_a_2_core_run_prints(monkeypatch):
     """No page cites a SPEC the repository does not hold; getting-started's example output
     (a 2-core machine) names the SuperNodes ``fedpriv run`` starts there."""
-    import os
 
     from fedpriv.scenarios.app.startup import engine_line
     from fedpriv.scenarios.cli.launch import app_config, simulation_supernodes
 
     pages = [p for p in DOCS.rglob("*.md") if "_build" not in p.parts]
     assert not [p.name for p in pages if re.search(r"\bSPEC\b", p.read_text())]
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setenv("FEDPRIV_CPUS", "2")
     cfg = CATALOG.resolve_run_config(app_config({}))
     nodes = simulation_supernodes(cfg, [], "local-simulation")
     text = (DOCS / "getting-started.md").read_text()
