@@ -10,6 +10,7 @@ Makefile's ``DEPLOYMENT_TESTS``, which ``make test-deployment`` runs, which ``.c
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,15 +26,19 @@ def _variable(name: str) -> list[str]:
 
 
 def _lane(word: str) -> list[str]:
-    """The targets of .ci/run's ``beside`` (or ``joined``) line."""
+    """The targets of .ci/run's ``beside`` (``"target limit"`` each) or ``joined`` line."""
     match = re.search(rf"^{word} (.+)$", CI_RUN, flags=re.M)
     assert match, word
-    return match.group(1).split()
+    return [item.split()[0] for item in shlex.split(match.group(1))]
 
 
 def ci_targets() -> set[str]:
-    """Every make target .ci/run runs: its ``step`` lines and its background lane."""
-    return set(re.findall(r"^step (\S+)$", CI_RUN, flags=re.M)) | set(_lane("beside"))
+    """Every make target .ci/run runs: its ``step`` lines and its background lane, each with
+    its time limit in seconds."""
+    steps = set(re.findall(r"^step (\S+) \d+$", CI_RUN, flags=re.M))
+    lane = re.search(r"^beside (.+)$", CI_RUN, flags=re.M)
+    assert lane and all(re.fullmatch(r"\S+ \d+", t) for t in shlex.split(lane.group(1)))
+    return steps | set(_lane("beside"))
 
 
 def _starts_flower_processes(path: Path) -> bool:
@@ -48,7 +53,7 @@ def test_ci_runs_the_deployment_target():
     }  # fmt: skip
     # the fast tier first, alone; the deployment tier in the background lane beside the
     # next steps, which CI waits for before it ends
-    assert re.search(r"\A(?:.*\n)*?step test\n(?:.*\n)*?beside ", CI_RUN)
+    assert re.search(r"\A(?:.*\n)*?step test \d+\n(?:.*\n)*?beside ", CI_RUN)
     assert "test-deployment" in _lane("beside") and _lane("beside") == _lane("joined")
     recipe = re.search(r"^test-deployment:.*\n\t(.*)$", MAKEFILE, flags=re.M)
     assert (
