@@ -3,13 +3,15 @@ clients per round (slow: twelve 20-round runs).
 
 digits, 100 clients, 20 a round, the privacy-utility page's setting
 (:data:`bench.privacy_utility.BASE`), panel (b): DP-FTRL with its matrix factorization
-(``ftrl-estimator = mf``) at the planner's z for ε under replace-special (one
+(``ftrl-estimator = mf``, optimised for the server's momentum 0.5 at learning rate 0.5) at
+the planner's z for ε under replace-special (one
 ``GaussianDpEvent(z)``; its reported ε equals an independent dp_accounting computation)
 against DP-FedAvg with Poisson sampling at q = 0.2 (20 expected) at the planner's z for ε
 under add/remove, which for a sum divided by a fixed 20 bounds replace-special too. The
 must-show: at ε = 8 and ε = 4, DP-FTRL's mean final accuracy over seeds 0-2 is within 0.05 of
-DP-FedAvg's or above it: met at ε 8, not at ε 4 (reported as an expected failure with its
-numbers; a gap below :data:`FLOOR` fails). With the 5-leaf trees per epoch ε 4 was further
+DP-FedAvg's or above it: met at both on the page (a gap beyond 0.05 is reported as an
+expected failure with its numbers, since 3 seeds of secret noise spread; a gap below
+:data:`FLOOR` fails). With the 5-leaf trees per epoch ε 4 was further
 off (docs/privacy.md, DP-FTRL: 0.720 against 0.889); the fast tier checks the sampling, the
 divisor and ε (``tests/test_dp_ftrl_epochs.py``, ``tests/test_dp_ftrl_mf.py``).
 """
@@ -40,14 +42,14 @@ def gaussian_epsilon(z: float) -> float:
 
 
 # Measured 2026-12-07 (docs/privacy.md, DP-FTRL; the privacy-utility page, seeds 0-2): ε 8
-# 0.880 vs 0.870 (met), ε 4 0.767 vs 0.844 (-0.078; six mf runs 0.795): not within 0.05.
+# 0.870 vs 0.874, ε 4 0.837 vs 0.844 (momentum 0.5; without it ε 4 was 0.767 vs 0.844).
 NOT_MET = (
     "DP-FTRL mf {ftrl:.3f} vs Poisson DP-FedAvg {fedavg:.3f} at ε = {epsilon:g} ({gap:+.3f}): "
     "not within 0.05 (docs/privacy.md, DP-FTRL: no amplification; the factorization's noise "
     "in the first rounds)"
 )
 # what holds now, with room for the spread of 3 seeds: a gap below this is a regression
-FLOOR = {8.0: -0.08, 4.0: -0.15}
+FLOOR = {8.0: -0.08, 4.0: -0.1}
 
 
 @pytest.mark.parametrize("epsilon", [8.0, 4.0])
