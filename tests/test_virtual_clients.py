@@ -13,6 +13,7 @@ loop-back grid that hands every message to the real ClientApp with its node's Co
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import uuid
 
@@ -315,11 +316,33 @@ def test_a_simulation_is_sized_for_the_cpus_it_may_use(monkeypatch):
     monkeypatch.setenv("FEDPRIV_CPUS", "3")
     assert speed_workers.available_cpus() == 3
     assert speed_workers.simulation_size(cfg, [], {})[0] == 3
+    # a local Ray takes the machine's CPUs by default: sized down below that only
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
     assert _fewer_actors_than_cpus(argparse.Namespace(num_supernodes=2), 1.0)
     assert not _fewer_actors_than_cpus(argparse.Namespace(num_supernodes=3), 1.0)
+    assert not _fewer_actors_than_cpus(argparse.Namespace(num_supernodes=2), 2.0)
     monkeypatch.setenv("FEDPRIV_CPUS", "0")
     with pytest.raises(ValueError, match="FEDPRIV_CPUS = '0' is not allowed; expected a positive"):
         speed_workers.available_cpus()
     monkeypatch.delenv("FEDPRIV_CPUS")
     monkeypatch.setattr(speed_workers.os, "sched_getaffinity", lambda pid: {0, 5})
     assert speed_workers.available_cpus() == 2
+
+
+def test_a_bad_cpu_count_is_refused_in_one_line_before_the_run(tmp_path):
+    """``FEDPRIV_CPUS=abc``: ``fedpriv run`` exits 2 with one line naming it, nothing run."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config",
+         f"num-server-rounds=1 output-dir='{out}'"],
+        env={**os.environ, "FEDPRIV_CPUS": "abc"}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert lines == [
+        "fedpriv: config error: FEDPRIV_CPUS = 'abc' is not allowed; expected a positive integer"
+    ]
+    assert not (out / "rounds.jsonl").exists()

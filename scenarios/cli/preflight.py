@@ -114,12 +114,14 @@ def run_state(
 def check_environment(
     cfg: Mapping[str, Any], complete: Optional[Callable[[Mapping[str, Any]], bool]] = None
 ) -> RunState:
-    """Output directory (usable; new, resumable or finished: ``complete`` as in
-    :func:`run_state`), then the data (loading it is the decodability check; errors name
-    the file). Returns what the run will do."""
+    """``$FEDPRIV_CPUS``, the output directory (usable; new, resumable or finished:
+    ``complete`` as in :func:`run_state`), then the data (loading it is the decodability
+    check; errors name the file). Returns what the run will do."""
     from fedpriv.clients.partitions import federated_data
     from fedpriv.scenarios.config.specs import data_spec
+    from fedpriv.scenarios.speed.workers import available_cpus
 
+    available_cpus()  # $FEDPRIV_CPUS, if set, is a positive integer
     check_output_dir(str(cfg["output-dir"]))
     state = run_state(cfg["output-dir"], cfg, complete)
     if state.action == "finished":

@@ -118,10 +118,9 @@ def _start_ray(args: argparse.Namespace, backend: dict[str, Any]) -> str | None:
 
 
 def _fewer_actors_than_cpus(args: argparse.Namespace, per_client: float) -> bool:
-    """Whether this simulation's actors need fewer CPUs than a local Ray would have."""
-    from fedpriv.scenarios.speed.workers import available_cpus
-
-    return args.num_supernodes * per_client < available_cpus()
+    """Whether this simulation's actors need fewer CPUs than a local Ray takes by default (the
+    machine's: Ray counts neither ``$FEDPRIV_CPUS`` nor this process's affinity)."""
+    return args.num_supernodes * per_client < (os.cpu_count() or 1)
 
 
 def _console() -> TextIO:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.scenarios.config.node_spec import load_snapshot
+from fedpriv.scenarios.config.schema import ConfigError
 from fedpriv.scenarios.speed.keys import simulation_workers, zone_worker_count
 from fedpriv.scenarios.zonal.keys import federation_size, zone_nodes
 
@@ -34,11 +35,13 @@ def available_cpus() -> int:
     grid --parallel auto``, a local Ray's CPUs when its actors need fewer): ``$FEDPRIV_CPUS``
     when set (a positive integer: several simulations side by side share the machine, as the
     test suite's pytest-xdist workers do), else the CPUs this process may run on (its
-    affinity: a container's cpuset or ``taskset``), else ``os.cpu_count()``."""
+    affinity: a container's cpuset or ``taskset``), else ``os.cpu_count()``. A bad value:
+    ConfigError (one line; checked before a run by
+    :func:`fedpriv.scenarios.cli.preflight.check_environment`)."""
     text = os.environ.get(CPUS_ENV, "").strip()
     if text:
         if not text.isdigit() or int(text) < 1:
-            raise ValueError(f"{CPUS_ENV} = {text!r} is not allowed; expected a positive integer")
+            raise ConfigError(CPUS_ENV, text, "a positive integer")
         return int(text)
     try:
         return len(os.sched_getaffinity(0)) or 1
