@@ -123,7 +123,8 @@ def test_a_factorization_for_momentum_lowers_the_models_noise_at_the_same_sensit
     blocks = epoch_blocks(20, 5)
     plain, tuned = optimal_factorization(20, 5), optimal_factorization(20, 5, momentum=0.5)
     assert block_sensitivity(tuned, blocks) == pytest.approx(1.0, rel=1e-12)
-    assert exact_sensitivity(tuned[:8, :8], epoch_blocks(8, 5)) <= 1.0 + 1e-12
+    exact = exact_sensitivity(tuned, blocks)  # all 5^4 patterns of 20 rounds in 4 epochs
+    assert 0.98 < exact <= 1.0 + 1e-12  # measured 0.99993
     # measured: 935 against 961 for the factorization of the prefix sums (η = 1, z = 1)
     assert total_error(tuned, blocks, 0.5) < 0.985 * total_error(plain, blocks, 0.5)
     assert optimal_factorization(20, 5, momentum=0.0) is plain
