@@ -4,7 +4,7 @@ The attacker scores an example by its loss under the model, ``ℓ(x, y) = −log
 and calls it a member when ``ℓ <= τ``. Sweeping τ gives a ROC curve of members (positives)
 against non-members (negatives):
 
-- AUC = ``roc_auc_score(is_member, −ℓ)`` = P(ℓ_member < ℓ_non-member) (+½ for ties);
+- AUC = ``roc_auc(is_member, −ℓ)`` (:mod:`fedpriv.metrics`) = P(ℓ_member < ℓ_non-member) (+½ for ties);
   0.5 = no information;
 - attacker advantage = ``max_τ (TPR(τ) − FPR(τ))`` (Yeom et al.'s membership advantage;
   0 = none, 1 = perfect), from ``roc_curve``;
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import roc_auc_score, roc_curve
 
+from fedpriv.metrics import roc_auc, roc_curve
 from fedpriv.spec import DataSpec, RunSpec
 
 # Keras' epsilon: sparse categorical cross-entropy clips probabilities to [eps, 1 - eps].
@@ -140,7 +140,7 @@ def loss_threshold_attack(
     non = _losses("nonmember_losses", nonmember_losses)
     labels = np.concatenate([np.ones(mem.size), np.zeros(non.size)])
     scores = -np.concatenate([mem, non])
-    auc = float(roc_auc_score(labels, scores))
+    auc = roc_auc(labels, scores)
     fpr, tpr, thresholds = roc_curve(labels, scores)
     j = int(np.argmax(tpr - fpr))
     tau = -float(thresholds[j]) if math.isfinite(thresholds[j]) else float("-inf")

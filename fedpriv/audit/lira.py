@@ -64,12 +64,12 @@ def offline_lira_scores(target_phi: np.ndarray, reference_phi: np.ndarray) -> np
 
 def lira_result(scores: np.ndarray, is_member: np.ndarray) -> dict[str, Any]:
     """AUC, TPR at 0.1 % / 1 % FPR and the ROC points of a score vector."""
-    from sklearn.metrics import roc_auc_score
+    from fedpriv.metrics import roc_auc
 
     labels = np.asarray(is_member).astype(int)
     fpr, tpr = roc_points(labels, scores)
     return {
-        "auc": float(roc_auc_score(labels, scores)),
+        "auc": roc_auc(labels, scores),
         **tpr_at_fpr(labels, scores, LOW_FPRS),
         "fpr_resolution": 1.0 / max(1, int((labels == 0).sum())),
         "roc": {"fpr": fpr.tolist(), "tpr": tpr.tolist()},
