@@ -4,7 +4,8 @@ The attacker scores an example by its loss under the model, ``ℓ(x, y) = −log
 and calls it a member when ``ℓ <= τ``. Sweeping τ gives a ROC curve of members (positives)
 against non-members (negatives):
 
-- AUC = ``roc_auc(is_member, −ℓ)`` (:mod:`fedpriv.metrics`) = P(ℓ_member < ℓ_non-member) (+½ for ties);
+- AUC = ``roc_auc(is_member, −ℓ)`` (:mod:`fedpriv.metrics`) = P(ℓ_member < ℓ_non-member)
+  (+½ for ties);
   0.5 = no information;
 - attacker advantage = ``max_τ (TPR(τ) − FPR(τ))`` (Yeom et al.'s membership advantage;
   0 = none, 1 = perfect), from ``roc_curve``;
