@@ -411,3 +411,28 @@ def test_client_training_reports_its_own_epsilon_and_draws_secret_noise(digits_c
     opt_in = replace(d["dp"], reproducible=True)
     (w3, _), (w4, _) = call(opt_in), call(opt_in)
     assert all(np.array_equal(a, c) for a, c in zip(w3, w4))  # the opt-in: bit-identical
+
+
+def test_a_cohorts_threads_share_one_dp_trainer():
+    """A worker's virtual clients ask for the DP trainer from their cohort's threads at once:
+    they get one trainer (one trace, one compiled cohort call), not one each."""
+    import threading
+
+    from fedpriv.clients import dpsgd_client
+    from fedpriv.scenarios.config.registry import resolve_run_config
+    from fedpriv.scenarios.config.specs import run_spec
+
+    spec = run_spec(resolve_run_config({"privacy": "dp-sgd", "learning-rate": 0.0123}))
+    dpsgd_client._cached_trainer.cache_clear()
+    start, got = threading.Barrier(4), []
+
+    def ask() -> None:
+        start.wait()
+        got.append(dpsgd_client.dp_trainer_for(spec.train, spec.params, (8, 8, 1), 10))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(got) == 4 and len({id(t) for t in got}) == 1
