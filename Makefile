@@ -115,9 +115,9 @@ test-base-install: $(BASE_STAMP)
 	$(BASE_VENV)/bin/python -c "import fedpriv.strategies.dp_wrappers, sys; assert not {'tensorflow', 'keras', 'jax', 'ray'} & set(sys.modules)"
 	$(BASE_VENV)/bin/python -m pytest -q -ra $(WRAPPER_TESTS)
 
-## What CI runs: .ci/run (the install; then the fast tier and the slow tests that guard a
-## result, beside two background lanes: the deployment path, the base install and the docs;
-## every results page re-made at a reduced scale).
+## What CI runs: .ci/run (the fast tier on the pinned stack; then the deployment path in the
+## background, beside the slow tests that guard a result, every results page re-made at a
+## reduced scale, the base install and the docs).
 ci:
 	PYTHON="$(PYTHON)" bash .ci/run
 

@@ -4,8 +4,7 @@ calls (a test marked ``slow`` runs in CI only when it is also ``guard`` or ``dep
 Read from the files, without running anything: a test file that starts Flower's own
 ``flower-superlink`` / ``flower-supernode`` is marked ``deployment`` and listed in the
 Makefile's ``DEPLOYMENT_TESTS``, which ``make test-deployment`` runs, which ``.ci/run`` calls
-(in a background lane beside the fast and guard tiers, waited for before CI ends) and
-``make ci`` runs.
+(beside the guard tier, waited for before CI ends) and ``make ci`` runs.
 """
 
 from __future__ import annotations
@@ -26,27 +25,20 @@ def _variable(name: str) -> list[str]:
     return match.group(1).replace("\\\n", " ").split()
 
 
-def _lanes(word: str) -> list[list[str]]:
-    """The targets of each of .ci/run's ``beside`` lines (``"target limit"`` each) or
-    ``joined`` lines (a lane's pid and log, then its targets)."""
-    lanes = []
-    for line in re.findall(rf"^{word} (.+)$", CI_RUN, flags=re.M):
-        words = shlex.split(line)
-        if word == "joined":
-            assert words[0].startswith("${") and words[0].endswith("[@]}"), line
-            words = words[1:]
-        lanes.append([item.split()[0] for item in words])
-    assert lanes, word
-    return lanes
+def _lane(word: str) -> list[str]:
+    """The targets of .ci/run's ``beside`` (``"target limit"`` each) or ``joined`` line."""
+    match = re.search(rf"^{word} (.+)$", CI_RUN, flags=re.M)
+    assert match, word
+    return [item.split()[0] for item in shlex.split(match.group(1))]
 
 
 def ci_targets() -> set[str]:
-    """Every make target .ci/run runs: its ``step`` lines and its background lanes, each
-    with its time limit in seconds."""
+    """Every make target .ci/run runs: its ``step`` lines and its background lane, each with
+    its time limit in seconds."""
     steps = set(re.findall(r"^step (\S+) \d+$", CI_RUN, flags=re.M))
-    for line in re.findall(r"^beside (.+)$", CI_RUN, flags=re.M):
-        assert all(re.fullmatch(r"\S+ \d+", t) for t in shlex.split(line)), line
-    return steps | {target for lane in _lanes("beside") for target in lane}
+    lane = re.search(r"^beside (.+)$", CI_RUN, flags=re.M)
+    assert lane and all(re.fullmatch(r"\S+ \d+", t) for t in shlex.split(lane.group(1)))
+    return steps | set(_lane("beside"))
 
 
 def _starts_flower_processes(path: Path) -> bool:
@@ -57,15 +49,12 @@ def _starts_flower_processes(path: Path) -> bool:
 def test_ci_runs_the_deployment_target():
     assert re.search(r"^ci:.*\n\t.*\bbash \.ci/run\b", MAKEFILE, flags=re.M)  # make ci = .ci/run
     assert ci_targets() == {
-        "install", "test", "test-guards", "results-check", "test-deployment",
-        "test-base-install", "docs",
+        "test", "test-guards", "results-check", "test-deployment", "test-base-install", "docs"
     }  # fmt: skip
-    # the install first, alone; then the background lanes (the deployment tier among
-    # them), then the fast tier and the guard tier beside them; CI waits for every lane
-    assert re.search(r"\A(?:.*\n)*?step install \d+\n(?:.*\n)*?beside ", CI_RUN)
-    assert re.search(r"^beside (?:.*\n)*step test \d+\nstep test-guards \d+\n", CI_RUN, re.M)
-    assert any("test-deployment" in lane for lane in _lanes("beside"))
-    assert sorted(_lanes("beside")) == sorted(_lanes("joined"))
+    # the fast tier first, alone; the deployment tier in the background lane beside the
+    # next steps, which CI waits for before it ends
+    assert re.search(r"\A(?:.*\n)*?step test \d+\n(?:.*\n)*?beside ", CI_RUN)
+    assert "test-deployment" in _lane("beside") and _lane("beside") == _lane("joined")
     recipe = re.search(r"^test-deployment:.*\n\t(.*)$", MAKEFILE, flags=re.M)
     assert (
         recipe and "$(DEPLOYMENT_TESTS)" in recipe.group(1) and "-m deployment" in recipe.group(1)
