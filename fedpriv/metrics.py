@@ -83,7 +83,13 @@ def roc_auc(labels: Sequence[int] | np.ndarray, scores: Sequence[float] | np.nda
     if np.unique(y).size != 2:
         return float("nan")
     fpr, tpr, _ = roc_curve(y, scores)
-    return float(np.trapezoid(tpr, fpr))
+    return curve_auc(fpr, tpr)
+
+
+def curve_auc(fpr: Sequence[float] | np.ndarray, tpr: Sequence[float] | np.ndarray) -> float:
+    """Area under a ROC curve's points by the trapezoidal rule (``sklearn.metrics.auc``):
+    Σ_k (FPR_{k+1} − FPR_k)·(TPR_{k+1} + TPR_k)/2."""
+    return float(np.trapezoid(np.asarray(tpr, dtype=float), np.asarray(fpr, dtype=float)))
 
 
 def last_k_stats(values: Sequence[float], k: int = 5) -> tuple[float, float]:

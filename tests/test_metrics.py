@@ -82,3 +82,9 @@ def test_micro_roc_curve_equals_scikit_learns():
     sfpr, stpr, _ = sk.roc_curve(onehot.ravel(), proba.ravel())
     np.testing.assert_allclose(fpr, sfpr)
     np.testing.assert_allclose(tpr, stpr)
+
+
+def test_curve_auc_is_scikit_learns_auc_of_the_points():
+    rng = np.random.default_rng(11)
+    fpr, tpr = np.sort(rng.random(30)), np.sort(rng.random(30))
+    assert metrics.curve_auc(fpr, tpr) == pytest.approx(sk.auc(fpr, tpr), rel=1e-12)

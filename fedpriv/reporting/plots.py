@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from fedpriv.metrics import curve_auc  # noqa: E402
 from fedpriv.reporting.records import RoundRecord  # noqa: E402
 from fedpriv.reporting.runlog import from_json_number  # noqa: E402
 from fedpriv.reporting.tables import integer_rounds, save_figure  # noqa: E402
@@ -131,12 +132,6 @@ def plot_run_accuracy(rounds: Sequence[Mapping[str, Any]], path: str | Path, *, 
     return plot_accuracy_per_round(series, path, title=title, privacy=privacy)
 
 
-def roc_auc(fpr: Sequence[float], tpr: Sequence[float]) -> float:
-    """Area under a ROC curve by the trapezoidal rule (what ``sklearn.metrics.auc`` does)."""
-    x, y = np.asarray(fpr, dtype=float), np.asarray(tpr, dtype=float)
-    return float(np.sum(np.diff(x) * (y[1:] + y[:-1]) / 2.0))
-
-
 def plot_roc(
     curves: Mapping[str, tuple[np.ndarray, np.ndarray]],
     path: str | Path,
@@ -151,7 +146,7 @@ def plot_roc(
     """
     fig, ax = plt.subplots(figsize=(5, 5))
     for label, (fpr, tpr) in curves.items():
-        ax.plot(fpr, tpr, label=f"{label} (AUC {roc_auc(fpr, tpr):.3f})")
+        ax.plot(fpr, tpr, label=f"{label} (AUC {curve_auc(fpr, tpr):.3f})")
     ax.plot([0, 1], [0, 1], ls="--", c="grey", lw=0.8)
     if log_scale:
         ax.set_xscale("log")

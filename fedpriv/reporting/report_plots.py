@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from fedpriv.grid import Groups, RunResult  # noqa: E402
-from fedpriv.metrics import micro_roc_curve  # noqa: E402
+from fedpriv.metrics import curve_auc, micro_roc_curve  # noqa: E402
 from fedpriv.reporting.tables import (  # noqa: E402
     FPR_GRID,
     PRIVACY_LABELS,
@@ -119,7 +119,7 @@ def mean_roc(runs: Sequence[RunResult]) -> tuple[np.ndarray, list[float]] | None
             continue
         fpr, tpr = micro_roc_curve(*predictions)
         tprs.append(np.interp(FPR_GRID, fpr, tpr))
-        aucs.append(float(np.trapezoid(tpr, fpr)))
+        aucs.append(curve_auc(fpr, tpr))
     if not tprs:
         return None
     mean_tpr = np.mean(tprs, axis=0)
