@@ -140,7 +140,9 @@ def one_line_failures(procs: Processes):
         pytest.fail(str(err), pytrace=False)
 
 
-def _check_rounds(out: Path, context: str, clients: int = M, rounds: int = ROUNDS) -> list[dict]:
+def _check_rounds(
+    out: Path, context: str, clients: int = M, rounds: int = ROUNDS, min_accuracy: float = 0.6
+) -> list[dict]:
     assert out.exists(), context
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["round"] for r in rows] == list(range(rounds + 1)), context
@@ -149,7 +151,7 @@ def _check_rounds(out: Path, context: str, clients: int = M, rounds: int = ROUND
         assert r["sigma"] == pytest.approx(Z * C / (clients * r["d"]), rel=1e-9), r
     eps = [r["epsilon_comparison_only"] for r in rows[1:]]
     assert all(b > a > 0 for a, b in zip(eps, eps[1:])), eps
-    assert rows[-1]["accuracy"] > 0.6, rows  # chance is 0.1
+    assert rows[-1]["accuracy"] > min_accuracy, rows  # chance is 0.1
     return rows
 
 

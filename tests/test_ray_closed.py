@@ -1,10 +1,15 @@
-"""A simulation's own Ray is closed to the network (docs/multi-machine.md, "Network security").
+"""A simulation's own Ray is closed to the network (docs/multi-machine.md, "Network security"),
+and its workers run at the run's own priority.
 
 Ray has no authentication by default; a local Ray that ``ray.init`` starts on Linux listens on
 every interface. The simulation runner binds it to loopback
-(:func:`fedpriv.scenarios.cli.ray_cluster.loopback_args`). The simulation test starts a default tiny
-``fedpriv run`` and reads, while it runs, the listening TCP sockets of its whole process tree
-from ``/proc/net/tcp`` and ``/proc/net/tcp6`` (no psutil): every one is on a loopback address.
+(:func:`fedpriv.scenarios.cli.ray_cluster.loopback_args`). Ray also starts its workers at nice
+15; the runner keeps them at the driver's priority
+(:func:`fedpriv.scenarios.cli.ray_cluster.worker_priority_env`). The simulation test starts a
+default tiny ``fedpriv run`` and reads, while it runs, the listening TCP sockets of its whole
+process tree from ``/proc/net/tcp`` and ``/proc/net/tcp6`` (no psutil): every one is on a
+loopback address; and the niceness of each of its Ray workers (``ray::`` processes): the
+test's own.
 """
 
 from __future__ import annotations
@@ -86,6 +91,20 @@ def listening(pids: set[int]) -> set[tuple[str, str, int]]:
     return found
 
 
+def niceness(pids: set[int]) -> dict[str, int]:
+    """``{"<pid> <name>": nice}`` of the Ray workers (``ray::`` processes) among ``pids``."""
+    found = {}
+    for pid in pids:
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if name.startswith("ray::"):
+            found[f"{pid} {name}"] = int(stat.rsplit(")", 1)[1].split()[16])  # field 19
+    return found
+
+
 def is_loopback(address: str) -> bool:
     """127.0.0.0/8, ::1, or an IPv4-mapped loopback (::ffff:127.0.0.1)."""
     ip = ipaddress.ip_address(address)
@@ -117,19 +136,27 @@ def test_local_ray_args_bind_loopback_and_an_attached_cluster_is_left_alone(monk
 
 
 @pytest.mark.simulation
-def test_a_default_simulation_listens_on_loopback_only(tmp_path):
+def test_a_default_simulation_listens_on_loopback_only_and_its_workers_are_not_niced(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config",
            f"{TINY} output-dir='{tmp_path / 'run'}'"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
     seen: set[tuple[str, str, int]] = set()
+    workers: dict[str, int] = {}
     deadline = time.monotonic() + 600
     while proc.poll() is None and time.monotonic() < deadline:
-        seen |= listening(descendants(proc.pid))
+        tree = descendants(proc.pid)
+        seen |= listening(tree)
+        workers.update(niceness(tree))
         time.sleep(0.3)
     output = proc.communicate(timeout=60)[0]
     assert proc.returncode == 0, output[-3000:]
     names = {name for name, _, _ in seen}
     assert {"gcs_server", "raylet"} <= names, seen  # the scan saw Ray's servers listening
     assert [s for s in seen if not is_loopback(s[1])] == [], seen
+    # Ray's default would be nice 15 (+15 on the run's): beside any busy process of the
+    # run's priority a worker got ~1/28 of its share (a tiny run 320 s instead of 30)
+    assert workers, "no Ray worker seen"
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert {name: nice for name, nice in workers.items() if nice != own} == {}, own

@@ -257,10 +257,11 @@ def _env() -> dict[str, str]:
     this test process sets (``fedpriv.scenarios.cli.ray_cluster.loopback_args``) and which
     makes a joining ``ray start`` panic ("Multi-node Ray clusters are not supported"): the
     two errors ``make test`` showed when such a test ran before this module's fixture."""
-    from fedpriv.scenarios.cli.ray_cluster import CLUSTER_SWITCH
+    from fedpriv.scenarios.cli.ray_cluster import CLUSTER_SWITCH, WORKER_NICENESS
 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
     env.pop(CLUSTER_SWITCH, None)
+    env.setdefault(WORKER_NICENESS, "0")  # as docs/multi-machine.md says for a shared machine
     return env
 
 
