@@ -103,7 +103,7 @@ PAGES: tuple[Page, ...] = (
             "CIA_OUT={out}/run",
             "CIA_STRATEGIES=fedavg",
             "CIA_PRIVACY=none,global-dp",
-            "CIA_RUN_CONFIG=cia-local-epochs=3",
+            "CIA_RUN_CONFIG=cia-local-epochs=3 reproducible-noise=true",
         ),
         claims.cia,
     ),
