@@ -1,19 +1,21 @@
 """Deployment engine: a real SuperLink and four SuperNodes on localhost run the app.
 
 The SuperLink and SuperNodes are Flower 1.42's own executables (``flower-superlink``,
-``flower-supernode``), started insecure on free loopback ports (one HTTP port per process)
-with ``--disable-runtime-dependency-installation`` (offline), once for the module, each
-SuperNode with its own ``FLWR_HOME`` as on its own machine. The run is submitted with
-``flwr run . local-deployment`` from the repository root exactly as docs/gpu.md says: a
-SuperLink connection ``local-deployment`` in a throwaway ``$FLWR_HOME/config.toml``; the
-repository's pyproject.toml must come out of it unchanged. The one run is also the fault test:
-a SuperNode is SIGKILLed (with its SuperExec and ClientApp processes) during a round and
-restarted; every process is stopped at the end, whatever happens (:mod:`tests.localflower`),
-and the module's teardown fails if one is still alive. The SuperNodes the tests kill report a
-10 s heartbeat interval (:mod:`tests.heartbeat_supernode`: Flower's minimum, not its fixed
-30 s), so the SuperLink finds a killed one gone after 16-20 s instead of 40-60 s. (A
-separate fault-free run added ~1-2 min of CI and checked nothing this run's round 1 and final
-summary do not.)
+``flower-supernode``), started insecure on free loopback ports (one HTTP port per process) with
+``--disable-runtime-dependency-installation`` (offline), once for the module, each SuperNode
+with its own ``FLWR_HOME`` as on its own machine. The run is submitted with ``flwr run APP
+local-deployment`` as docs/gpu.md says (a SuperLink connection ``local-deployment`` in a
+throwaway ``$FLWR_HOME/config.toml``), where APP is a copy of the files ``flwr run .`` in the
+repository root would bundle (git's tracked and unignored files, :func:`app_export`): Flower
+walks every file under the app folder before it applies .gitignore, and with the checkout's
+``.venv`` there that walk alone is 10 CPU-s per submit (measured: 62,061 files). The app's
+pyproject.toml must come out of it unchanged. The one run is also the fault test: a SuperNode
+is SIGKILLed (with its SuperExec and ClientApp processes) during a round and restarted; every
+process is stopped at the end, whatever happens (:mod:`tests.localflower`), and the module's
+teardown fails if one is still alive. The SuperNodes the tests kill report a 10 s heartbeat
+interval (:mod:`tests.heartbeat_supernode`: Flower's minimum, not its fixed 30 s), so the
+SuperLink finds a killed one gone after 16-20 s instead of 40-60 s. (A separate fault-free run
+added ~1-2 min of CI and checked nothing this run's round 1 and final summary do not.)
 
 Each SuperNode has its own state folder (``client-state-dir`` in its ``--node-config``, a fresh
 0700 folder), as a deployed node that adds noise or keeps a budget must; each run ends with the
@@ -30,6 +32,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -54,6 +57,23 @@ KILLED = (1, 3)  # the partitions whose SuperNodes the tests kill
 HEARTBEAT_SUPERNODE = [sys.executable, str(ROOT / "tests" / "heartbeat_supernode.py")]
 
 
+def app_export(folder: Path) -> Path:
+    """``folder`` holding the files of the repository that ``flwr run .`` bundles into the
+    app's FAB: git's tracked and untracked-but-not-ignored files (the FAB leaves out what
+    .gitignore names), without the ignored ``.venv`` that Flower would walk first."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, check=True,
+    ).stdout.decode()  # fmt: skip
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file() and not source.is_symlink():
+            target = folder / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+    return folder
+
+
 class Federation:
     """A SuperLink and ``count`` SuperNodes on loopback; ``nodes[i]`` serves partition i."""
 
@@ -72,6 +92,7 @@ class Federation:
         )
         self.procs = Processes(root, self.env)
         self.submits = 0
+        self.app = app_export(root / "app")
         (self.port,) = free_ports(1)
         (home / "config.toml").write_text(
             '[superlink]\ndefault = "local-deployment"\n\n'
@@ -117,17 +138,18 @@ class Federation:
         self.procs.kill(self.nodes.pop(i))
 
     def submit(self, run_config: str) -> None:
-        """``flwr run . local-deployment`` from the repository root."""
-        before = (ROOT / "pyproject.toml").read_bytes()
+        """``flwr run . local-deployment`` in the app's folder (:func:`app_export`)."""
+        before = (self.app / "pyproject.toml").read_bytes()
         self.submits += 1
         output = self.procs.run(
             f"flwr-run{self.submits}",
             [str(BIN / "flwr"), "run", ".", "local-deployment", "--run-config", run_config],
-            cwd=ROOT, timeout_s=SUBMIT_S,
+            cwd=self.app, timeout_s=SUBMIT_S,
         )  # fmt: skip
         if "Successfully started run" not in output:
             raise Failure(f"flwr run did not start the run: {output.strip()[-300:]!r}")
-        assert (ROOT / "pyproject.toml").read_bytes() == before, "flwr run rewrote pyproject.toml"
+        rewritten = (self.app / "pyproject.toml").read_bytes() != before
+        assert not rewritten, "flwr run rewrote pyproject.toml"
 
     def live(self) -> dict[str, subprocess.Popen]:
         """The processes that must stay up: the SuperLink and the current SuperNodes."""

@@ -6,6 +6,10 @@ its raylet; once Flower's backend has shut Ray down they are no longer below the
 used to exit only when they noticed their raylet was gone (up to 10 s after the run). The
 runner notes the processes below it when Ray is shut down and ends the ones still running
 before it exits.
+
+The same default run (one simulation, sampled while it runs) also shows that its own Ray is
+closed to the network and that its workers run at the run's priority
+(:mod:`tests.test_ray_closed`, whose helpers read the sockets and the niceness).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from pathlib import Path
 
 import pytest
 from fedpriv.scenarios.cli.ray_start import alive, born, descendants, end_processes, snapshot
+
+from tests.test_ray_closed import is_loopback, listening, niceness
 
 ROOT = Path(__file__).resolve().parent.parent
 IGNORES_TERM = (
@@ -98,7 +104,8 @@ def _running(pid: int) -> bool:
 def finished_run(tmp_path_factory) -> dict:
     """One default ``fedpriv run`` (1 round) through the CLI, every process of its tree sampled
     every 0.1 s while it runs: its exit status, console, the processes seen (pid -> start and
-    command line) and those still alive a second after it returned."""
+    command line) and those still alive a second after it returned; every 0.3 s the listening
+    TCP sockets of the tree and the niceness of its Ray workers."""
     tmp_path = tmp_path_factory.mktemp("run")
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config",
@@ -107,6 +114,9 @@ def finished_run(tmp_path_factory) -> dict:
     seen: dict[int, int] = {}
     names: dict[int, str] = {}
     commands: set[str] = set()  # every command line a process of the run had
+    sockets: set[tuple[str, str, int]] = set()  # (process, address, port) listening
+    workers: dict[str, int] = {}  # "<pid> ray::<name>" -> nice
+    scans = 0
     with (tmp_path / "console.txt").open("w+") as console:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=console, stderr=subprocess.STDOUT)
         while proc.poll() is None:  # every process of the run's tree, sampled every 0.1 s
@@ -117,13 +127,18 @@ def finished_run(tmp_path_factory) -> dict:
             now = {p: name for p in below if (name := _name(p))}
             names.update(now)
             commands.update(now.values())
+            if scans % 3 == 0:
+                tree = {proc.pid, *below}
+                sockets |= listening(tree)
+                workers.update(niceness(tree))
+            scans += 1
             time.sleep(0.1)
         console.seek(0)
         output = console.read()
     time.sleep(1.0)
     left = {p: names.get(p, "") for p in alive(seen)}
     return {"returncode": proc.returncode, "output": output, "names": names, "left": left,
-            "commands": commands}  # fmt: skip
+            "commands": commands, "sockets": sockets, "workers": workers}  # fmt: skip
 
 
 @pytest.mark.simulation
@@ -151,6 +166,24 @@ def test_a_local_simulation_starts_no_dashboard_api_server_or_autoscaler_monitor
     for name, script in agents.items():
         assert name in words or any(script in c for c in commands), (name, commands)
     assert not {"dashboard.py", "monitor.py"} & words, commands
+
+
+@pytest.mark.simulation
+def test_a_default_simulation_listens_on_loopback_only_and_its_workers_are_not_niced(
+    finished_run,
+):
+    """Every listening TCP socket of the run's tree is on a loopback address, and every Ray
+    worker runs at this process's priority (:mod:`tests.test_ray_closed`)."""
+    assert finished_run["returncode"] == 0, finished_run["output"][-3000:]
+    seen = finished_run["sockets"]
+    assert {"gcs_server", "raylet"} <= {name for name, _, _ in seen}, seen  # Ray's servers seen
+    assert [s for s in seen if not is_loopback(s[1])] == [], seen
+    # Ray's default would be nice 15 (+15 on the run's): beside any busy process of the
+    # run's priority a worker got ~1/28 of its share (a tiny run 320 s instead of 30)
+    workers = finished_run["workers"]
+    assert workers, "no Ray worker seen"
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert {name: nice for name, nice in workers.items() if nice != own} == {}, own
 
 
 def _name(pid: int) -> str:
