@@ -111,7 +111,19 @@ def federation_settings(federation: str | Federation) -> dict[str, Any]:
     except ValueError as err:
         raise ConfigError("ray-address", address, "'auto' or HOST:PORT") from err
     settings["backend"] = with_address(settings.get("backend", {}), address)
+    _check_in_process(federation.name, settings["backend"])
     return settings
+
+
+def _check_in_process(name: str, backend: Mapping[str, Any]) -> None:
+    """A federation of the in-process backend (:mod:`fedpriv.scenarios.cli.in_process`) asks for
+    no Ray cluster and no GPU: else ConfigError, before anything starts."""
+    from fedpriv.scenarios.cli.in_process import is_in_process, problem
+
+    found = problem(backend) if is_in_process(backend) else None
+    if found is not None:
+        key, value, allowed = found
+        raise ConfigError(key, value, f"{allowed} (federation {name!r})")
 
 
 def federation_env(name: str | Federation, base: Mapping[str, str]) -> dict[str, str]:
@@ -434,6 +446,7 @@ def run(args: argparse.Namespace, catalog: Catalog) -> int:
 
     t0 = time.time()
     try:
+        federation_settings(federation_of(args))  # with its --ray-address
         cfg, state = preflight_state(app_config(parse_overrides(args.run_config)), catalog)
     except (ConfigError, DataError) as err:
         print(f"fedpriv: {err}", file=sys.stderr)

@@ -42,6 +42,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from fedpriv.scenarios.cli.in_process import is_in_process
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -209,6 +211,8 @@ def run(argv: list[str] | None = None) -> int:
     with (app_dir / "pyproject.toml").open("rb") as fh:
         components = tomllib.load(fh)["tool"]["flwr"]["app"]["components"]
     backend = _backend_config(args.backend_config)
+    if is_in_process(backend):
+        return _run_in_process(args, app_dir, components, backend)
     # the ClientApp's and the ServerApp's modules, imported before Flower starts its threads:
     # Flower loads the ClientApp in its engine thread while the ServerApp thread runs, and a
     # resumed ServerApp unpickles its checkpoint (which imports fedpriv.privacy.accounting too)
@@ -239,31 +243,73 @@ def run(argv: list[str] | None = None) -> int:
     try:
         preload.result()  # Flower's modules too: imported in the main thread only after it
         startup.mark("apps imported")
-        flower_run, context = _flower_run(args, app_dir)
         _engine_started(args.num_supernodes)
-        from fedpriv.scenarios.cli import engine_polling, ray_cluster
-        from fedpriv.scenarios.cli.simulated_nodes import use_node_settings
-        from flwr.simulation.run_simulation import _run_simulation
-        from flwr.supercore.telemetry import EventType
+        from fedpriv.scenarios.cli import ray_cluster
 
-        use_node_settings(args.node_config)
         ray_cluster.share_actor_pool(args.share, args.num_supernodes)
-        engine_polling.use_fast_polling(args.num_supernodes)
-        _run_simulation(
-            num_supernodes=args.num_supernodes,
-            exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
-            server_app_attr=components["serverapp"],
-            client_app_attr=components["clientapp"],
-            server_app_context=context,
-            backend_config=backend,
-            app_dir=str(app_dir),
-            run=flower_run,
-            is_app=True,
-        )
+        _simulate(args, app_dir, components, backend)
     except Exception as err:  # noqa: BLE001 -- the run failed: its traceback (run.log), one line
-        traceback.print_exc(file=sys.stderr)
-        print(f"fedpriv: the simulation failed: {err}", file=sys.stderr)
-        return 1
+        return _failed(err)
+    return 0
+
+
+def _failed(err: Exception) -> int:
+    """The failed run's traceback (run.log) and its one line; exit status 1."""
+    traceback.print_exc(file=sys.stderr)
+    print(f"fedpriv: the simulation failed: {err}", file=sys.stderr)
+    return 1
+
+
+def _simulate(
+    args: argparse.Namespace, app_dir: Path, components: dict[str, str], backend: dict[str, Any]
+) -> None:
+    """Flower's simulation engine on this process's backend (Ray's, or the in-process one)."""
+    from fedpriv.scenarios.cli import engine_polling
+    from fedpriv.scenarios.cli.simulated_nodes import use_node_settings
+    from flwr.simulation.run_simulation import _run_simulation
+    from flwr.supercore.telemetry import EventType
+
+    flower_run, context = _flower_run(args, app_dir)
+    use_node_settings(args.node_config)
+    engine_polling.use_fast_polling(args.num_supernodes)
+    _run_simulation(
+        num_supernodes=args.num_supernodes,
+        exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
+        server_app_attr=components["serverapp"],
+        client_app_attr=components["clientapp"],
+        server_app_context=context,
+        backend_config=backend,
+        app_dir=str(app_dir),
+        run=flower_run,
+        is_app=True,
+    )
+
+
+def _run_in_process(
+    args: argparse.Namespace, app_dir: Path, components: dict[str, str], backend: dict[str, Any]
+) -> int:
+    """The simulation with every ClientApp in this process (:mod:`fedpriv.scenarios.cli.
+    in_process`): no Ray is imported or started; 2 with one line when the federation asks
+    for what it cannot do (a Ray cluster, GPUs)."""
+    from fedpriv.scenarios.app.quiet import REFUSAL_PREFIX
+    from fedpriv.scenarios.app.startup import status
+    from fedpriv.scenarios.cli.in_process import refusal, use_in_process_backend
+
+    reason = refusal(backend)
+    if reason is not None:
+        print(f"{REFUSAL_PREFIX}{reason}", file=_console(), flush=True)
+        return 2
+    for module in (components[app].split(":")[0] for app in ("clientapp", "serverapp")):
+        importlib.import_module(module)  # before Flower's threads (see run)
+    from fedpriv.scenarios.app import startup
+
+    startup.mark("apps imported")
+    status("engine started", "in-process: every ClientApp in this process, one at a time")
+    try:
+        use_in_process_backend()
+        _simulate(args, app_dir, components, backend)
+    except Exception as err:  # noqa: BLE001 -- the run failed: its traceback (run.log), one line
+        return _failed(err)
     return 0
 
 
