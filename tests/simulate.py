@@ -22,6 +22,11 @@ REPRODUCIBLE = {"reproducible-noise": True}
 
 
 STATE_ROOT_ENV = "FEDPRIV_STATE_ROOT"  # fedpriv.privacy.releases.STATE_ROOT_ENV
+# ``fedpriv run`` on the in-process backend (federation local-in-process; its seeded run equals
+# the Ray run's records and model: tests/test_in_process_simulation.py), for a test whose subject
+# is not the engine (node state, ledgers, budgets, what a run writes): one process of about
+# 8 CPU-s for a tiny run, where a Ray start and its worker interpreters take 16-20 CPU-s
+IN_PROCESS = ("--federation", "local-in-process")
 
 
 def nodes_of(output_dir: str | Path) -> str:
@@ -169,7 +174,9 @@ def kill_after_round(
 
 
 def run_fedpriv_cells(
-    runs: dict[str, tuple[dict[str, Any], Path]], plan_dir: Path
+    runs: dict[str, tuple[dict[str, Any], Path]],
+    plan_dir: Path,
+    federation: str = "local-simulation",
 ) -> dict[str, tuple[int, Any, list, str]]:
     """Run several ``fedpriv run`` configs as cells of ONE simulation (``run-plan``).
 
@@ -177,6 +184,7 @@ def run_fedpriv_cells(
     ``num-clients``. Each cell runs with its kind's runner exactly as a single run would
     (same rounds.jsonl for the same seed), but N cells pay one Ray/TensorFlow start-up.
     Returns label -> (0 or 1 for the cell's status, summary or None, rounds, the whole log).
+    ``federation``: ``local-in-process`` for the in-process backend (:data:`IN_PROCESS`).
     """
     from fedpriv.scenarios.app import multirun
     from fedpriv.scenarios.cli import launch
@@ -196,7 +204,7 @@ def run_fedpriv_cells(
     before = os.environ.get(STATE_ROOT_ENV)
     os.environ[STATE_ROOT_ENV] = nodes_of(plan_dir)
     try:
-        multirun.launch_plan(plan_dir, cells, top, "local-simulation", CATALOG)
+        multirun.launch_plan(plan_dir, cells, top, federation, CATALOG)
     finally:
         if before is None:
             os.environ.pop(STATE_ROOT_ENV, None)

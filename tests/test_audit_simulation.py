@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.simulate import IN_PROCESS
+
 ROOT = Path(__file__).resolve().parent.parent
 COMMON = "num-server-rounds=2 local-epochs=1 audit-canaries=60 reproducible-noise=true"
 
@@ -100,6 +102,7 @@ def test_fedpriv_audit_fixed_sampling_canaries_certify_a_bound_and_the_model_tra
     rc, text, log = fedpriv_audit(
         "privacy='global-dp' noise-multiplier=0.05 audit-canaries=300 audit-canary-norm=0.5",
         out,
+        *IN_PROCESS,  # the audit is the subject, not the engine
         common="num-server-rounds=3 local-epochs=1 reproducible-noise=true",
     )
     assert rc == 0, log

@@ -8,7 +8,7 @@ from fedpriv.scenarios.config.features import CATALOG
 from fedpriv.scenarios.config.specs import run_spec
 
 from fedpriv.privacy.accounting.rounds import global_dp_epsilon
-from tests.simulate import run_fedpriv
+from tests.simulate import IN_PROCESS, run_fedpriv
 
 pytestmark = pytest.mark.simulation
 
@@ -32,7 +32,9 @@ def test_max_epsilon_stops_a_global_dp_run_before_the_budget_is_passed(tmp_path)
         return float(global_dp_epsilon([1.0] * rounds, part, delta=delta)["epsilon"])
 
     budget = (eps(2) + eps(3)) / 2
-    rc, summary, rounds, tail = run_fedpriv({**overrides, "max-epsilon": budget}, tmp_path / "r")
+    rc, summary, rounds, tail = run_fedpriv(
+        {**overrides, "max-epsilon": budget}, tmp_path / "r", extra_args=IN_PROCESS
+    )
     assert rc == 0, tail
     assert summary is not None and (tmp_path / "r" / "final_model.keras").exists()
     trained = [r for r in rounds if r["round"] > 0]

@@ -213,7 +213,9 @@ def test_metric_dp_single_client_completes_with_fallback(tmp_path):
 
 
 def test_metric_dp_with_identical_client_models_completes_with_fallback():
-    """Every client returns the same model (w_g + 0.1): d = 0, the floor is used, rounds finish."""
+    """Every client returns the same model (w_g + 0.1): d = 0, the floor is used, rounds finish
+    (Flower's simulation engine on the in-process backend)."""
+    from fedpriv.scenarios.cli.in_process import in_process_simulation
     from fedpriv.strategies.dp_wrappers import MetricDP
     from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
@@ -255,12 +257,13 @@ def test_metric_dp_with_identical_client_models_completes_with_fallback():
         )
         captured["final"] = result.arrays.to_numpy_ndarrays()
 
-    run_simulation(
-        server_app=server_app,
-        client_app=client_app,
-        num_supernodes=3,
-        backend_config={"client_resources": {"num_cpus": 1}},
-    )
+    with in_process_simulation():  # the engine is not the subject: no Ray in this worker
+        run_simulation(
+            server_app=server_app,
+            client_app=client_app,
+            num_supernodes=3,
+            backend_config={"client_resources": {"num_cpus": 1}},
+        )
     assert len(captured["reports"]) == 2
     for report in captured["reports"]:
         assert report["dp-fallback"] == "distance-below-floor"

@@ -1,12 +1,13 @@
 """A simulation is a fresh federation per experiment unless asked (issue "node state").
 
-Real ``fedpriv run`` simulations (Flower's simulation engine) with the launcher's own state
-default (no ``FEDPRIV_STATE_ROOT``): the simulated nodes keep their ledgers in
-``<output-dir>/node-state``, so the same experiment run twice reports the same ε and (with
-``reproducible-noise``) the same records; ``federation-dir`` keeps a persistent federation
-whose second run says in its first lines that it starts on earlier releases, and reports a
-lifetime figure; the scenario's node-owned opt-ins reach every simulated node through its own
-node config (gp-synthetic's final evaluation is answered, not declined).
+Real ``fedpriv run`` simulations (Flower's simulation engine, on its in-process backend:
+:data:`tests.simulate.IN_PROCESS`; the nodes' state is the subject, not the engine) with the
+launcher's own state default (no ``FEDPRIV_STATE_ROOT``): the simulated nodes keep their
+ledgers in ``<output-dir>/node-state``, so the same experiment run twice reports the same ε and
+(with ``reproducible-noise``) the same records; ``federation-dir`` keeps a persistent
+federation whose second run says in its first lines that it starts on earlier releases, and
+reports a lifetime figure; the scenario's node-owned opt-ins reach every simulated node through
+its own node config (gp-synthetic's final evaluation is answered, not declined).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from fedpriv.privacy.ledger.store import count_releases
-from tests.simulate import run_fedpriv
+from tests.simulate import IN_PROCESS, run_fedpriv
 
 pytestmark = pytest.mark.simulation
 
@@ -54,6 +55,12 @@ SERVER_LEDGER = ("global-dp", "adaptive-clip", "dp-ftrl", "client-budgets")  # s
 NO_FINAL_WEIGHTS = ("ifca",)  # IFCA writes no final_weights.npz: its records are compared
 
 
+def _run(config: dict, out, *, default_state: bool = True):
+    """:func:`tests.simulate.run_fedpriv` on the in-process backend, by default with the
+    launcher's own state folders (no ``FEDPRIV_STATE_ROOT``)."""
+    return run_fedpriv(config, out, default_state=default_state, extra_args=IN_PROCESS)
+
+
 def _without_wall_time(rounds: list[dict]) -> list[dict]:
     drop = ("wall", "seconds", "time")
     return [{k: v for k, v in r.items() if not any(d in k for d in drop)} for r in rounds]
@@ -68,8 +75,8 @@ def _experiment(name: str):
 
 @pytest.mark.parametrize("name", [_experiment(n) for n in EXPERIMENTS])
 def test_the_same_experiment_twice_reports_the_same_epsilon_and_records(name, tmp_path):
-    a = run_fedpriv(EXPERIMENTS[name], tmp_path / "a", default_state=True)
-    b = run_fedpriv(EXPERIMENTS[name], tmp_path / "b", default_state=True)
+    a = _run(EXPERIMENTS[name], tmp_path / "a")
+    b = _run(EXPERIMENTS[name], tmp_path / "b")
     assert a[0] == 0 and b[0] == 0, a[3][-2000:] + b[3][-2000:]
     figures_a, figures_b = (run[1].get("privacy_figures") for run in (a, b))
     assert figures_a == figures_b  # ε (and δ, σ) of the run, or none for both
@@ -108,8 +115,8 @@ def test_the_same_experiment_twice_reports_the_same_epsilon_and_records(name, tm
 def test_a_federation_dir_keeps_its_ledgers_and_says_so(tmp_path):
     fed = tmp_path / "federation"
     config = {**DPSGD, "federation-dir": str(fed)}
-    first = run_fedpriv(config, tmp_path / "first", default_state=True)
-    second = run_fedpriv(config, tmp_path / "second", default_state=True)
+    first = _run(config, tmp_path / "first")
+    second = _run(config, tmp_path / "second")
     assert first[0] == 0 and second[0] == 0, first[3][-2000:] + second[3][-2000:]
     released = first[1]["federation"]["this_run_releases"]
     assert released > 0 and not (tmp_path / "first" / "node-state").exists()
@@ -130,7 +137,7 @@ def test_a_federation_dir_keeps_its_ledgers_and_says_so(tmp_path):
 
 
 def test_gp_synthetic_with_its_defaults_reports_its_final_metrics(tmp_path):
-    rc, summary, _, log = run_fedpriv({"scenario": "gp-synthetic"}, tmp_path / "gp")
+    rc, summary, _, log = _run({"scenario": "gp-synthetic"}, tmp_path / "gp", default_state=False)
     assert rc == 0, log[-3000:]
     final = summary["final"]
     assert final["declined"] == 0 and final["clients"] == 100 and final["rmse"] > 0
@@ -149,11 +156,10 @@ def test_the_servers_ledger_gives_this_runs_epsilon_beside_the_lifetime_one(tmp_
     as the first did, a larger lifetime ε over the 2 earlier releases, and its lifetime
     server-max-epsilon = 25 stops it before its round 3."""
     fed = tmp_path / "federation"
-    first = run_fedpriv({**GLOBAL_DP, "federation-dir": str(fed)}, tmp_path / "first",
-                        default_state=True)  # fmt: skip
+    first = _run({**GLOBAL_DP, "federation-dir": str(fed)}, tmp_path / "first")
     second_config = {**GLOBAL_DP, "federation-dir": str(fed), "num-server-rounds": 3,
                      "server-max-epsilon": 25.0}  # fmt: skip
-    second = run_fedpriv(second_config, tmp_path / "second", default_state=True)
+    second = _run(second_config, tmp_path / "second")
     assert first[0] == 0 and second[0] == 0, first[3][-2000:] + second[3][-2000:]
     a, b = (run[1]["federation"]["parties"]["server"] for run in (first, second))
     assert a["earlier_releases"] == 0 and a["this_run_releases"] == 2
@@ -183,9 +189,9 @@ def test_a_second_run_on_a_federation_dir_reports_the_servers_lifetime_epsilon(n
     second run on the same federation-dir reports its own ε beside a larger lifetime ε, in
     summary.json and on the console (the same ε this run: the same settings)."""
     config = {**EXPERIMENTS[name], "federation-dir": str(tmp_path / "federation")}
-    first = run_fedpriv(config, tmp_path / "first", default_state=True)
+    first = _run(config, tmp_path / "first")
     again = {**config, **SECOND_RUN.get(name, {})}
-    second = run_fedpriv(again, tmp_path / "second", default_state=True)
+    second = _run(again, tmp_path / "second")
     assert first[0] == 0 and second[0] == 0, first[3][-2000:] + second[3][-2000:]
     a, b = (run[1]["federation"]["parties"]["server"] for run in (first, second))
     assert a["earlier_releases"] == 0 and a["lifetime_epsilon"] == a["this_run_epsilon"] > 0
@@ -200,7 +206,7 @@ def test_a_symlinked_server_state_dir_is_refused_before_the_run(tmp_path):
     real.mkdir(mode=0o700)
     (tmp_path / "link").symlink_to(real)
     config = {**GLOBAL_DP, "server-state-dir": str(tmp_path / "link")}
-    rc, summary, _, output = run_fedpriv(config, tmp_path / "out", default_state=True)
+    rc, summary, _, output = _run(config, tmp_path / "out")
     assert rc == 2 and summary is None
     assert "is a symbolic link" in output and "server-state-dir" in output
     assert not (real / "ledger.sqlite3").exists()

@@ -127,7 +127,7 @@ def test_the_issue_figures_for_each_reader():
 @pytest.mark.guard
 @pytest.mark.simulation
 def test_a_real_run_publishes_no_schedule_and_its_headline_holds_for_that_reader(tmp_path):
-    from tests.simulate import run_fedpriv
+    from tests.simulate import IN_PROCESS, run_fedpriv
 
     # 8 draws of 6 clients: someone is sampled at least twice whatever the secret sampling
     # draws (with 2 of 6 for 3 rounds, all six once each, 2.7 % of runs, left the operator
@@ -137,7 +137,7 @@ def test_a_real_run_publishes_no_schedule_and_its_headline_holds_for_that_reader
         {"scenario": "digits", "privacy": "global-dp", "num-clients": n, "clients-per-round": m,
          "num-server-rounds": rounds, "local-epochs": 1, "noise-multiplier": z, "seed": 2,
          "reproducible-noise": False},
-        tmp_path / "run",
+        tmp_path / "run", extra_args=IN_PROCESS,
     )  # fmt: skip
     assert rc == 0, log[-3000:]
     out = tmp_path / "run"

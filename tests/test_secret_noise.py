@@ -228,7 +228,7 @@ def sim_runs(tmp_path_factory):
         for kind in ("default", "seeded")
         for i in (1, 2)
     }
-    results = run_fedpriv_cells(runs, base / "plan")
+    results = run_fedpriv_cells(runs, base / "plan", "local-in-process")  # noise, not engine
     for label, (rc, _, _, log) in results.items():
         assert rc == 0, f"{label}: {log}"
     return {label: (out, results[label]) for label, (_, out) in runs.items()}

@@ -235,7 +235,7 @@ def tracked(tmp_path_factory):
 
     base = tmp_path_factory.mktemp("tracked")
     runs = {kind: ({**TINY, "tracking": kind}, base / kind) for kind in ("mlflow", "tensorboard")}
-    return run_fedpriv_cells(runs, base / "plan")
+    return run_fedpriv_cells(runs, base / "plan", "local-in-process")  # not about the engine
 
 
 @pytest.mark.simulation

@@ -28,7 +28,8 @@ looked up when the simulation starts; :func:`use_in_process_backend` points that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 NAME = "in-process"  # the federation's backend.name
@@ -120,3 +121,17 @@ def use_in_process_backend() -> type:
     backend_class = in_process_backend_class()
     raybackend.RayBackend = backend_class
     return backend_class
+
+
+@contextlib.contextmanager
+def in_process_simulation() -> Iterator[type]:
+    """While in the block, Flower's simulation engine in this process (``run_simulation``
+    included) runs its ClientApps in process (:func:`use_in_process_backend`); Ray's backend
+    again after it. Yields the backend class."""
+    from flwr.server.superlink.fleet.vce.backend import raybackend
+
+    saved = raybackend.RayBackend
+    try:
+        yield use_in_process_backend()
+    finally:
+        raybackend.RayBackend = saved

@@ -309,6 +309,8 @@ def placement() -> list[dict[str, Any]]:
     gave it). Reads the cluster's actor table (``ray._private.state.actors``, the GCS: no
     dashboard needed, pinned Ray 2.55); empty when Ray is not initialised here or the table
     does not have that shape (placement is a record, never a reason to fail a cell)."""
+    if "ray" not in sys.modules:  # the in-process backend: no Ray imported, no actors
+        return []
     import ray
 
     if not ray.is_initialized():
