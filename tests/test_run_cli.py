@@ -293,6 +293,7 @@ def test_pyproject_holds_nothing_flwr_run_would_migrate():
     assert set(project["tool"]["fedpriv"]["federations"]) == {
         "local-simulation",
         "local-simulation-gpu",
+        "local-in-process",
         "ray-cluster",
     }
     migratable, reason = _is_migratable(ROOT)

@@ -65,6 +65,17 @@ def refusal(backend: Mapping[str, Any]) -> str | None:
     return f"{key} = {value!r} is not allowed with the in-process backend; expected {allowed}"
 
 
+def check_federation(name: str, backend: Mapping[str, Any]) -> None:
+    """A federation of this backend asks for no Ray cluster and no GPU (:func:`problem`):
+    else ConfigError naming the key, before anything starts."""
+    from fedpriv.scenarios.config.schema import ConfigError
+
+    found = problem(backend) if is_in_process(backend) else None
+    if found is not None:
+        key, value, allowed = found
+        raise ConfigError(key, value, f"{allowed} (federation {name!r})")
+
+
 def in_process_backend_class() -> type:
     """:class:`InProcessBackend`, built on Flower's ``Backend`` (imported here, not at module
     import: the launcher reads :func:`is_in_process` without Flower)."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fedpriv.scenarios.app import quiet, startup
+from fedpriv.scenarios.cli.in_process import check_federation
 from fedpriv.scenarios.cli.node_state import (
     SUMMARY_KEY,
     Earlier,
@@ -111,19 +112,8 @@ def federation_settings(federation: str | Federation) -> dict[str, Any]:
     except ValueError as err:
         raise ConfigError("ray-address", address, "'auto' or HOST:PORT") from err
     settings["backend"] = with_address(settings.get("backend", {}), address)
-    _check_in_process(federation.name, settings["backend"])
+    check_federation(federation.name, settings["backend"])
     return settings
-
-
-def _check_in_process(name: str, backend: Mapping[str, Any]) -> None:
-    """A federation of the in-process backend (:mod:`fedpriv.scenarios.cli.in_process`) asks for
-    no Ray cluster and no GPU: else ConfigError, before anything starts."""
-    from fedpriv.scenarios.cli.in_process import is_in_process, problem
-
-    found = problem(backend) if is_in_process(backend) else None
-    if found is not None:
-        key, value, allowed = found
-        raise ConfigError(key, value, f"{allowed} (federation {name!r})")
 
 
 def federation_env(name: str | Federation, base: Mapping[str, str]) -> dict[str, str]:
