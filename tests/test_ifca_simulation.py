@@ -30,6 +30,7 @@ from fedpriv.data import load_federated
 from fedpriv.reporting.runlog import read_rounds
 from tests.baseline import assert_matches_baseline
 from tests.simulate import (
+    IN_PROCESS,
     kill_after_round,
     ledgers_in,
     nodes_of,
@@ -64,7 +65,7 @@ def gp_run(tmp_path_factory):
         "num-server-rounds": 30,
         "ifca-sweep": ";".join(GP_RUNS),
     }
-    rc, summary, rounds, tail = run_fedpriv(overrides, out, timeout=1200)
+    rc, summary, rounds, tail = run_fedpriv(overrides, out, timeout=1200, extra_args=IN_PROCESS)
     assert rc == 0, tail
     assert summary is not None and len(summary["sweep"]) == len(GP_RUNS), tail
     return summary, rounds, out
@@ -196,7 +197,7 @@ def digits_run(tmp_path_factory):
         "num-server-rounds": 15,
         "ifca-sweep": "num-hypotheses=1;num-hypotheses=2",
     }
-    rc, summary, _, tail = run_fedpriv(overrides, out, timeout=1200)
+    rc, summary, _, tail = run_fedpriv(overrides, out, timeout=1200, extra_args=IN_PROCESS)
     assert rc == 0, tail
     return summary, out
 

@@ -20,7 +20,7 @@ import math
 import pytest
 
 from tests.baseline import assert_matches_baseline
-from tests.simulate import run_fedpriv
+from tests.simulate import IN_PROCESS, run_fedpriv
 
 pytestmark = pytest.mark.simulation
 
@@ -38,7 +38,7 @@ def compare_run(tmp_path_factory):
         "num-server-rounds": 5,
         "seed": 0,
     }
-    rc, summary, rounds, tail = run_fedpriv(overrides, out, timeout=900)
+    rc, summary, rounds, tail = run_fedpriv(overrides, out, timeout=900, extra_args=IN_PROCESS)
     assert rc == 0, tail
     (out.parent / CONSOLE).write_text(tail)  # what the user saw, beside the run
     return out, summary, rounds
