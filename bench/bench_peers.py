@@ -12,7 +12,8 @@ Workloads (digits, IID, 5 local epochs, batch 8, digits-mlp, SGD 0.02):
 system runs in a fresh process, start-up included, its process tree's resident memory sampled
 every 0.1 s:
 
-- fedpriv: ``fedpriv run`` (worker SuperNodes, the default);
+- fedpriv: ``fedpriv run`` (worker SuperNodes, the default), and on the in-process backend
+  (``--federation local-in-process``: no Ray, every ClientApp in the simulation's process);
 - the Keras floor (:mod:`bench.tf_floor`) and the numpy floor (:mod:`bench.numpy_floor`);
 - vanilla Flower 1.42 (``bench/peers/flower_app``: the quickstart's Keras ClientApp and
   FedAvg ServerApp on the simulation engine, one SuperNode per client);
@@ -101,9 +102,9 @@ def timing(wall: float, stamps: list[float]) -> dict:
     return {"wall": wall, "per_round": per_round, "startup": start}
 
 
-def run_fedpriv(values: dict, tmp: Path) -> dict:
+def run_fedpriv(values: dict, tmp: Path, federation: str = "local-simulation") -> dict:
     """``fedpriv run`` (fresh process): timing, peak RSS, final accuracy."""
-    run = fedpriv_run(values, tmp, watch_rounds=True, interval=0.1)
+    run = fedpriv_run(values, tmp, watch_rounds=True, interval=0.1, federation=federation)
     stamps = run["stamps"][1:]  # the round-0 line (initial evaluation) comes first
     out = timing(run["wall"], stamps)
     return dict(out, rss=run["peak_rss"], accuracy=run["summary"]["final"]["accuracy"])
@@ -196,7 +197,9 @@ def peer_rows(tmp: Path, quick: bool) -> list[str]:
         shards = write_shards(cfg, tmp / f"peers-{name}" / "shards.npz")
         ours = _try(partial(run_fedpriv, values, tmp / f"peers-{name}" / "fedpriv"))
         base = ours if isinstance(ours, dict) else None
+        in_process = partial(run_fedpriv, values, tmp / f"peers-{name}" / "in-process")
         others = {
+            "fedpriv in-process": _try(partial(in_process, "local-in-process")),
             "Keras floor": _try(partial(run_floor, "bench.tf_floor", cfg)),
             "numpy floor": _try(partial(run_floor, "bench.numpy_floor", cfg)),
             "Flower 1.42": _try(partial(run_flower, cfg, shards, tmp / f"peers-{name}")),

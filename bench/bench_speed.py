@@ -171,19 +171,25 @@ def monitored_run(
 
 
 def fedpriv_run(
-    values: dict, out: Path, *, watch_rounds: bool = False, interval: float = 0.2
+    values: dict,
+    out: Path,
+    *,
+    watch_rounds: bool = False,
+    interval: float = 0.2,
+    federation: str = "local-simulation",
 ) -> dict:
     """One ``fedpriv run`` with ``values`` (wall, peak RSS, round stamps, summary), into an
     emptied ``out``: a finished run left there by an earlier bench would be resumed (nothing to
     do) and time nothing. Its nodes keep their ledgers in an emptied ``<out>-state``
     (``FEDPRIV_STATE_ROOT``), not the machine's default folder: there every earlier run of
     the same data (an earlier bench, a test, another user's run) would have charged them,
-    spent their budgets (declines: rounds without training) and cached replies."""
+    spent their budgets (declines: rounds without training) and cached replies. ``federation``:
+    ``local-in-process`` for the in-process backend (no Ray)."""
     shutil.rmtree(out, ignore_errors=True)
     state = out.with_name(f"{out.name}-state")
     shutil.rmtree(state, ignore_errors=True)
-    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--run-config"]
-    cmd.append(_overrides({**values, "output-dir": str(out)}))
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.main", "run", "--federation", federation]
+    cmd += ["--run-config", _overrides({**values, "output-dir": str(out)})]
     env = dict(_env(), FEDPRIV_STATE_ROOT=str(state))
     res = monitored_run(cmd, out / "rounds.jsonl" if watch_rounds else None, env, interval)
     res["summary"] = json.loads((out / "summary.json").read_text())

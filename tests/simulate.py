@@ -9,6 +9,7 @@ A test of the default (secret, OS-entropy) randomness passes ``reproducible-nois
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -16,6 +17,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 REPRODUCIBLE = {"reproducible-noise": True}
@@ -223,3 +227,28 @@ def run_fedpriv_cells(
         rc = 0 if status.get(label) == "ok" and summary is not None else 1
         results[label] = (rc, summary, rounds, log)
     return results
+
+
+def assert_close(a: Any, b: Any, path: str, *, rel: float, abs_tol: float, ignore=()) -> None:
+    """``a`` equals ``b`` (round records, summaries: nested dicts and lists) with floats within
+    ``rel`` / ``abs_tol`` and the dict keys of ``ignore`` (timings) left out; the assertion
+    names the path of the first difference."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert set(a) - set(ignore) == set(b) - set(ignore), (path, sorted(set(a) ^ set(b)))
+        for k in (set(a) | set(b)) - set(ignore):
+            assert_close(a[k], b[k], f"{path}.{k}", rel=rel, abs_tol=abs_tol, ignore=ignore)
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close(x, y, f"{path}[{i}]", rel=rel, abs_tol=abs_tol, ignore=ignore)
+    elif isinstance(a, float) or isinstance(b, float):
+        if not (math.isnan(a) and math.isnan(b)):
+            assert a == pytest.approx(b, rel=rel, abs=abs_tol), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+def final_weights(output_dir: Path) -> list[np.ndarray]:
+    """A run's ``final_weights.npz``, its arrays in layer order."""
+    with np.load(Path(output_dir) / "final_weights.npz") as data:
+        return [data[k] for k in sorted(data.files, key=lambda k: int(k.split("_")[1]))]

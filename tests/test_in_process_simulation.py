@@ -11,7 +11,6 @@ exit 2, before anything starts; a ClientApp's exception reaches Flower as an act
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -23,7 +22,15 @@ import pytest
 from fedpriv.scenarios.cli.in_process import problem, run_client_app
 from fedpriv.scenarios.cli.ray_start import descendants
 
-from tests.simulate import ROOT, nodes_of, run_outputs, to_override, with_reproducible
+from tests.simulate import (
+    ROOT,
+    assert_close,
+    final_weights,
+    nodes_of,
+    run_outputs,
+    to_override,
+    with_reproducible,
+)
 
 pytestmark = pytest.mark.simulation
 
@@ -73,24 +80,7 @@ def runs(tmp_path_factory) -> dict:
 
 def _close(a, b, path: str) -> None:
     """``a`` equals ``b`` with floats within tolerance (recursively), timings aside."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        assert set(a) - TIMING == set(b) - TIMING, (path, sorted(set(a) ^ set(b)))
-        for k in (set(a) | set(b)) - TIMING:
-            _close(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, list) and isinstance(b, list):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            _close(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) or isinstance(b, float):
-        if not (math.isnan(a) and math.isnan(b)):
-            assert a == pytest.approx(b, rel=1e-6, abs=1e-7), (path, a, b)
-    else:
-        assert a == b, (path, a, b)
-
-
-def _weights(out: Path) -> list[np.ndarray]:
-    with np.load(out / "final_weights.npz") as data:
-        return [data[k] for k in sorted(data.files, key=lambda k: int(k.split("_")[1]))]
+    assert_close(a, b, path, rel=1e-6, abs_tol=1e-7, ignore=TIMING)
 
 
 def test_the_in_process_run_is_the_ray_run(runs):
@@ -104,7 +94,7 @@ def test_the_in_process_run_is_the_ray_run(runs):
     assert local["rounds"][-1]["dp-epsilon"] > 0  # the ε compared is a real one
     _close(ray["summary"]["final"], local["summary"]["final"], "summary.final")
     _close(ray["summary"]["privacy_figures"], local["summary"]["privacy_figures"], "privacy")
-    for a, b in zip(_weights(ray["dir"]), _weights(local["dir"])):
+    for a, b in zip(final_weights(ray["dir"]), final_weights(local["dir"])):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 

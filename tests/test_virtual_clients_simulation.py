@@ -12,13 +12,19 @@ ldp, hdp and cdp placements; IFCA (its own message types, client-side noise and 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.simulate import ledgers_in, nodes_of, run_fedpriv, run_fedpriv_cells
+from tests.simulate import (
+    assert_close,
+    final_weights,
+    ledgers_in,
+    nodes_of,
+    run_fedpriv,
+    run_fedpriv_cells,
+)
 
 pytestmark = pytest.mark.simulation
 
@@ -71,27 +77,8 @@ def pairs(tmp_path_factory) -> dict:
 
 
 def _close(a, b, path: str) -> None:
-    """``a`` equals ``b`` with floats within tolerance (recursively)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        keys = (set(a) | set(b)) - TIMING
-        assert set(a) - TIMING == set(b) - TIMING, (path, sorted(set(a) ^ set(b)))
-        for k in keys:
-            _close(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, list) and isinstance(b, list):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            _close(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) or isinstance(b, float):
-        if math.isnan(a) and math.isnan(b):
-            return
-        assert a == pytest.approx(b, rel=1e-5, abs=1e-6), (path, a, b)
-    else:
-        assert a == b, (path, a, b)
-
-
-def _weights(path: Path) -> list[np.ndarray]:
-    with np.load(path / "final_weights.npz") as data:
-        return [data[k] for k in sorted(data.files, key=lambda k: int(k.split("_")[1]))]
+    """``a`` equals ``b`` with floats within tolerance (recursively), timings aside."""
+    assert_close(a, b, path, rel=1e-5, abs_tol=1e-6, ignore=TIMING)
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -107,7 +94,7 @@ def test_two_workers_give_the_run_of_one_supernode_per_client(pairs, mode):
     assert len(rounds_v) == len(rounds_r) == ROUNDS + 1
     for a, b in zip(rounds_v, rounds_r):
         _close(a, b, f"round {a.get('round')}")
-    for a, b in zip(_weights(virtual[4]), _weights(reference[4])):
+    for a, b in zip(final_weights(virtual[4]), final_weights(reference[4])):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     _close(virtual[1].get("privacy", {}), reference[1].get("privacy", {}), "summary.privacy")
     _close(virtual[1]["final"], reference[1]["final"], "summary.final")
