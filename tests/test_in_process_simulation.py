@@ -140,3 +140,17 @@ def test_a_client_apps_exception_reaches_flower_as_an_actors_does():
     with pytest.raises(LoadClientAppError):
         run_client_app(lambda: (_ for _ in ()).throw(LoadClientAppError("no app")), "m", "c")
     assert run_client_app(lambda: lambda message, context: message, "m", "c") == ("m", "c")
+
+
+def test_the_runner_given_an_in_process_backend_with_a_cluster_refuses_in_one_line(tmp_path):
+    """The simulation runner called directly (not through ``fedpriv run``'s checks) refuses
+    too, before it imports Flower or starts anything."""
+    backend = '{"name": "in-process", "init-args": {"address": "127.0.0.1:6379"}}'
+    cmd = [sys.executable, "-m", "fedpriv.scenarios.cli.simulation_runner", "--app", str(ROOT),
+           "--num-supernodes", "1", "--backend-config", backend,
+           "--run-config", f"output-dir='{tmp_path / 'out'}'"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, lines
+    assert "ray-address = '127.0.0.1:6379' is not allowed" in lines[0]
+    assert not (tmp_path / "out").exists()

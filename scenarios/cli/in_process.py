@@ -56,15 +56,6 @@ def problem(backend: Mapping[str, Any]) -> tuple[str, Any, str] | None:
     return None
 
 
-def refusal(backend: Mapping[str, Any]) -> str | None:
-    """:func:`problem` as one line, or None."""
-    found = problem(backend)
-    if found is None:
-        return None
-    key, value, allowed = found
-    return f"{key} = {value!r} is not allowed with the in-process backend; expected {allowed}"
-
-
 def check_federation(name: str, backend: Mapping[str, Any]) -> None:
     """A federation of this backend asks for no Ray cluster and no GPU (:func:`problem`):
     else ConfigError naming the key, before anything starts."""

@@ -291,20 +291,20 @@ def _run_in_process(
     """The simulation with every ClientApp in this process (:mod:`fedpriv.scenarios.cli.
     in_process`): no Ray is imported or started; 2 with one line when the federation asks
     for what it cannot do (a Ray cluster, GPUs)."""
+    from fedpriv.scenarios.app import startup
     from fedpriv.scenarios.app.quiet import REFUSAL_PREFIX
-    from fedpriv.scenarios.app.startup import status
-    from fedpriv.scenarios.cli.in_process import refusal, use_in_process_backend
+    from fedpriv.scenarios.cli.in_process import check_federation, use_in_process_backend
+    from fedpriv.scenarios.config.schema import ConfigError
 
-    reason = refusal(backend)
-    if reason is not None:
-        print(f"{REFUSAL_PREFIX}{reason}", file=_console(), flush=True)
+    try:  # the launcher checked its federation already; a backend config given here directly
+        check_federation("--backend-config", backend)
+    except ConfigError as err:
+        print(f"{REFUSAL_PREFIX}{err}", file=_console(), flush=True)
         return 2
     for module in (components[app].split(":")[0] for app in ("clientapp", "serverapp")):
         importlib.import_module(module)  # before Flower's threads (see run)
-    from fedpriv.scenarios.app import startup
-
     startup.mark("apps imported")
-    status("engine started", "in-process: every ClientApp in this process, one at a time")
+    startup.status("engine started", "in-process: every ClientApp in this process, one at a time")
     try:
         use_in_process_backend()
         _simulate(args, app_dir, components, backend)
