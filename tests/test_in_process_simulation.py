@@ -80,7 +80,10 @@ def runs(tmp_path_factory) -> dict:
 
 def _close(a, b, path: str) -> None:
     """``a`` equals ``b`` with floats within tolerance (recursively), timings aside."""
-    assert_close(a, b, path, rel=1e-6, abs_tol=1e-7, ignore=TIMING)
+    # bit-identical on the 2-core machine; the driver's TensorFlow may split a reduction over
+    # more threads than a 1-CPU Ray worker on a bigger machine: float32 rounding, far below
+    # what another noise draw or sampling would change
+    assert_close(a, b, path, rel=1e-4, abs_tol=1e-5, ignore=TIMING)
 
 
 def test_the_in_process_run_is_the_ray_run(runs):
@@ -95,7 +98,7 @@ def test_the_in_process_run_is_the_ray_run(runs):
     _close(ray["summary"]["final"], local["summary"]["final"], "summary.final")
     _close(ray["summary"]["privacy_figures"], local["summary"]["privacy_figures"], "privacy")
     for a, b in zip(final_weights(ray["dir"]), final_weights(local["dir"])):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_the_in_process_run_starts_no_ray_process(runs):
